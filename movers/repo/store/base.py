@@ -1,0 +1,60 @@
+"""The Store protocol: the only way the engine touches persistent bytes.
+
+Guarantees every implementation gives (checked by ``tests/test_store_conformance.py``):
+
+* Keys are ``/``-separated strings of ``[A-Za-z0-9._%-]`` segments; no leading ``/``,
+  no empty segment. ``validate_key`` enforces this.
+* ``put`` is atomic: a reader sees either no object or the whole object, never a part.
+  When ``put`` returns the object is durable and visible to ``get`` and ``list``.
+  The engine never overwrites an existing key with different bytes (objects are immutable),
+  so stores need no compare-and-swap; ``put`` of an existing key replaces it.
+* ``get`` / ``get_range`` raise ``ObjectNotFound`` for a missing key. ``get_range`` returns
+  exactly ``length`` bytes unless the object ends earlier (then the available bytes).
+* ``list(prefix)`` yields every key starting with ``prefix``, in ascending byte order,
+  including objects put before the call started.
+* ``delete`` of a missing key is not an error.
+* Errors are ``ObjectNotFound``, ``TransientStoreError`` (retrying may help) or
+  ``PermanentStoreError`` / ``AccessDeniedError``; vendor exceptions never escape.
+* ``repr`` and error messages never contain credentials.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
+
+from movers.errors import UsageError
+
+_KEY_SEGMENT = re.compile(r"^[A-Za-z0-9._%-]+$")
+
+
+def validate_key(key: str) -> str:
+    """Return ``key`` if it is a valid store key, else raise ``UsageError``."""
+    parts = key.split("/")
+    if not key or any(not _KEY_SEGMENT.match(p) or p in (".", "..") for p in parts):
+        raise UsageError(f"invalid store key {key!r}")
+    return key
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Immutable-object key/value storage (S3, a local folder, memory)."""
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes: ...
+
+    def size(self, key: str) -> int: ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def list(self, prefix: str = "") -> Iterator[str]: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def describe(self) -> str:
+        """A human-readable location (URL) without secrets."""
+        ...

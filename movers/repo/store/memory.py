@@ -1,0 +1,65 @@
+"""In-memory store, for tests and as the reference implementation of the Store contract."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterator
+
+from movers.errors import ObjectNotFound
+from movers.repo.store.base import validate_key
+
+
+class MemoryStore:
+    """A thread-safe dict of immutable byte objects."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, bytes] = {}
+        self._keys: list[str] = []
+        self._lock = threading.Lock()
+
+    def put(self, key: str, data: bytes) -> None:
+        validate_key(key)
+        data = bytes(data)
+        with self._lock:
+            if key not in self._objects:
+                bisect.insort(self._keys, key)
+            self._objects[key] = data
+
+    def get(self, key: str) -> bytes:
+        with self._lock:
+            try:
+                return self._objects[key]
+            except KeyError:
+                raise ObjectNotFound(f"object {key} not found in memory store") from None
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        return self.get(key)[offset : offset + length]
+
+    def size(self, key: str) -> int:
+        return len(self.get(key))
+
+    def exists(self, key: str) -> bool:
+        with self._lock:
+            return key in self._objects
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        with self._lock:
+            start = bisect.bisect_left(self._keys, prefix)
+            keys = []
+            for key in self._keys[start:]:
+                if not key.startswith(prefix):
+                    break
+                keys.append(key)
+        yield from keys
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            if self._objects.pop(key, None) is not None:
+                self._keys.remove(key)
+
+    def describe(self) -> str:
+        return "memory://"
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self._objects)} objects)"
