@@ -1,0 +1,278 @@
+"""The backup pipeline: read -> zero-detect -> hash -> dedup -> compress -> pack -> upload.
+
+Concurrency and error timing (one join point, like s3transfer's futures):
+
+* The caller's thread walks the planned reads and submits one task per read to a pool of
+  ``workers`` threads (read, find data runs, hash, compress chunks the repository lacks).
+  It never has more than ``max_inflight`` bytes of reads outstanding, so memory is capped
+  by in-flight bytes, independent of the volume size and of the number of extents.
+* Results are consumed strictly in submission (= volume) order: dedup decisions, packing
+  and map building happen in the caller's thread, so they need no locks.
+* Full packs go to an upload pool; at most ``upload_threads`` packs are in flight.
+* The first error anywhere cancels what is queued and is raised from ``run_backup`` after
+  in-flight work stopped. Nothing is committed unless everything succeeded: the manifest
+  is the last object written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from movers import device
+from movers.errors import UsageError
+from movers.extents import Extent, validated
+from movers.pipeline.planner import plan_reads, scan_reads
+from movers.pipeline.stats import BackupStats, ProgressFn
+from movers.pipeline.zeros import data_runs
+from movers.repo import pack as packfmt
+from movers.repo.chunks import chunk_id, encode_chunk
+from movers.repo.manifest import Manifest, MapRef, SnapshotIdentity, VolumeIdentity, new_backup_id
+from movers.repo.mapwriter import MapWriter
+from movers.repo.repository import Repository
+
+log = logging.getLogger(__name__)
+MiB = 1 << 20
+
+
+@dataclass
+class BackupOptions:
+    level: int = 3  # zstd level
+    workers: int = field(default_factory=lambda: os.cpu_count() or 2)
+    upload_threads: int = 4
+    max_inflight: int = 64 * MiB
+    max_gap: int = 64 * 1024
+    min_hole: int = 64 * 1024
+
+
+# (volume offset, length, chunk id or None for a hole, stored bytes or None, flags)
+Piece = tuple[int, int, bytes | None, bytes | None, int]
+
+
+class _Uploader:
+    """Uploads finished packs on a bounded pool and remembers what it wrote."""
+
+    def __init__(self, repo: Repository, threads: int, stats: BackupStats) -> None:
+        self.repo = repo
+        self.stats = stats
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="upload")
+        self.limit = threads
+        self.pending: deque[Future] = deque()
+        self.packs: dict[bytes, list[packfmt.PackEntry]] = {}
+        self.lock = threading.Lock()
+
+    def submit(self, builder: packfmt.PackBuilder) -> None:
+        while len(self.pending) >= self.limit:
+            self.pending.popleft().result()
+        pack_id, data, entries = builder.finish()
+        self.packs[pack_id] = entries
+        self.pending.append(self.pool.submit(self._put, pack_id, data))
+
+    def _put(self, pack_id: bytes, data: bytes) -> None:
+        written = self.repo.put_once(packfmt.pack_key(pack_id), data)
+        with self.lock:
+            self.stats.stored_bytes += written
+            self.stats.objects_written += int(written > 0)
+            self.stats.packs_written += int(written > 0)
+
+    def drain(self) -> None:
+        while self.pending:
+            self.pending.popleft().result()
+
+    def close(self, cancel: bool) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=cancel)
+
+
+def run_backup(
+    repo: Repository,
+    device_path: str,
+    volume: VolumeIdentity,
+    *,
+    extents: Iterable[Extent] | None = None,
+    snapshot: SnapshotIdentity | None = None,
+    options: BackupOptions | None = None,
+    progress: ProgressFn | None = None,
+    force_full: bool = False,
+) -> Manifest:
+    """Back up ``device_path`` and return the committed manifest.
+
+    With ``extents`` (ascending, disjoint ``(offset, length)``), only those ranges are read:
+    an incremental of the volume's latest backup, or a full backup (everything else a hole)
+    when there is none or ``force_full``. Without ``extents`` the whole device is scanned and
+    only content the repository lacks is uploaded.
+    """
+    options = options or BackupOptions()
+    started = time.monotonic()
+    stats = BackupStats()
+    fd = device.open_device(device_path)
+    try:
+        capacity = device.device_size(fd)
+        if capacity <= 0:
+            raise UsageError(f"device {device_path} is empty")
+        parent = None if force_full else repo.latest(volume.id)
+        if extents is None:
+            mode = "incremental-scan" if parent else "full"
+            reads = scan_reads(capacity, repo.config.chunk_max)
+            parent_slots = None
+        else:
+            mode = "incremental-cbt" if parent else "full"
+            checked = _count_changed(validated(extents, capacity), stats)
+            reads = plan_reads(checked, repo.config.chunk_max, options.max_gap)
+            parent_slots = repo.page_slots(parent) if parent else None
+        log.info(
+            "backup of volume %s: mode %s, capacity %d, parent %s",
+            volume.id,
+            mode,
+            capacity,
+            parent.backup_id if parent else "none",
+        )
+        mapw = MapWriter(repo, capacity, parent_slots)
+        map_ref = _Engine(repo, fd, mapw, options, stats, progress, capacity if extents is None else None).run(reads)
+        if extents is None:
+            stats.changed_bytes = stats.new_chunk_bytes
+    finally:
+        os.close(fd)
+    manifest = Manifest(
+        backup_id=new_backup_id(),
+        volume=volume,
+        capacity_bytes=capacity,
+        snapshot=snapshot or SnapshotIdentity(),
+        parent=parent.backup_id if parent else None,
+        mode=mode,
+        created=datetime.now(UTC).isoformat(),
+        map=map_ref,
+    )
+    stats.duration_s = round(time.monotonic() - started, 3)
+    manifest.stats = stats.as_dict()
+    data = manifest.encode()
+    repo.store.put(manifest.key, data)  # the commit point
+    stats.stored_bytes += len(data)
+    stats.metadata_bytes += len(data)
+    stats.objects_written += 1
+    manifest.stats = stats.as_dict()
+    log.info("committed backup %s of volume %s", manifest.backup_id, volume.id)
+    return manifest
+
+
+def _count_changed(extents: Iterable[Extent], stats: BackupStats) -> Iterable[Extent]:
+    for off, length in extents:
+        stats.changed_bytes += length
+        yield off, length
+
+
+class _Engine:
+    def __init__(self, repo, fd, mapw: MapWriter, options: BackupOptions, stats: BackupStats, progress, total):
+        self.repo = repo
+        self.fd = fd
+        self.mapw = mapw
+        self.options = options
+        self.stats = stats
+        self.progress = progress
+        self.total = total
+        self.index = repo.index()
+        self.session: set[bytes] = set()
+        self.builder = packfmt.PackBuilder()
+        self.page = -1
+        self.covered: list[tuple[int, int]] = []
+        self.entries: list = []
+
+    def run(self, reads: Iterable[Extent]) -> MapRef:
+        """Process every read, upload packs and the index, write the map; return its reference."""
+        opts = self.options
+        uploader = _Uploader(self.repo, opts.upload_threads, self.stats)
+        pool = ThreadPoolExecutor(opts.workers, thread_name_prefix="chunk")
+        ok = False
+        try:
+            inflight: deque[tuple[int, int, Future]] = deque()
+            inflight_bytes = 0
+            for off, length in reads:
+                while inflight and inflight_bytes + length > opts.max_inflight:
+                    inflight_bytes -= self._consume(inflight.popleft(), uploader)
+                inflight.append((off, length, pool.submit(self._process, off, length)))
+                inflight_bytes += length
+            while inflight:
+                self._consume(inflight.popleft(), uploader)
+            self._finish_page()
+            if len(self.builder):
+                uploader.submit(self.builder)
+            uploader.drain()
+            ok = True
+        finally:
+            pool.shutdown(wait=True, cancel_futures=not ok)
+            uploader.close(cancel=not ok)
+        new_packs = dict(self.repo.unindexed_packs)
+        self.stats.reused_packs = len(new_packs)
+        new_packs.update(uploader.packs)
+        written, objects = self.repo.write_index(new_packs)
+        self.repo.indexed(new_packs)
+        map_ref = self.mapw.finish()
+        meta = written + self.mapw.bytes_written
+        self.stats.metadata_bytes += meta
+        self.stats.stored_bytes += meta
+        self.stats.objects_written += objects + self.mapw.objects_written
+        if self.progress:
+            self.progress(self.stats.read_bytes, self.stats.read_bytes)
+        return map_ref
+
+    def _process(self, off: int, length: int) -> list[Piece]:
+        """Worker: read one range and turn it into holes and (maybe compressed) chunks."""
+        data = device.pread_exact(self.fd, length, off)
+        view = memoryview(data)
+        pieces: list[Piece] = []
+        pos = 0
+        for start, end in data_runs(data, self.options.min_hole):
+            if start > pos:
+                pieces.append((off + pos, start - pos, None, None, 0))
+            chunk = view[start:end]
+            cid = chunk_id(chunk)
+            if cid in self.index or cid in self.session:
+                pieces.append((off + start, end - start, cid, None, 0))
+            else:
+                stored, flags = encode_chunk(chunk, self.options.level)
+                pieces.append((off + start, end - start, cid, stored, flags))
+            pos = end
+        if pos < length:
+            pieces.append((off + pos, length - pos, None, None, 0))
+        return pieces
+
+    def _consume(self, item: tuple[int, int, Future], uploader: _Uploader) -> int:
+        off, length, fut = item
+        pieces = fut.result()
+        page = off // self.mapw.page_size
+        if page != self.page:
+            self._finish_page()
+            self.page = page
+        self.covered.append((off, off + length))
+        stats = self.stats
+        stats.read_bytes += length
+        for voff, plen, cid, stored, flags in pieces:
+            if cid is None:
+                stats.zero_bytes += plen
+                continue
+            self.entries.append((voff, plen, cid, 0))
+            if cid in self.index or cid in self.session:
+                stats.dedup_bytes += plen
+                continue
+            self.session.add(cid)
+            self.builder.add(cid, stored, plen, flags)
+            stats.new_chunk_bytes += plen
+            stats.new_chunks += 1
+            if self.builder.size >= self.repo.config.pack_target:
+                uploader.submit(self.builder)
+                self.builder = packfmt.PackBuilder()
+        if self.progress:
+            self.progress(stats.read_bytes, self.total)
+        return length
+
+    def _finish_page(self) -> None:
+        if self.page >= 0:
+            self.mapw.finish_page(self.page, self.covered, self.entries)
+        self.covered = []
+        self.entries = []

@@ -1,0 +1,42 @@
+"""Counters of one backup or restore, reported in manifests and ``--json`` output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+# progress(bytes done, bytes total or None when not yet known)
+ProgressFn = Callable[[int, int | None], None]
+
+
+@dataclass
+class BackupStats:
+    changed_bytes: int = 0  # bytes the change source named (extents), or new content found by a scan
+    read_bytes: int = 0  # bytes read from the device
+    new_chunk_bytes: int = 0  # raw size of chunks new to the repository
+    new_chunks: int = 0
+    dedup_bytes: int = 0  # data found already stored
+    zero_bytes: int = 0  # read bytes that were all-zero (holes)
+    stored_bytes: int = 0  # bytes uploaded, all objects
+    metadata_bytes: int = 0  # bytes uploaded for index, map and manifest objects
+    objects_written: int = 0
+    packs_written: int = 0
+    reused_packs: int = 0  # packs of an interrupted run that this one indexed
+    duration_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RestoreStats:
+    capacity_bytes: int = 0
+    written_bytes: int = 0
+    hole_bytes: int = 0
+    zeroed_bytes: int = 0
+    fetched_bytes: int = 0  # stored bytes read from the repository
+    chunks_verified: int = 0
+    duration_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,68 @@
+"""Chunk identity and compression: the bytes of one chunk as it sits inside a pack.
+
+A chunk is identified by ``sha256(raw bytes)`` (32 bytes). Stored form is a zstd frame, or
+the raw bytes when compression does not shrink them (flag ``RAW``). ``decode_chunk`` always
+verifies the hash and raises ``IntegrityError`` on any mismatch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import zstandard
+
+from movers.errors import IntegrityError
+
+HASH_NAME = "sha256"
+ID_LEN = 32
+ZSTD = 0
+RAW = 1
+
+_local = threading.local()
+
+
+def chunk_id(data: bytes | memoryview) -> bytes:
+    """The content address of ``data``."""
+    return hashlib.sha256(data).digest()
+
+
+def _compressor(level: int) -> zstandard.ZstdCompressor:
+    cache = getattr(_local, "compressors", None)
+    if cache is None:
+        cache = _local.compressors = {}
+    comp = cache.get(level)
+    if comp is None:
+        comp = cache[level] = zstandard.ZstdCompressor(level=level)
+    return comp
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    dec = getattr(_local, "decompressor", None)
+    if dec is None:
+        dec = _local.decompressor = zstandard.ZstdDecompressor()
+    return dec
+
+
+def encode_chunk(data: bytes | memoryview, level: int) -> tuple[bytes, int]:
+    """Return ``(stored bytes, flags)`` for raw chunk ``data``. Thread-safe."""
+    packed = _compressor(level).compress(data)
+    if len(packed) >= len(data):
+        return bytes(data), RAW
+    return packed, ZSTD
+
+
+def decode_chunk(stored: bytes | memoryview, flags: int, raw_len: int, expected_id: bytes) -> bytes:
+    """Return the raw bytes of a stored chunk, verified against ``expected_id``."""
+    try:
+        if flags == RAW:
+            raw = bytes(stored)
+        elif flags == ZSTD:
+            raw = _decompressor().decompress(stored, max_output_size=raw_len)
+        else:
+            raise IntegrityError(f"chunk {expected_id.hex()[:16]} has unknown flags {flags}")
+    except zstandard.ZstdError as err:
+        raise IntegrityError(f"chunk {expected_id.hex()[:16]} does not decompress: {err}") from None
+    if len(raw) != raw_len or chunk_id(raw) != expected_id:
+        raise IntegrityError(f"chunk {expected_id.hex()[:16]} does not match its hash")
+    return raw

@@ -1,0 +1,56 @@
+"""The repository config object (key ``config``): written once by ``init``, never changed.
+
+It fixes the parameters every backup of the repository shares (map page size, chunk grid)
+and carries the format version and mandatory features, checked on every open.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+
+from movers.errors import IntegrityError, UsageError
+from movers.repo.manifest import FORMAT_VERSION, MANDATORY_FEATURES, check_compatible
+
+CONFIG_KEY = "config"
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class RepoConfig:
+    repo_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    # Chunks never cross a multiple of chunk_max; pages hold page_size bytes of volume.
+    chunk_max: int = 4 * MiB
+    page_size: int = 256 * MiB
+    pack_target: int = 16 * MiB
+    format_version: int = FORMAT_VERSION
+    mandatory_features: tuple[str, ...] = MANDATORY_FEATURES
+
+    def __post_init__(self) -> None:
+        if self.chunk_max % 4096 or self.chunk_max <= 0 or self.page_size % self.chunk_max:
+            raise UsageError("page_size must be a multiple of chunk_max, itself a multiple of 4096")
+
+    def encode(self) -> bytes:
+        doc = asdict(self)
+        doc["format"] = "cbt-mover-repository"
+        return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> RepoConfig:
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            raise IntegrityError("repository config is not valid JSON") from None
+        if not isinstance(doc, dict) or doc.get("format") != "cbt-mover-repository":
+            raise IntegrityError("this location holds something that is not a cbt-mover repository")
+        check_compatible(doc.get("format_version"), doc.get("mandatory_features"), "repository")
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in doc.items() if k in known}  # optional features we lack are ignored
+        values["mandatory_features"] = tuple(values.get("mandatory_features", ()))
+        try:
+            return cls(**values)
+        except TypeError as err:
+            raise IntegrityError(f"repository config is malformed: {err}") from None

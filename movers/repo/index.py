@@ -1,0 +1,92 @@
+"""Index objects: which chunks live in which pack, so a reader need not open every pack.
+
+An index object (key ``index/<sha256 of its bytes>``) is written by each backup before its
+manifest and lists the packs that backup wrote (or recovered from a crashed run)::
+
+    b"CBTIDX\\x01" + zstd( repeated: '<32sI' (pack id, n) then n x '<32sQIIB' entries )
+
+``ChunkIndex`` is the in-memory union of all index objects plus the trailers of packs that no
+index mentions yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import zstandard
+
+from movers.errors import IntegrityError
+from movers.repo.pack import PackEntry
+
+MAGIC = b"CBTIDX\x01"
+INDEX_PREFIX = "index/"
+_PACK = struct.Struct("<32sI")
+_ENTRY = struct.Struct("<32sQIIB")
+
+
+class ChunkLocation(NamedTuple):
+    pack_id: bytes
+    offset: int
+    stored_len: int
+    raw_len: int
+    flags: int
+
+
+def encode_index(packs: Iterable[tuple[bytes, list[PackEntry]]]) -> tuple[str, bytes]:
+    """Return ``(key, bytes)`` of an index object listing ``packs``."""
+    parts = []
+    for pack_id, entries in packs:
+        parts.append(_PACK.pack(pack_id, len(entries)))
+        parts.extend(_ENTRY.pack(e.chunk_id, e.offset, e.stored_len, e.raw_len, e.flags) for e in entries)
+    data = MAGIC + zstandard.ZstdCompressor(level=3, write_checksum=True).compress(b"".join(parts))
+    return f"{INDEX_PREFIX}{hashlib.sha256(data).hexdigest()}", data
+
+
+def decode_index(data: bytes, key: str = "index") -> Iterator[tuple[bytes, list[PackEntry]]]:
+    """Yield ``(pack id, entries)`` from an index object."""
+    if not data.startswith(MAGIC):
+        raise IntegrityError(f"{key} is not an index object of a known version")
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(data[len(MAGIC) :])
+    except zstandard.ZstdError as err:
+        raise IntegrityError(f"{key} does not decompress: {err}") from None
+    pos = 0
+    try:
+        while pos < len(raw):
+            pack_id, n = _PACK.unpack_from(raw, pos)
+            pos += _PACK.size
+            entries = [PackEntry(*_ENTRY.unpack_from(raw, pos + i * _ENTRY.size)) for i in range(n)]
+            pos += n * _ENTRY.size
+            yield pack_id, entries
+    except struct.error:
+        raise IntegrityError(f"{key} is truncated") from None
+
+
+class ChunkIndex:
+    """Thread-safe map chunk id -> location; the first location recorded for an id wins."""
+
+    def __init__(self) -> None:
+        self._chunks: dict[bytes, ChunkLocation] = {}
+        self.packs: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def add_pack(self, pack_id: bytes, entries: Iterable[PackEntry]) -> None:
+        with self._lock:
+            self.packs.add(pack_id)
+            chunks = self._chunks
+            for e in entries:
+                if e.chunk_id not in chunks:
+                    chunks[e.chunk_id] = ChunkLocation(pack_id, e.offset, e.stored_len, e.raw_len, e.flags)
+
+    def __contains__(self, cid: bytes) -> bool:
+        return cid in self._chunks
+
+    def get(self, cid: bytes) -> ChunkLocation | None:
+        return self._chunks.get(cid)
+
+    def __len__(self) -> int:
+        return len(self._chunks)

@@ -1,0 +1,105 @@
+"""Pack objects: many stored chunks in one immutable, self-describing object.
+
+Layout (all integers little-endian)::
+
+    b"CBTPACK\\x01"                       8-byte header
+    chunk 0 stored bytes | chunk 1 | ...  (see movers.repo.chunks)
+    trailer: zstd frame (with checksum) of N entries '<32sQIIB'
+             (chunk id, offset in pack, stored length, raw length, flags)
+    footer:  '<I8s' (trailer length, b"CBTPEND\\x01")
+
+A pack's id is the sha256 of all its bytes; its key is ``packs/<id[:2]>/<id>``. Reading the
+last ``FOOTER_LEN`` bytes then the trailer recovers the pack's index without reading data, so
+packs uploaded by a backup that crashed before writing its index are found and reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+import zstandard
+
+from movers.errors import IntegrityError
+
+HEADER = b"CBTPACK\x01"
+FOOTER_MAGIC = b"CBTPEND\x01"
+_ENTRY = struct.Struct("<32sQIIB")
+_FOOTER = struct.Struct("<I8s")
+FOOTER_LEN = _FOOTER.size
+PACK_PREFIX = "packs/"
+
+
+@dataclass(frozen=True, slots=True)
+class PackEntry:
+    """Where one chunk lives inside a pack."""
+
+    chunk_id: bytes
+    offset: int
+    stored_len: int
+    raw_len: int
+    flags: int
+
+
+def pack_key(pack_id: bytes) -> str:
+    h = pack_id.hex()
+    return f"{PACK_PREFIX}{h[:2]}/{h}"
+
+
+def pack_id_from_key(key: str) -> bytes:
+    try:
+        return bytes.fromhex(key.rsplit("/", 1)[-1])
+    except ValueError:
+        raise IntegrityError(f"unexpected object {key} among packs") from None
+
+
+class PackBuilder:
+    """Accumulates stored chunks; ``finish`` returns ``(pack id, pack bytes, entries)``."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = [HEADER]
+        self._size = len(HEADER)
+        self.entries: list[PackEntry] = []
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, cid: bytes, stored: bytes, raw_len: int, flags: int) -> None:
+        self.entries.append(PackEntry(cid, self._size, len(stored), raw_len, flags))
+        self._parts.append(stored)
+        self._size += len(stored)
+
+    def finish(self) -> tuple[bytes, bytes, list[PackEntry]]:
+        raw = b"".join(_ENTRY.pack(e.chunk_id, e.offset, e.stored_len, e.raw_len, e.flags) for e in self.entries)
+        trailer = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(raw)
+        self._parts.append(trailer)
+        self._parts.append(_FOOTER.pack(len(trailer), FOOTER_MAGIC))
+        data = b"".join(self._parts)
+        self._parts = []
+        return hashlib.sha256(data).digest(), data, self.entries
+
+
+def trailer_location(footer: bytes, pack_size: int) -> tuple[int, int]:
+    """From the last ``FOOTER_LEN`` bytes of a pack, return ``(trailer offset, length)``."""
+    if len(footer) != FOOTER_LEN:
+        raise IntegrityError("pack footer is truncated")
+    length, magic = _FOOTER.unpack(footer)
+    if magic != FOOTER_MAGIC or length + FOOTER_LEN + len(HEADER) > pack_size:
+        raise IntegrityError("pack footer is damaged")
+    return pack_size - FOOTER_LEN - length, length
+
+
+def parse_trailer(trailer: bytes) -> list[PackEntry]:
+    """Decode a pack trailer into its entries."""
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(trailer)
+    except zstandard.ZstdError as err:
+        raise IntegrityError(f"pack trailer does not decompress: {err}") from None
+    if len(raw) % _ENTRY.size:
+        raise IntegrityError("pack trailer has a partial entry")
+    return [PackEntry(*fields) for fields in _ENTRY.iter_unpack(raw)]

@@ -1,0 +1,191 @@
+"""A backup repository on a Store: open/init, the chunk index, backups and their maps.
+
+Object keys::
+
+    config                          repository config (movers.repo.config), written by init
+    packs/<id[:2]>/<id>             pack objects (movers.repo.pack)
+    index/<id>                      index objects (movers.repo.index)
+    maps/<id[:2]>/<id>              map pages and directories (movers.repo.volmap)
+    backups/<volume>/<backup id>    manifests (movers.repo.manifest), the commit points
+
+Every object is immutable and, except manifests and the config, content-addressed:
+``put_once`` never rewrites an existing key, so object-locked buckets work.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
+from movers.repo import pack, volmap
+from movers.repo.config import CONFIG_KEY, RepoConfig
+from movers.repo.index import INDEX_PREFIX, ChunkIndex, decode_index, encode_index
+from movers.repo.manifest import BACKUP_PREFIX, Manifest, volume_from_key, volume_prefix
+from movers.repo.pack import PackEntry
+from movers.repo.store.base import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BackupRef:
+    volume: str
+    backup_id: str
+    key: str
+
+
+class Repository:
+    """Reads and writes one repository. Safe to share between threads for reads."""
+
+    def __init__(self, store: Store, config: RepoConfig) -> None:
+        self.store = store
+        self.config = config
+        self._index: ChunkIndex | None = None
+        self.unindexed_packs: dict[bytes, list[PackEntry]] = {}
+
+    @classmethod
+    def init(cls, store: Store, config: RepoConfig | None = None) -> Repository:
+        if store.exists(CONFIG_KEY):
+            raise UsageError(f"{store.describe()} is already a cbt-mover repository")
+        config = config or RepoConfig()
+        store.put(CONFIG_KEY, config.encode())
+        return cls(store, config)
+
+    @classmethod
+    def open(cls, store: Store) -> Repository:
+        try:
+            data = store.get(CONFIG_KEY)
+        except ObjectNotFound:
+            raise NotFoundError(
+                f"no cbt-mover repository at {store.describe()} (create one with: cbt-mover init)"
+            ) from None
+        return cls(store, RepoConfig.decode(data))
+
+    def describe(self) -> str:
+        return self.store.describe()
+
+    # -- objects -------------------------------------------------------------------------
+
+    def put_once(self, key: str, data: bytes) -> int:
+        """Write an immutable object unless it exists; return the bytes uploaded."""
+        if self.store.exists(key):
+            return 0
+        self.store.put(key, data)
+        return len(data)
+
+    # -- chunk index -----------------------------------------------------------------------
+
+    def index(self) -> ChunkIndex:
+        """The chunk index: all index objects plus the trailers of packs none of them lists.
+
+        Packs found only by their trailer (left by an interrupted backup, or a backup still
+        running) are remembered in ``unindexed_packs`` so the next backup indexes them.
+        """
+        if self._index is None:
+            idx = ChunkIndex()
+            for key in self.store.list(INDEX_PREFIX):
+                for pack_id, entries in decode_index(self.store.get(key), key):
+                    idx.add_pack(pack_id, entries)
+            for key in self.store.list(pack.PACK_PREFIX):
+                pack_id = pack.pack_id_from_key(key)
+                if pack_id in idx.packs:
+                    continue
+                try:
+                    entries = self.read_pack_trailer(key)
+                except (IntegrityError, ObjectNotFound) as err:
+                    log.warning("ignoring unreadable unindexed pack %s: %s", key, err)
+                    continue
+                idx.add_pack(pack_id, entries)
+                self.unindexed_packs[pack_id] = entries
+            if self.unindexed_packs:
+                log.info("recovered %d pack(s) not yet indexed", len(self.unindexed_packs))
+            self._index = idx
+        return self._index
+
+    def read_pack_trailer(self, key: str) -> list[PackEntry]:
+        size = self.store.size(key)
+        if size < pack.FOOTER_LEN + len(pack.HEADER):
+            raise IntegrityError(f"pack {key} is truncated")
+        offset, length = pack.trailer_location(self.store.get_range(key, size - pack.FOOTER_LEN, pack.FOOTER_LEN), size)
+        return pack.parse_trailer(self.store.get_range(key, offset, length))
+
+    def indexed(self, packs: dict[bytes, list[PackEntry]]) -> None:
+        """Record that an index object now lists ``packs`` (they are no longer unindexed)."""
+        idx = self.index()
+        for pack_id, entries in packs.items():
+            idx.add_pack(pack_id, entries)
+            self.unindexed_packs.pop(pack_id, None)
+
+    def write_index(self, packs: dict[bytes, list[PackEntry]]) -> tuple[int, int]:
+        """Write one index object for ``packs``; returns ``(bytes, objects)`` written."""
+        if not packs:
+            return 0, 0
+        key, data = encode_index(packs.items())
+        written = self.put_once(key, data)
+        return written, int(written > 0)
+
+    # -- backups ---------------------------------------------------------------------------
+
+    def list_backups(self, volume: str | None = None) -> list[BackupRef]:
+        """Committed backups (those with a manifest), oldest first per volume."""
+        prefix = volume_prefix(volume) if volume is not None else BACKUP_PREFIX
+        refs = []
+        for key in self.store.list(prefix):
+            refs.append(BackupRef(volume_from_key(key), key.rsplit("/", 1)[-1], key))
+        return refs
+
+    def volumes(self) -> list[str]:
+        return sorted({ref.volume for ref in self.list_backups()})
+
+    def read_manifest(self, volume: str, backup_id: str) -> Manifest:
+        key = volume_prefix(volume) + backup_id
+        try:
+            return Manifest.decode(self.store.get(key), key)
+        except ObjectNotFound:
+            raise NotFoundError(f"backup {backup_id} of volume {volume} not found in {self.describe()}") from None
+
+    def latest(self, volume: str) -> Manifest | None:
+        refs = self.list_backups(volume)
+        return self.read_manifest(volume, refs[-1].backup_id) if refs else None
+
+    def resolve(self, volume: str, backup: str | None) -> Manifest:
+        """The manifest of ``backup`` ("latest" or None = the newest) of ``volume``."""
+        if backup in (None, "latest"):
+            manifest = self.latest(volume)
+            if manifest is None:
+                raise NotFoundError(f"volume {volume} has no backups in {self.describe()}")
+            return manifest
+        return self.read_manifest(volume, backup)
+
+    # -- maps ------------------------------------------------------------------------------
+
+    def page_slots(self, manifest: Manifest) -> list[tuple[bytes, int]]:
+        """``(page id or NO_PAGE, entry count)`` for every page of a backup's map."""
+        slots: list[tuple[bytes, int]] = []
+        for dir_hex in manifest.map.dirs:
+            if dir_hex is None:
+                slots.extend([(volmap.NO_PAGE, 0)] * manifest.map.dir_fanout)
+                continue
+            dir_id = bytes.fromhex(dir_hex)
+            slots.extend(volmap.decode_dir(self._get_map_object(dir_id), dir_id))
+        n_pages = -(-manifest.capacity_bytes // manifest.map.page_size)
+        return slots[:n_pages]
+
+    def read_page(self, page_id: bytes) -> list[volmap.Entry]:
+        if page_id == volmap.NO_PAGE:
+            return []
+        return volmap.decode_page(self._get_map_object(page_id), page_id)[2]
+
+    def iter_map(self, manifest: Manifest) -> Iterator[tuple[int, list[volmap.Entry]]]:
+        """Yield ``(page index, entries)`` for every page of a backup, in volume order."""
+        for page_index, (page_id, _count) in enumerate(self.page_slots(manifest)):
+            yield page_index, self.read_page(page_id)
+
+    def _get_map_object(self, object_id: bytes) -> bytes:
+        key = volmap.map_key(object_id)
+        try:
+            return self.store.get(key)
+        except ObjectNotFound:
+            raise IntegrityError(f"map object {key} is missing from the repository") from None

@@ -1,0 +1,365 @@
+"""A store in an S3 bucket (``s3://bucket/prefix``), the only module that imports boto3/botocore.
+
+Contract, on top of the Store protocol in ``base.py``:
+
+* Credentials, region and endpoint come from the standard AWS chain (``AWS_ACCESS_KEY_ID`` /
+  ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, ``AWS_REGION``,
+  ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, ``~/.aws/config`` and ``~/.aws/credentials``);
+  explicit constructor options override the chain.
+* A custom (non-AWS) endpoint gets path-style addressing unless ``path_style`` says otherwise.
+* botocore's own retries are off (one attempt per call): wrap the store in ``RetryingStore``.
+* ``put`` of more than ``multipart_threshold`` bytes is a multipart upload that is aborted on
+  any failure, ``KeyboardInterrupt`` included, so it leaves neither a partial object nor a
+  dangling upload (unless the abort itself fails, which is logged).
+* Vendor errors are translated here into ``movers.errors``; messages name the endpoint and the
+  ``s3://`` location but never the access key, secret or session token.
+* ``size``/``exists`` use HEAD, whose 404 cannot tell a missing bucket from a missing key:
+  call ``check()`` first to fail fast on a wrong bucket, endpoint or credentials.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+import boto3
+import botocore.exceptions as bce
+from botocore.config import Config
+from urllib3.exceptions import HTTPError as Urllib3HTTPError
+
+from movers.errors import (
+    AccessDeniedError,
+    MoverError,
+    ObjectNotFound,
+    PermanentStoreError,
+    TransientStoreError,
+    UsageError,
+)
+from movers.repo.store.base import validate_key
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+MIN_PART_SIZE = 5 * MiB  # S3 rejects smaller parts (except the last one)
+MAX_PARTS = 10_000
+
+_NOT_FOUND_CODES = {"NoSuchKey", "NotFound", "404"}
+_ACCESS_CODES = {
+    "AccessDenied",
+    "Forbidden",
+    "403",
+    "401",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "TokenRefreshRequired",
+    "AllAccessDisabled",
+    "AccountProblem",
+}
+_TRANSIENT_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "RequestTimeout",
+    "RequestTimeoutException",
+    "InternalError",
+    "ServiceUnavailable",
+    "IncompleteBody",
+    "500",
+    "502",
+    "503",
+    "504",
+}
+_USERINFO = re.compile(r"//[^/@\s]+@")
+_CREDENTIALS_HINT = (
+    "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (plus AWS_SESSION_TOKEN for temporary "
+    "credentials), or AWS_PROFILE naming a profile in ~/.aws/credentials or ~/.aws/config"
+)
+
+
+def _is_aws_endpoint(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn", ".api.aws"))
+
+
+class S3Store:
+    """Objects under ``prefix`` in an S3 (or S3-compatible) bucket; thread-safe.
+
+    ``multipart_threshold``: objects larger than this are uploaded in parts of ``part_size``
+    bytes (at least 5 MiB; grown automatically to stay within 10,000 parts).
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        profile: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        session_token: str | None = None,
+        path_style: bool | None = None,
+        multipart_threshold: int = 64 * MiB,
+        part_size: int = 16 * MiB,
+        max_pool_connections: int = 16,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 60.0,
+    ) -> None:
+        if not bucket:
+            raise UsageError("S3 bucket name is empty")
+        if part_size < MIN_PART_SIZE:
+            raise UsageError(f"S3 part size must be at least {MIN_PART_SIZE} bytes, got {part_size}")
+        prefix = prefix.strip("/")
+        if prefix:
+            validate_key(prefix)
+        self.bucket = bucket
+        self.prefix = prefix
+        self._key_prefix = f"{prefix}/" if prefix else ""
+        self.multipart_threshold = multipart_threshold
+        self.part_size = part_size
+        self._secrets = tuple(s for s in (access_key, secret_key, session_token) if s and len(s) >= 4)
+        self.endpoint_url = endpoint_url or "(default AWS endpoint)"
+        if (access_key is None) != (secret_key is None):
+            raise AccessDeniedError(
+                f"incomplete AWS credentials for {self.describe()}: give both the access key and "
+                "the secret key, or neither to use the AWS credential chain"
+            )
+        try:
+            session = boto3.session.Session(
+                aws_access_key_id=access_key,
+                aws_secret_access_key=secret_key,
+                aws_session_token=session_token,
+                region_name=region,
+                profile_name=profile,
+            )
+            self._client = self._make_client(
+                session, endpoint_url, path_style, max_pool_connections, connect_timeout, read_timeout
+            )
+            if endpoint_url is None and path_style is None and not _is_aws_endpoint(self._client.meta.endpoint_url):
+                # The chain (env or config file) named a custom endpoint: use path style there too.
+                self._client = self._make_client(
+                    session, None, True, max_pool_connections, connect_timeout, read_timeout
+                )
+            creds = session.get_credentials()
+        except bce.ProfileNotFound:
+            raise AccessDeniedError(
+                f"AWS profile {profile!r} not found in ~/.aws/config or ~/.aws/credentials "
+                f"(needed for {self.describe()})"
+            ) from None
+        except (bce.BotoCoreError, ValueError) as err:
+            msg = self._scrub(f"cannot set up S3 client for {self.describe()}: {err}")
+            raise PermanentStoreError(msg) from None
+        self.endpoint_url = _USERINFO.sub("//", self._client.meta.endpoint_url)
+        if creds is not None:
+            extra = (creds.access_key, creds.secret_key, creds.token)
+            self._secrets += tuple(s for s in extra if s and len(s) >= 4 and s not in self._secrets)
+
+    @staticmethod
+    def _make_client(session, endpoint_url, path_style, pool, connect_timeout, read_timeout):
+        if path_style is None:
+            path_style = endpoint_url is not None and not _is_aws_endpoint(endpoint_url)
+        config = Config(
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            max_pool_connections=pool,
+            s3={"addressing_style": "path" if path_style else "auto"},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        return session.client("s3", endpoint_url=endpoint_url, config=config)
+
+    # -- naming and error translation --------------------------------------------------------
+
+    def describe(self) -> str:
+        """``s3://bucket/prefix`` (``s3://bucket`` without prefix); never contains secrets."""
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.describe()!r}, endpoint={self.endpoint_url!r})"
+
+    def _url(self, key: str | None) -> str:
+        return f"s3://{self.bucket}/{self._key_prefix}{key}" if key else self.describe()
+
+    def _scrub(self, message: str) -> str:
+        message = _USERINFO.sub("//***@", " ".join(message.split()))
+        for secret in self._secrets:
+            message = message.replace(secret, "***")
+        return message
+
+    def _translate(self, err: BaseException, op: str, key: str | None) -> MoverError:
+        where = f"S3 {op} {self._url(key)} at {self.endpoint_url}"
+        if isinstance(err, bce.ClientError):
+            error = err.response.get("Error", {})
+            code = str(error.get("Code", ""))
+            status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            detail = f"{code}: {error.get('Message') or 'no message'}"
+            if code == "NoSuchBucket" or (key is None and (code in _NOT_FOUND_CODES or status == 404)):
+                cls, msg = PermanentStoreError, f"bucket {self.bucket} does not exist at {self.endpoint_url}"
+            elif code in _NOT_FOUND_CODES or status == 404:
+                cls, msg = ObjectNotFound, f"object {self._url(key)} not found at {self.endpoint_url}"
+            elif code in _ACCESS_CODES or status in (401, 403):
+                cls, msg = (
+                    AccessDeniedError,
+                    (
+                        f"{where}: access denied ({detail}); check the credentials "
+                        "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and the bucket policy"
+                    ),
+                )
+            elif code in _TRANSIENT_CODES or status >= 500 or status == 429:
+                cls, msg = TransientStoreError, f"{where} failed: {detail}"
+            else:
+                cls, msg = PermanentStoreError, f"{where} failed: {detail}"
+        elif isinstance(err, bce.NoCredentialsError):
+            cls, msg = AccessDeniedError, f"no AWS credentials for {self.describe()}: {_CREDENTIALS_HINT}"
+        elif isinstance(err, bce.PartialCredentialsError):
+            cls, msg = (
+                AccessDeniedError,
+                (f"incomplete AWS credentials for {self.describe()} ({err}): {_CREDENTIALS_HINT}"),
+            )
+        elif isinstance(err, bce.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(err):
+            cls, msg = PermanentStoreError, f"{where}: TLS certificate not trusted: {err}"
+        elif isinstance(err, bce.ConnectionError):  # endpoint, connect timeout, proxy, TLS
+            cls, msg = TransientStoreError, f"cannot reach S3 endpoint {self.endpoint_url} ({op}): {err}"
+        elif isinstance(err, bce.HTTPClientError | bce.IncompleteReadError | Urllib3HTTPError | OSError):
+            cls, msg = TransientStoreError, f"{where} failed: network error: {err}"
+        else:
+            cls, msg = PermanentStoreError, f"{where} failed: {type(err).__name__}: {err}"
+        return cls(self._scrub(msg))
+
+    @contextmanager
+    def _errors(self, op: str, key: str | None = None) -> Iterator[None]:
+        """Translate vendor exceptions raised inside the block (``key=None``: bucket-level call)."""
+        try:
+            yield
+        except (bce.BotoCoreError, bce.ClientError, Urllib3HTTPError, OSError) as err:
+            raise self._translate(err, op, key) from None
+
+    def _full(self, key: str) -> str:
+        return self._key_prefix + validate_key(key)
+
+    # -- Store protocol ----------------------------------------------------------------------
+
+    def check(self) -> None:
+        """HeadBucket: raise a clear error now if the endpoint, bucket or credentials are wrong."""
+        with self._errors("check"):
+            self._client.head_bucket(Bucket=self.bucket)
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` atomically; multipart above ``multipart_threshold`` bytes."""
+        full = self._full(key)
+        if not isinstance(data, bytes | bytearray):
+            data = bytes(data)
+        if len(data) > self.multipart_threshold:
+            self._put_multipart(key, full, data)
+            return
+        with self._errors("put", key):
+            self._client.put_object(Bucket=self.bucket, Key=full, Body=data)
+
+    def _put_multipart(self, key: str, full: str, data: bytes | bytearray) -> None:
+        part_size = max(self.part_size, math.ceil(len(data) / MAX_PARTS))
+        with self._errors("put", key):
+            upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=full)["UploadId"]
+        try:
+            parts = []
+            for number, start in enumerate(range(0, len(data), part_size), start=1):
+                etag = self._upload_part(key, upload_id, number, bytes(data[start : start + part_size]))
+                parts.append({"PartNumber": number, "ETag": etag})
+            with self._errors("put", key):
+                self._client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                )
+        except BaseException:
+            self._abort(key, upload_id)
+            raise
+
+    def _upload_part(self, key: str, upload_id: str, number: int, body: bytes) -> str:
+        """Upload part ``number`` of ``key``'s multipart upload; return its ETag."""
+        with self._errors(f"put (part {number})", key):
+            resp = self._client.upload_part(
+                Bucket=self.bucket, Key=self._full(key), UploadId=upload_id, PartNumber=number, Body=body
+            )
+        return resp["ETag"]
+
+    def _abort(self, key: str, upload_id: str) -> None:
+        try:
+            with self._errors("abort multipart upload", key):
+                self._client.abort_multipart_upload(Bucket=self.bucket, Key=self._full(key), UploadId=upload_id)
+        except MoverError as err:
+            log.warning("%s; the incomplete upload stays until a bucket lifecycle rule removes it", err)
+
+    def get(self, key: str) -> bytes:
+        full = self._full(key)
+        with self._errors("get", key):
+            body = self._client.get_object(Bucket=self.bucket, Key=full)["Body"]
+            try:
+                return body.read()
+            finally:
+                body.close()
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer at the end of the object, none past it)."""
+        full = self._full(key)
+        if offset < 0 or length < 0:
+            raise UsageError(f"invalid range offset={offset} length={length} for {self._url(key)}")
+        if length == 0:
+            if not self.exists(key):
+                raise ObjectNotFound(f"object {self._url(key)} not found at {self.endpoint_url}")
+            return b""
+        with self._errors("get", key):
+            try:
+                resp = self._client.get_object(
+                    Bucket=self.bucket, Key=full, Range=f"bytes={offset}-{offset + length - 1}"
+                )
+            except bce.ClientError as err:
+                if err.response.get("Error", {}).get("Code") == "InvalidRange":
+                    return b""  # offset at or past the end of an existing object
+                raise
+            body = resp["Body"]
+            try:
+                return body.read()
+            finally:
+                body.close()
+
+    def size(self, key: str) -> int:
+        full = self._full(key)
+        with self._errors("size", key):
+            return int(self._client.head_object(Bucket=self.bucket, Key=full)["ContentLength"])
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.size(key)
+        except ObjectNotFound:
+            return False
+        return True
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys under ``prefix`` relative to the store prefix, ascending (S3 returns byte order)."""
+        pages = self._client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self._key_prefix + prefix
+        )
+        pages = iter(pages)
+        strip = len(self._key_prefix)
+        while True:
+            with self._errors("list"):
+                page = next(pages, None)
+            if page is None:
+                return
+            for obj in page.get("Contents", ()):
+                key = obj["Key"][strip:]
+                if key and not key.endswith("/"):  # skip "folder" marker objects
+                    yield key
+
+    def delete(self, key: str) -> None:
+        full = self._full(key)
+        with self._errors("delete", key):
+            self._client.delete_object(Bucket=self.bucket, Key=full)
