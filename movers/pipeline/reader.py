@@ -82,12 +82,19 @@ class MapReader:
         self.chunks_verified = 0
         self._lock = threading.Lock()
 
-    def run(self, manifest: Manifest, sink: ChunkSink, on_page: Callable[[int, list], None] | None = None) -> None:
+    def run(
+        self,
+        manifest: Manifest,
+        sink: ChunkSink,
+        on_page: Callable[[int, list], None] | None = None,
+        skip: set[bytes] | None = None,
+    ) -> None:
         """Call ``sink(raw chunk, entries)`` for every chunk of ``manifest``'s map.
 
         ``on_page(page index, entries)`` is called (in the caller's thread) before the
         page's chunks are fetched. ``sink`` runs on worker threads. Raises
-        ``IntegrityError`` naming the volume offset of the first damaged chunk.
+        ``IntegrityError`` naming the volume offset of the first damaged chunk. Chunks in
+        ``skip`` are not fetched (verify uses it for chunks already checked).
         """
         index = self.repo.index()
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="fetch")
@@ -97,6 +104,8 @@ class MapReader:
             for page_index, entries in self.repo.iter_map(manifest):
                 if on_page:
                     on_page(page_index, entries)
+                if skip:
+                    entries = [e for e in entries if e[2] not in skip]
                 for plan in plan_page(entries, index):
                     while pending and inflight + plan.length > self.max_inflight:
                         inflight -= self._collect(pending, wait(pending, return_when=FIRST_COMPLETED).done)

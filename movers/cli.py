@@ -1,0 +1,295 @@
+"""``cbt-mover``: the mover pod's entrypoint and the operator's tool.
+
+Every failure a user can cause prints one line ``cbt-mover: error: ...`` on stderr and exits
+with the code documented in ``movers.errors`` (never a traceback; ``--log-level DEBUG``
+logs one). ``--json`` prints exactly one JSON object on stdout. Progress goes to stderr as
+``progress done=N total=N`` lines, at most one per ``--progress-interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from contextlib import nullcontext
+from typing import Any
+
+from movers import errors
+from movers.errors import MoverError, UsageError
+
+log = logging.getLogger("movers")
+
+
+def _add_repo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repo", default=os.environ.get("CBT_MOVER_REPO"), help="s3://bucket/prefix or file:///path")
+    p.add_argument("--s3-endpoint", default=None, help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
+    p.add_argument("--s3-region", default=None, help="S3 region (default: AWS_REGION / profile)")
+    p.add_argument("--s3-profile", default=None, help="AWS profile name (default: AWS_PROFILE)")
+    p.add_argument("--json", action="store_true", help="print one JSON object with the result")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cbt-mover", description="Back up and restore block volumes.")
+    parser.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
+    parser.add_argument("--progress-interval", type=float, default=2.0, help="seconds between progress lines")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("init", help="create a repository")
+    _add_repo(p)
+
+    p = sub.add_parser("backup", help="back up a device or image file")
+    _add_repo(p)
+    p.add_argument("--volume", required=True, help="volume id (free-form, e.g. cluster/namespace/pvc)")
+    p.add_argument("--device", required=True, help="block device or image file to read")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--extents", help="JSON lines of changed extents {offset, length}; - for stdin")
+    src.add_argument("--scan", action="store_true", help="read the whole device, store what the repo lacks")
+    p.add_argument("--full", action="store_true", help="do not build on the latest backup")
+    p.add_argument("--zstd-level", type=int, default=3)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    ident = p.add_argument_group("identity recorded in the manifest")
+    for flag in ("--cluster", "--namespace", "--pvc", "--pv-handle", "--csi-driver"):
+        ident.add_argument(flag)
+    ident.add_argument("--snapshot", help="VolumeSnapshot name")
+    ident.add_argument("--snapshot-handle", help="CSI snapshot handle (base of the next delta)")
+    ident.add_argument("--group-snapshot", help="VolumeGroupSnapshot name")
+    ident.add_argument("--group-snapshot-handle")
+
+    p = sub.add_parser("restore", help="restore a backup onto a device or image file")
+    _add_repo(p)
+    p.add_argument("--volume", required=True)
+    p.add_argument("--backup", default="latest", help="backup id or latest (default)")
+    p.add_argument("--device", required=True, help="target block device or image file")
+    p.add_argument("--assume-zeroed", action="store_true", help="the target reads as zeros: skip zeroing holes")
+    p.add_argument("--workers", type=int, default=4)
+
+    p = sub.add_parser("ls", help="list backups")
+    _add_repo(p)
+    p.add_argument("--volume")
+
+    p = sub.add_parser("verify", help="read and check all data that backups reference")
+    _add_repo(p)
+    p.add_argument("--volume")
+    p.add_argument("--backup", help="backup id or latest (needs --volume)")
+    p.add_argument("--workers", type=int, default=4)
+    return parser
+
+
+class _Progress:
+    """Throttled ``progress done=N total=N`` lines on stderr."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.last = 0.0
+        self.printed: tuple[int, int | None] | None = None
+
+    def __call__(self, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        final = total is not None and done >= total
+        if (now - self.last >= self.interval or final) and self.printed != (done, total):
+            self.last = now
+            self.printed = (done, total)
+            print(f"progress done={done} total={total if total is not None else '?'}", file=sys.stderr, flush=True)
+
+
+def _open_repo(args: argparse.Namespace, create: bool = False):
+    from movers.repo.repository import Repository
+    from movers.repo.store import open_store
+
+    if not args.repo:
+        raise UsageError("--repo is required (or set CBT_MOVER_REPO)")
+    options = {
+        k: v
+        for k, v in (("endpoint_url", args.s3_endpoint), ("region", args.s3_region), ("profile", args.s3_profile))
+        if v
+    }
+    store = open_store(args.repo, **options)
+    return Repository.init(store) if create else Repository.open(store)
+
+
+def _emit(args: argparse.Namespace, result: dict[str, Any], text: str) -> None:
+    print(json.dumps(result, sort_keys=True) if args.json else text)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    repo = _open_repo(args, create=True)
+    _emit(args, {"repo": repo.describe(), "repo_id": repo.config.repo_id}, f"initialized {repo.describe()}")
+    return 0
+
+
+def _extent_source(path: str):
+
+    if path == "-":
+        return nullcontext(sys.stdin), "stdin"
+    try:
+        return open(path, encoding="utf-8"), path
+    except OSError as err:
+        raise UsageError(f"cannot read extents file {path}: {err.strerror}") from None
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from movers.extents import parse_jsonl
+    from movers.pipeline.backup import BackupOptions, run_backup
+    from movers.repo.manifest import SnapshotIdentity, VolumeIdentity
+
+    if not 1 <= args.zstd_level <= 22:
+        raise UsageError("--zstd-level must be between 1 and 22")
+    repo = _open_repo(args)
+    volume = VolumeIdentity(args.volume, args.cluster, args.namespace, args.pvc, args.pv_handle, args.csi_driver)
+    snapshot = SnapshotIdentity(
+        args.snapshot, args.namespace, args.snapshot_handle, args.group_snapshot, args.group_snapshot_handle
+    )
+    options = BackupOptions(level=args.zstd_level, workers=max(1, args.workers))
+    source = _extent_source(args.extents) if args.extents else (nullcontext(None), None)
+    with source[0] as stream:
+        extents = parse_jsonl(stream, source[1]) if stream is not None else None
+        manifest = run_backup(
+            repo,
+            args.device,
+            volume,
+            extents=extents,
+            snapshot=snapshot,
+            options=options,
+            progress=_Progress(args.progress_interval),
+            force_full=args.full,
+        )
+    result = {
+        "backup_id": manifest.backup_id,
+        "volume": volume.id,
+        "mode": manifest.mode,
+        "parent": manifest.parent,
+        "capacity_bytes": manifest.capacity_bytes,
+        "snapshot_handle": snapshot.snapshot_handle,
+        **manifest.stats,
+    }
+    _emit(
+        args,
+        result,
+        f"backup {manifest.backup_id} of {volume.id}: {manifest.mode}, read {_mib(result['read_bytes'])},"
+        f" new {_mib(result['new_chunk_bytes'])}, uploaded {_mib(result['stored_bytes'])} in {result['duration_s']} s",
+    )
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from movers.pipeline.restore import run_restore
+
+    repo = _open_repo(args)
+    manifest = repo.resolve(args.volume, args.backup)
+    stats = run_restore(
+        repo,
+        manifest,
+        args.device,
+        assume_zeroed=args.assume_zeroed,
+        workers=max(1, args.workers),
+        progress=_Progress(args.progress_interval),
+    )
+    result = {"backup_id": manifest.backup_id, "volume": args.volume, "mode": manifest.mode, **stats.as_dict()}
+    _emit(
+        args,
+        result,
+        f"restored {manifest.backup_id} of {args.volume} to {args.device}:"
+        f" {_mib(stats.written_bytes)} written, verified {stats.chunks_verified} chunks in {stats.duration_s} s",
+    )
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    repo = _open_repo(args)
+    rows = []
+    for ref in repo.list_backups(args.volume):
+        m = repo.read_manifest(ref.volume, ref.backup_id)
+        rows.append(
+            {
+                "volume": ref.volume,
+                "backup_id": ref.backup_id,
+                "mode": m.mode,
+                "parent": m.parent,
+                "created": m.created,
+                "capacity_bytes": m.capacity_bytes,
+                "snapshot_handle": m.snapshot.snapshot_handle,
+                "new_chunk_bytes": m.stats.get("new_chunk_bytes"),
+                "stored_bytes": m.stats.get("stored_bytes"),
+            }
+        )
+    if args.json:
+        print(json.dumps({"backups": rows}, sort_keys=True))
+    else:
+        for r in rows:
+            print(f"{r['volume']}\t{r['backup_id']}\t{r['mode']}\t{_mib(r['capacity_bytes'])}\t{r['created']}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from movers.pipeline.verify import run_verify
+
+    repo = _open_repo(args)
+    if args.backup and not args.volume:
+        raise UsageError("--backup needs --volume")
+    refs = repo.list_backups(args.volume)
+    if args.backup:
+        manifest = repo.resolve(args.volume, args.backup)
+        refs = [r for r in refs if r.backup_id == manifest.backup_id]
+    elif args.volume and not refs:
+        raise errors.NotFoundError(f"volume {args.volume} has no backups in {repo.describe()}")
+    report = run_verify(repo, refs, workers=max(1, args.workers))
+    result = {
+        "ok": report.ok,
+        "backups_checked": report.backups_checked,
+        "chunks_verified": report.chunks_verified,
+        "fetched_bytes": report.fetched_bytes,
+        "duration_s": report.duration_s,
+        "errors": report.errors,
+    }
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        for line in report.errors:
+            print(f"damaged: {line}", file=sys.stderr)
+        print(
+            f"verified {report.backups_checked} backup(s), {report.chunks_verified} chunks:"
+            f" {'ok' if report.ok else f'{len(report.errors)} damaged'}"
+        )
+    return 0 if report.ok else errors.EXIT_INTEGRITY
+
+
+def _mib(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+COMMANDS = {"init": cmd_init, "backup": cmd_backup, "restore": cmd_restore, "ls": cmd_ls, "verify": cmd_verify}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = getattr(logging, str(args.log_level).upper(), None)
+    if not isinstance(level, int):
+        parser.error(f"unknown --log-level {args.log_level}")
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return COMMANDS[args.command](args)
+    except MoverError as err:
+        log.debug("command failed", exc_info=True)
+        print(f"cbt-mover: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("cbt-mover: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a bug: keep the one-line contract, log the traceback at DEBUG
+        log.debug("internal error", exc_info=True)
+        print(f"cbt-mover: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        return errors.EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())
