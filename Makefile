@@ -15,7 +15,7 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $@
 
 demo: $(STAMP)
-	$(VENV)/bin/python scripts/demo.py
+	$(VENV)/bin/python -m localcluster.demo
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
