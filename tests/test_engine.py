@@ -272,3 +272,29 @@ def test_bad_extents_abort_without_commit(image):
     with pytest.raises(UsageError):
         run_backup(repo, str(image), VOL, extents=[(0, 4096), (64 * MiB, 4096)])
     assert list(store.list("backups/")) == []
+
+
+def test_scan_incremental_stores_only_changed_digest_blocks(image, tmp_path):
+    repo = Repository.init(MemoryStore())
+    run_backup(repo, str(image), VOL)  # full scan: digests of every block
+    rng = random.Random(3)
+    offsets = [rng.randrange(64 * MiB // 4096) * 4096 for _ in range(40)]
+    write_blocks(image, offsets)
+    m = run_backup(repo, str(image), VOL)
+    touched = {o // (64 * 1024) for o in offsets}
+    assert m.mode == "incremental-scan"
+    assert m.stats["changed_bytes"] == len(touched) * 64 * 1024
+    assert m.stats["new_chunk_bytes"] <= len(touched) * 64 * 1024
+    assert restore_equals(repo, m, image, tmp_path)
+    unchanged = run_backup(repo, str(image), VOL)
+    assert unchanged.stats["new_chunk_bytes"] == 0 and unchanged.stats["changed_bytes"] == 0
+
+
+def test_scan_after_cbt_rereads_only_blocks_cbt_touched_partially(image, tmp_path):
+    repo = Repository.init(MemoryStore())
+    run_backup(repo, str(image), VOL)
+    changes = write_blocks(image, [5 * MiB, 9 * MiB + 8192])
+    run_backup(repo, str(image), VOL, extents=changes)  # two digest blocks become unknown
+    m = run_backup(repo, str(image), VOL)
+    assert m.stats["changed_bytes"] == 2 * 64 * 1024
+    assert restore_equals(repo, m, image, tmp_path)

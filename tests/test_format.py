@@ -83,7 +83,10 @@ def test_index_roundtrip_and_first_location_wins():
 def test_page_and_dir_roundtrip_and_hash_check():
     entries = [(0, 4096, b"c" * 32, 0), (8192, 100, b"d" * 32, 7)]
     pid, data = volmap.encode_page(0, 1 << 20, entries)
-    assert volmap.decode_page(data, pid) == (0, 1 << 20, entries)
+    assert volmap.decode_page(data, pid) == (0, 1 << 20, entries, b"")
+    digests = bytes(range(16)) * 16
+    pid2, data2 = volmap.encode_page(0, 1 << 20, entries, digests)
+    assert volmap.decode_page(data2, pid2) == (0, 1 << 20, entries, digests) and pid2 != pid
     with pytest.raises(IntegrityError):
         volmap.decode_page(data, b"\0" * 31 + b"\1")
     did, ddata = volmap.encode_dir([(pid, 2), (volmap.NO_PAGE, 0)])

@@ -20,7 +20,7 @@ KiB = 1024
 BLOCK = 4096
 
 # Small chunks and pages so that a few MiB span many pages and more than one map directory.
-CONFIGS = [RepoConfig(chunk_max=16 * KiB, page_size=16 * KiB), RepoConfig(chunk_max=64 * KiB, page_size=256 * KiB)]
+CONFIGS = [RepoConfig(chunk_max=64 * KiB, page_size=64 * KiB), RepoConfig(chunk_max=64 * KiB, page_size=256 * KiB)]
 
 op = st.one_of(
     st.tuples(st.just("scatter"), st.lists(st.integers(0, 10**9), min_size=1, max_size=40)),

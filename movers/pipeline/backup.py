@@ -32,10 +32,11 @@ from movers.extents import Extent, validated
 from movers.pipeline.planner import plan_reads, scan_reads
 from movers.pipeline.stats import BackupStats, ProgressFn
 from movers.pipeline.zeros import data_runs
+from movers.repo import digests as dg
 from movers.repo import pack as packfmt
 from movers.repo.chunks import chunk_id, encode_chunk
 from movers.repo.manifest import Manifest, MapRef, SnapshotIdentity, VolumeIdentity, new_backup_id
-from movers.repo.mapwriter import MapWriter
+from movers.repo.mapwriter import DigestUpdate, MapWriter
 from movers.repo.repository import Repository
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ class BackupOptions:
 
 # (volume offset, length, chunk id or None for a hole, stored bytes or None, flags)
 Piece = tuple[int, int, bytes | None, bytes | None, int]
+# (ranges re-stored, their pieces, digests of the blocks read whole)
+ReadResult = tuple[list[tuple[int, int]], list[Piece], list[DigestUpdate]]
 
 
 class _Uploader:
@@ -117,15 +120,14 @@ def run_backup(
         if capacity <= 0:
             raise UsageError(f"device {device_path} is empty")
         parent = None if force_full else repo.latest(volume.id)
+        parent_slots = repo.page_slots(parent) if parent else None
         if extents is None:
             mode = "incremental-scan" if parent else "full"
             reads = scan_reads(capacity, repo.config.chunk_max)
-            parent_slots = None
         else:
             mode = "incremental-cbt" if parent else "full"
             checked = _count_changed(validated(extents, capacity), stats)
             reads = plan_reads(checked, repo.config.chunk_max, options.max_gap)
-            parent_slots = repo.page_slots(parent) if parent else None
         log.info(
             "backup of volume %s: mode %s, capacity %d, parent %s",
             volume.id,
@@ -134,9 +136,11 @@ def run_backup(
             parent.backup_id if parent else "none",
         )
         mapw = MapWriter(repo, capacity, parent_slots)
-        map_ref = _Engine(repo, fd, mapw, options, stats, progress, capacity if extents is None else None).run(reads)
+        scan_parent = extents is None and parent is not None
+        engine = _Engine(repo, fd, mapw, options, stats, progress, capacity if extents is None else None, scan_parent)
+        map_ref = engine.run(reads)
         if extents is None:
-            stats.changed_bytes = stats.new_chunk_bytes
+            stats.changed_bytes = engine.scan_changed_bytes
     finally:
         os.close(fd)
     manifest = Manifest(
@@ -168,7 +172,7 @@ def _count_changed(extents: Iterable[Extent], stats: BackupStats) -> Iterable[Ex
 
 
 class _Engine:
-    def __init__(self, repo, fd, mapw: MapWriter, options: BackupOptions, stats: BackupStats, progress, total):
+    def __init__(self, repo, fd, mapw, options, stats, progress, total, scan_parent: bool) -> None:
         self.repo = repo
         self.fd = fd
         self.mapw = mapw
@@ -176,12 +180,16 @@ class _Engine:
         self.stats = stats
         self.progress = progress
         self.total = total
+        # A scan on top of a parent compares block digests and re-stores only changed blocks.
+        self.scan_parent = scan_parent
+        self.scan_changed_bytes = 0
         self.index = repo.index()
         self.session: set[bytes] = set()
         self.builder = packfmt.PackBuilder()
         self.page = -1
         self.covered: list[tuple[int, int]] = []
         self.entries: list = []
+        self.updates: list[DigestUpdate] = []
 
     def run(self, reads: Iterable[Extent]) -> MapRef:
         """Process every read, upload packs and the index, write the map; return its reference."""
@@ -195,7 +203,8 @@ class _Engine:
             for off, length in reads:
                 while inflight and inflight_bytes + length > opts.max_inflight:
                     inflight_bytes -= self._consume(inflight.popleft(), uploader)
-                inflight.append((off, length, pool.submit(self._process, off, length)))
+                base = self._base_digests(off, length) if self.scan_parent else None
+                inflight.append((off, length, pool.submit(self._process, off, length, base)))
                 inflight_bytes += length
             while inflight:
                 self._consume(inflight.popleft(), uploader)
@@ -221,11 +230,43 @@ class _Engine:
             self.progress(self.stats.read_bytes, self.stats.read_bytes)
         return map_ref
 
-    def _process(self, off: int, length: int) -> list[Piece]:
-        """Worker: read one range and turn it into holes and (maybe compressed) chunks."""
+    def _base_digests(self, off: int, length: int) -> bytes:
+        """The parent's (base) digests of the blocks of one read, for a scan to compare."""
+        page = off // self.mapw.page_size
+        _entries, base = self.mapw.parent_page(page)
+        first = page * self.mapw.page_size // dg.DIGEST_BLOCK
+        blocks = dg.blocks_touching(off, off + length)
+        return base[(blocks.start - first) * dg.DIGEST_LEN : (blocks.stop - first) * dg.DIGEST_LEN]
+
+    def _process(self, off: int, length: int, base: bytes | None) -> ReadResult:
+        """Worker: read one range; return its pieces, the ranges re-stored and block digests.
+
+        Without ``base`` the whole read is re-stored. With it (a scan on a parent) only the
+        digest blocks whose digest differs from ``base`` are.
+        """
         data = device.pread_exact(self.fd, length, off)
         view = memoryview(data)
+        capacity = self.mapw.capacity
+        updates = []
+        changed: list[tuple[int, int]] = []
+        for n, i in enumerate(dg.blocks_within(off, off + length, capacity)):
+            bs, be = dg.block_span(i, capacity)
+            digest = dg.block_digest(view[bs - off : be - off])
+            updates.append((i, digest))
+            if base is not None and base[n * dg.DIGEST_LEN : (n + 1) * dg.DIGEST_LEN] != digest:
+                if changed and changed[-1][1] == bs - off:
+                    changed[-1] = (changed[-1][0], be - off)
+                else:
+                    changed.append((bs - off, be - off))
+        runs = [(0, length)] if base is None else changed
         pieces: list[Piece] = []
+        for rs, re in runs:
+            self._chunk(data[rs:re] if (rs, re) != (0, length) else data, off + rs, pieces)
+        return [(off + rs, off + re) for rs, re in runs], pieces, updates
+
+    def _chunk(self, data: bytes, off: int, pieces: list[Piece]) -> None:
+        """Split ``data`` (at volume offset ``off``) into holes and chunks, compressing new ones."""
+        view = memoryview(data)
         pos = 0
         for start, end in data_runs(data, self.options.min_hole):
             if start > pos:
@@ -238,20 +279,21 @@ class _Engine:
                 stored, flags = encode_chunk(chunk, self.options.level)
                 pieces.append((off + start, end - start, cid, stored, flags))
             pos = end
-        if pos < length:
-            pieces.append((off + pos, length - pos, None, None, 0))
-        return pieces
+        if pos < len(data):
+            pieces.append((off + pos, len(data) - pos, None, None, 0))
 
     def _consume(self, item: tuple[int, int, Future], uploader: _Uploader) -> int:
         off, length, fut = item
-        pieces = fut.result()
+        covered, pieces, updates = fut.result()
         page = off // self.mapw.page_size
         if page != self.page:
             self._finish_page()
             self.page = page
-        self.covered.append((off, off + length))
+        self.covered.extend(covered)
+        self.updates.extend(updates)
         stats = self.stats
         stats.read_bytes += length
+        self.scan_changed_bytes += sum(e - s for s, e in covered)
         for voff, plen, cid, stored, flags in pieces:
             if cid is None:
                 stats.zero_bytes += plen
@@ -273,6 +315,7 @@ class _Engine:
 
     def _finish_page(self) -> None:
         if self.page >= 0:
-            self.mapw.finish_page(self.page, self.covered, self.entries)
+            self.mapw.finish_page(self.page, self.covered, self.entries, self.updates)
         self.covered = []
         self.entries = []
+        self.updates = []

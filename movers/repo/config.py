@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 
 from movers.errors import IntegrityError, UsageError
+from movers.repo.digests import DIGEST_BLOCK
 from movers.repo.manifest import FORMAT_VERSION, MANDATORY_FEATURES, check_compatible
 
 CONFIG_KEY = "config"
@@ -24,14 +25,14 @@ class RepoConfig:
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     # Chunks never cross a multiple of chunk_max; pages hold page_size bytes of volume.
     chunk_max: int = 4 * MiB
-    page_size: int = 256 * MiB
+    page_size: int = 64 * MiB
     pack_target: int = 16 * MiB
     format_version: int = FORMAT_VERSION
     mandatory_features: tuple[str, ...] = MANDATORY_FEATURES
 
     def __post_init__(self) -> None:
-        if self.chunk_max % 4096 or self.chunk_max <= 0 or self.page_size % self.chunk_max:
-            raise UsageError("page_size must be a multiple of chunk_max, itself a multiple of 4096")
+        if self.chunk_max <= 0 or self.chunk_max % DIGEST_BLOCK or self.page_size % self.chunk_max:
+            raise UsageError(f"page_size must be a multiple of chunk_max, itself a multiple of {DIGEST_BLOCK}")
 
     def encode(self) -> bytes:
         doc = asdict(self)

@@ -1,17 +1,26 @@
 """Writes the map of a new backup on top of its parent's, one page at a time.
 
 Pages must be finished in ascending order. A page that is never finished keeps the parent's
-page (shared by id) or is a hole page when there is no parent. Memory holds one page's
+page (shared by id), or is a hole page when there is no parent. Memory holds a few pages'
 entries plus one slot per page.
+
+Block digests (``movers.repo.digests``) of a finished page start from the *base*: the parent
+page's digests, zeros for a hole page or a backup without parent, UNKNOWN for a parent page
+without digests. Blocks a read touched become UNKNOWN, then the digests of blocks the backup
+read whole are set. So a known digest always describes what the new map restores.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 
+from movers.repo import digests as dg
 from movers.repo import volmap
 from movers.repo.manifest import MapRef
 from movers.repo.repository import Repository
+
+DigestUpdate = tuple[int, bytes]  # (absolute block index, digest)
 
 
 class MapWriter:
@@ -20,12 +29,14 @@ class MapWriter:
         self.capacity = capacity
         self.page_size = repo.config.page_size
         self.n_pages = max(1, -(-capacity // self.page_size))
+        self.has_parent = parent_slots is not None
         slots = list(parent_slots or [])[: self.n_pages]
         slots += [(volmap.NO_PAGE, 0)] * (self.n_pages - len(slots))
         self.slots = slots
         self.parent_slots = list(slots)
-        # Parent pages that reach past a shrunken capacity must be rewritten (clipped).
-        self._clip_last = bool(parent_slots) and len(parent_slots) >= self.n_pages and capacity % self.page_size != 0
+        # A parent page reaching past a shrunken capacity must be rewritten (clipped).
+        self._clip_last = self.has_parent and capacity % self.page_size != 0
+        self._cache: OrderedDict[int, tuple[list[volmap.Entry], bytes]] = OrderedDict()
         self.bytes_written = 0
         self.objects_written = 0
 
@@ -33,24 +44,54 @@ class MapWriter:
         start = page_index * self.page_size
         return start, min(start + self.page_size, self.capacity)
 
-    def parent_entries(self, page_index: int) -> list[volmap.Entry]:
-        return self.repo.read_page(self.parent_slots[page_index][0])
+    def parent_page(self, page_index: int) -> tuple[list[volmap.Entry], bytes]:
+        """The parent's entries and *base* digests for a page (see module doc). Cached."""
+        if page_index in self._cache:
+            self._cache.move_to_end(page_index)
+            return self._cache[page_index]
+        page_id = self.parent_slots[page_index][0]
+        entries, digests = self.repo.read_page_with_digests(page_id)
+        start, end = self.page_range(page_index)
+        blocks = dg.blocks_touching(start, end)
+        if page_id == volmap.NO_PAGE:
+            digests = b"".join(dg.zero_digest(e - s) for s, e in (dg.block_span(i, self.capacity) for i in blocks))
+        elif len(digests) != len(blocks) * dg.DIGEST_LEN:
+            digests = dg.UNKNOWN * len(blocks)
+        self._cache[page_index] = (entries, digests)
+        if len(self._cache) > 4:
+            self._cache.popitem(last=False)
+        return entries, digests
 
-    def finish_page(self, page_index: int, covered: Sequence[volmap.Range], new: Sequence[volmap.Entry]) -> None:
+    def finish_page(
+        self,
+        page_index: int,
+        covered: Sequence[volmap.Range],
+        new: Sequence[volmap.Entry],
+        updates: Iterable[DigestUpdate] = (),
+    ) -> None:
         """Overlay ``new`` (inside the ``covered`` ranges) on the parent's page."""
         start, end = self.page_range(page_index)
-        entries = volmap.overlay(self.parent_entries(page_index), covered, new)
+        parent_entries, base = self.parent_page(page_index)
+        entries = volmap.overlay(parent_entries, covered, new)
         if end - start < self.page_size:
             entries = _clip(entries, end)
         volmap.check_entries(entries, start, end)
-        self._store_page(page_index, entries)
+        first = start // dg.DIGEST_BLOCK
+        digests = bytearray(base)
+        L = dg.DIGEST_LEN
+        for cs, ce in covered:
+            for i in dg.blocks_touching(cs, ce):
+                digests[(i - first) * L : (i - first + 1) * L] = dg.UNKNOWN
+        for i, d in updates:
+            digests[(i - first) * L : (i - first + 1) * L] = d
+        self._store_page(page_index, entries, bytes(digests))
 
-    def _store_page(self, page_index: int, entries: list[volmap.Entry]) -> None:
+    def _store_page(self, page_index: int, entries: list[volmap.Entry], digests: bytes) -> None:
         if not entries:
             self.slots[page_index] = (volmap.NO_PAGE, 0)
             return
         start, end = self.page_range(page_index)
-        page_id, data = volmap.encode_page(start, end - start, entries)
+        page_id, data = volmap.encode_page(start, end - start, entries, digests)
         self._put(page_id, data)
         self.slots[page_index] = (page_id, len(entries))
 
@@ -63,8 +104,7 @@ class MapWriter:
         """Write the directories and return the map reference for the manifest."""
         last = self.n_pages - 1
         if self._clip_last and self.slots[last] == self.parent_slots[last]:
-            start, end = self.page_range(last)
-            self._store_page(last, _clip(self.parent_entries(last), end))
+            self.finish_page(last, [], [])
         fanout = volmap.DIR_FANOUT
         dirs: list[str | None] = []
         for first in range(0, self.n_pages, fanout):

@@ -174,9 +174,14 @@ class Repository:
         return slots[:n_pages]
 
     def read_page(self, page_id: bytes) -> list[volmap.Entry]:
+        return self.read_page_with_digests(page_id)[0]
+
+    def read_page_with_digests(self, page_id: bytes) -> tuple[list[volmap.Entry], bytes]:
+        """A page's entries and block digests (empty for a hole page or a page without them)."""
         if page_id == volmap.NO_PAGE:
-            return []
-        return volmap.decode_page(self._get_map_object(page_id), page_id)[2]
+            return [], b""
+        _start, _len, entries, digests = volmap.decode_page(self._get_map_object(page_id), page_id)
+        return entries, digests
 
     def iter_map(self, manifest: Manifest) -> Iterator[tuple[int, list[volmap.Entry]]]:
         """Yield ``(page index, entries)`` for every page of a backup, in volume order."""

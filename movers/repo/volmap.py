@@ -7,9 +7,12 @@ of ``DIR_FANOUT`` page slots. Pages and directories are content-addressed immuta
 (``maps/<id[:2]>/<id>``), so an incremental rewrites only the pages its changes touch and
 the directories above them; every other page is shared with the parent by id.
 
+Pages also carry the block digests of ``movers.repo.digests`` (or none: all unknown).
+
 Byte formats (little-endian)::
 
-    page:      b"CBTMAP\\x01" '<QQI' (page start, page length, n) zstd(n x '<QI32sI')
+    page:      b"CBTMAP\\x01" '<QQII' (page start, page length, n entries, digest count)
+               zstd(n x '<QI32sI' entries, then digest count x 16-byte digests)
     directory: b"CBTDIR\\x01" '<I' (n slots) zstd(n x '<32sI' (page id or zeros, entry count))
 """
 
@@ -23,13 +26,14 @@ from operator import itemgetter
 import zstandard
 
 from movers.errors import IntegrityError
+from movers.repo.digests import DIGEST_LEN
 
 PAGE_MAGIC = b"CBTMAP\x01"
 DIR_MAGIC = b"CBTDIR\x01"
 MAP_PREFIX = "maps/"
 DIR_FANOUT = 256
 NO_PAGE = bytes(32)
-_PAGE_HEAD = struct.Struct("<QQI")
+_PAGE_HEAD = struct.Struct("<QQII")
 _ENTRY = struct.Struct("<QI32sI")
 _DIR_HEAD = struct.Struct("<I")
 _SLOT = struct.Struct("<32sI")
@@ -55,24 +59,28 @@ def _unzstd(data: bytes, what: str) -> bytes:
         raise IntegrityError(f"{what} does not decompress: {err}") from None
 
 
-def encode_page(page_start: int, page_len: int, entries: Sequence[Entry]) -> tuple[bytes, bytes]:
-    """Return ``(page id, page bytes)``."""
-    body = b"".join(_ENTRY.pack(*e) for e in entries)
-    data = PAGE_MAGIC + _PAGE_HEAD.pack(page_start, page_len, len(entries)) + _zstd(body)
+def encode_page(page_start: int, page_len: int, entries: Sequence[Entry], digests: bytes = b"") -> tuple[bytes, bytes]:
+    """Return ``(page id, page bytes)``; ``digests`` is the concatenated block digests."""
+    if len(digests) % DIGEST_LEN:
+        raise ValueError("digests must be whole digests")
+    body = b"".join(_ENTRY.pack(*e) for e in entries) + digests
+    head = _PAGE_HEAD.pack(page_start, page_len, len(entries), len(digests) // DIGEST_LEN)
+    data = PAGE_MAGIC + head + _zstd(body)
     return hashlib.sha256(data).digest(), data
 
 
-def decode_page(data: bytes, expected_id: bytes | None = None) -> tuple[int, int, list[Entry]]:
-    """Return ``(page start, page length, entries)``; verifies the id when given."""
+def decode_page(data: bytes, expected_id: bytes | None = None) -> tuple[int, int, list[Entry], bytes]:
+    """Return ``(page start, page length, entries, digests)``; verifies the id when given."""
     if expected_id is not None and hashlib.sha256(data).digest() != expected_id:
         raise IntegrityError(f"map page {expected_id.hex()[:16]} does not match its hash")
     if not data.startswith(PAGE_MAGIC):
         raise IntegrityError("object is not a map page of a known version")
-    start, length, n = _PAGE_HEAD.unpack_from(data, len(PAGE_MAGIC))
+    start, length, n, n_digests = _PAGE_HEAD.unpack_from(data, len(PAGE_MAGIC))
     body = _unzstd(data[len(PAGE_MAGIC) + _PAGE_HEAD.size :], "map page")
-    if len(body) != n * _ENTRY.size:
+    split = n * _ENTRY.size
+    if len(body) != split + n_digests * DIGEST_LEN:
         raise IntegrityError("map page is truncated")
-    return start, length, list(_ENTRY.iter_unpack(body))
+    return start, length, list(_ENTRY.iter_unpack(body[:split])), body[split:]
 
 
 def encode_dir(slots: Sequence[tuple[bytes, int]]) -> tuple[bytes, bytes]:
