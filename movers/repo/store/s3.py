@@ -89,6 +89,29 @@ def _is_aws_endpoint(url: str) -> bool:
     return host.endswith((".amazonaws.com", ".amazonaws.com.cn", ".api.aws"))
 
 
+class _Redactor:
+    """Replaces known secret values in messages; its repr shows none of them."""
+
+    __slots__ = ("_secrets",)
+
+    def __init__(self, *secrets: str | None) -> None:
+        self._secrets: tuple[str, ...] = ()
+        self.add(*secrets)
+
+    def add(self, *secrets: str | None) -> None:
+        # Very short values are skipped: replacing them would garble messages, not protect anything.
+        new = {s for s in secrets if s and len(s) >= 4} - set(self._secrets)
+        self._secrets += tuple(sorted(new, key=len, reverse=True))
+
+    def __call__(self, message: str) -> str:
+        for secret in self._secrets:
+            message = message.replace(secret, "***")
+        return message
+
+    def __repr__(self) -> str:
+        return "<redacted>"
+
+
 class S3Store:
     """Objects under ``prefix`` in an S3 (or S3-compatible) bucket; thread-safe.
 
@@ -126,7 +149,7 @@ class S3Store:
         self._key_prefix = f"{prefix}/" if prefix else ""
         self.multipart_threshold = multipart_threshold
         self.part_size = part_size
-        self._secrets = tuple(s for s in (access_key, secret_key, session_token) if s and len(s) >= 4)
+        self._redactor = _Redactor(access_key, secret_key, session_token)
         self.endpoint_url = endpoint_url or "(default AWS endpoint)"
         if (access_key is None) != (secret_key is None):
             raise AccessDeniedError(
@@ -155,24 +178,25 @@ class S3Store:
                 f"AWS profile {profile!r} not found in ~/.aws/config or ~/.aws/credentials "
                 f"(needed for {self.describe()})"
             ) from None
-        except (bce.BotoCoreError, ValueError) as err:
-            msg = self._scrub(f"cannot set up S3 client for {self.describe()}: {err}")
-            raise PermanentStoreError(msg) from None
+        except ValueError as err:  # e.g. a malformed endpoint URL
+            raise UsageError(self._scrub(f"cannot set up S3 client for {self.describe()}: {err}")) from None
+        except bce.BotoCoreError as err:  # e.g. partial credentials in the environment
+            raise self._translate(err, "setup", None) from None
         self.endpoint_url = _USERINFO.sub("//", self._client.meta.endpoint_url)
-        if creds is not None:
-            extra = (creds.access_key, creds.secret_key, creds.token)
-            self._secrets += tuple(s for s in extra if s and len(s) >= 4 and s not in self._secrets)
+        if creds is not None:  # also hide what the chain found (env vars, profile)
+            self._redactor.add(creds.access_key, creds.secret_key, creds.token)
 
     @staticmethod
     def _make_client(session, endpoint_url, path_style, pool, connect_timeout, read_timeout):
-        if path_style is None:
-            path_style = endpoint_url is not None and not _is_aws_endpoint(endpoint_url)
+        if path_style is None and endpoint_url is not None and not _is_aws_endpoint(endpoint_url):
+            path_style = True
         config = Config(
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             retries={"total_max_attempts": 1, "mode": "standard"},
             max_pool_connections=pool,
-            s3={"addressing_style": "path" if path_style else "auto"},
+            # None leaves botocore's choice (default "auto", or ~/.aws/config's s3.addressing_style).
+            s3={"addressing_style": "path" if path_style else "virtual"} if path_style is not None else None,
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
@@ -191,10 +215,7 @@ class S3Store:
         return f"s3://{self.bucket}/{self._key_prefix}{key}" if key else self.describe()
 
     def _scrub(self, message: str) -> str:
-        message = _USERINFO.sub("//***@", " ".join(message.split()))
-        for secret in self._secrets:
-            message = message.replace(secret, "***")
-        return message
+        return self._redactor(_USERINFO.sub("//***@", " ".join(message.split())))
 
     def _translate(self, err: BaseException, op: str, key: str | None) -> MoverError:
         where = f"S3 {op} {self._url(key)} at {self.endpoint_url}"
@@ -208,12 +229,10 @@ class S3Store:
             elif code in _NOT_FOUND_CODES or status == 404:
                 cls, msg = ObjectNotFound, f"object {self._url(key)} not found at {self.endpoint_url}"
             elif code in _ACCESS_CODES or status in (401, 403):
-                cls, msg = (
-                    AccessDeniedError,
-                    (
-                        f"{where}: access denied ({detail}); check the credentials "
-                        "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and the bucket policy"
-                    ),
+                cls = AccessDeniedError
+                msg = (
+                    f"{where}: access denied ({detail}); check the credentials "
+                    "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and the bucket policy"
                 )
             elif code in _TRANSIENT_CODES or status >= 500 or status == 429:
                 cls, msg = TransientStoreError, f"{where} failed: {detail}"
@@ -222,10 +241,8 @@ class S3Store:
         elif isinstance(err, bce.NoCredentialsError):
             cls, msg = AccessDeniedError, f"no AWS credentials for {self.describe()}: {_CREDENTIALS_HINT}"
         elif isinstance(err, bce.PartialCredentialsError):
-            cls, msg = (
-                AccessDeniedError,
-                (f"incomplete AWS credentials for {self.describe()} ({err}): {_CREDENTIALS_HINT}"),
-            )
+            cls = AccessDeniedError
+            msg = f"incomplete AWS credentials for {self.describe()} ({err}): {_CREDENTIALS_HINT}"
         elif isinstance(err, bce.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(err):
             cls, msg = PermanentStoreError, f"{where}: TLS certificate not trusted: {err}"
         elif isinstance(err, bce.ConnectionError):  # endpoint, connect timeout, proxy, TLS
@@ -321,7 +338,8 @@ class S3Store:
                     Bucket=self.bucket, Key=full, Range=f"bytes={offset}-{offset + length - 1}"
                 )
             except bce.ClientError as err:
-                if err.response.get("Error", {}).get("Code") == "InvalidRange":
+                status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                if err.response.get("Error", {}).get("Code") == "InvalidRange" or status == 416:
                     return b""  # offset at or past the end of an existing object
                 raise
             body = resp["Body"]

@@ -1,0 +1,633 @@
+"""Conformance of every Store with the guarantees in ``movers/repo/store/base.py``, plus the
+S3 error translation, multipart abort, RetryingStore, FaultyStore and ``open_store`` contracts."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+
+import botocore.exceptions as bce
+import pytest
+from botocore.stub import Stubber
+from urllib3.exceptions import ProtocolError
+
+from movers.errors import (
+    AccessDeniedError,
+    MoverError,
+    NotFoundError,
+    ObjectNotFound,
+    PermanentStoreError,
+    StoreError,
+    TransientStoreError,
+    UsageError,
+)
+from movers.repo.store import (
+    FaultyStore,
+    LocalStore,
+    MemoryStore,
+    RetryingStore,
+    SimulatedCrash,
+    Store,
+    open_store,
+)
+from movers.repo.store.s3 import S3Store
+
+MiB = 1024 * 1024
+FAKE = {"access_key": "testing", "secret_key": "testing", "region": "us-east-1"}
+
+
+def make_s3(endpoint: str, bucket: str, prefix: str = "repo", cls: type[S3Store] = S3Store, **kw) -> S3Store:
+    """An S3Store with 5 MiB multipart threshold and parts, so tests exercise multipart cheaply."""
+    return cls(bucket, prefix, endpoint_url=endpoint, multipart_threshold=5 * MiB, part_size=5 * MiB, **{**FAKE, **kw})
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # nothing listens here once the socket is closed
+
+
+@pytest.fixture(params=["memory", "local", "local-retrying", pytest.param("s3", marks=pytest.mark.s3)])
+def store(request, tmp_path) -> Store:
+    if request.param == "memory":
+        return MemoryStore()
+    if request.param == "local":
+        return LocalStore(tmp_path / "store")
+    if request.param == "local-retrying":
+        return open_store(f"file://{tmp_path}/store")
+    endpoint, bucket = request.getfixturevalue("s3_bucket")
+    return make_s3(endpoint, bucket)
+
+
+# -- conformance: every guarantee of base.py, on every store -------------------------------------
+
+
+def test_is_a_store_with_a_description(store):
+    assert isinstance(store, Store)
+    assert "://" in store.describe()
+
+
+def test_put_get_round_trip_and_replace(store):
+    store.put("a/empty", b"")
+    store.put("a/bytes", bytes(range(256)))
+    assert store.get("a/empty") == b""
+    assert store.get("a/bytes") == bytes(range(256))
+    store.put("a/bytes", b"replaced")
+    assert store.get("a/bytes") == b"replaced"
+
+
+@pytest.fixture(scope="module")
+def random_70mib() -> bytes:
+    return os.urandom(70 * MiB)
+
+
+@pytest.mark.parametrize("size", [5 * MiB, 5 * MiB + 1, 70 * MiB])
+def test_large_objects_round_trip(request, store, size, random_70mib):
+    data = random_70mib[:size]
+    store.put("packs/big", data)
+    assert store.size("packs/big") == size
+    assert store.get("packs/big") == data
+    boundary = 5 * MiB  # a multipart part boundary on S3
+    assert store.get_range("packs/big", boundary - 10, 20) == data[boundary - 10 : boundary + 10]
+    if isinstance(store, S3Store):
+        client = request.getfixturevalue("moto_server").client()
+        etag = client.head_object(Bucket=store.bucket, Key="repo/packs/big")["ETag"]
+        parts = -(-size // (5 * MiB))
+        assert etag.strip('"').endswith(f"-{parts}") == (size > 5 * MiB), etag
+
+
+def test_get_range(store):
+    data = bytes(range(256)) * 4
+    store.put("r", data)
+    store.put("e", b"")
+    assert store.get_range("r", 100, 50) == data[100:150]
+    assert store.get_range("r", 0, 10) == data[:10]
+    assert store.get_range("r", 1000, 24) == data[1000:]
+    assert store.get_range("r", 1000, 100) == data[1000:]  # past the end: the available bytes
+    assert store.get_range("r", 1024, 10) == b""
+    assert store.get_range("r", 5000, 10) == b""
+    assert store.get_range("r", 10, 0) == b""
+    assert store.get_range("e", 0, 10) == b""
+
+
+def test_size_and_exists(store):
+    store.put("s/three", b"abc")
+    store.put("s/zero", b"")
+    assert store.size("s/three") == 3
+    assert store.size("s/zero") == 0
+    assert store.exists("s/three") and store.exists("s/zero")
+    assert not store.exists("s/missing")
+    assert not store.exists("s")  # a prefix of keys is not an object
+
+
+def test_missing_key_raises_object_not_found(store):
+    store.put("present", b"x")
+    for call in (
+        lambda: store.get("missing"),
+        lambda: store.get_range("missing", 0, 1),
+        lambda: store.size("missing"),
+        lambda: store.get_range("missing", 0, 0),
+    ):
+        with pytest.raises(ObjectNotFound) as info:
+            call()
+        assert isinstance(info.value, NotFoundError) and isinstance(info.value, StoreError)
+        assert "missing" in str(info.value)
+
+
+KEYS = [
+    "packs/ab/1",
+    "packs/ab/2",
+    "packs/a-b",
+    "packs/a.b",
+    "packs/a0",
+    "packs/A",
+    "packs/_x",
+    "packs/%41",
+    "packs/b",
+    "index/1",
+    "index/0",
+    "packsx",
+    "z",
+    "Z9",
+]
+
+
+def test_list_is_ascending_and_filters_by_prefix(store):
+    for key in random.Random(7).sample(KEYS, len(KEYS)):
+        store.put(key, key.encode())
+    everything = sorted(KEYS, key=str.encode)  # byte order
+    assert list(store.list()) == everything
+    assert list(store.list("")) == everything
+    assert list(store.list("packs/")) == [k for k in everything if k.startswith("packs/")]
+    assert list(store.list("packs/a")) == ["packs/a-b", "packs/a.b", "packs/a0", "packs/ab/1", "packs/ab/2"]
+    assert list(store.list("packs")) == [k for k in everything if k.startswith("packs")]
+    assert list(store.list("packs/ab/")) == ["packs/ab/1", "packs/ab/2"]
+    assert list(store.list("index/1")) == ["index/1"]
+    assert list(store.list("nothing")) == []
+    assert list(store.list("nothing/")) == []
+
+
+def test_delete_is_idempotent(store):
+    store.put("d/x", b"1")
+    store.put("d/y", b"2")
+    store.delete("d/x")
+    store.delete("d/x")
+    store.delete("d/never")
+    assert not store.exists("d/x")
+    with pytest.raises(ObjectNotFound):
+        store.get("d/x")
+    assert list(store.list("d/")) == ["d/y"]
+
+
+BAD_KEYS = ["", "/a", "a/", "a//b", ".", "..", "a/../b", "./a", "a b", "a\\b", "ä", "a?b", "a*b", "a\nb"]
+
+
+def test_invalid_keys_are_rejected(store):
+    for key in BAD_KEYS:
+        with pytest.raises(UsageError):
+            store.put(key, b"x")
+    assert list(store.list()) == []
+
+
+# -- S3 specifics ------------------------------------------------------------------------------
+
+
+@pytest.mark.s3
+def test_s3_prefixes_isolate_and_describe(s3_bucket):
+    endpoint, bucket = s3_bucket
+    a, ab, root = make_s3(endpoint, bucket, "a"), make_s3(endpoint, bucket, "/ab/"), make_s3(endpoint, bucket, "")
+    a.put("k", b"a")
+    ab.put("k", b"ab")
+    assert (a.get("k"), ab.get("k")) == (b"a", b"ab")
+    assert list(a.list()) == ["k"] and list(ab.list()) == ["k"]
+    assert list(root.list()) == ["a/k", "ab/k"]
+    assert (a.describe(), ab.describe(), root.describe()) == (f"s3://{bucket}/a", f"s3://{bucket}/ab", f"s3://{bucket}")
+
+
+def test_s3_addressing_style():
+    def style(**kw):
+        return (S3Store("bkt", **FAKE, **kw)._client.meta.config.s3 or {}).get("addressing_style", "auto")
+
+    assert style(endpoint_url="http://127.0.0.1:9") == "path"
+    assert style(endpoint_url="http://127.0.0.1:9", path_style=False) == "virtual"
+    assert style(endpoint_url="https://s3.eu-west-1.amazonaws.com") == "auto"  # AWS: virtual-hosted
+    assert style(endpoint_url="https://s3.eu-west-1.amazonaws.com", path_style=True) == "path"
+
+
+def _fail_on_call(n: int, exc: BaseException):
+    calls = []
+
+    def hook(**_):
+        calls.append(1)
+        if len(calls) == n:
+            raise exc
+
+    return hook
+
+
+class _InterruptedPartStore(S3Store):
+    def _upload_part(self, key, upload_id, number, body):
+        if number == 2:
+            raise KeyboardInterrupt
+        return super()._upload_part(key, upload_id, number, body)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("failure", ["upload_part_error", "complete_error", "keyboard_interrupt"])
+def test_s3_failed_multipart_upload_is_aborted(moto_server, s3_bucket, failure):
+    endpoint, bucket = s3_bucket
+    closed = bce.ConnectionClosedError(endpoint_url=endpoint)
+    if failure == "keyboard_interrupt":
+        store, expected = make_s3(endpoint, bucket, cls=_InterruptedPartStore), KeyboardInterrupt
+    else:
+        store, expected = make_s3(endpoint, bucket), TransientStoreError
+        event, nth = ("UploadPart", 2) if failure == "upload_part_error" else ("CompleteMultipartUpload", 1)
+        store._client.meta.events.register(f"before-call.s3.{event}", _fail_on_call(nth, closed))
+    with pytest.raises(expected):
+        store.put("packs/p", os.urandom(12 * MiB))
+    client = moto_server.client()
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    assert not store.exists("packs/p")
+    assert client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+
+
+# Translation of vendor errors, without a server: Stubber fakes S3 error responses, and a
+# before-send hook raises the connection-level exceptions botocore would raise.
+
+
+@pytest.fixture(scope="module")
+def offline_s3() -> S3Store:
+    """One store pointing nowhere (nothing listens on port 9), shared to save client set-up time."""
+    return S3Store("bkt", "pfx", endpoint_url="http://127.0.0.1:9", **FAKE)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "expected"),
+    [
+        ("NoSuchKey", 404, ObjectNotFound),
+        ("AccessDenied", 403, AccessDeniedError),
+        ("InvalidAccessKeyId", 403, AccessDeniedError),
+        ("SignatureDoesNotMatch", 403, AccessDeniedError),
+        ("SlowDown", 503, TransientStoreError),
+        ("ServiceUnavailable", 503, TransientStoreError),
+        ("InternalError", 500, TransientStoreError),
+        ("RequestTimeout", 400, TransientStoreError),
+        ("NoSuchBucket", 404, PermanentStoreError),
+        ("InvalidArgument", 400, PermanentStoreError),
+    ],
+)
+def test_s3_service_errors_are_translated(offline_s3, code, status, expected):
+    store = offline_s3
+    with Stubber(store._client) as stub:
+        stub.add_client_error("get_object", service_error_code=code, service_message="msg", http_status_code=status)
+        with pytest.raises(MoverError) as info:
+            store.get("k")
+    assert type(info.value) is expected
+    assert "http://127.0.0.1:9" in str(info.value)
+    assert ("bucket bkt does not exist" if code == "NoSuchBucket" else "s3://bkt/pfx/k") in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (bce.EndpointConnectionError(endpoint_url="http://x"), TransientStoreError),
+        (bce.ConnectTimeoutError(endpoint_url="http://x"), TransientStoreError),
+        (bce.ReadTimeoutError(endpoint_url="http://x"), TransientStoreError),
+        (bce.ConnectionClosedError(endpoint_url="http://x"), TransientStoreError),
+        (bce.ResponseStreamingError(error="reset"), TransientStoreError),
+        (ProtocolError("Connection aborted."), TransientStoreError),
+        (ConnectionResetError(104, "reset by peer"), TransientStoreError),
+        (bce.NoCredentialsError(), AccessDeniedError),
+        (bce.PartialCredentialsError(provider="env", cred_var="AWS_SECRET_ACCESS_KEY"), AccessDeniedError),
+        (bce.ParamValidationError(report="bad"), PermanentStoreError),
+    ],
+)
+def test_s3_client_errors_are_translated_and_not_retried_by_botocore(offline_s3, exc, expected):
+    calls = []
+
+    def hook(**_):
+        calls.append(1)
+        raise exc
+
+    events = offline_s3._client.meta.events
+    events.register("before-send.s3.GetObject", hook)
+    try:
+        with pytest.raises(MoverError) as info:
+            offline_s3.get("k")
+    finally:
+        events.unregister("before-send.s3.GetObject", hook)
+    assert type(info.value) is expected
+    assert len(calls) == 1  # botocore's own retries are off
+    if expected is AccessDeniedError:
+        assert "AWS_ACCESS_KEY_ID" in str(info.value) and "AWS_PROFILE" in str(info.value)
+
+
+SECRETS = {
+    "access_key": "AKIADISTINCTIVE0KEY1",
+    "secret_key": "SeCrEt/distinctive+VALUE/0123456789abcdef",
+    "session_token": "TOKEN-distinctive-0123456789-xyz",
+}
+
+
+def _all_text(err: BaseException) -> str:
+    """What a user or a log can see: messages and reprs along the chain that Python prints,
+    and the printed traceback itself (vendor errors are suppressed context, never shown)."""
+    shown = ["".join(traceback.format_exception(err))]
+    exc: BaseException | None = err
+    while exc is not None:
+        shown += [str(exc), repr(exc)]
+        if exc.__cause__ is not None:
+            exc = exc.__cause__
+        else:
+            exc = None if exc.__suppress_context__ else exc.__context__
+    return "\n".join(shown)
+
+
+def _assert_no_secret(text: str) -> None:
+    for secret in SECRETS.values():
+        assert secret not in text
+
+
+@pytest.mark.s3
+def test_s3_credentials_never_shown(s3_bucket):
+    endpoint, bucket = s3_bucket
+    store = S3Store(bucket, "p", endpoint_url=endpoint, region="us-east-1", **SECRETS)
+    store.put("k", b"v")  # moto accepts any credentials
+    _assert_no_secret(repr(store) + store.describe() + repr(RetryingStore(store)) + str(vars(store)))
+    missing_bucket = S3Store(f"{bucket}-missing", endpoint_url=endpoint, **SECRETS)
+    unreachable = RetryingStore(
+        S3Store(bucket, endpoint_url=f"http://127.0.0.1:{closed_port()}", **SECRETS), attempts=2, sleep=lambda _: None
+    )
+    failures = [
+        lambda: store.get("missing"),
+        missing_bucket.check,
+        lambda: missing_bucket.get("k"),
+        unreachable.check,
+        lambda: unreachable.put("k", b"v"),
+    ]
+    for failure in failures:
+        with pytest.raises(StoreError) as info:
+            failure()
+        _assert_no_secret(_all_text(info.value))
+    # Even a server that echoes the credentials back cannot make us print them.
+    with Stubber(store._client) as stub:
+        stub.add_client_error(
+            "get_object", "InvalidAccessKeyId", http_status_code=403, service_message=" ".join(SECRETS.values())
+        )
+        with pytest.raises(AccessDeniedError) as info:
+            store.get("k")
+    _assert_no_secret(_all_text(info.value))
+
+
+@pytest.mark.s3
+def test_s3_check(s3_bucket):
+    endpoint, bucket = s3_bucket
+    make_s3(endpoint, bucket).check()
+    with pytest.raises(PermanentStoreError) as info:
+        make_s3(endpoint, f"{bucket}-nope").check()
+    assert type(info.value) is PermanentStoreError and f"{bucket}-nope" in str(info.value)
+    dead = f"http://127.0.0.1:{closed_port()}"
+    with pytest.raises(TransientStoreError, match=f"cannot reach S3 endpoint {dead}"):
+        make_s3(dead, bucket).check()
+    with pytest.raises(TransientStoreError, match="gave up after 2 attempts"):
+        RetryingStore(make_s3(dead, bucket), attempts=2, sleep=lambda _: None).check()
+
+
+@pytest.mark.s3
+def test_s3_missing_bucket_is_permanent(s3_bucket):
+    endpoint, bucket = s3_bucket
+    store = make_s3(endpoint, f"{bucket}-nope")
+    for call in (
+        lambda: store.get("k"),
+        lambda: store.put("k", b"v"),
+        lambda: list(store.list()),
+        lambda: store.delete("k"),
+        lambda: store.get_range("k", 0, 5),
+    ):
+        with pytest.raises(PermanentStoreError, match=f"bucket {bucket}-nope does not exist"):
+            call()
+
+
+CHAIN_SCRIPT = r"""
+import json, os, sys
+import movers.repo.store as stores
+stores.open_store("memory://"); stores.open_store("file:///tmp")
+out = {"lazy": "boto3" not in sys.modules}
+from movers.repo.store import S3Store
+endpoint, bucket, tmp = sys.argv[1:]
+def run(name, env, **kw):
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        del os.environ[k]
+    os.environ.update(AWS_CONFIG_FILE=f"{tmp}/config", AWS_SHARED_CREDENTIALS_FILE=f"{tmp}/none",
+                      AWS_EC2_METADATA_DISABLED="true", **env)
+    try:
+        store = S3Store(bucket, "chain", **kw)
+        store.check()
+        store.put(name, b"ok")
+        out[name] = [store.get(name).decode(), store._client.meta.config.s3["addressing_style"]]
+    except Exception as err:
+        out[name] = [type(err).__name__, str(err)]
+with open(f"{tmp}/config", "w") as f:
+    f.write(f"[profile moto]\naws_access_key_id = testing\naws_secret_access_key = testing\n"
+            f"region = us-east-1\nendpoint_url = {endpoint}\n")
+keys = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+run("env", {**keys, "AWS_ENDPOINT_URL": endpoint})
+run("env_s3", {**keys, "AWS_ENDPOINT_URL_S3": endpoint, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
+run("profile_env", {"AWS_PROFILE": "moto"})
+run("profile_opt", {}, profile="moto")
+run("explicit_overrides", {"AWS_PROFILE": "moto", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"},
+    endpoint_url=endpoint, access_key="testing", secret_key="testing")
+run("none", {}, endpoint_url=endpoint)
+run("partial", {"AWS_ACCESS_KEY_ID": "testing"}, endpoint_url=endpoint)
+run("no_profile", {}, endpoint_url=endpoint, profile="nope")
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.s3
+def test_s3_credentials_and_endpoint_from_the_aws_chain(s3_bucket, tmp_path):
+    endpoint, bucket = s3_bucket
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", CHAIN_SCRIPT, endpoint, bucket, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out.pop("lazy") is True  # boto3 is imported only for s3:// stores
+    for case in ("env", "env_s3", "profile_env", "profile_opt", "explicit_overrides"):
+        assert out[case] == ["ok", "path"], (case, out[case])
+    for case in ("none", "partial", "no_profile"):
+        assert out[case][0] == "AccessDeniedError", (case, out[case])
+    assert "AWS_ACCESS_KEY_ID" in out["none"][1] and "AWS_PROFILE" in out["none"][1]
+    assert "AWS_SECRET_ACCESS_KEY" in out["partial"][1]
+    assert "'nope'" in out["no_profile"][1]
+
+
+# -- RetryingStore -----------------------------------------------------------------------------
+
+
+class Sleeps(list):
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+def test_retrying_store_retries_transient_errors_then_succeeds():
+    faulty, sleeps = FaultyStore(MemoryStore()), Sleeps()
+    store = RetryingStore(faulty, attempts=5, base_delay=0.2, max_delay=5.0, sleep=sleeps)
+    faulty.fail("put", TransientStoreError, times=2)
+    faulty.fail("get", TransientStoreError("flaky"), times=3)
+    store.put("k", b"v")
+    assert store.get("k") == b"v"
+    assert (faulty.calls["put"], faulty.calls["get"]) == (3, 4)
+    assert faulty.puts == ["k"]
+    caps = [0.2, 0.4, 0.2, 0.4, 0.8]
+    assert len(sleeps) == 5 and all(0 <= s <= cap for s, cap in zip(sleeps, caps, strict=True))
+
+
+def test_retrying_store_gives_up_after_the_attempts():
+    faulty, sleeps = FaultyStore(MemoryStore()), Sleeps()
+    store = RetryingStore(faulty, attempts=4, base_delay=1.0, max_delay=1.5, sleep=sleeps)
+    faulty.fail("size", TransientStoreError("endpoint down"), times=100)
+    with pytest.raises(TransientStoreError, match=r"endpoint down \(gave up after 4 attempts\)") as info:
+        store.size("k")
+    assert isinstance(info.value.__cause__, TransientStoreError)
+    assert faulty.calls["size"] == 4
+    assert len(sleeps) == 3 and max(sleeps) <= 1.5
+
+
+@pytest.mark.parametrize(
+    "error",
+    [PermanentStoreError("bad"), AccessDeniedError("no"), UsageError("x"), ObjectNotFound("gone"), KeyboardInterrupt()],
+)
+def test_retrying_store_does_not_retry_other_errors(error):
+    faulty, sleeps = FaultyStore(MemoryStore()), Sleeps()
+    faulty.fail("get", error, times=5)
+    with pytest.raises(type(error)):
+        RetryingStore(faulty, sleep=sleeps).get("k")
+    assert faulty.calls["get"] == 1 and sleeps == []
+
+
+def test_retrying_store_lists_completely_after_a_retry():
+    faulty = FaultyStore(MemoryStore())
+    for key in ("b", "a", "c"):
+        faulty.put(key, b"")
+    faulty.fail("list", TransientStoreError, times=1)
+    store = RetryingStore(faulty, sleep=Sleeps())
+    assert list(store.list()) == ["a", "b", "c"]
+    assert faulty.calls["list"] == 2
+
+
+def test_retrying_store_delegates_describe_repr_and_check(tmp_path):
+    inner = LocalStore(tmp_path)
+    store = RetryingStore(inner)
+    assert store.describe() == inner.describe()
+    assert repr(inner) in repr(store)
+    store.check()  # the local store has no check(): nothing to do
+
+
+# -- FaultyStore -------------------------------------------------------------------------------
+
+
+def test_faulty_store_crash_after_puts():
+    faulty = FaultyStore(MemoryStore())
+    faulty.crash_after_puts(2, prefix="packs/")
+    faulty.put("index/0", b"i")  # does not match the prefix
+    faulty.put("packs/1", b"11")
+    faulty.put("packs/2", b"22")
+    try:
+        faulty.put("packs/3", b"33")
+    except Exception:
+        pytest.fail("SimulatedCrash was caught by 'except Exception'")
+    except SimulatedCrash:
+        pass
+    with pytest.raises(SimulatedCrash):
+        faulty.get("packs/1")  # the "process" is dead until recover()
+    faulty.recover()
+    assert list(faulty.list()) == ["index/0", "packs/1", "packs/2"]
+    assert faulty.puts == ["index/0", "packs/1", "packs/2"] and faulty.bytes_put == 5
+    assert faulty.calls["put"] == 4
+
+
+def test_faulty_store_matches_key_prefix_and_is_thread_safe():
+    faulty = FaultyStore(MemoryStore())
+    faulty.fail("put", TransientStoreError, times=20, key_prefix="t")
+    faulty.put("other", b"x")  # not matching: goes through
+    errors = []
+
+    def worker(n: int) -> None:
+        for i in range(50):
+            try:
+                faulty.put(f"t{n}/{i}", b"ab")
+            except TransientStoreError:
+                errors.append(1)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 20 and faulty.pending_faults() == 0
+    assert faulty.calls["put"] == 401 and len(faulty.puts) == 381 and faulty.bytes_put == 1 + 380 * 2
+    with pytest.raises(ValueError):
+        faulty.fail("frobnicate", TransientStoreError)
+
+
+# -- open_store --------------------------------------------------------------------------------
+
+
+def test_open_store_accepted_forms(tmp_path):
+    assert isinstance(open_store("memory://"), MemoryStore)
+    assert open_store("memory://") is not open_store("memory://")
+    local = open_store(f"file://{tmp_path}/repo")
+    assert isinstance(local, RetryingStore) and isinstance(local.inner, LocalStore)
+    assert local.describe() == f"file://{tmp_path}/repo"
+    s3 = open_store("s3://my-bucket/backups/prod/", endpoint_url="http://127.0.0.1:9", **FAKE)
+    assert isinstance(s3, RetryingStore) and isinstance(s3.inner, S3Store)
+    assert (s3.inner.bucket, s3.inner.prefix, s3.describe()) == (
+        "my-bucket",
+        "backups/prod",
+        "s3://my-bucket/backups/prod",
+    )
+    assert open_store("s3://my-bucket", **FAKE).describe() == "s3://my-bucket"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "bucket/path",
+        "/abs/path",
+        "ftp://host/x",
+        "http://host/x",
+        "s3://",
+        "s3:///prefix",
+        "s3://b/x",
+        "s3://Bad_Bucket!/x",
+        "s3://bucket/a//b",
+        "s3://bucket/x?versionId=1",
+        "s3://AKIADISTINCTIVE0KEY1:secret@bucket/x",
+        "s3://bucket:99/x",
+        "file://relative/path",
+        "file:relative",
+        "file://",
+        "memory://something",
+        "http://[::1",
+    ],
+)
+def test_open_store_rejects_bad_urls(url):
+    with pytest.raises(UsageError) as info:
+        open_store(url)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "s3://BUCKET[/PREFIX]" in message and "file:///ABSOLUTE/PATH" in message and "memory://" in message
+    assert "AKIADISTINCTIVE0KEY1" not in message
