@@ -8,7 +8,9 @@ terminated (then killed) in every outcome.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -67,15 +69,16 @@ def _command(port: int) -> list[str]:
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> bool:
     """Poll ``url`` until any HTTP answer; False if ``proc`` exits or the time runs out."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             return False
         try:
-            with urllib.request.urlopen(url, timeout=1):
+            with opener.open(url, timeout=1):
                 return True
         except urllib.error.HTTPError:
-            return True
+            return True  # an error status still means the server is serving
         except OSError:
             time.sleep(0.05)  # poll interval
     return False
@@ -91,20 +94,37 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the kernel SIGTERMs the server if its parent dies without cleaning up."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 @contextlib.contextmanager
 def moto_s3(timeout: float = 30.0) -> Iterator[S3Server]:
     """Run a moto S3 server on 127.0.0.1 for the duration of the block."""
-    port = free_port()
-    log = tempfile.TemporaryFile()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(_command(port), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        if not wait_http(url, timeout, proc):
-            log.seek(0)
-            tail = log.read()[-2000:].decode(errors="replace")
-            raise RuntimeError(f"moto S3 server did not start on {url}: {tail}")
-        yield S3Server(url, proc)
-    finally:
-        stop(proc)
-        log.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    with tempfile.TemporaryFile() as log:
+        for _attempt in range(3):  # the free port may be taken between probing and binding
+            port = free_port()
+            proc = subprocess.Popen(
+                _command(port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+            try:
+                url = f"http://127.0.0.1:{port}"
+                if wait_http(url, timeout, proc):
+                    yield S3Server(url, proc)
+                    return
+            finally:
+                stop(proc)
+        log.seek(0)
+        tail = log.read()[-2000:].decode(errors="replace")
+    raise RuntimeError(f"moto S3 server did not start: {tail}")

@@ -298,3 +298,22 @@ def test_scan_after_cbt_rereads_only_blocks_cbt_touched_partially(image, tmp_pat
     m = run_backup(repo, str(image), VOL)
     assert m.stats["changed_bytes"] == 2 * 64 * 1024
     assert restore_equals(repo, m, image, tmp_path)
+
+
+def test_no_object_is_ever_written_twice(image, tmp_path):
+    """What object-locked (WORM) buckets need: a key, once written, is never put again."""
+    recording = RecordingStore(MemoryStore())
+    faulty = FaultyStore(recording)
+    repo = Repository.init(faulty, RepoConfig(pack_target=4 * MiB))
+    run_backup(repo, str(image), VOL, extents=allocated(image))
+    changes = write_blocks(image, [4096 * i * 97 for i in range(50)])
+    run_backup(repo, str(image), VOL, extents=changes)
+    run_backup(repo, str(image), VOL)
+    write_blocks(image, [MiB * i for i in range(40)], seed=5)
+    faulty.crash_after_puts(1, prefix="packs/")
+    with pytest.raises(SimulatedCrash):
+        run_backup(Repository.open(faulty), str(image), VolumeIdentity("other"), options=BackupOptions(upload_threads=1))
+    faulty.recover()
+    run_backup(Repository.open(faulty), str(image), VolumeIdentity("other"))
+    run_backup(Repository.open(faulty), str(image), VOL)
+    assert len(recording.written) == len(set(recording.written))
