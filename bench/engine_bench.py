@@ -1,0 +1,1285 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark of the cbt-mover engine against restic and zstd (a benchmark, not a test).
+
+Run it with ``make bench`` or directly::
+
+    .venv/bin/python bench/engine_bench.py [--size 2G] [--workdir DIR] [--keep]
+                                           [--skip-restic] [--skip-s3] [--skip-mem]
+                                           [--seed N] [--write-docs]
+
+Every measurement is a separate subprocess (the ``cbt-mover`` CLI, ``restic``, ``zstd``) whose
+wall time, CPU time and peak RSS (``os.wait4``) are recorded. The page cache is dropped before
+every measured phase when that is allowed (root); otherwise every tool runs warm, in the same
+order. Phases:
+
+1. Build a sparse volume image (``--size``, default 2 GiB) at 4 KiB granularity, deterministic
+   from ``--seed``: about 40 % random, 30 % text-like (log / YAML lines), 15 % zeros (holes,
+   never written) and 15 % repeated blocks, in runs of 4 KiB to 8 MiB.
+2. ``zstd -T0 -3`` over the image: the compression limit.
+3. Full backups: ``cbt-mover backup --extents`` listing the allocated ranges (what CBT
+   GetMetadataAllocated feeds), ``cbt-mover backup --scan`` into a second repository, and
+   ``restic backup`` of the image file.
+4. Pwrite random bytes over 1 % of the 4 KiB blocks (seeded), then incrementals: ``--extents``
+   listing exactly the changed blocks (adjacent ones coalesced), ``--scan`` in the scan
+   repository, and ``restic backup`` again.
+5. Restores of the latest backup to a new file (both cbt-mover repositories and restic), each
+   checked by sha256 against the mutated image.
+6. "S3 (moto)": a ``moto_server`` subprocess on 127.0.0.1, full ``--extents`` backup of the
+   mutated image to ``s3://bench/repo`` and a restore from it (moto is stopped in every outcome).
+7. Memory: peak RSS of ``--scan`` and ``--extents`` backups of a 1 GiB and an 8 GiB sparse volume
+   holding the same 256 MiB of mixed data; the 8G/1G ratio.
+
+It prints a markdown table, the ratios the goals need (full and restore throughput vs restic,
+incremental amplification vs restic and fixed 1 MiB / 4 MiB grids, peak RSS, 8G/1G RSS) and
+the goal verdicts.
+
+Flags:
+
+``--write-docs``  also write the same report plus machine info (CPU, cores, RAM, kernel, Python,
+                  restic and zstd versions, git commit, date) to ``docs/benchmarks.md``;
+                  ``make bench`` passes it.
+``--size``        image size (``2G``, ``512M``, bytes; a multiple of 4 KiB), default 2G.
+``--workdir``     parent of the scratch directory (default: the system temp dir, i.e. /tmp).
+``--keep``        keep the scratch directory (images, repositories, logs) for inspection.
+``--skip-restic`` do not run restic (when restic is missing and cannot be installed it is
+                  skipped too; as root with apt-get it is installed automatically).
+``--skip-s3``     skip the moto phase; ``--skip-mem`` skip the 1G/8G memory phase.
+``--cli CMD``     command running cbt-mover. Default: ``movers/`` is copied into the scratch dir at
+                  the start and run from there with ``.venv/bin/python -P -m movers``, so every
+                  phase measures the same code even while the working tree is being edited;
+                  ``--cli live`` runs ``.venv/bin/cbt-mover`` on the working tree instead.
+
+The scratch directory is removed in every outcome unless ``--keep``. Exit status: 0 when every
+phase ran and every restore matched (goal misses are reported, not failures), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks.md"
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+BLOCK = 4096
+VOLUME = "bench-vol"
+MIX = {"random": 0.40, "text": 0.30, "zero": 0.15, "repeat": 0.15}
+MAX_RUN_LOG2 = 11  # runs of 1 .. 2048 blocks (4 KiB .. 8 MiB), log-uniform
+MEM_SIZES = (1 * GiB, 8 * GiB)
+MEM_DATA = 256 * MiB
+MEM_SEGMENTS = 64
+GOALS = {"full_x": 1.5, "restore_x": 1.5, "amp": 2.0, "rss_mib": 300.0, "rss_ratio": 1.2}
+
+T0 = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+class BenchError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Data generation
+
+
+_WORDS = (
+    "alpha beta gamma delta kube-system default monitoring ingress volume snapshot replica controller "
+    "etcd scheduler kubelet csi-driver node pod service endpoint deployment statefulset daemonset "
+    "backup restore mover prefect flow task worker queue retry timeout healthy ready pending"
+).split()
+_LEVELS = ("INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR")
+
+
+def _text_pool(rng: random.Random, n: int = 30000) -> list[str]:
+    """Distinct log / YAML-ish lines with varying numbers (compressible like real text)."""
+    pool = []
+    for i in range(n):
+        w = rng.choice(_WORDS)
+        v = rng.choice(_WORDS)
+        kind = i % 5
+        if kind == 0:
+            pool.append(
+                f"2026-11-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:"
+                f"{rng.randint(0, 59):02d}.{rng.randint(0, 999999):06d}Z {rng.choice(_LEVELS)}"
+                f" {w}[{rng.randint(1, 65535)}]:"
+                f" request id={rng.getrandbits(32):08x} path=/api/v1/namespaces/{v}/pods/{w}-{rng.getrandbits(20):05x}"
+                f" status={rng.choice((200, 200, 201, 404, 409, 500))} latency_ms={rng.randint(0, 5000)}\n"
+            )
+        elif kind == 1:
+            pool.append(
+                f"  - name: {w}-{rng.randint(0, 999)}\n    image: registry.local/{v}:{rng.randint(0, 9)}."
+                f"{rng.randint(0, 40)}.{rng.randint(0, 99)}\n    replicas: {rng.randint(1, 12)}\n"
+            )
+        elif kind == 2:
+            pool.append(
+                f"[{rng.uniform(0, 900000):14.6f}] EXT4-fs (vd{chr(97 + rng.randint(0, 7))}{rng.randint(1, 9)}):"
+                f" mounted filesystem {rng.getrandbits(64):016x} with ordered data mode. Quota mode: none.\n"
+            )
+        elif kind == 3:
+            ip = f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
+            pool.append(f'{w}_{v}_bytes_total{{instance="{ip}:9100"}} {rng.randint(0, 10**12)}\n')
+        else:
+            pool.append(f"    {w}: {rng.choice(('true', 'false', str(rng.randint(0, 100000)), v))}  # {v} {w}\n")
+    return pool
+
+
+class Content:
+    """Seeded generator of the block kinds, and of run plans mixing them."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.text_pool = _text_pool(self.rng)
+        self.avg_line = sum(map(len, self.text_pool)) / len(self.text_pool)
+        self.block_pool = [self.rng.randbytes(BLOCK) for _ in range(48)]
+        self.block_pool += [self.text(BLOCK) for _ in range(16)]
+
+    def plan(self, nblocks: int, mix: dict[str, float]) -> list[tuple[str, int, int]]:
+        """``(kind, first block, blocks)`` runs covering ``nblocks``, with exact kind totals."""
+        kinds = [k for k, w in mix.items() if w > 0]
+        total_w = sum(mix[k] for k in kinds)
+        budget = {k: int(nblocks * mix[k] / total_w) for k in kinds}
+        budget[kinds[0]] += nblocks - sum(budget.values())
+        runs = []
+        pos = 0
+        while pos < nblocks:
+            live = [k for k in kinds if budget[k] > 0]
+            kind = self.rng.choices(live, weights=[budget[k] for k in live])[0]
+            n = min(int(2 ** self.rng.uniform(0, MAX_RUN_LOG2)), budget[kind])
+            budget[kind] -= n
+            if runs and runs[-1][0] == kind:
+                k, s, m = runs[-1]
+                runs[-1] = (k, s, m + n)
+            else:
+                runs.append((kind, pos, n))
+            pos += n
+        return runs
+
+    def random_bytes(self, n: int):
+        while n > 0:
+            m = min(n, MiB)
+            yield self.rng.randbytes(m)
+            n -= m
+
+    def text(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            k = int((n - len(out)) / self.avg_line) + 16
+            out += "".join(self.rng.choices(self.text_pool, k=k)).encode()
+        return out[:n]
+
+    def text_bytes(self, n: int):
+        while n > 0:
+            m = min(n, MiB)
+            yield self.text(m)
+            n -= m
+
+    def repeat_bytes(self, n: int):
+        motif = b"".join(self.rng.sample(self.block_pool, self.rng.randint(1, 4)))
+        reps = -(-n // len(motif))
+        data = motif * reps
+        yield data[:n]
+
+    def write(self, fd: int, kind: str, offset: int, length: int) -> None:
+        gen = {"random": self.random_bytes, "text": self.text_bytes, "repeat": self.repeat_bytes}[kind]
+        for piece in gen(length):
+            _pwrite_all(fd, piece, offset)
+            offset += len(piece)
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
+
+
+def coalesce(extents) -> list[tuple[int, int]]:
+    """Sort and merge overlapping or adjacent ``(offset, length)`` extents."""
+    out: list[list[int]] = []
+    for off, length in sorted(extents):
+        if out and off <= out[-1][0] + out[-1][1]:
+            out[-1][1] = max(out[-1][1], off + length - out[-1][0])
+        else:
+            out.append([off, length])
+    return [(o, n) for o, n in out]
+
+
+@dataclass
+class Image:
+    path: Path
+    size: int
+    runs: list[tuple[str, int, int]]
+    kind_bytes: dict[str, int]
+    data_extents: list[tuple[int, int]]
+    gen_s: float
+
+
+def build_image(path: Path, size: int, seed: int) -> Image:
+    started = time.monotonic()
+    content = Content(seed)
+    nblocks = size // BLOCK
+    runs = content.plan(nblocks, MIX)
+    kind_bytes = dict.fromkeys(MIX, 0)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        for kind, first, n in runs:
+            kind_bytes[kind] += n * BLOCK
+            if kind != "zero":
+                content.write(fd, kind, first * BLOCK, n * BLOCK)
+    finally:
+        os.close(fd)
+    data = coalesce((first * BLOCK, n * BLOCK) for kind, first, n in runs if kind != "zero")
+    return Image(path, size, runs, kind_bytes, data, time.monotonic() - started)
+
+
+def mutate(path: Path, size: int, seed: int, fraction: float = 0.01) -> list[int]:
+    """Pwrite random bytes over ``fraction`` of the 4 KiB blocks; return the sorted block numbers."""
+    rng = random.Random(seed ^ 0x5EED)
+    nblocks = size // BLOCK
+    blocks = sorted(rng.sample(range(nblocks), max(1, int(nblocks * fraction))))
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        for b in blocks:
+            _pwrite_all(fd, rng.randbytes(BLOCK), b * BLOCK)
+    finally:
+        os.close(fd)
+    return blocks
+
+
+def build_sparse_volume(path: Path, size: int, seed: int) -> list[tuple[int, int]]:
+    """``size`` bytes of holes with the same ``MEM_DATA`` bytes of mixed data (any size) in
+    ``MEM_SEGMENTS`` segments spread over the volume; return the data extents."""
+    content = Content(seed + 1)
+    positions = random.Random(seed + 2)
+    seg = MEM_DATA // MEM_SEGMENTS
+    stride = size // MEM_SEGMENTS
+    mix = {k: w for k, w in MIX.items() if k != "zero"}
+    extents = []
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        for i in range(MEM_SEGMENTS):
+            base = i * stride + positions.randrange(0, (stride - seg) // BLOCK + 1) * BLOCK
+            for kind, first, n in content.plan(seg // BLOCK, mix):
+                content.write(fd, kind, base + first * BLOCK, n * BLOCK)
+            extents.append((base, seg))
+    finally:
+        os.close(fd)
+    return extents
+
+
+def write_extents(path: Path, extents) -> Path:
+    with open(path, "w", encoding="utf-8") as f:
+        for off, length in extents:
+            f.write(f'{{"offset": {off}, "length": {length}}}\n')
+    return path
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    buf = bytearray(8 * MiB)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def dir_stats(path: Path) -> tuple[int, int]:
+    """``(files, apparent bytes)`` under ``path``."""
+    files = size = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                size += os.lstat(os.path.join(dirpath, name)).st_size
+                files += 1
+    return files, size
+
+
+# ---------------------------------------------------------------------------------------------
+# Running and measuring subprocesses
+
+
+@dataclass
+class Proc:
+    cmd: list[str]
+    rc: int
+    wall: float
+    cpu: float
+    maxrss: int  # bytes
+    stdout: str
+    stderr: str
+
+
+class Runner:
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self.n = 0
+        self.can_drop = None
+
+    def drop_caches(self) -> bool:
+        """sync and drop the page cache; remembers whether that is possible here."""
+        os.sync()
+        if self.can_drop is False:
+            return False
+        try:
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
+            self.can_drop = True
+        except OSError:
+            self.can_drop = False
+        return self.can_drop
+
+    def run(self, cmd: list[str], label: str, env: dict | None = None, check: bool = True) -> Proc:
+        self.n += 1
+        base = self.logdir / f"{self.n:02d}-{re.sub(r'[^A-Za-z0-9]+', '-', label)}"
+        with open(f"{base}.out", "wb+") as out, open(f"{base}.err", "wb+") as err:
+            started = time.monotonic()
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, cwd=self.logdir.parent
+            )
+            try:
+                _pid, status, usage = os.wait4(proc.pid, 0)
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            wall = time.monotonic() - started
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            out.seek(0)
+            err.seek(0)
+            result = Proc(
+                cmd,
+                proc.returncode,
+                wall,
+                usage.ru_utime + usage.ru_stime,
+                usage.ru_maxrss * KiB,
+                out.read().decode(errors="replace"),
+                err.read().decode(errors="replace"),
+            )
+        if check and result.rc != 0:
+            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
+            raise BenchError(f"{label}: {shlex.join(cmd)} exited {result.rc}:\n{tail}")
+        return result
+
+
+def last_json(text: str, pred=lambda d: True) -> dict:
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                doc = json.loads(line)
+                if isinstance(doc, dict) and pred(doc):
+                    return doc
+    raise BenchError(f"no JSON result in output: {text[-300:]!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class Row:
+    phase: str
+    tool: str
+    wall: float
+    rate: float | None = None  # bytes/s
+    uploaded: int | None = None
+    objects: int | None = None
+    rss: int | None = None
+    cpu: float | None = None
+    new_data: int | None = None
+    repo_growth: int | None = None
+    note: str = ""
+
+
+def _mib(n: int | float | None, digits: int = 1) -> str:
+    return "–" if n is None else f"{n / MiB:,.{digits}f}"
+
+
+def table(rows: list[Row]) -> str:
+    head = (
+        "| phase | tool | wall s | MiB/s | uploaded MiB | objects | peak RSS MiB | CPU s | new data MiB |"
+        " repo +MiB | notes |"
+    )
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for r in rows:
+        lines.append(
+            f"| {r.phase} | {r.tool} | {r.wall:.2f} | {_mib(r.rate, 0)} | {_mib(r.uploaded)} |"
+            f" {'–' if r.objects is None else r.objects} | {_mib(r.rss, 0)} |"
+            f" {'–' if r.cpu is None else f'{r.cpu:.1f}'} | {_mib(r.new_data)} | {_mib(r.repo_growth)} | {r.note} |"
+        )
+    return "\n".join(lines)
+
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    scratch: Path
+    runner: Runner
+    cli: list[str]
+    cli_env: dict[str, str] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    results: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    # -- cbt-mover ------------------------------------------------------------------------------
+
+    def cbt(self, args: list[str], label: str, env: dict | None = None) -> tuple[Proc, dict]:
+        p = self.runner.run([*self.cli, *args, "--json"], label, env={**(env or os.environ), **self.cli_env})
+        return p, last_json(p.stdout)
+
+    def cbt_init(self, url: str, env: dict | None = None) -> None:
+        self.cbt(["init", "--repo", url], f"init {url}", env=env)
+
+    def cbt_backup(
+        self,
+        phase: str,
+        tool: str,
+        url: str,
+        repo_dir: Path | None,
+        device: Path,
+        source: list[str],
+        capacity: int,
+        *,
+        rate: bool,
+        env: dict | None = None,
+        objects_fn=None,
+    ) -> dict:
+        before = dir_stats(repo_dir) if repo_dir else objects_fn()
+        self.runner.drop_caches()
+        p, res = self.cbt(
+            ["backup", "--repo", url, "--volume", VOLUME, "--device", str(device), *source], f"{phase} {tool}", env=env
+        )
+        after = dir_stats(repo_dir) if repo_dir else objects_fn()
+        note = f"mode {res['mode']}, read {_mib(res['read_bytes'])} MiB"
+        self.rows.append(
+            Row(
+                phase,
+                tool,
+                p.wall,
+                capacity / p.wall if rate else None,
+                res["stored_bytes"],
+                after[0] - before[0],
+                p.maxrss,
+                p.cpu,
+                res["new_chunk_bytes"],
+                after[1] - before[1],
+                note,
+            )
+        )
+        res.update(wall=p.wall, rss=p.maxrss, cpu=p.cpu, objects=after[0] - before[0], growth=after[1] - before[1])
+        log(
+            f"{phase} / {tool}: {p.wall:.2f} s, {res['mode']}, new {_mib(res['new_chunk_bytes'])} MiB,"
+            f" stored {_mib(res['stored_bytes'])} MiB, RSS {_mib(p.maxrss, 0)} MiB"
+        )
+        return res
+
+    def cbt_restore(
+        self, phase: str, tool: str, url: str, target: Path, expect: str, capacity: int, env: dict | None = None
+    ) -> dict:
+        self.runner.drop_caches()
+        p, res = self.cbt(
+            ["restore", "--repo", url, "--volume", VOLUME, "--device", str(target)], f"{phase} {tool}", env=env
+        )
+        ok = sha256_file(target) == expect
+        target.unlink()
+        if not ok:
+            self.failures.append(f"{phase} / {tool}: restored image sha256 differs from the source")
+        self.rows.append(
+            Row(
+                phase,
+                tool,
+                p.wall,
+                capacity / p.wall,
+                None,
+                None,
+                p.maxrss,
+                p.cpu,
+                None,
+                None,
+                f"sha256 {'OK' if ok else 'MISMATCH'}, fetched {_mib(res.get('fetched_bytes'))} MiB, fsync",
+            )
+        )
+        res.update(wall=p.wall, rss=p.maxrss, ok=ok)
+        log(f"{phase} / {tool}: {p.wall:.2f} s, sha256 {'OK' if ok else 'MISMATCH'}, RSS {_mib(p.maxrss, 0)} MiB")
+        return res
+
+    # -- restic ---------------------------------------------------------------------------------
+
+    def restic_env(self) -> dict:
+        env = dict(os.environ)
+        env.update(
+            RESTIC_PASSWORD="bench-password",
+            RESTIC_REPOSITORY=str(self.scratch / "restic-repo"),
+            RESTIC_CACHE_DIR=str(self.scratch / "restic-cache"),
+        )
+        return env
+
+    def restic_backup(self, phase: str, image: Image, rate: bool) -> dict:
+        repo = self.scratch / "restic-repo"
+        before = dir_stats(repo)
+        self.runner.drop_caches()
+        p = self.runner.run(
+            ["restic", "backup", "--host", "bench", "--json", str(image.path)], f"{phase} restic", env=self.restic_env()
+        )
+        after = dir_stats(repo)
+        summary = last_json(p.stdout, lambda d: d.get("message_type") == "summary")
+        packed = summary.get("data_added_packed")
+        growth = after[1] - before[1]
+        self.rows.append(
+            Row(
+                phase,
+                "restic",
+                p.wall,
+                image.size / p.wall if rate else None,
+                packed if packed is not None else growth,
+                after[0] - before[0],
+                p.maxrss,
+                p.cpu,
+                summary["data_added"],
+                growth,
+                "uploaded = data_added_packed" if packed is not None else "uploaded = repo growth",
+            )
+        )
+        log(f"{phase} / restic: {p.wall:.2f} s, added {_mib(summary['data_added'])} MiB, repo +{_mib(growth)} MiB")
+        return {
+            "wall": p.wall,
+            "rss": p.maxrss,
+            "data_added": summary["data_added"],
+            "growth": growth,
+            "packed": packed,
+        }
+
+    def restic_restore(self, phase: str, image: Image, expect: str) -> dict:
+        target = self.scratch / "restic-restore"
+        self.runner.drop_caches()
+        p = self.runner.run(
+            ["restic", "restore", "latest", "--host", "bench", "--target", str(target)],
+            f"{phase} restic",
+            env=self.restic_env(),
+        )
+        restored = target / image.path.relative_to(image.path.anchor)
+        started = time.monotonic()
+        fd = os.open(restored, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_s = time.monotonic() - started
+        ok = sha256_file(restored) == expect
+        shutil.rmtree(target)
+        if not ok:
+            self.failures.append(f"{phase} / restic: restored image sha256 differs from the source")
+        self.rows.append(
+            Row(
+                phase,
+                "restic",
+                p.wall,
+                image.size / p.wall,
+                None,
+                None,
+                p.maxrss,
+                p.cpu,
+                None,
+                None,
+                f"sha256 {'OK' if ok else 'MISMATCH'}; +{fsync_s:.2f} s to fsync the file afterwards",
+            )
+        )
+        log(f"{phase} / restic: {p.wall:.2f} s (+{fsync_s:.2f} s fsync), sha256 {'OK' if ok else 'MISMATCH'}")
+        return {"wall": p.wall, "wall_fsync": p.wall + fsync_s, "rss": p.maxrss, "ok": ok}
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools
+
+
+def ensure_tool(name: str, package: str) -> bool:
+    if shutil.which(name):
+        return True
+    log(f"{name} is not on PATH; install it with: apt-get install -y {package}")
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        log(f"running as root with apt-get: installing {package}")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
+            if subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL).returncode != 0:
+                log(f"`{shlex.join(cmd)}` failed")
+                return False
+    return shutil.which(name) is not None
+
+
+def tool_version(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        return (out.stdout or out.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "not available"
+
+
+def snapshot_code(scratch: Path) -> tuple[list[str], dict[str, str], str]:
+    """Copy ``movers/`` into the scratch dir and return ``(command, env, description)`` running it.
+
+    Other people edit the working tree while the benchmark runs; every phase must run the same
+    code, so the package is copied once, at the start, and run with ``python -P -m movers`` (``-P``:
+    the working directory is not put on ``sys.path``) from that copy.
+    """
+    src = scratch / "src"
+    shutil.copytree(ROOT / "movers", src / "movers", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    python = ROOT / ".venv" / "bin" / "python"
+    python = python if python.exists() else Path(sys.executable)
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "movers"], capture_output=True, text=True
+    ).stdout.split("\n")
+    dirty = [line[3:] for line in dirty if line.strip()]
+    desc = "snapshot of movers/ at the start of the run"
+    if dirty:
+        desc += f" (uncommitted changes in {', '.join(dirty[:6])}{' ...' if len(dirty) > 6 else ''})"
+    return [str(python), "-P", "-m", "movers"], {"PYTHONPATH": str(src)}, desc
+
+
+def find_cli(arg: str) -> list[str]:
+    if arg != "live":
+        return shlex.split(arg)
+    venv = ROOT / ".venv" / "bin" / "cbt-mover"
+    if venv.exists():
+        return [str(venv)]
+    found = shutil.which("cbt-mover")
+    return [found] if found else [sys.executable, "-m", "movers"]
+
+
+def _shared_moto():
+    """The project's moto launcher (``localcluster.s3.moto_s3``) when importable, else None."""
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))
+    try:
+        from localcluster.s3 import moto_s3
+    except ImportError:
+        return None
+    return moto_s3
+
+
+@contextlib.contextmanager
+def moto_server(logdir: Path):
+    """Yield ``(endpoint_url, pid)`` of a moto S3 server on loopback; stopped in every outcome."""
+    shared = _shared_moto()
+    if shared is not None:
+        with shared() as server:
+            yield server.endpoint_url, server.process.pid
+        return
+    for cand in (ROOT / ".venv" / "bin" / "moto_server", Path(sys.executable).with_name("moto_server")):
+        if cand.exists():
+            base = [str(cand)]
+            break
+    else:
+        found = shutil.which("moto_server")
+        if not found:
+            raise BenchError("moto_server not found (install the dev extra: moto[server])")
+        base = [found]
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
+    with open(logdir / "moto.log", "wb") as moto_log:
+        proc = subprocess.Popen(
+            [*base, "-H", "127.0.0.1", "-p", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=moto_log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        try:
+            endpoint = f"http://127.0.0.1:{port}"
+            if not wait_http(proc, endpoint + "/"):
+                raise BenchError(f"moto_server did not answer on {endpoint} (see logs/moto.log)")
+            yield endpoint, proc.pid
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_http(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with opener.open(url, timeout=1):
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a running process has used so far (Linux), 0.0 if unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def machine_info(cli: list[str]) -> dict[str, str]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    ram = "unknown"
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram = f"{int(line.split()[1]) / (1 << 20):.1f} GiB"
+    commit = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
+    python = Path(cli[0]).with_name("python")
+    python = cli[0] if "python" in Path(cli[0]).name else str(python) if python.exists() else sys.executable
+    py = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True)
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "ram": ram,
+        "kernel": f"{platform.system()} {platform.release()}",
+        "os": _os_release(),
+        "python": py.stdout.strip() or platform.python_version(),
+        "restic": tool_version(["restic", "version"]),
+        "zstd": tool_version(["zstd", "--version"]),
+        "git": commit,
+        "load_start": _loadavg(),
+    }
+
+
+def _loadavg() -> str:
+    try:
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def _os_release() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip('"')
+    return "unknown"
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad size {text!r} (e.g. 2G, 512M, 1073741824)")
+    value = int(float(m.group(1)) * {"": 1, "K": KiB, "M": MiB, "G": GiB, "T": 1 << 40}[m.group(2).upper()])
+    if value < 16 * MiB or value % BLOCK:
+        raise argparse.ArgumentTypeError("size must be at least 16M and a multiple of 4 KiB")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark
+
+
+def run_bench(b: Bench) -> None:
+    args = b.args
+    s = b.scratch
+    size = args.size
+    file_url = lambda p: "file://" + str(p)  # noqa: E731
+
+    log(f"building a {_mib(size, 0)} MiB image in {s}")
+    image = build_image(s / "volume.img", size, args.seed)
+    allocated = sum(n for _o, n in image.data_extents)
+    b.results["image"] = image
+    log(
+        f"image built in {image.gen_s:.1f} s: "
+        + ", ".join(f"{k} {_mib(v, 0)} MiB" for k, v in image.kind_bytes.items())
+        + f"; {len(image.runs)} runs, {len(image.data_extents)} allocated extents ({_mib(allocated, 0)} MiB)"
+    )
+
+    # -- zstd: the compression limit
+    if b.results["have_zstd"]:
+        zst = s / "volume.img.zst"
+        b.runner.drop_caches()
+        p = b.runner.run(["zstd", "-T0", "-3", "-q", "-f", "-o", str(zst), str(image.path)], "zstd -3")
+        zsize = zst.stat().st_size
+        zst.unlink()
+        b.results["zstd"] = {"wall": p.wall, "size": zsize}
+        b.rows.append(
+            Row(
+                "compress image",
+                "zstd -T0 -3",
+                p.wall,
+                size / p.wall,
+                zsize,
+                None,
+                p.maxrss,
+                p.cpu,
+                size,
+                None,
+                f"ratio {size / zsize:.2f} (image incl. holes)",
+            )
+        )
+        log(f"zstd -T0 -3: {p.wall:.2f} s, {_mib(zsize)} MiB")
+
+    # -- full backups
+    cbt_repo, scan_repo = s / "repo-cbt", s / "repo-scan"
+    b.cbt_init(file_url(cbt_repo))
+    b.cbt_init(file_url(scan_repo))
+    full_ext = write_extents(s / "allocated.jsonl", image.data_extents)
+    b.results["full_cbt"] = b.cbt_backup(
+        "full",
+        "cbt-mover --extents",
+        file_url(cbt_repo),
+        cbt_repo,
+        image.path,
+        ["--extents", str(full_ext)],
+        size,
+        rate=True,
+    )
+    b.results["full_scan"] = b.cbt_backup(
+        "full", "cbt-mover --scan", file_url(scan_repo), scan_repo, image.path, ["--scan"], size, rate=True
+    )
+    if b.results["have_restic"]:
+        b.runner.run(["restic", "init"], "restic init", env=b.restic_env())
+        b.results["full_restic"] = b.restic_backup("full", image, rate=True)
+
+    # -- 1 % scattered changes and incrementals
+    blocks = mutate(image.path, size, args.seed)
+    changed = coalesce((blk * BLOCK, BLOCK) for blk in blocks)
+    changed_bytes = len(blocks) * BLOCK
+    b.results["changed"] = {"blocks": len(blocks), "bytes": changed_bytes, "extents": len(changed), "list": blocks}
+    log(f"mutated {len(blocks)} blocks ({_mib(changed_bytes)} MiB) in {len(changed)} extents")
+    incr_ext = write_extents(s / "changed.jsonl", changed)
+    b.results["incr_cbt"] = b.cbt_backup(
+        "incremental 1 %",
+        "cbt-mover --extents",
+        file_url(cbt_repo),
+        cbt_repo,
+        image.path,
+        ["--extents", str(incr_ext)],
+        size,
+        rate=False,
+    )
+    b.results["incr_scan"] = b.cbt_backup(
+        "incremental 1 %", "cbt-mover --scan", file_url(scan_repo), scan_repo, image.path, ["--scan"], size, rate=False
+    )
+    if b.results["have_restic"]:
+        b.results["incr_restic"] = b.restic_backup("incremental 1 %", image, rate=False)
+
+    # -- restores
+    expect = sha256_file(image.path)
+    b.results["restore_cbt"] = b.cbt_restore(
+        "restore latest", "cbt-mover (cbt repo)", file_url(cbt_repo), s / "restore-cbt.img", expect, size
+    )
+    b.results["restore_scan"] = b.cbt_restore(
+        "restore latest", "cbt-mover (scan repo)", file_url(scan_repo), s / "restore-scan.img", expect, size
+    )
+    if b.results["have_restic"]:
+        b.results["restore_restic"] = b.restic_restore("restore latest", image, expect)
+
+    # -- S3 (moto)
+    if args.skip_s3:
+        b.notes.append("S3 (moto) phase skipped (--skip-s3).")
+    else:
+        mutated_alloc = coalesce([*image.data_extents, *changed])
+        try:
+            s3_phase(b, image, write_extents(s / "allocated-mutated.jsonl", mutated_alloc), expect)
+        except (BenchError, RuntimeError, OSError) as err:
+            b.failures.append(f"S3 (moto) phase failed: {err}")
+            log(b.failures[-1])
+
+    # -- memory: 1 GiB vs 8 GiB sparse volumes with the same data
+    if args.skip_mem:
+        b.notes.append("Memory phase skipped (--skip-mem).")
+    else:
+        mem = {}
+        for vsize in MEM_SIZES:
+            vol = s / f"sparse-{vsize // GiB}g.img"
+            extents = build_sparse_volume(vol, vsize, args.seed)
+            ext_file = write_extents(s / f"sparse-{vsize // GiB}g.jsonl", extents)
+            label = f"memory {vsize // GiB} GiB sparse"
+            for mode, source in (("scan", ["--scan"]), ("extents", ["--extents", str(ext_file)])):
+                repo = s / f"repo-mem-{vsize // GiB}g-{mode}"
+                b.cbt_init(file_url(repo))
+                mem[(vsize, mode)] = b.cbt_backup(
+                    label, f"cbt-mover --{mode}", file_url(repo), repo, vol, source, vsize, rate=True
+                )
+                shutil.rmtree(repo)
+            vol.unlink()
+        b.results["mem"] = mem
+
+
+def s3_phase(b: Bench, image: Image, ext_file: Path, expect: str) -> None:
+    with moto_server(b.scratch / "logs") as (endpoint, moto_pid):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_REGION="us-east-1",
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_ENDPOINT_URL=endpoint,
+            AWS_CONFIG_FILE=str(b.scratch / "aws-config"),
+            AWS_SHARED_CREDENTIALS_FILE=str(b.scratch / "aws-credentials"),
+            NO_PROXY="127.0.0.1,localhost",
+            no_proxy="127.0.0.1,localhost",
+        )
+        client = _s3_client(endpoint)
+        if client is not None:
+            client.create_bucket(Bucket="bench")
+        else:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            opener.open(urllib.request.Request(endpoint + "/bench", method="PUT"), timeout=10).close()
+
+        def objects() -> tuple[int, int]:
+            if client is None:
+                return 0, 0
+            n = total = 0
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket="bench", Prefix="repo/"):
+                for obj in page.get("Contents", []):
+                    n += 1
+                    total += obj["Size"]
+            return n, total
+
+        url = "s3://bench/repo"
+        b.cbt_init(url, env=env)
+        cpu0 = proc_cpu(moto_pid)
+        b.results["s3_full"] = b.cbt_backup(
+            "S3 (moto) full",
+            "cbt-mover --extents",
+            url,
+            None,
+            image.path,
+            ["--extents", str(ext_file)],
+            image.size,
+            rate=True,
+            env=env,
+            objects_fn=objects,
+        )
+        cpu1 = proc_cpu(moto_pid)
+        b.rows[-1].note += f"; moto server used {cpu1 - cpu0:.1f} CPU s"
+        b.results["s3_restore"] = b.cbt_restore(
+            "S3 (moto) restore", "cbt-mover", url, b.scratch / "restore-s3.img", expect, image.size, env=env
+        )
+        b.rows[-1].note += f"; moto server used {proc_cpu(moto_pid) - cpu1:.1f} CPU s"
+
+
+def _s3_client(endpoint: str):
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        return None
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("**met**" if ok else "**MISSED**")
+
+
+def report(b: Bench) -> str:
+    r = b.results
+    image: Image = r["image"]
+    lines = []
+    lines.append(table(b.rows))
+    lines.append("")
+    lines.append(
+        "MiB/s is image bytes (holes included) per wall second for full backups, restores and zstd; incremental"
+        " rows report time and bytes only. *uploaded* is cbt-mover's `stored_bytes` (compressed packs +"
+        " metadata) or restic's repository growth; *new data* is cbt-mover's `new_chunk_bytes` or restic's"
+        " `data_added` (both before compression); *objects* are files (or S3 objects) the phase added to the"
+        " repository. Restores go to a new file; cbt-mover fsyncs it, restic does not (the fsync time is"
+        " added for the comparison below)."
+    )
+    lines.append("")
+    lines.append("### Ratios")
+    lines.append("")
+    full_ratio = restore_ratio = None
+    if "full_restic" in r:
+        fr = r["full_restic"]["wall"]
+        full_ratio = fr / r["full_cbt"]["wall"]
+        lines.append(
+            f"* Full backup throughput, cbt-mover `--extents` / restic: **{full_ratio:.2f}x**"
+            f" ({_rate(image.size, r['full_cbt']['wall'])} vs {_rate(image.size, fr)} MiB/s);"
+            f" `--scan` / restic: {fr / r['full_scan']['wall']:.2f}x"
+        )
+        rr = r["restore_restic"]
+        restore_ratio = rr["wall_fsync"] / r["restore_cbt"]["wall"]
+        lines.append(
+            f"* Restore throughput, cbt-mover / restic (+fsync): **{restore_ratio:.2f}x**"
+            f" ({_rate(image.size, r['restore_cbt']['wall'])} vs {_rate(image.size, rr['wall_fsync'])} MiB/s);"
+            f" against restic without fsync: {rr['wall'] / r['restore_cbt']['wall']:.2f}x"
+        )
+    if "zstd" in r:
+        z = r["zstd"]
+        lines.append(
+            f"* Compression: zstd -T0 -3 over the image gives {_mib(z['size'])} MiB in {z['wall']:.2f} s;"
+            f" cbt-mover full stored {_mib(r['full_cbt']['stored_bytes'])} MiB"
+            f" ({r['full_cbt']['stored_bytes'] / z['size']:.2f}x the zstd size)"
+            + (
+                f", restic {_mib(r['full_restic']['growth'])} MiB ({r['full_restic']['growth'] / z['size']:.2f}x)"
+                if "full_restic" in r
+                else ""
+            )
+        )
+    ch = r["changed"]
+    cb = ch["bytes"]
+    blocks = ch["list"]
+    grid = {g: len({blk * BLOCK // g for blk in blocks}) * g for g in (64 * KiB, MiB, 4 * MiB)}
+    amp_cbt = r["incr_cbt"]["new_chunk_bytes"] / cb
+    lines.append(
+        f"* Incremental after {ch['blocks']} scattered 4 KiB writes ({_mib(cb)} MiB in {ch['extents']}"
+        f" extents), amplification = bytes stored as new chunks (before compression) / changed bytes:"
+    )
+    lines.append(
+        f"  * cbt-mover `--extents` (CBT): **{amp_cbt:.2f}x** ({_mib(r['incr_cbt']['new_chunk_bytes'])} MiB new,"
+        f" {_mib(r['incr_cbt']['stored_bytes'])} MiB uploaded = {r['incr_cbt']['stored_bytes'] / cb:.2f}x"
+        f" changed, in {r['incr_cbt']['wall']:.2f} s)"
+    )
+    lines.append(
+        f"  * cbt-mover `--scan`: {r['incr_scan']['new_chunk_bytes'] / cb:.2f}x"
+        f" ({_mib(r['incr_scan']['new_chunk_bytes'])} MiB new, {_mib(r['incr_scan']['stored_bytes'])} MiB"
+        f" uploaded, in {r['incr_scan']['wall']:.2f} s)"
+    )
+    if "incr_restic" in r:
+        ir = r["incr_restic"]
+        lines.append(
+            f"  * restic (CDC): {ir['data_added'] / cb:.2f}x ({_mib(ir['data_added'])} MiB added,"
+            f" repo +{_mib(ir['growth'])} MiB = {ir['growth'] / cb:.2f}x changed, in {ir['wall']:.2f} s)"
+        )
+    for g, label in ((MiB, "1 MiB"), (4 * MiB, "4 MiB"), (64 * KiB, "64 KiB")):
+        lines.append(f"  * fixed {label} grid (computed): {grid[g] / cb:.2f}x ({_mib(grid[g])} MiB)")
+    cbt_rows = [row for row in b.rows if row.tool.startswith("cbt-mover")]
+    peak = max(cbt_rows, key=lambda row: row.rss or 0)
+    lines.append(f"* Peak RSS of any cbt-mover run: **{_mib(peak.rss, 0)} MiB** ({peak.phase} / {peak.tool})")
+    rss_ratios = {}
+    if "mem" in r:
+        for mode in ("scan", "extents"):
+            small, big = r["mem"][(MEM_SIZES[0], mode)], r["mem"][(MEM_SIZES[1], mode)]
+            rss_ratios[mode] = big["rss"] / small["rss"]
+            lines.append(
+                f"* Sparse 8 GiB / 1 GiB peak RSS, `--{mode}` ({_mib(MEM_DATA, 0)} MiB of data in each):"
+                f" **{rss_ratios[mode]:.2f}x** ({_mib(big['rss'], 0)} / {_mib(small['rss'], 0)} MiB;"
+                f" wall {big['wall']:.2f} / {small['wall']:.2f} s)"
+            )
+    lines.append("")
+    lines.append("### Goals")
+    lines.append("")
+    lines.append("| goal | target | measured | verdict |")
+    lines.append("|---|---|---|---|")
+    g = GOALS
+    goals = [
+        (
+            "full backup throughput vs restic",
+            f">= {g['full_x']}x",
+            _x(full_ratio),
+            None if full_ratio is None else full_ratio >= g["full_x"],
+        ),
+        (
+            "restore throughput vs restic",
+            f">= {g['restore_x']}x",
+            _x(restore_ratio),
+            None if restore_ratio is None else restore_ratio >= g["restore_x"],
+        ),
+        ("incremental amplification (CBT)", f"<= {g['amp']}x", _x(amp_cbt), amp_cbt <= g["amp"]),
+        (
+            "peak RSS (any cbt-mover run)",
+            f"< {g['rss_mib']:.0f} MiB",
+            f"{_mib(peak.rss, 0)} MiB",
+            peak.rss / MiB < g["rss_mib"],
+        ),
+    ]
+    for mode, ratio in rss_ratios.items():
+        goals.append(
+            (f"RSS 8 GiB / 1 GiB sparse, --{mode}", f"<= {g['rss_ratio']}x", _x(ratio), ratio <= g["rss_ratio"])
+        )
+    for name, target, measured, ok in goals:
+        lines.append(f"| {name} | {target} | {measured} | {_verdict(ok)} |")
+    b.results["goals"] = goals
+    if b.failures or b.notes:
+        lines.append("")
+        for f in b.failures:
+            lines.append(f"* FAILURE: {f}")
+        for n in b.notes:
+            lines.append(f"* {n}")
+    return "\n".join(lines)
+
+
+def _rate(n: int, s: float) -> str:
+    return f"{n / s / MiB:,.0f}"
+
+
+def _x(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}x"
+
+
+def docs_text(b: Bench, body: str, info: dict[str, str]) -> str:
+    image: Image = b.results["image"]
+    kinds = ", ".join(f"{k} {_mib(v, 0)} MiB ({v / image.size:.0%})" for k, v in image.kind_bytes.items())
+    drop = (
+        "dropped before every measured phase"
+        if b.runner.can_drop
+        else "NOT dropped (not permitted): every tool ran with a warm cache, in the same order"
+    )
+    return f"""# Engine benchmark
+
+Generated by `bench/engine_bench.py --write-docs` (`make bench`); do not edit by hand, rerun it.
+Each measurement is a separate subprocess; wall time, CPU time (user+sys) and peak RSS come from `os.wait4`.
+One run, no repetitions: on a shared host expect run-to-run noise (compare the load averages below).
+
+## Machine
+
+| | |
+|---|---|
+| date | {info["date"]} |
+| CPU | {info["cpu"]} |
+| cores | {info["cores"]} |
+| RAM | {info["ram"]} |
+| OS / kernel | {info["os"]} / {info["kernel"]} |
+| Python (cbt-mover) | {info["python"]} |
+| restic | {info["restic"]} |
+| zstd | {info["zstd"]} |
+| cbt-mover code | commit {info["git"]}, {info["code"]} |
+| page cache | {drop} |
+| load average (1 / 5 / 15 min) | start {info["load_start"]}, end {_loadavg()} |
+
+## Data set
+
+A {_mib(image.size, 0)} MiB sparse image file (seed {b.args.seed}), 4 KiB granularity, {len(image.runs)} runs of
+4 KiB to 8 MiB: {kinds}. Zeros are holes (never written). Random blocks come from a seeded PRNG, text blocks
+from log / YAML / metrics lines with varying numbers, repeated blocks from a pool of 64 distinct blocks.
+The full `--extents` backup lists the {len(image.data_extents)} allocated ranges (what CBT GetMetadataAllocated
+feeds); the incremental `--extents` lists exactly the changed 4 KiB blocks, adjacent ones coalesced.
+Memory phase: {MEM_SEGMENTS} segments of {_mib(MEM_DATA // MEM_SEGMENTS, 0)} MiB of the same mix (no zeros)
+spread over a 1 GiB and an 8 GiB sparse volume, backed up into fresh repositories.
+
+## Results
+
+{body}
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=parse_size, default=2 * GiB, help="image size (default 2G)")
+    parser.add_argument("--workdir", type=Path, default=None, help="parent of the scratch dir (default /tmp)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch dir")
+    parser.add_argument("--skip-restic", action="store_true")
+    parser.add_argument("--skip-s3", action="store_true")
+    parser.add_argument("--skip-mem", action="store_true")
+    parser.add_argument("--seed", type=int, default=20261121)
+    parser.add_argument(
+        "--cli",
+        default=None,
+        help="command running cbt-mover; 'live' runs .venv/bin/cbt-mover on the working tree as it changes"
+        " (default: a snapshot of movers/ taken at the start)",
+    )
+    parser.add_argument("--write-docs", action="store_true", help=f"write the report to {DOCS.relative_to(ROOT)}")
+    args = parser.parse_args(argv)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.workdir:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="cbt-bench-", dir=args.workdir))
+    (scratch / "logs").mkdir()
+    rc = 1
+    try:
+        if args.cli is None:
+            cli, cli_env, code = snapshot_code(scratch)
+        else:
+            cli, cli_env, code = find_cli(args.cli), {}, f"`{args.cli}`"
+        bench = Bench(args, scratch, Runner(scratch / "logs"), cli, cli_env)
+        bench.results["have_zstd"] = ensure_tool("zstd", "zstd")
+        if not bench.results["have_zstd"]:
+            bench.notes.append("zstd phase skipped: zstd not available (apt-get install -y zstd).")
+        if args.skip_restic:
+            bench.results["have_restic"] = False
+            bench.notes.append("restic phases skipped (--skip-restic).")
+        else:
+            bench.results["have_restic"] = ensure_tool("restic", "restic")
+            if not bench.results["have_restic"]:
+                bench.notes.append("restic phases skipped: restic not available (apt-get install -y restic).")
+        info = machine_info(cli)
+        info["code"] = code
+        log(f"cbt-mover: {shlex.join(cli)} ({code}); restic: {info['restic']}; zstd: {info['zstd']}")
+        run_bench(bench)
+        if bench.runner.can_drop is False:
+            bench.notes.append("The page cache could not be dropped: every tool ran warm, in the same order.")
+        body = report(bench)
+        print(body)
+        if args.write_docs:
+            DOCS.parent.mkdir(parents=True, exist_ok=True)
+            DOCS.write_text(docs_text(bench, body, info), encoding="utf-8")
+            log(f"wrote {DOCS}")
+        rc = 1 if bench.failures else 0
+    except BenchError as err:
+        log(f"benchmark failed: {err}")
+    except KeyboardInterrupt:
+        log("interrupted")
+        rc = 130
+    except SystemExit as exc:
+        log(f"terminated (exit {exc.code})")
+        raise
+    finally:
+        if args.keep:
+            log(f"kept scratch dir {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+        log(f"done in {time.monotonic() - T0:.1f} s")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
