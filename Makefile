@@ -28,7 +28,7 @@ lock: $(STAMP)
 	$(VENV)/bin/uv pip compile -q pyproject.toml --extra dev -p 3.11 -o requirements.lock
 
 bench: $(STAMP)
-	$(VENV)/bin/python bench/engine_bench.py
+	$(VENV)/bin/python bench/engine_bench.py --write-docs
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -67,7 +67,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -674,78 +673,15 @@ def find_cli(arg: str) -> list[str]:
     return [found] if found else [sys.executable, "-m", "movers"]
 
 
-def _shared_moto():
-    """The project's moto launcher (``localcluster.s3.moto_s3``) when importable, else None."""
-    if str(ROOT) not in sys.path:
-        sys.path.append(str(ROOT))
-    try:
-        from localcluster.s3 import moto_s3
-    except ImportError:
-        return None
-    return moto_s3
-
-
 @contextlib.contextmanager
 def moto_server(logdir: Path):
-    """Yield ``(endpoint_url, pid)`` of a moto S3 server on loopback; stopped in every outcome."""
-    shared = _shared_moto()
-    if shared is not None:
-        with shared() as server:
-            yield server.endpoint_url, server.process.pid
-        return
-    for cand in (ROOT / ".venv" / "bin" / "moto_server", Path(sys.executable).with_name("moto_server")):
-        if cand.exists():
-            base = [str(cand)]
-            break
-    else:
-        found = shutil.which("moto_server")
-        if not found:
-            raise BenchError("moto_server not found (install the dev extra: moto[server])")
-        base = [found]
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
-    with open(logdir / "moto.log", "wb") as moto_log:
-        proc = subprocess.Popen(
-            [*base, "-H", "127.0.0.1", "-p", str(port)],
-            stdin=subprocess.DEVNULL,
-            stdout=moto_log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        try:
-            endpoint = f"http://127.0.0.1:{port}"
-            if not wait_http(proc, endpoint + "/"):
-                raise BenchError(f"moto_server did not answer on {endpoint} (see logs/moto.log)")
-            yield endpoint, proc.pid
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    """Yield ``(endpoint_url, pid)`` of the project's moto S3 server; stopped in every outcome."""
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))
+    from localcluster.s3 import moto_s3
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_http(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> bool:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            with opener.open(url, timeout=1):
-                return True
-        except urllib.error.HTTPError:
-            return True
-        except OSError:
-            time.sleep(0.1)
-    return False
+    with moto_s3() as server:
+        yield server.endpoint_url, server.process.pid
 
 
 def proc_cpu(pid: int) -> float:

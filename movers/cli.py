@@ -29,12 +29,12 @@ def _add_repo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3-region", default=None, help="S3 region (default: AWS_REGION / profile)")
     p.add_argument("--s3-profile", default=None, help="AWS profile name (default: AWS_PROFILE)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
+    p.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
+    p.add_argument("--progress-interval", type=float, default=2.0, help="seconds between progress lines")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cbt-mover", description="Back up and restore block volumes.")
-    parser.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
-    parser.add_argument("--progress-interval", type=float, default=2.0, help="seconds between progress lines")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("init", help="create a repository")

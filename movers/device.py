@@ -44,6 +44,15 @@ def device_size(fd: int) -> int:
     return os.fstat(fd).st_size
 
 
+def is_hole(fd: int, offset: int, length: int) -> bool:
+    """Whether ``[offset, offset+length)`` of a regular file is a hole (SEEK_DATA finds no
+    data before its end). False when the filesystem cannot tell."""
+    try:
+        return os.lseek(fd, offset, os.SEEK_DATA) >= offset + length
+    except OSError as err:
+        return err.errno == errno.ENXIO  # no data at or after offset
+
+
 def pread_exact(fd: int, length: int, offset: int) -> bytes:
     """Read exactly ``length`` bytes at ``offset`` (short reads are continued)."""
     data = os.pread(fd, length, offset)
@@ -58,6 +67,17 @@ def pread_exact(fd: int, length: int, offset: int) -> bytes:
         parts.append(more)
         got += len(more)
     return b"".join(parts)
+
+
+def pread_into(fd: int, buf: memoryview, offset: int) -> None:
+    """Fill ``buf`` from ``offset`` (short reads are continued; a reused buffer avoids the
+    page faults of allocating a new one for every read)."""
+    got = 0
+    while got < len(buf):
+        n = os.preadv(fd, [buf[got:]], offset + got)
+        if n == 0:
+            raise UsageError(f"device ended at {offset + got} while reading {len(buf)} bytes at {offset}")
+        got += n
 
 
 def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:

@@ -312,7 +312,9 @@ def test_no_object_is_ever_written_twice(image, tmp_path):
     write_blocks(image, [MiB * i for i in range(40)], seed=5)
     faulty.crash_after_puts(1, prefix="packs/")
     with pytest.raises(SimulatedCrash):
-        run_backup(Repository.open(faulty), str(image), VolumeIdentity("other"), options=BackupOptions(upload_threads=1))
+        run_backup(
+            Repository.open(faulty), str(image), VolumeIdentity("other"), options=BackupOptions(upload_threads=1)
+        )
     faulty.recover()
     run_backup(Repository.open(faulty), str(image), VolumeIdentity("other"))
     run_backup(Repository.open(faulty), str(image), VOL)

@@ -31,7 +31,7 @@ from movers.errors import UsageError
 from movers.extents import Extent, validated
 from movers.pipeline.planner import plan_reads, scan_reads
 from movers.pipeline.stats import BackupStats, ProgressFn
-from movers.pipeline.zeros import data_runs
+from movers.pipeline.zeros import data_runs, is_zero
 from movers.repo import digests as dg
 from movers.repo import pack as packfmt
 from movers.repo.chunks import chunk_id, encode_chunk
@@ -72,22 +72,27 @@ class _Uploader:
         self.lock = threading.Lock()
 
     def submit(self, builder: packfmt.PackBuilder) -> None:
+        """Finish (hash) and upload ``builder`` on the pool; blocks while the pool is full."""
         while len(self.pending) >= self.limit:
-            self.pending.popleft().result()
-        pack_id, data, entries = builder.finish()
-        self.packs[pack_id] = entries
-        self.pending.append(self.pool.submit(self._put, pack_id, data))
+            self._collect(self.pending.popleft())
+        self.pending.append(self.pool.submit(self._finish_and_put, builder))
 
-    def _put(self, pack_id: bytes, data: bytes) -> None:
+    def _finish_and_put(self, builder: packfmt.PackBuilder) -> tuple[bytes, list[packfmt.PackEntry]]:
+        pack_id, data, entries = builder.finish()
         written = self.repo.put_once(packfmt.pack_key(pack_id), data)
         with self.lock:
             self.stats.stored_bytes += written
             self.stats.objects_written += int(written > 0)
             self.stats.packs_written += int(written > 0)
+        return pack_id, entries
+
+    def _collect(self, fut: Future) -> None:
+        pack_id, entries = fut.result()
+        self.packs[pack_id] = entries
 
     def drain(self) -> None:
         while self.pending:
-            self.pending.popleft().result()
+            self._collect(self.pending.popleft())
 
     def close(self, cancel: bool) -> None:
         self.pool.shutdown(wait=True, cancel_futures=cancel)
@@ -182,6 +187,8 @@ class _Engine:
         self.total = total
         # A scan on top of a parent compares block digests and re-stores only changed blocks.
         self.scan_parent = scan_parent
+        self.sparse = not device.is_block_device(fd)
+        self._local = threading.local()
         self.scan_changed_bytes = 0
         self.index = repo.index()
         self.session: set[bytes] = set()
@@ -244,14 +251,20 @@ class _Engine:
         Without ``base`` the whole read is re-stored. With it (a scan on a parent) only the
         digest blocks whose digest differs from ``base`` are.
         """
-        data = device.pread_exact(self.fd, length, off)
-        view = memoryview(data)
         capacity = self.mapw.capacity
+        if self.sparse and device.is_hole(self.fd, off, length):
+            view = None  # a hole of a sparse image file: zeros, not worth reading
+        else:
+            view = self._buffer(length)
+            device.pread_into(self.fd, view, off)
         updates = []
         changed: list[tuple[int, int]] = []
         for n, i in enumerate(dg.blocks_within(off, off + length, capacity)):
             bs, be = dg.block_span(i, capacity)
-            digest = dg.block_digest(view[bs - off : be - off])
+            if view is None or is_zero(view, bs - off, be - off):
+                digest = dg.zero_digest(be - bs)
+            else:
+                digest = dg.block_digest(view[bs - off : be - off])
             updates.append((i, digest))
             if base is not None and base[n * dg.DIGEST_LEN : (n + 1) * dg.DIGEST_LEN] != digest:
                 if changed and changed[-1][1] == bs - off:
@@ -261,12 +274,23 @@ class _Engine:
         runs = [(0, length)] if base is None else changed
         pieces: list[Piece] = []
         for rs, re in runs:
-            self._chunk(data[rs:re] if (rs, re) != (0, length) else data, off + rs, pieces)
+            if view is None:
+                pieces.append((off + rs, re - rs, None, None, 0))
+            else:
+                self._chunk(view[rs:re], off + rs, pieces)
         return [(off + rs, off + re) for rs, re in runs], pieces, updates
 
-    def _chunk(self, data: bytes, off: int, pieces: list[Piece]) -> None:
-        """Split ``data`` (at volume offset ``off``) into holes and chunks, compressing new ones."""
-        view = memoryview(data)
+    def _buffer(self, length: int) -> memoryview:
+        """This worker thread's reusable read buffer (valid until its next read)."""
+        buf = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < length:
+            buf = self._local.buf = memoryview(bytearray(max(length, self.repo.config.chunk_max)))
+        return buf[:length]
+
+    def _chunk(self, view: memoryview, off: int, pieces: list[Piece]) -> None:
+        """Split ``view`` (at volume offset ``off``) into holes and chunks, compressing new ones.
+        Nothing returned refers to ``view``: stored chunks are copies."""
+        data = view
         pos = 0
         for start, end in data_runs(data, self.options.min_hole):
             if start > pos:
