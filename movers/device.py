@@ -69,17 +69,6 @@ def pread_exact(fd: int, length: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def pread_into(fd: int, buf: memoryview, offset: int) -> None:
-    """Fill ``buf`` from ``offset`` (short reads are continued; a reused buffer avoids the
-    page faults of allocating a new one for every read)."""
-    got = 0
-    while got < len(buf):
-        n = os.preadv(fd, [buf[got:]], offset + got)
-        if n == 0:
-            raise UsageError(f"device ended at {offset + got} while reading {len(buf)} bytes at {offset}")
-        got += n
-
-
 def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:

@@ -188,7 +188,6 @@ class _Engine:
         # A scan on top of a parent compares block digests and re-stores only changed blocks.
         self.scan_parent = scan_parent
         self.sparse = not device.is_block_device(fd)
-        self._local = threading.local()
         self.scan_changed_bytes = 0
         self.index = repo.index()
         self.session: set[bytes] = set()
@@ -252,16 +251,18 @@ class _Engine:
         digest blocks whose digest differs from ``base`` are.
         """
         capacity = self.mapw.capacity
+        # bytes, not a reused buffer: comparing memoryviews is byte-by-byte in CPython, slower
+        # than the page faults a fresh buffer costs (measured).
         if self.sparse and device.is_hole(self.fd, off, length):
-            view = None  # a hole of a sparse image file: zeros, not worth reading
+            data = None  # a hole of a sparse image file: zeros, not worth reading
         else:
-            view = self._buffer(length)
-            device.pread_into(self.fd, view, off)
+            data = device.pread_exact(self.fd, length, off)
+        view = memoryview(data) if data is not None else None
         updates = []
         changed: list[tuple[int, int]] = []
         for n, i in enumerate(dg.blocks_within(off, off + length, capacity)):
             bs, be = dg.block_span(i, capacity)
-            if view is None or is_zero(view, bs - off, be - off):
+            if data is None or is_zero(data, bs - off, be - off):
                 digest = dg.zero_digest(be - bs)
             else:
                 digest = dg.block_digest(view[bs - off : be - off])
@@ -274,23 +275,15 @@ class _Engine:
         runs = [(0, length)] if base is None else changed
         pieces: list[Piece] = []
         for rs, re in runs:
-            if view is None:
+            if data is None:
                 pieces.append((off + rs, re - rs, None, None, 0))
             else:
-                self._chunk(view[rs:re], off + rs, pieces)
+                self._chunk(data if (rs, re) == (0, length) else data[rs:re], off + rs, pieces)
         return [(off + rs, off + re) for rs, re in runs], pieces, updates
 
-    def _buffer(self, length: int) -> memoryview:
-        """This worker thread's reusable read buffer (valid until its next read)."""
-        buf = getattr(self._local, "buf", None)
-        if buf is None or len(buf) < length:
-            buf = self._local.buf = memoryview(bytearray(max(length, self.repo.config.chunk_max)))
-        return buf[:length]
-
-    def _chunk(self, view: memoryview, off: int, pieces: list[Piece]) -> None:
-        """Split ``view`` (at volume offset ``off``) into holes and chunks, compressing new ones.
-        Nothing returned refers to ``view``: stored chunks are copies."""
-        data = view
+    def _chunk(self, data: bytes, off: int, pieces: list[Piece]) -> None:
+        """Split ``data`` (at volume offset ``off``) into holes and chunks, compressing new ones."""
+        view = memoryview(data)
         pos = 0
         for start, end in data_runs(data, self.options.min_hole):
             if start > pos:

@@ -7,12 +7,13 @@ _ZERO = bytes(BLOCK)
 _ZERO_64K = bytes(65536)
 
 
-def is_zero(view: bytes | memoryview, start: int, end: int) -> bool:
-    """Whether ``view[start:end]`` is all zero bytes (checks the edges before comparing)."""
-    if view[start] or view[end - 1]:
+def is_zero(data: bytes, start: int, end: int) -> bool:
+    """Whether ``data[start:end]`` is all zero bytes (checks the edges before comparing).
+    Pass bytes: a memoryview compares byte by byte, several times slower."""
+    if data[start] or data[end - 1]:
         return False
     zero = _ZERO if end - start == BLOCK else _ZERO_64K if end - start == 65536 else bytes(end - start)
-    return view[start:end] == zero
+    return data[start:end] == zero
 
 
 def data_runs(data: bytes, min_hole: int = 64 * 1024) -> list[tuple[int, int]]:
