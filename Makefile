@@ -5,7 +5,7 @@ VENV := .venv
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint lock bench clean
+.PHONY: demo test lint lock bench proto clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -26,6 +26,10 @@ lint: $(STAMP)
 # Re-resolve the lock after changing dependencies in pyproject.toml.
 lock: $(STAMP)
 	$(VENV)/bin/uv pip compile -q pyproject.toml --extra dev -p 3.11 -o requirements.lock
+
+# Regenerate the gRPC stubs of movers/cbt/_pb/schema.proto (tests fail when they are stale).
+proto: $(STAMP)
+	$(VENV)/bin/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. movers/cbt/_pb/schema.proto
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/engine_bench.py --write-docs

@@ -1,0 +1,1 @@
+"""Generated gRPC stubs of the Kubernetes SnapshotMetadata API. Do not edit: run ``make proto``."""
