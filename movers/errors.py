@@ -15,6 +15,8 @@ Exit codes (documented in the README, stable):
 5     storage unavailable: endpoint unreachable, retries exhausted
 6     access denied: missing or rejected credentials
 7     incompatible repository: unknown format version or feature
+8     CBT service error: the SnapshotMetadata stream broke its contract
+9     CBT unavailable: no changed block tracking for this snapshot/base
 ====  ==========================================================
 """
 
@@ -28,6 +30,8 @@ EXIT_INTEGRITY = 4
 EXIT_UNAVAILABLE = 5
 EXIT_ACCESS = 6
 EXIT_INCOMPATIBLE = 7
+EXIT_CBT_PROTOCOL = 8
+EXIT_CBT_UNAVAILABLE = 9
 
 
 class MoverError(Exception):
@@ -90,3 +94,41 @@ class AccessDeniedError(PermanentStoreError):
     """Credentials are missing, invalid or lack permission."""
 
     exit_code = EXIT_ACCESS
+
+
+class CbtError(MoverError):
+    """Base of errors talking to a SnapshotMetadata (changed block tracking) service."""
+
+    exit_code = EXIT_UNAVAILABLE
+
+
+class CbtUnavailableError(CbtError):
+    """CBT cannot answer for this snapshot or base (FAILED_PRECONDITION, UNIMPLEMENTED, base
+    NOT_FOUND, no SnapshotMetadataService): callers fall back to a scan backup."""
+
+    exit_code = EXIT_CBT_UNAVAILABLE
+
+
+class CbtAuthError(CbtError):
+    """The service rejected the token (UNAUTHENTICATED / PERMISSION_DENIED). Not retriable."""
+
+    exit_code = EXIT_ACCESS
+
+
+class CbtProtocolError(CbtError):
+    """The stream violated the API contract (order, overlap, type or capacity changes)."""
+
+    exit_code = EXIT_CBT_PROTOCOL
+
+
+class CbtRequestError(CbtError):
+    """The service rejected the request (INVALID_ARGUMENT, OUT_OF_RANGE)."""
+
+    exit_code = EXIT_USAGE
+
+
+class CbtTransientError(CbtError):
+    """The stream kept failing with retriable errors until the retry budget ran out."""
+
+    exit_code = EXIT_UNAVAILABLE
+    retriable = True

@@ -1,0 +1,151 @@
+"""Validation and coalescing of SnapshotMetadata responses into ``(offset, length)`` extents.
+
+``ExtentAssembler`` consumes response messages in order and yields coalesced extents as soon
+as they are complete. It enforces the API contract while streaming: block type and capacity
+constant; tuples strictly ascending and non-overlapping; FIXED_LENGTH sizes constant; sizes
+positive; nothing starting past the capacity (a tuple running past it is clamped). After a
+resume (``resumed_at``), tuples ending at or before the resume point are dropped and one
+straddling it is clipped, as the spec allows servers to re-send.
+
+Messages are checked with whole-list operations; the per-tuple path runs only to clip after
+a resume or to name the offending tuple of a violation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import compress
+from operator import add, ne, sub
+
+from movers.cbt._pb import schema_pb2 as pb
+from movers.errors import CbtProtocolError, UsageError
+
+TYPE_NAMES = {pb.FIXED_LENGTH: "FIXED_LENGTH", pb.VARIABLE_LENGTH: "VARIABLE_LENGTH"}
+
+
+class ExtentAssembler:
+    def __init__(self, clamp_to: int | None = None) -> None:
+        self.clamp_to = clamp_to
+        self.block_type: int | None = None
+        self.capacity: int | None = None
+        self.fixed_size: int | None = None
+        self.messages = 0
+        self.tuples = 0
+        self.end = 0  # end of the last tuple accepted: the resume point
+        self._pending: tuple[int, int] | None = None  # (start, end) not yet emitted
+        self._resume_floor: int | None = None
+
+    def resumed_at(self, offset: int) -> None:
+        """A new call starts at ``offset``: re-sent tuples before it are dropped or clipped."""
+        self._resume_floor = offset
+
+    def feed(self, resp) -> Iterator[tuple[int, int]]:
+        """Validate one response message and yield the extents it completes."""
+        self.messages += 1
+        n = self.messages
+        self._check_header(resp, n)
+        blocks = resp.block_metadata
+        if not blocks:
+            return
+        offs = [b.byte_offset for b in blocks]
+        sizes = [b.size_bytes for b in blocks]
+        self.tuples += len(offs)
+        if self._resume_floor is not None:
+            offs, sizes = self._clip_resent(offs, sizes)
+            if not offs:
+                return
+        ends = list(map(add, offs, sizes))
+        self._check_tuples(offs, sizes, ends, n)
+        if ends[-1] > self.capacity or (self.clamp_to is not None and ends[-1] > self.clamp_to):
+            self._clamp(offs, ends, n)
+        yield from self._coalesce(offs, ends)
+        self.end = ends[-1]
+
+    def finish(self) -> Iterator[tuple[int, int]]:
+        """Yield the last pending extent after a clean end of the stream."""
+        if self._pending is not None:
+            yield self._pending[0], self._pending[1] - self._pending[0]
+            self._pending = None
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def _check_header(self, resp, n: int) -> None:
+        btype, capacity = resp.block_metadata_type, resp.volume_capacity_bytes
+        if btype not in TYPE_NAMES:
+            raise CbtProtocolError(f"message #{n}: unknown block_metadata_type {btype}")
+        if self.block_type is None:
+            self.block_type, self.capacity = btype, capacity
+            if capacity <= 0:
+                raise CbtProtocolError(f"message #{n}: volume_capacity_bytes {capacity} is not positive")
+        elif btype != self.block_type:
+            raise CbtProtocolError(
+                f"message #{n}: block_metadata_type changed from {TYPE_NAMES[self.block_type]} to {TYPE_NAMES[btype]}"
+            )
+        elif capacity != self.capacity:
+            raise CbtProtocolError(f"message #{n}: volume_capacity_bytes changed from {self.capacity} to {capacity}")
+
+    def _check_tuples(self, offs: list[int], sizes: list[int], ends: list[int], n: int) -> None:
+        if self.block_type == pb.FIXED_LENGTH:
+            if self.fixed_size is None:
+                self.fixed_size = sizes[0]
+            if sizes.count(self.fixed_size) != len(sizes):
+                i = next(i for i, s in enumerate(sizes) if s != self.fixed_size)
+                raise CbtProtocolError(
+                    f"message #{n} tuple #{i}: FIXED_LENGTH size {sizes[i]} differs from {self.fixed_size}"
+                )
+        if min(sizes) <= 0:
+            i = next(i for i, s in enumerate(sizes) if s <= 0)
+            raise CbtProtocolError(f"message #{n} tuple #{i}: size_bytes {sizes[i]} is not positive")
+        if offs[0] < self.end or (len(offs) > 1 and min(map(sub, offs[1:], ends[:-1])) < 0):
+            prev = [self.end, *ends[:-1]]
+            i = next(i for i, (o, p) in enumerate(zip(offs, prev, strict=True)) if o < p)
+            raise CbtProtocolError(
+                f"message #{n} tuple #{i}: byte_offset {offs[i]} is before the end of the previous tuple ({prev[i]}):"
+                " tuples must be strictly ascending and non-overlapping"
+            )
+
+    def _clamp(self, offs: list[int], ends: list[int], n: int) -> None:
+        """Clamp the last tuple to the capacity (FIXED_LENGTH blocks may run past it).
+        Tuples are ascending, so only the last one can reach past a limit."""
+        if offs[-1] >= self.capacity:
+            i = next(i for i, o in enumerate(offs) if o >= self.capacity)
+            raise CbtProtocolError(
+                f"message #{n} tuple #{i}: byte_offset {offs[i]} is past the volume capacity ({self.capacity})"
+            )
+        if self.clamp_to is not None and offs[-1] >= self.clamp_to:
+            raise UsageError(
+                f"the device ({self.clamp_to} bytes) is smaller than the snapshot's volume ({self.capacity} bytes)"
+            )
+        ends[-1] = min(ends[-1], self.capacity, self.clamp_to if self.clamp_to is not None else ends[-1])
+
+    def _clip_resent(self, offs: list[int], sizes: list[int]) -> tuple[list[int], list[int]]:
+        floor = self._resume_floor
+        out_o, out_s = [], []
+        for o, s in zip(offs, sizes, strict=True):
+            if floor is not None:
+                if o + s <= floor:
+                    continue
+                if o < floor:
+                    o, s = floor, o + s - floor
+                floor = None
+            out_o.append(o)
+            out_s.append(s)
+        if floor is None:
+            self._resume_floor = None
+        return out_o, out_s
+
+    # -- coalescing ------------------------------------------------------------------------
+
+    def _coalesce(self, offs: list[int], ends: list[int]) -> Iterator[tuple[int, int]]:
+        start = offs[0]
+        if self._pending is not None:
+            if self._pending[1] == start:
+                start = self._pending[0]
+            else:
+                yield self._pending[0], self._pending[1] - self._pending[0]
+        # indexes i where tuple i+1 does not start where tuple i ends
+        breaks = list(compress(range(len(offs) - 1), map(ne, offs[1:], ends[:-1])))
+        for i in breaks:
+            yield start, ends[i] - start
+            start = offs[i + 1]
+        self._pending = (start, ends[-1])
