@@ -1,0 +1,183 @@
+"""Finding what a CBT call needs from Kubernetes objects (through the ``kubernetes`` client).
+
+* ``snapshot_metadata_service(api, driver)``: the cluster-scoped SnapshotMetadataService named
+  after the CSI driver: ``cbt.storage.k8s.io/v1beta1`` (sidecar >= v1.0), else ``v1alpha1``
+  (sidecar v0.x). Before sidecar v0.2.0 ``GetMetadataDelta`` field 3 was the base snapshot
+  *name*; a v1alpha1 service therefore gets ``legacy=True`` and callers must not trust deltas
+  from it without knowing the sidecar version.
+* ``resolve_snapshot(api, namespace, name)``: VolumeSnapshot -> VolumeSnapshotContent ->
+  driver, ``status.snapshotHandle`` (the base of the next delta), restore size, group.
+* ``wait_snapshot_ready(api, namespace, name, timeout)``: watches until the snapshot and its
+  content are ready with a handle (the sidecar answers UNAVAILABLE before that), or raises
+  with the controller's error message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+from dataclasses import dataclass
+
+from movers.errors import CbtUnavailableError, MoverError, NotFoundError, UsageError
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_GROUP, SNAPSHOT_VERSION = "snapshot.storage.k8s.io", "v1"
+CBT_GROUP, CBT_VERSIONS = "cbt.storage.k8s.io", ("v1beta1", "v1alpha1")
+
+
+@dataclass(frozen=True)
+class MetadataService:
+    driver: str
+    address: str
+    audience: str
+    ca_pem: bytes
+    version: str
+
+    @property
+    def legacy(self) -> bool:
+        """A v1alpha1 service: possibly a sidecar that reads base_snapshot_id as a name."""
+        return self.version == "v1alpha1"
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    namespace: str
+    name: str
+    content: str
+    driver: str
+    handle: str | None
+    ready: bool
+    restore_size: int | None
+    source_pvc: str | None
+    group_snapshot: str | None
+    group_snapshot_handle: str | None
+    error: str | None
+
+
+def _custom(api_client):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api_client)
+
+
+def _api_error(err, what: str) -> MoverError:
+    if err.status == 404:
+        return NotFoundError(f"{what} not found")
+    if err.status in (401, 403):
+        return UsageError(f"access to {what} denied ({err.status}): check the ServiceAccount's RBAC")
+    return MoverError(f"reading {what} failed: {err.status} {err.reason}")
+
+
+def snapshot_metadata_service(api_client, driver: str) -> MetadataService:
+    """The SnapshotMetadataService of ``driver``, or ``CbtUnavailableError`` if it has none."""
+    from kubernetes.client.exceptions import ApiException
+
+    custom = _custom(api_client)
+    for version in CBT_VERSIONS:
+        try:
+            obj = custom.get_cluster_custom_object(CBT_GROUP, version, "snapshotmetadataservices", driver)
+        except ApiException as err:
+            if err.status == 404:
+                continue
+            raise _api_error(err, f"SnapshotMetadataService {driver}") from None
+        spec = obj.get("spec") or {}
+        try:
+            ca_pem = base64.b64decode(spec["caCert"], validate=True)
+            address, audience = spec["address"], spec["audience"]
+        except (KeyError, binascii.Error, TypeError):
+            raise UsageError(
+                f"SnapshotMetadataService {driver} has a malformed spec (address, audience, caCert)"
+            ) from None
+        if version == "v1alpha1":
+            log.warning(
+                "SnapshotMetadataService %s is v1alpha1 (external-snapshot-metadata v0.x): sidecars before v0.2.0"
+                " read the delta base as a snapshot name, not a handle",
+                driver,
+            )
+        return MetadataService(driver, address, audience, ca_pem, version)
+    raise CbtUnavailableError(f"CBT unavailable: CSI driver {driver} has no SnapshotMetadataService")
+
+
+def resolve_snapshot(api_client, namespace: str, name: str) -> SnapshotRef:
+    from kubernetes.client.exceptions import ApiException
+
+    custom = _custom(api_client)
+    try:
+        vs = custom.get_namespaced_custom_object(SNAPSHOT_GROUP, SNAPSHOT_VERSION, namespace, "volumesnapshots", name)
+    except ApiException as err:
+        raise _api_error(err, f"VolumeSnapshot {namespace}/{name}") from None
+    status = vs.get("status") or {}
+    content_name = status.get("boundVolumeSnapshotContentName")
+    vs_error = (status.get("error") or {}).get("message")
+    if not content_name:
+        return SnapshotRef(namespace, name, "", "", None, False, None, _source_pvc(vs), None, None, vs_error)
+    try:
+        vsc = custom.get_cluster_custom_object(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "volumesnapshotcontents", content_name)
+    except ApiException as err:
+        raise _api_error(err, f"VolumeSnapshotContent {content_name}") from None
+    cstatus = vsc.get("status") or {}
+    ready = bool(status.get("readyToUse")) and bool(cstatus.get("readyToUse")) and bool(cstatus.get("snapshotHandle"))
+    size = cstatus.get("restoreSize") or status.get("restoreSize")
+    return SnapshotRef(
+        namespace=namespace,
+        name=name,
+        content=content_name,
+        driver=(vsc.get("spec") or {}).get("driver", ""),
+        handle=cstatus.get("snapshotHandle"),
+        ready=ready,
+        restore_size=_quantity(size),
+        source_pvc=_source_pvc(vs),
+        group_snapshot=status.get("volumeGroupSnapshotName"),
+        group_snapshot_handle=cstatus.get("volumeGroupSnapshotHandle"),
+        error=vs_error or (cstatus.get("error") or {}).get("message"),
+    )
+
+
+def wait_snapshot_ready(api_client, namespace: str, name: str, timeout: float = 300.0) -> SnapshotRef:
+    """Wait until the VolumeSnapshot and its content are ready with a snapshot handle."""
+    from kubernetes import watch
+
+    deadline = time.monotonic() + timeout
+    ref = resolve_snapshot(api_client, namespace, name)
+    while not ref.ready:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            why = f": {ref.error}" if ref.error else ""
+            raise MoverError(f"VolumeSnapshot {namespace}/{name} not ready after {timeout:.0f} s{why}")
+        w = watch.Watch()
+        try:
+            for _event in w.stream(
+                _custom(api_client).list_namespaced_custom_object, SNAPSHOT_GROUP, SNAPSHOT_VERSION, namespace,
+                "volumesnapshots", field_selector=f"metadata.name={name}", timeout_seconds=max(1, int(min(left, 30))),
+            ):  # fmt: skip
+                ref = resolve_snapshot(api_client, namespace, name)
+                if ref.ready:
+                    break
+        finally:
+            w.stop()
+        ref = resolve_snapshot(api_client, namespace, name)
+    return ref
+
+
+def _source_pvc(vs: dict) -> str | None:
+    return ((vs.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName") or None
+
+
+_SUFFIX = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50,
+           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}  # fmt: skip
+
+
+def _quantity(value) -> int | None:
+    """Bytes of a Kubernetes quantity (``"1Gi"``, ``"500M"``, ``1073741824``), or None."""
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value)
+    for suffix in sorted(_SUFFIX, key=len, reverse=True):
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * _SUFFIX[suffix])
+    return int(float(text))
