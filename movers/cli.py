@@ -33,6 +33,34 @@ def _add_repo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress-interval", type=float, default=2.0, help="seconds between progress lines")
 
 
+def _add_cbt(p: argparse.ArgumentParser, with_snapshot: bool) -> None:
+    g = p.add_argument_group("changed block tracking (SnapshotMetadata service)")
+    g.add_argument("--cbt-address", help="HOST:PORT of the SnapshotMetadata service")
+    g.add_argument("--cbt-ca-file", help="PEM CA bundle the service's certificate must chain to")
+    g.add_argument("--cbt-token-file", help="file with an audience-scoped token (projected SA token)")
+    g.add_argument("--cbt-audience", help="get tokens for this audience from the TokenRequest API")
+    g.add_argument("--service-account", help="NAMESPACE/NAME for TokenRequest (default: the pod's own)")
+    g.add_argument("--cbt-max-results", type=int, default=4096, help="tuples per response (0: server decides)")
+    g.add_argument("--base-handle", help="CSI snapshot handle of the base: a delta instead of allocated ranges")
+    g.add_argument("--kube", action="store_true", help="look up the VolumeSnapshot, its driver's service and CA")
+    g.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG / ~/.kube/config)")
+    g.add_argument("--snapshot-wait", type=float, default=300.0, help="seconds to wait for the snapshot to be ready")
+    if with_snapshot:
+        g.add_argument("--namespace", help="namespace of the VolumeSnapshot")
+        g.add_argument("--snapshot", help="VolumeSnapshot name")
+
+
+def _cbt_options(args: argparse.Namespace):
+    from movers.cbt.source import CbtOptions
+
+    return CbtOptions(
+        namespace=args.namespace, snapshot=args.snapshot, base_handle=args.base_handle, address=args.cbt_address,
+        ca_file=args.cbt_ca_file, token_file=args.cbt_token_file, audience=args.cbt_audience,
+        service_account=args.service_account, max_results=args.cbt_max_results, kube=args.kube,
+        kubeconfig=args.kubeconfig, wait_timeout=args.snapshot_wait,
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cbt-mover", description="Back up and restore block volumes.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -44,19 +72,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repo(p)
     p.add_argument("--volume", required=True, help="volume id (free-form, e.g. cluster/namespace/pvc)")
     p.add_argument("--device", required=True, help="block device or image file to read")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--extents", help="JSON lines of changed extents {offset, length}; - for stdin")
     src.add_argument("--scan", action="store_true", help="read the whole device, store what the repo lacks")
     p.add_argument("--full", action="store_true", help="do not build on the latest backup")
+    p.add_argument("--cbt-fallback", choices=("scan", "fail"), default="scan",
+                   help="when CBT is unavailable: scan the device (default) or fail with exit code 9")  # fmt: skip
+    _add_cbt(p, with_snapshot=False)
     p.add_argument("--zstd-level", type=int, default=3)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ident = p.add_argument_group("identity recorded in the manifest")
     for flag in ("--cluster", "--namespace", "--pvc", "--pv-handle", "--csi-driver"):
         ident.add_argument(flag)
-    ident.add_argument("--snapshot", help="VolumeSnapshot name")
+    ident.add_argument("--snapshot", help="VolumeSnapshot name (the CBT target)")
     ident.add_argument("--snapshot-handle", help="CSI snapshot handle (base of the next delta)")
     ident.add_argument("--group-snapshot", help="VolumeGroupSnapshot name")
     ident.add_argument("--group-snapshot-handle")
+
+    p = sub.add_parser("extents", help="list the allocated or changed extents of a snapshot (JSON lines)")
+    p.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
+    _add_cbt(p, with_snapshot=True)
 
     p = sub.add_parser("restore", help="restore a backup onto a device or image file")
     _add_repo(p)
@@ -137,32 +172,32 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
     if not 1 <= args.zstd_level <= 22:
         raise UsageError("--zstd-level must be between 1 and 22")
+    cbt = _cbt_options(args)
+    if sum(map(bool, (args.extents, args.scan, cbt.wanted))) != 1:
+        raise UsageError("choose one change source: --extents FILE, --scan, or CBT (--cbt-address ... or --kube)")
     repo = _open_repo(args)
     volume = VolumeIdentity(args.volume, args.cluster, args.namespace, args.pvc, args.pv_handle, args.csi_driver)
-    snapshot = SnapshotIdentity(
-        args.snapshot, args.namespace, args.snapshot_handle, args.group_snapshot, args.group_snapshot_handle
-    )
-    options = BackupOptions(level=args.zstd_level, workers=max(1, args.workers))
-    source = _extent_source(args.extents) if args.extents else (nullcontext(None), None)
-    with source[0] as stream:
-        extents = parse_jsonl(stream, source[1]) if stream is not None else None
-        manifest = run_backup(
-            repo,
-            args.device,
-            volume,
-            extents=extents,
-            snapshot=snapshot,
-            options=options,
-            progress=_Progress(args.progress_interval),
-            force_full=args.full,
-        )
+    snapshot = SnapshotIdentity(args.snapshot, args.namespace, args.snapshot_handle, args.group_snapshot,
+                                args.group_snapshot_handle)  # fmt: skip
+    run = dict(snapshot=snapshot, options=BackupOptions(level=args.zstd_level, workers=max(1, args.workers)),
+               progress=_Progress(args.progress_interval), force_full=args.full)  # fmt: skip
+    extra: dict[str, Any] = {"change_source": "scan" if args.scan else "extents"}
+    if cbt.wanted:
+        manifest = _cbt_backup(args, cbt, repo, volume, snapshot, run, extra)
+    elif args.extents:
+        source, name = _extent_source(args.extents)
+        with source as stream:
+            manifest = run_backup(repo, args.device, volume, extents=parse_jsonl(stream, name), **run)
+    else:
+        manifest = run_backup(repo, args.device, volume, **run)
     result = {
         "backup_id": manifest.backup_id,
         "volume": volume.id,
         "mode": manifest.mode,
         "parent": manifest.parent,
         "capacity_bytes": manifest.capacity_bytes,
-        "snapshot_handle": snapshot.snapshot_handle,
+        "snapshot_handle": manifest.snapshot.snapshot_handle,
+        **extra,
         **manifest.stats,
     }
     _emit(
@@ -171,6 +206,77 @@ def cmd_backup(args: argparse.Namespace) -> int:
         f"backup {manifest.backup_id} of {volume.id}: {manifest.mode}, read {_mib(result['read_bytes'])},"
         f" new {_mib(result['new_chunk_bytes'])}, uploaded {_mib(result['stored_bytes'])} in {result['duration_s']} s",
     )
+    return 0
+
+
+def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
+    """Back up the ranges the SnapshotMetadata service names; scan when CBT is unavailable."""
+    from movers import device
+    from movers.cbt.source import open_session
+    from movers.errors import CbtUnavailableError
+    from movers.pipeline.backup import run_backup
+
+    fd = device.open_device(args.device)
+    try:
+        size = device.device_size(fd)
+    finally:
+        os.close(fd)
+    try:
+        session = open_session(cbt, clamp_to=size)
+    except CbtUnavailableError as err:
+        return _fallback(args, err, repo, volume, snapshot, run, extra)
+    try:
+        ref = session.snapshot
+        if ref is not None:  # looked up with --kube: record what the next delta needs
+            snapshot.volume_snapshot, snapshot.namespace = ref.name, ref.namespace
+            snapshot.snapshot_handle = snapshot.snapshot_handle or ref.handle
+            snapshot.group_snapshot = snapshot.group_snapshot or ref.group_snapshot
+            snapshot.group_snapshot_handle = snapshot.group_snapshot_handle or ref.group_snapshot_handle
+            volume.csi_driver = volume.csi_driver or ref.driver
+            volume.namespace = volume.namespace or ref.namespace
+            volume.pvc = volume.pvc or ref.source_pvc
+        if not snapshot.snapshot_handle:
+            log.warning("no --snapshot-handle: the next backup cannot ask for a delta since this one")
+        extra["change_source"] = "cbt-delta" if cbt.base_handle else "cbt-allocated"
+        try:
+            manifest = run_backup(repo, args.device, volume, extents=session.stream, base_handle=cbt.base_handle,
+                                  **{**run, "force_full": run["force_full"] or not cbt.base_handle})  # fmt: skip
+        except CbtUnavailableError as err:
+            return _fallback(args, err, repo, volume, snapshot, run, extra)
+        s = session.stream
+        extra["cbt"] = {"block_type": s.block_type, "messages": s.messages, "tuples": s.tuples,
+                        "extents": s.extents, "resumes": s.resumes}  # fmt: skip
+        return manifest
+    finally:
+        session.close()
+
+
+def _fallback(args, err, repo, volume, snapshot, run, extra):
+    from movers.pipeline.backup import run_backup
+
+    if args.cbt_fallback == "fail":
+        raise err
+    log.warning("%s; falling back to a scan backup", err)
+    extra["change_source"] = "scan"
+    extra["cbt_fallback"] = str(err)
+    return run_backup(repo, args.device, volume, **run)
+
+
+def cmd_extents(args: argparse.Namespace) -> int:
+    from movers.cbt.source import open_session
+    from movers.extents import write_jsonl
+
+    session = open_session(_cbt_options(args))
+    try:
+        count, total = write_jsonl(session.stream, sys.stdout)
+        s = session.stream
+        summary = {"mode": "delta" if args.base_handle else "allocated", "namespace": args.namespace,
+                   "snapshot": args.snapshot, "base_handle": args.base_handle, "block_type": s.block_type,
+                   "capacity_bytes": s.capacity, "extents": count, "bytes": total, "messages": s.messages,
+                   "tuples": s.tuples, "resumes": s.resumes}  # fmt: skip
+        print(json.dumps({"summary": summary}, sort_keys=True), flush=True)
+    finally:
+        session.close()
     return 0
 
 
@@ -266,7 +372,14 @@ def _mib(n: int | None) -> str:
     return f"{n:.1f} TiB"
 
 
-COMMANDS = {"init": cmd_init, "backup": cmd_backup, "restore": cmd_restore, "ls": cmd_ls, "verify": cmd_verify}
+COMMANDS = {
+    "init": cmd_init,
+    "backup": cmd_backup,
+    "extents": cmd_extents,
+    "restore": cmd_restore,
+    "ls": cmd_ls,
+    "verify": cmd_verify,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

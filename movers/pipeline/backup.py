@@ -108,6 +108,7 @@ def run_backup(
     options: BackupOptions | None = None,
     progress: ProgressFn | None = None,
     force_full: bool = False,
+    base_handle: str | None = None,
 ) -> Manifest:
     """Back up ``device_path`` and return the committed manifest.
 
@@ -115,6 +116,9 @@ def run_backup(
     an incremental of the volume's latest backup, or a full backup (everything else a hole)
     when there is none or ``force_full``. Without ``extents`` the whole device is scanned and
     only content the repository lacks is uploaded.
+
+    ``base_handle``: the extents are a CBT delta since the snapshot with that CSI handle, so
+    the parent is the volume's latest backup that recorded it (``UsageError`` if none did).
     """
     options = options or BackupOptions()
     started = time.monotonic()
@@ -124,7 +128,7 @@ def run_backup(
         capacity = device.device_size(fd)
         if capacity <= 0:
             raise UsageError(f"device {device_path} is empty")
-        parent = None if force_full else repo.latest(volume.id)
+        parent = None if force_full else _parent(repo, volume.id, base_handle)
         parent_slots = repo.page_slots(parent) if parent else None
         if extents is None:
             mode = "incremental-scan" if parent else "full"
@@ -168,6 +172,19 @@ def run_backup(
     manifest.stats = stats.as_dict()
     log.info("committed backup %s of volume %s", manifest.backup_id, volume.id)
     return manifest
+
+
+def _parent(repo: Repository, volume_id: str, base_handle: str | None) -> Manifest | None:
+    if base_handle is None:
+        return repo.latest(volume_id)
+    for ref in reversed(repo.list_backups(volume_id)):
+        manifest = repo.read_manifest(volume_id, ref.backup_id)
+        if manifest.snapshot.snapshot_handle == base_handle:
+            return manifest
+    raise UsageError(
+        f"no backup of volume {volume_id} recorded snapshot handle {base_handle}: a delta since it has nothing"
+        " to build on (back up without a base for a full)"
+    )
 
 
 def _count_changed(extents: Iterable[Extent], stats: BackupStats) -> Iterable[Extent]:

@@ -1,0 +1,117 @@
+"""Turning command-line CBT options into an extent stream (shared by ``backup`` and ``extents``).
+
+Either everything is explicit (``address``, ``ca_file``, ``token_file`` or ``audience``,
+``namespace``, ``snapshot``) or ``kube`` is set and the VolumeSnapshot is looked up: its
+content gives the driver and snapshot handle, the driver's SnapshotMetadataService gives the
+address, audience and CA, and the token comes from the TokenRequest API (or ``token_file``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from movers.cbt import discovery
+from movers.cbt.client import ExtentStream, SnapshotMetadataClient
+from movers.cbt.tokens import FileToken, TokenRequestToken, service_account_of
+from movers.errors import UsageError
+
+IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+@dataclass
+class CbtOptions:
+    namespace: str | None = None
+    snapshot: str | None = None
+    base_handle: str | None = None
+    address: str | None = None
+    ca_file: str | None = None
+    token_file: str | None = None
+    audience: str | None = None
+    service_account: str | None = None  # NS/NAME for TokenRequest
+    max_results: int = 4096
+    kube: bool = False
+    kubeconfig: str | None = None
+    wait_timeout: float = 300.0
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.kube or self.address)
+
+
+@dataclass
+class CbtSession:
+    """An open client, its stream and what was learned about the snapshot."""
+
+    client: SnapshotMetadataClient
+    stream: ExtentStream
+    snapshot: discovery.SnapshotRef | None
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def kube_api_client(kubeconfig: str | None = None):
+    from kubernetes import client, config
+
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()
+        return client.ApiClient()
+    return config.new_client_from_config(config_file=kubeconfig)
+
+
+def open_session(opts: CbtOptions, clamp_to: int | None = None) -> CbtSession:
+    if not opts.namespace or not opts.snapshot:
+        raise UsageError("CBT needs --namespace and --snapshot (the VolumeSnapshot to read)")
+    api = kube_api_client(opts.kubeconfig) if (opts.kube or opts.audience) else None
+    ref = None
+    address, audience, ca_pem = opts.address, opts.audience, None
+    if opts.kube:
+        ref = discovery.wait_snapshot_ready(api, opts.namespace, opts.snapshot, opts.wait_timeout)
+        service = discovery.snapshot_metadata_service(api, ref.driver)
+        address = address or service.address
+        audience = audience or service.audience
+        ca_pem = service.ca_pem
+    if opts.ca_file:
+        try:
+            with open(opts.ca_file, "rb") as f:
+                ca_pem = f.read()
+        except OSError as err:
+            raise UsageError(f"cannot read --cbt-ca-file {opts.ca_file}: {err.strerror}") from None
+    if not address or ca_pem is None:
+        raise UsageError("CBT needs --cbt-address and --cbt-ca-file, or --kube to look them up")
+    if opts.token_file:
+        tokens = FileToken(opts.token_file)
+    elif audience:
+        ns, name = _service_account(opts.service_account)
+        tokens = TokenRequestToken(_core(api), ns, name, audience)
+    else:
+        raise UsageError("CBT needs --cbt-token-file or --cbt-audience (a TokenRequest for that audience)")
+    client = SnapshotMetadataClient(address, ca_pem, tokens, max_results=opts.max_results)
+    if opts.base_handle:
+        stream = client.delta(opts.namespace, opts.base_handle, opts.snapshot, clamp_to)
+    else:
+        stream = client.allocated(opts.namespace, opts.snapshot, clamp_to)
+    return CbtSession(client, stream, ref)
+
+
+def _core(api):
+    from kubernetes import client
+
+    return client.CoreV1Api(api)
+
+
+def _service_account(spec: str | None) -> tuple[str, str]:
+    if spec:
+        ns, sep, name = spec.partition("/")
+        if not sep or not ns or not name:
+            raise UsageError("--service-account must be NAMESPACE/NAME")
+        return ns, name
+    try:
+        with open(IN_CLUSTER_TOKEN, encoding="utf-8") as f:
+            found = service_account_of(f.read().strip())
+    except OSError:
+        found = None
+    if found is None:
+        raise UsageError("a TokenRequest needs --service-account NAMESPACE/NAME (or run in a pod)")
+    return found
