@@ -28,6 +28,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 
 import grpc
 
@@ -152,12 +153,12 @@ class ExtentStream:
         return self.assembler.tuples
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        for extent in self._extents():
-            self.extents += 1
-            self.bytes += extent[1]
-            yield extent
+        for batch in self._batches():
+            self.extents += len(batch)
+            self.bytes += sum(map(itemgetter(1), batch))
+            yield from batch
 
-    def _extents(self) -> Iterator[tuple[int, int]]:
+    def _batches(self) -> Iterator[list[tuple[int, int]]]:
         asm = self.assembler
         client = self.client
         failures = 0
@@ -169,8 +170,8 @@ class ExtentStream:
             progress_before = asm.end
             try:
                 for resp in call:
-                    yield from asm.feed(resp)
-                yield from asm.finish()
+                    yield asm.feed(resp)
+                yield asm.finish()
                 return
             except grpc.RpcError as err:
                 code, details = err.code(), _redact(err.details() or "", token)

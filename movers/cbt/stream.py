@@ -13,14 +13,15 @@ a resume or to name the offending tuple of a violation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from itertools import compress
-from operator import add, ne, sub
+from operator import add, attrgetter, ne, sub
 
 from movers.cbt._pb import schema_pb2 as pb
 from movers.errors import CbtProtocolError, UsageError
 
 TYPE_NAMES = {pb.FIXED_LENGTH: "FIXED_LENGTH", pb.VARIABLE_LENGTH: "VARIABLE_LENGTH"}
+_OFFSET = attrgetter("byte_offset")
+_SIZE = attrgetter("size_bytes")
 
 
 class ExtentAssembler:
@@ -39,33 +40,35 @@ class ExtentAssembler:
         """A new call starts at ``offset``: re-sent tuples before it are dropped or clipped."""
         self._resume_floor = offset
 
-    def feed(self, resp) -> Iterator[tuple[int, int]]:
-        """Validate one response message and yield the extents it completes."""
+    def feed(self, resp) -> list[tuple[int, int]]:
+        """Validate one response message; return the extents it completes."""
         self.messages += 1
         n = self.messages
         self._check_header(resp, n)
         blocks = resp.block_metadata
         if not blocks:
-            return
-        offs = [b.byte_offset for b in blocks]
-        sizes = [b.size_bytes for b in blocks]
+            return []
+        offs = list(map(_OFFSET, blocks))
+        sizes = list(map(_SIZE, blocks))
         self.tuples += len(offs)
         if self._resume_floor is not None:
             offs, sizes = self._clip_resent(offs, sizes)
             if not offs:
-                return
+                return []
         ends = list(map(add, offs, sizes))
         self._check_tuples(offs, sizes, ends, n)
         if ends[-1] > self.capacity or (self.clamp_to is not None and ends[-1] > self.clamp_to):
             self._clamp(offs, ends, n)
-        yield from self._coalesce(offs, ends)
         self.end = ends[-1]
+        return self._coalesce(offs, ends)
 
-    def finish(self) -> Iterator[tuple[int, int]]:
-        """Yield the last pending extent after a clean end of the stream."""
-        if self._pending is not None:
-            yield self._pending[0], self._pending[1] - self._pending[0]
-            self._pending = None
+    def finish(self) -> list[tuple[int, int]]:
+        """The last pending extent, after a clean end of the stream."""
+        if self._pending is None:
+            return []
+        start, end = self._pending
+        self._pending = None
+        return [(start, end - start)]
 
     # -- checks ----------------------------------------------------------------------------
 
@@ -136,16 +139,17 @@ class ExtentAssembler:
 
     # -- coalescing ------------------------------------------------------------------------
 
-    def _coalesce(self, offs: list[int], ends: list[int]) -> Iterator[tuple[int, int]]:
-        start = offs[0]
-        if self._pending is not None:
-            if self._pending[1] == start:
-                start = self._pending[0]
-            else:
-                yield self._pending[0], self._pending[1] - self._pending[0]
-        # indexes i where tuple i+1 does not start where tuple i ends
+    def _coalesce(self, offs: list[int], ends: list[int]) -> list[tuple[int, int]]:
+        # indexes i where tuple i+1 does not start where tuple i ends: the extent boundaries
         breaks = list(compress(range(len(offs) - 1), map(ne, offs[1:], ends[:-1])))
-        for i in breaks:
-            yield start, ends[i] - start
-            start = offs[i + 1]
-        self._pending = (start, ends[-1])
+        starts = [offs[0], *(offs[i + 1] for i in breaks)]
+        stops = [*(ends[i] for i in breaks), ends[-1]]
+        out: list[tuple[int, int]] = []
+        if self._pending is not None:
+            if self._pending[1] == starts[0]:
+                starts[0] = self._pending[0]
+            else:
+                out.append((self._pending[0], self._pending[1] - self._pending[0]))
+        self._pending = (starts[-1], stops[-1])
+        out.extend(zip(starts[:-1], map(sub, stops[:-1], starts[:-1]), strict=True))
+        return out
