@@ -166,12 +166,17 @@ class ExtentStream:
         offset = 0
         while True:
             token = client.token_source.token(fresh=fresh_token)
+            log.debug("CBT call for %s at starting_offset %d, max_results %d", self.what, offset, client.max_results)
             call = self._call(token, offset)
             progress_before = asm.end
             try:
                 for resp in call:
                     yield asm.feed(resp)
                 yield asm.finish()
+                log.debug(
+                    "CBT stream of %s complete: %d messages, %d tuples, %d resumes",
+                    self.what, asm.messages, asm.tuples, self.resumes,
+                )  # fmt: skip
                 return
             except grpc.RpcError as err:
                 code, details = err.code(), _redact(err.details() or "", token)
