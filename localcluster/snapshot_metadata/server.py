@@ -151,9 +151,10 @@ class SnapshotMetadataServer:
     # counters
 
     @property
-    def calls(self) -> dict[str, int]:
+    def calls(self) -> Counter[str]:
+        """Calls per RPC name so far (a copy; 0 for an RPC never called)."""
         with self._lock:
-            return dict(self._calls)
+            return Counter(self._calls)
 
     @property
     def requests(self) -> list[RequestRecord]:
