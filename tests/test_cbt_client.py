@@ -241,8 +241,9 @@ def test_reading_starts_before_the_stream_ends(env):
 
 
 def cli(*args, check=0):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     proc = subprocess.run([sys.executable, "-m", "movers", *map(str, args)], capture_output=True, text=True,
-                          timeout=120, env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")})  # fmt: skip
+                          timeout=120, env=env)  # fmt: skip
     if check is not None:
         assert proc.returncode == check, proc.stderr
     return proc
