@@ -10,14 +10,18 @@ Each RPC, in the sidecar's order:
 1. injected ``fail_with`` (see ``faults``);
 2. field checks, INVALID_ARGUMENT with the sidecar's messages ("securityToken is missing", ...);
    a negative max_results is INVALID_ARGUMENT too;
-3. ``validator.validate(token, namespace)``: UNAUTHENTICATED / PERMISSION_DENIED;
+3. ``validator.validate(token, namespace)``: UNAUTHENTICATED / PERMISSION_DENIED (any other error: INTERNAL);
 4. target VolumeSnapshot missing or not ready: UNAVAILABLE; delta base handle unknown: NOT_FOUND, not ready:
    UNAVAILABLE; different volumes: INVALID_ARGUMENT "snapshots don't belong to the same Volume";
 5. ``starting_offset`` < 0 or > capacity: OUT_OF_RANGE (== capacity is an empty, successful stream);
 6. the stream: from block ``starting_offset // block_size``, FIXED_LENGTH sends one ``block_size`` tuple per
-   allocated/changed block, VARIABLE_LENGTH one tuple per run of adjacent blocks (clipped to the capacity);
+   allocated/changed block (the last one runs past a capacity that is not a multiple of ``block_size``),
+   VARIABLE_LENGTH one tuple per run of adjacent blocks (clipped to the capacity);
    ``max_results`` 0 means 256 tuples a message; every message carries the type and the capacity; nothing is
    sent for an empty batch, so an unchanged delta is a stream of zero messages.
+
+Responses are serialized by this module (``stream``; the handlers send bytes as they are), and the streams of
+immutable (synthetic) snapshots are encoded once and replayed, so benchmarks measure the client.
 
 ``calls`` counts calls per RPC name and ``requests`` keeps every request seen (``RequestRecord``, whose repr
 never shows the token); the server never logs tokens.
@@ -61,11 +65,12 @@ class RequestRecord:
     security_token: str = field(repr=False)
 
 
-def _passthrough(message: bytes) -> bytes:
-    return message
-
-
 class SnapshotMetadataServer:
+    """The server; ``port=0`` picks a free port (see ``.address`` after ``start()``), ``tls=None`` makes a CA.
+
+    ``faults`` may be shared with the test and changed while serving; ``max_workers`` bounds concurrent RPCs.
+    """
+
     def __init__(self, catalog: SnapshotCatalog, validator: auth.TokenValidator, *,
                  block_type: str = "FIXED_LENGTH", block_size: int = 4096, host: str = "127.0.0.1", port: int = 0,
                  tls: TlsMaterial | None = None, faults: Faults | None = None, max_workers: int = 16):  # fmt: skip
@@ -107,10 +112,10 @@ class SnapshotMetadataServer:
                              options=options)  # fmt: skip
         handlers = {
             "GetMetadataAllocated": grpc.unary_stream_rpc_method_handler(
-                self.GetMetadataAllocated, pb.GetMetadataAllocatedRequest.FromString, _passthrough
+                self.GetMetadataAllocated, pb.GetMetadataAllocatedRequest.FromString, None
             ),
             "GetMetadataDelta": grpc.unary_stream_rpc_method_handler(
-                self.GetMetadataDelta, pb.GetMetadataDeltaRequest.FromString, _passthrough
+                self.GetMetadataDelta, pb.GetMetadataDeltaRequest.FromString, None
             ),
         }
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, handlers)])
