@@ -1,0 +1,15 @@
+"""A Kubernetes API emulator over HTTP on loopback, for the local cluster (never the product).
+
+The official ``kubernetes`` client and kubectl work against it unchanged. ``KubeAPI`` (see
+``emulator.py``) is the entry point; ``ResourceType`` describes a served resource. Modules:
+``resources``/``builtin``/``crds`` (what is served), ``store`` (objects, resourceVersions, change
+log), ``rest`` (verb semantics), ``schema``/``cel``/``meta`` (validation), ``patching``,
+``selectors``, ``authn``/``tokens`` (service-account tokens and reviews), ``server`` (HTTP, watch),
+``discovery``, ``tables``, ``audit``.
+"""
+
+from localcluster.kubeapi.emulator import KubeAPI
+from localcluster.kubeapi.errors import ApiError
+from localcluster.kubeapi.resources import ResourceType
+
+__all__ = ["ApiError", "KubeAPI", "ResourceType"]

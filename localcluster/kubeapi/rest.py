@@ -1,0 +1,481 @@
+"""The verbs of the API, with the API server's semantics, independent of HTTP.
+
+``Rest`` implements get, list, create, update (PUT), patch, delete and deletecollection for every
+``ResourceType`` over a ``Store``. Objects come in and go out in the request's version and are
+stored in the storage version. What it does like the real server:
+- metadata: generateName, uid, creationTimestamp, generation (bumped when anything but metadata
+  and status changes), resourceVersion preconditions (409 Conflict on a stale update or patch),
+  name/namespace checks (400), namespaced objects only in existing, non-terminating namespaces;
+- status subresources: writes to ``.../status`` change only ``status``; writes to the main
+  resource keep the stored ``status``; CRD kinds drop ``status`` on create;
+- no-op updates change nothing (no new resourceVersion, no event);
+- deletion: finalizers defer it (``deletionTimestamp`` set, no new finalizers accepted, the object
+  goes when the last finalizer is removed); propagationPolicy Background (default), Foreground
+  (owner waits with the ``foregroundDeletion`` finalizer) and Orphan; the garbage collector
+  deletes dependents whose owners are all gone (a dependent created with only dangling owner
+  references too), and a deleted namespace empties itself, then goes;
+- validation (422): metadata and built-in-kind rules (``meta.py``), CRD schemas (``schema.py``);
+- dryRun=All: everything but the write.
+Subresources other than status (tokens, reviews, binding) are in ``authn.py`` and ``Rest.bind``.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from localcluster.kubeapi import meta, patching
+from localcluster.kubeapi.errors import ApiError, already_exists, bad_request, conflict, forbidden, invalid, not_found
+from localcluster.kubeapi.resources import Obj, Registry, ResourceType
+from localcluster.kubeapi.schema import SchemaValidator
+from localcluster.kubeapi.selectors import parse_field_selector, parse_label_selector
+from localcluster.kubeapi.store import Store
+
+FOREGROUND = "foregroundDeletion"
+ORPHAN = "orphan"
+_SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+                "generation", "selfLink", "managedFields")  # fmt: skip
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+
+
+class Rest:
+    def __init__(self, registry: Registry, store: Store, clock: Callable[[], float]) -> None:
+        self.registry = registry
+        self.store = store
+        self.clock = clock
+        self._validators: dict[tuple[tuple[str, str], str], SchemaValidator | None] = {}
+
+    # ---- conversion and validation -------------------------------------------------------------
+
+    def to_version(self, rt: ResourceType, obj: Obj, version: str) -> Obj:
+        return rt.convert(copy.deepcopy(obj), rt.group, version)
+
+    def _to_storage(self, rt: ResourceType, obj: Obj) -> Obj:
+        return rt.convert(copy.deepcopy(obj), rt.group, rt.storage_version)
+
+    def _validator(self, rt: ResourceType, version: str) -> SchemaValidator | None:
+        key = (rt.key, version)
+        if key not in self._validators:
+            schema = rt.schema_for(version)
+            self._validators[key] = SchemaValidator(schema) if schema else None
+        return self._validators[key]
+
+    def validate(self, rt: ResourceType, version: str, obj: Obj, old: Obj | None) -> None:
+        causes = meta.metadata_errors(rt, obj) + meta.kind_errors(rt, obj, old)
+        validator = self._validator(rt, version)
+        if validator is not None and not causes:
+            causes = validator.errors(obj, old)
+        if causes:
+            name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName", "")
+            raise invalid(rt.kind, rt.group, name, causes)
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    def get(self, rt: ResourceType, version: str, namespace: str, name: str) -> Obj:
+        return self.to_version(rt, self.store.get(rt, namespace, name), version)
+
+    def list(self, rt: ResourceType, version: str, namespace: str | None, query: Mapping[str, str]) -> Obj:
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"), rt.field_labels)
+        with self.store.lock:
+            objs, rv = self.store.list(rt, namespace)
+        items = [o for o in objs if labels(o) and fields(o)]
+        start = 0
+        if query.get("continue"):
+            try:
+                start = int(query["continue"])
+            except ValueError:
+                raise bad_request("continue key is not valid") from None
+        limit = int(query.get("limit") or 0)
+        end = start + limit if limit > 0 else len(items)
+        list_meta: Obj = {"resourceVersion": str(rv)}
+        if end < len(items):
+            list_meta["continue"] = str(end)
+            list_meta["remainingItemCount"] = len(items) - end
+        out_items = []
+        for o in items[start:end]:
+            item = self.to_version(rt, o, version)
+            if not rt.crd:  # built-in lists carry kind and apiVersion only at the top
+                item.pop("kind", None)
+                item.pop("apiVersion", None)
+            out_items.append(item)
+        return {"kind": rt.list_kind, "apiVersion": rt.api_version(version), "metadata": list_meta, "items": out_items}
+
+    # ---- writes --------------------------------------------------------------------------------
+
+    def _check_body(self, rt: ResourceType, version: str, body: Any, namespace: str) -> Obj:
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be a JSON object")
+        obj = copy.deepcopy(body)
+        want = rt.api_version(version)
+        if obj.get("apiVersion") not in (None, "", want) or obj.get("kind") not in (None, "", rt.kind):
+            raise bad_request(
+                f"the API version in the data ({obj.get('apiVersion')}) does not match the expected API version"
+                f" ({want})" if obj.get("apiVersion") not in (None, "", want) else
+                f"the kind in the data ({obj.get('kind')}) does not match the expected kind ({rt.kind})"
+            )  # fmt: skip
+        obj["apiVersion"], obj["kind"] = want, rt.kind
+        md = obj.setdefault("metadata", {})
+        if not isinstance(md, dict):
+            raise bad_request("metadata must be an object")
+        if rt.namespaced:
+            if md.get("namespace") and md["namespace"] != namespace:
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            md["namespace"] = namespace
+        else:
+            md.pop("namespace", None)
+        return obj
+
+    def _check_namespace(self, rt: ResourceType, namespace: str) -> None:
+        if not rt.namespaced:
+            return
+        ns_type = self.registry.get("", "namespaces")
+        ns = self.store.find(ns_type, "", namespace)
+        if ns is None:
+            raise not_found("namespaces", "", namespace)
+        if ns["metadata"].get("deletionTimestamp"):
+            raise forbidden(f"{rt.plural} is forbidden: unable to create new content in namespace {namespace}"
+                            " because it is being terminated")  # fmt: skip
+
+    def create(self, rt: ResourceType, version: str, namespace: str, body: Any, dry_run: bool = False) -> Obj:
+        obj = self._check_body(rt, version, body, namespace)
+        md = obj["metadata"]
+        if md.get("resourceVersion"):
+            raise bad_request("resourceVersion should not be set on objects to be created")
+        for key in _SERVER_META:
+            md.pop(key, None)
+        if rt.crd and rt.has_status:
+            obj.pop("status", None)
+        meta.defaults(rt, obj)
+        with self.store.lock:
+            self._check_namespace(rt, namespace)
+            if not md.get("name") and md.get("generateName"):
+                for _ in range(100):
+                    name = md["generateName"] + "".join(random.choices(_NAME_CHARS, k=5))
+                    if self.store.find(rt, namespace, name) is None:
+                        md["name"] = name
+                        break
+            self.validate(rt, version, obj, None)
+            if self.store.find(rt, namespace, md["name"]) is not None:
+                raise already_exists(rt.plural, rt.group, md["name"])
+            md["uid"] = str(uuid.uuid4())
+            md["creationTimestamp"] = meta.rfc3339(self.clock())
+            md["generation"] = 1
+            if dry_run:
+                return obj
+            stored = self.store.insert(rt, self._to_storage(rt, obj))
+            if rt.key == ("", "namespaces"):
+                self._default_service_account(md["name"])
+            if md.get("ownerReferences") and not any(self._owner_alive(r, namespace) for r in md["ownerReferences"]):
+                self._delete(rt, stored, "Background")  # the garbage collector removes orphans at once
+            return self.to_version(rt, stored, version)
+
+    def _default_service_account(self, namespace: str) -> None:
+        sa = self.registry.get("", "serviceaccounts")
+        if self.store.find(sa, namespace, "default") is None:
+            self.create(sa, "v1", namespace, {"metadata": {"name": "default"}})
+
+    def update(
+        self, rt: ResourceType, version: str, namespace: str, name: str, body: Any, subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:  # fmt: skip
+        obj = self._check_body(rt, version, body, namespace)
+        if obj["metadata"].get("name") not in (None, name):
+            raise bad_request(f"the name of the object ({obj['metadata']['name']}) does not match the name on the"
+                              f" URL ({name})")  # fmt: skip
+        obj["metadata"]["name"] = name
+        with self.store.lock:
+            old = self.store.find(rt, namespace, name)
+            if old is None:
+                raise not_found(rt.plural, rt.group, name)
+            return self._update(rt, version, old, obj, subresource, dry_run)
+
+    def patch(
+        self, rt: ResourceType, version: str, namespace: str, name: str, content_type: str, body: Any,
+        subresource: str | None = None, dry_run: bool = False,
+    ) -> Obj:  # fmt: skip
+        with self.store.lock:
+            old = self.store.find(rt, namespace, name)
+            if old is None:
+                raise not_found(rt.plural, rt.group, name)
+            current = self.to_version(rt, old, version)
+            patched = patching.apply_patch(content_type, current, body, rt.crd)
+            if not isinstance(patched, dict):
+                raise bad_request("the patch did not produce an object")
+            pmeta = patched.setdefault("metadata", {})
+            if pmeta.get("name", name) != name:
+                raise bad_request("the patch may not change the name")
+            obj = self._check_body(rt, version, patched, namespace)
+            return self._update(rt, version, old, obj, subresource, dry_run)
+
+    def _update(self, rt: ResourceType, version: str, old: Obj, obj: Obj, sub: str | None, dry_run: bool) -> Obj:
+        """Caller holds the lock; ``old`` is stored (storage version), ``obj`` in ``version``."""
+        md, old_md = obj["metadata"], old["metadata"]
+        name = old_md["name"]
+        rv = md.get("resourceVersion")
+        if rv and rv != old_md["resourceVersion"]:
+            raise conflict(rt.plural, rt.group, name)
+        if not rv and rt.crd:  # custom resources allow no unconditional update
+            raise invalid(rt.kind, rt.group, name, [("metadata.resourceVersion", "Invalid value: 0x0: must be"
+                                                     " specified for an update")])  # fmt: skip
+        old_v = self.to_version(rt, old, version)
+        if sub == "status":
+            new = copy.deepcopy(old_v)
+            if "status" in obj:
+                new["status"] = obj["status"]
+            else:
+                new.pop("status", None)
+        else:
+            new = obj
+            if rt.key == ("", "secrets"):
+                meta.fold_string_data(new)
+            if rt.has_status:
+                if "status" in old_v:
+                    new["status"] = copy.deepcopy(old_v["status"])
+                else:
+                    new.pop("status", None)
+            nmd = new["metadata"]
+            for key in _SERVER_META:
+                nmd.pop(key, None)
+                if key in old_md:
+                    nmd[key] = copy.deepcopy(old_md[key])
+            if rt.namespaced:
+                nmd["namespace"] = old_md["namespace"]
+            if old_md.get("deletionTimestamp"):
+                added = set(nmd.get("finalizers") or []) - set(old_md.get("finalizers") or [])
+                if added:
+                    raise invalid(rt.kind, rt.group, name, [("metadata.finalizers", "Forbidden: no new finalizers"
+                                                             " can be added if the object is being deleted, found"
+                                                             f" new finalizers {sorted(added)}")])  # fmt: skip
+            if _spec_of(new, rt) != _spec_of(old_v, rt):
+                nmd["generation"] = int(old_md.get("generation") or 1) + 1
+        if _same(new, old_v):
+            return old_v  # a no-op: no new resourceVersion, no event
+        self.validate(rt, version, new, old_v)
+        if dry_run:
+            return new
+        new["metadata"]["resourceVersion"] = old_md["resourceVersion"]
+        stored = self.store.replace(rt, self._to_storage(rt, new))
+        if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
+            stored = self._remove(rt, stored)
+        return self.to_version(rt, stored, version)
+
+    # ---- deletion and garbage collection -------------------------------------------------------
+
+    def delete(
+        self, rt: ResourceType, version: str, namespace: str, name: str, options: Mapping[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> Obj:  # fmt: skip
+        options = options or {}
+        with self.store.lock:
+            obj = self.store.find(rt, namespace, name)
+            if obj is None:
+                raise not_found(rt.plural, rt.group, name)
+            pre = options.get("preconditions") or {}
+            if pre.get("uid") and pre["uid"] != obj["metadata"]["uid"]:
+                raise conflict(rt.plural, rt.group, name, f"Precondition failed: UID in precondition: {pre['uid']},"
+                                                          f" UID in object meta: {obj['metadata']['uid']}")  # fmt: skip
+            if pre.get("resourceVersion") and pre["resourceVersion"] != obj["metadata"]["resourceVersion"]:
+                raise conflict(rt.plural, rt.group, name, "Precondition failed: ResourceVersion in precondition:"
+                               f" {pre['resourceVersion']}, ResourceVersion in object meta:"
+                               f" {obj['metadata']['resourceVersion']}")  # fmt: skip
+            policy = options.get("propagationPolicy") or ("Orphan" if options.get("orphanDependents") else None)
+            if policy not in (None, "Background", "Foreground", "Orphan"):
+                raise bad_request(f"propagationPolicy: Unsupported value: {policy!r}")
+            if dry_run:
+                return self._delete_answer(rt, version, obj, removed=True)
+            last, removed = self._delete(rt, copy.deepcopy(obj), policy or "Background")
+            return self._delete_answer(rt, version, last, removed)
+
+    def _delete_answer(self, rt: ResourceType, version: str, obj: Obj, removed: bool) -> Obj:
+        if rt.return_deleted or not removed:
+            return self.to_version(rt, obj, version)
+        md = obj["metadata"]
+        return {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": md["name"], "group": rt.group, "kind": rt.plural, "uid": md["uid"]},
+        }  # fmt: skip
+
+    def _delete(self, rt: ResourceType, obj: Obj, policy: str) -> tuple[Obj, bool]:
+        """Delete the stored ``obj`` (a copy); (last state, removed now). Caller holds the lock."""
+        md = obj["metadata"]
+        if rt.key == ("", "namespaces"):
+            return self._delete_namespace(obj)
+        uid = md["uid"]
+        if policy == "Orphan":
+            self._orphan_dependents(uid)
+        if md.get("deletionTimestamp"):
+            return obj, False
+        finalizers = list(md.get("finalizers") or [])
+        if policy == "Foreground" and self._dependents(uid):
+            finalizers.append(FOREGROUND)
+        if not finalizers:
+            return self._remove(rt, obj), True
+        md["finalizers"] = finalizers
+        md["deletionTimestamp"] = meta.rfc3339(self.clock())
+        md["deletionGracePeriodSeconds"] = 0
+        obj = self.store.replace(rt, obj)
+        if FOREGROUND in finalizers:
+            for dep_rt, dep in self._dependents(uid):
+                current = self._current(dep_rt, dep)
+                if current is not None:
+                    self._delete(dep_rt, copy.deepcopy(current), "Foreground")
+            obj = self._release_foreground(rt, uid) or obj
+        return obj, False
+
+    def _remove(self, rt: ResourceType, obj: Obj) -> Obj:
+        md = obj["metadata"]
+        last = self.store.remove(rt, md.get("namespace", ""), md["name"])
+        self._collect(md["uid"])
+        for ref in md.get("ownerReferences") or []:
+            owner_rt = self._rt_of_ref(ref)
+            if owner_rt is not None:
+                self._release_foreground(owner_rt, ref.get("uid"))
+        if rt.namespaced:
+            self._finish_namespace(md.get("namespace", ""))
+        return last
+
+    def _dependents(self, uid: str) -> list[tuple[ResourceType, Obj]]:
+        out = []
+        for key, obj in self.store.all_items():
+            if any(r.get("uid") == uid for r in obj["metadata"].get("ownerReferences") or []):
+                out.append((self.registry.get(*key), obj))
+        return out
+
+    def _collect(self, uid: str) -> None:
+        """The garbage collector for a removed owner: drop the reference, or delete the dependent
+        when it has no other live owner."""
+        for dep_rt, dep in self._dependents(uid):
+            current = self._current(dep_rt, dep)
+            refs = current["metadata"].get("ownerReferences") or [] if current is not None else []
+            if not any(r.get("uid") == uid for r in refs):
+                continue  # gone or changed on another path meanwhile
+            dep = copy.deepcopy(current)
+            refs = dep["metadata"]["ownerReferences"]
+            others = [r for r in refs if r.get("uid") != uid]
+            if any(self._owner_alive(r, dep["metadata"].get("namespace", "")) for r in others):
+                dep["metadata"]["ownerReferences"] = others
+                self.store.replace(dep_rt, dep)
+            else:
+                self._delete(dep_rt, dep, "Background")
+
+    def _current(self, rt: ResourceType, obj: Obj) -> Obj | None:
+        """The stored object with the name of ``obj`` now, if it is still the same object (uid)."""
+        md = obj["metadata"]
+        current = self.store.find(rt, md.get("namespace", ""), md["name"])
+        return current if current is not None and current["metadata"].get("uid") == md.get("uid") else None
+
+    def _orphan_dependents(self, uid: str) -> None:
+        for dep_rt, dep in self._dependents(uid):
+            dep = copy.deepcopy(dep)
+            dep["metadata"]["ownerReferences"] = [
+                r for r in dep["metadata"]["ownerReferences"] if r.get("uid") != uid
+            ] or None
+            if dep["metadata"]["ownerReferences"] is None:
+                del dep["metadata"]["ownerReferences"]
+            self.store.replace(dep_rt, dep)
+
+    def _release_foreground(self, rt: ResourceType, uid: str | None) -> Obj | None:
+        """Remove the foregroundDeletion finalizer of owner ``uid`` once it has no dependents left."""
+        owner = next((o for k, o in self.store.all_items() if k == rt.key and o["metadata"].get("uid") == uid), None)
+        if owner is None or FOREGROUND not in (owner["metadata"].get("finalizers") or []) or self._dependents(uid):
+            return None
+        owner = copy.deepcopy(owner)
+        owner["metadata"]["finalizers"] = [f for f in owner["metadata"]["finalizers"] if f != FOREGROUND]
+        stored = self.store.replace(rt, owner)
+        return self._remove(rt, stored) if not stored["metadata"]["finalizers"] else stored
+
+    def _rt_of_ref(self, ref: Mapping[str, Any]) -> ResourceType | None:
+        api_version = str(ref.get("apiVersion") or "")
+        group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+        return self.registry.by_kind(group, str(ref.get("kind") or ""))
+
+    def _owner_alive(self, ref: Mapping[str, Any], namespace: str) -> bool:
+        rt = self._rt_of_ref(ref)
+        if rt is None:
+            return True  # an unknown kind: the real collector cannot resolve it and leaves the dependent
+        owner = self.store.find(rt, namespace, str(ref.get("name") or ""))
+        return owner is not None and owner["metadata"].get("uid") == ref.get("uid")
+
+    def _delete_namespace(self, ns: Obj) -> tuple[Obj, bool]:
+        name = ns["metadata"]["name"]
+        if not ns["metadata"].get("deletionTimestamp"):
+            ns["metadata"]["deletionTimestamp"] = meta.rfc3339(self.clock())
+            ns["metadata"]["deletionGracePeriodSeconds"] = 0
+            ns.setdefault("status", {})["phase"] = "Terminating"
+            ns = self.store.replace(self.registry.get("", "namespaces"), ns)
+            for key, obj in list(self.store.all_items()):
+                rt = self.registry.get(*key)
+                if not rt.namespaced or obj["metadata"].get("namespace") != name:
+                    continue
+                current = self._current(rt, obj)
+                if current is not None and not current["metadata"].get("deletionTimestamp"):
+                    self._delete(rt, copy.deepcopy(current), "Background")
+        last = self._finish_namespace(name)
+        return (last, True) if last is not None else (ns, False)
+
+    def _finish_namespace(self, name: str) -> Obj | None:
+        ns_rt = self.registry.get("", "namespaces")
+        ns = self.store.find(ns_rt, "", name)
+        if ns is None or not ns["metadata"].get("deletionTimestamp") or ns["metadata"].get("finalizers"):
+            return None
+        for key, obj in self.store.all_items():
+            if self.registry.get(*key).namespaced and obj["metadata"].get("namespace") == name:
+                return None
+        return self._remove(ns_rt, copy.deepcopy(ns))
+
+    def delete_collection(
+        self, rt: ResourceType, version: str, namespace: str | None, query: Mapping[str, str],
+        options: Mapping[str, Any] | None = None,
+    ) -> Obj:  # fmt: skip
+        with self.store.lock:
+            listed = self.list(rt, version, namespace, {k: v for k, v in query.items() if k != "limit"})
+            for item in listed["items"]:
+                md = item["metadata"]
+                try:
+                    self.delete(rt, version, md.get("namespace", ""), md["name"], options)
+                except ApiError as err:
+                    if err.code != 404:
+                        raise
+        listed["metadata"] = {"resourceVersion": str(self.store.resource_version)}
+        return listed
+
+    # ---- pods/binding --------------------------------------------------------------------------
+
+    def bind(self, namespace: str, name: str, body: Any) -> Obj:
+        """POST pods/NAME/binding: set spec.nodeName once (the scheduler's way)."""
+        pods = self.registry.get("", "pods")
+        target = (body or {}).get("target") or {}
+        node = target.get("name")
+        if not node:
+            raise invalid("Binding", "", name, [("target.name", "Required value")])
+        with self.store.lock:
+            pod = self.store.find(pods, namespace, name)
+            if pod is None:
+                raise not_found("pods", "", name)
+            if pod["spec"].get("nodeName"):
+                raise conflict("pods/binding", "", name, f"pod {name} is already assigned to node"
+                                                         f" \"{pod['spec']['nodeName']}\"")  # fmt: skip
+            pod = copy.deepcopy(pod)
+            pod["spec"]["nodeName"] = node
+            self.store.replace(pods, pod)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+def _spec_of(obj: Obj, rt: ResourceType) -> Obj:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status" if rt.has_status else "", "apiVersion",
+                                                      "kind")}  # fmt: skip
+
+
+def _same(a: Obj, b: Obj) -> bool:
+    strip = ("resourceVersion", "managedFields")
+    ma = {k: v for k, v in a.get("metadata", {}).items() if k not in strip and v not in (None, [], {})}
+    mb = {k: v for k, v in b.get("metadata", {}).items() if k not in strip and v not in (None, [], {})}
+    rest_a = {k: v for k, v in a.items() if k != "metadata"}
+    rest_b = {k: v for k, v in b.items() if k != "metadata"}
+    return ma == mb and rest_a == rest_b
