@@ -50,7 +50,6 @@ def _review(group, plural, kind, version="v1") -> ResourceType:
 
 
 def builtin_types() -> list[ResourceType]:
-    age = ()
     return [
         _core("namespaces", "Namespace", False, ["ns"], ["status", "finalize"], return_deleted=True,
               field_labels=("status.phase",), printer_columns=(("Status", "string", ".status.phase"),)),
@@ -73,14 +72,15 @@ def builtin_types() -> list[ResourceType]:
         _core("events", "Event", True, ["ev"], field_labels=_EVENT_FIELDS,
               printer_columns=(("Type", "string", ".type"), ("Reason", "string", ".reason"),
                                ("Object", "string", ".involvedObject.name"), ("Message", "string", ".message"))),
-        _core("nodes", "Node", False, ["no"], ["status"], return_deleted=True, printer_columns=age),
+        _core("nodes", "Node", False, ["no"], ["status"]),
         _core("services", "Service", True, ["svc"], ["status"], return_deleted=True,
               printer_columns=(("Type", "string", ".spec.type"), ("ClusterIP", "string", ".spec.clusterIP"))),
         ResourceType("storage.k8s.io", "storageclasses", "StorageClass", ("v1",), "v1", False, ("sc",),
                      printer_columns=(("Provisioner", "string", ".provisioner"),
                                       ("ReclaimPolicy", "string", ".reclaimPolicy"),
-                                      ("VolumeBindingMode", "string", ".volumeBindingMode"))),
-        ResourceType("storage.k8s.io", "csidrivers", "CSIDriver", ("v1",), "v1", False),
+                                      ("VolumeBindingMode", "string", ".volumeBindingMode")),
+                     return_deleted=True),
+        ResourceType("storage.k8s.io", "csidrivers", "CSIDriver", ("v1",), "v1", False, return_deleted=True),
         _review("authentication.k8s.io", "tokenreviews", "TokenReview"),
         _review("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview"),
         _review("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview"),

@@ -8,6 +8,7 @@ columns, and adds the CRDs that match no built-in type as new types.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -24,7 +25,8 @@ def default_crd_dir() -> Path:
 
 
 def load_crds(directory: str | Path | None) -> list[Obj]:
-    """The CustomResourceDefinitions in ``directory`` (sorted by file name); [] when it is absent."""
+    """The CustomResourceDefinitions in ``directory`` (sorted by file name); [] when it is absent.
+    Parsed files are cached by path and modification time (callers must not mutate the result)."""
     if directory is None:
         return []
     path = Path(directory)
@@ -32,10 +34,16 @@ def load_crds(directory: str | Path | None) -> list[Obj]:
         return []
     out = []
     for f in sorted(path.glob("*.y*ml")):
-        for doc in yaml.safe_load_all(f.read_text()):
-            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
-                out.append(doc)
+        out.extend(_load_file(str(f), f.stat().st_mtime_ns))
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _load_file(path: str, mtime_ns: int) -> tuple[Obj, ...]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with open(path, encoding="utf-8") as f:
+        docs = list(yaml.load_all(f, Loader=loader))  # noqa: S506 - a safe loader
+    return tuple(d for d in docs if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition")
 
 
 def apply_crds(registry: Registry, crds: list[Obj]) -> None:

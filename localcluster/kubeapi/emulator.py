@@ -20,6 +20,7 @@ Constructor settings (all keyword-only):
 - ``clock``: seconds since the epoch, for timestamps and token expiry (tests move it).
 - ``namespaces``: created at start (each gets its ``default`` ServiceAccount).
 - ``bookmark_interval``: seconds between BOOKMARK events on idle watches that allow them.
+- ``watch_history``: how many changes are kept for watches to resume from (older: 410 Expired).
 
 The server stops on ``stop()`` / leaving the ``with`` block, ending open watches first. ``store``,
 ``rest`` and ``registry`` are exposed for in-process collaborators (controllers, assertions);
@@ -71,6 +72,7 @@ class KubeAPI:
         clock: Callable[[], float] = time.time,
         namespaces: Iterable[str] = DEFAULT_NAMESPACES,
         bookmark_interval: float = 30.0,
+        watch_history: int = 100_000,
     ) -> None:
         served = dict(served_versions or {})
         if group_snapshot_versions is not None:
@@ -82,7 +84,7 @@ class KubeAPI:
         for rt in extra_types:
             self.registry.add(rt)
         self.clock = clock
-        self.store = Store()
+        self.store = Store(watch_history)
         self.rest = Rest(self.registry, self.store, clock)
         self.tokens = TokenIssuer(clock)
         self.token = token or secrets.token_urlsafe(32)

@@ -1,0 +1,81 @@
+"""Test helpers: a running ``KubeAPI`` with a kubeconfig and a real ``kubernetes`` client on it.
+
+    with serve(tmp_path) as kube:       # keyword arguments go to KubeAPI
+        kube.core.list_namespace()      # CoreV1Api; also .custom, .storage, .authn, .client
+
+The client is closed and the server stopped in every outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from localcluster.kubeapi.emulator import KubeAPI
+
+
+@dataclass
+class Kube:
+    api: KubeAPI
+    kubeconfig: Path
+    client: Any  # kubernetes.client.ApiClient
+
+    def raw(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
+            token: str | None = None) -> tuple[int, Any]:  # fmt: skip
+        """A plain HTTP request: (status, parsed JSON body or text)."""
+        data = json.dumps(body).encode() if body is not None else None
+        hdrs = {"Authorization": f"Bearer {token or self.api.token}", "Content-Type": "application/json",
+                **(headers or {})}  # fmt: skip
+        request = urllib.request.Request(self.api.url + path, data=data, method=method, headers=hdrs)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                status, text = resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            status, text = err.code, err.read().decode()
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    @property
+    def core(self):
+        from kubernetes import client
+
+        return client.CoreV1Api(self.client)
+
+    @property
+    def custom(self):
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.client)
+
+    @property
+    def storage(self):
+        from kubernetes import client
+
+        return client.StorageV1Api(self.client)
+
+    @property
+    def authn(self):
+        from kubernetes import client
+
+        return client.AuthenticationV1Api(self.client)
+
+
+@contextlib.contextmanager
+def serve(tmp_path: str | Path, **settings: Any) -> Iterator[Kube]:
+    from kubernetes import config
+
+    with KubeAPI(**settings) as api:
+        kubeconfig = api.write_kubeconfig(Path(tmp_path) / "kubeconfig")
+        api_client = config.new_client_from_config(str(kubeconfig))
+        try:
+            yield Kube(api, kubeconfig, api_client)
+        finally:
+            api_client.close()
