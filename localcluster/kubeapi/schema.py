@@ -81,7 +81,10 @@ class SchemaValidator:
     def __init__(self, schema: Obj):
         self.schema = copy.deepcopy(schema)
         top = _closed(self.schema)
-        top.setdefault("properties", {})["metadata"] = {"type": "object"}
+        props = top.setdefault("properties", {})
+        props.update(apiVersion={"type": "string"}, kind={"type": "string"}, metadata={"type": "object"})
+        if not top.get("x-kubernetes-preserve-unknown-fields"):
+            top.setdefault("additionalProperties", False)
         self._validator = jsonschema.Draft7Validator(top, format_checker=_FORMATS)
 
     def errors(self, obj: Obj, old: Obj | None = None) -> list[tuple[str, str]]:
