@@ -508,3 +508,13 @@ def test_kubectl_get(kube, tmp_path):
         "spec": {"source": {"persistentVolumeClaimName": "d"}}})  # fmt: skip
     out = kubectl("get", "vs", "-o", "name")
     assert out.returncode == 0 and out.stdout.strip() == "volumesnapshot.snapshot.storage.k8s.io/snap-1", out.stderr
+    manifest = tmp_path / "cm.yaml"
+    manifest.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied}\ndata: {k: v}\n")
+    out = kubectl("apply", "-f", str(manifest))  # needs /openapi/v3 for server-side field validation
+    assert out.returncode == 0, out.stderr
+    assert kube.core.read_namespaced_config_map("applied", "default").data == {"k": "v"}
+    bad = tmp_path / "vs.yaml"
+    bad.write_text(f"apiVersion: {SNAP}/v1\nkind: VolumeSnapshot\nmetadata: {{name: bad}}\nspec: {{sourc: {{}}}}\n")
+    if kube.api.validating:
+        out = kubectl("create", "-f", str(bad))
+        assert out.returncode != 0 and "invalid" in out.stderr

@@ -1,6 +1,7 @@
 """The HTTP face of the emulator: an aiohttp application routing Kubernetes REST paths to ``Rest``.
 
-Paths: ``/version``, ``/healthz``/``/livez``/``/readyz``, discovery (``discovery.py``), and
+Paths: ``/version``, ``/healthz``/``/livez``/``/readyz``, discovery (``discovery.py``),
+``/openapi/v3`` (``openapi.py``), and
 ``/api/v1/...`` or ``/apis/GROUP/VERSION/...`` followed by ``[namespaces/NS/]PLURAL[/NAME[/SUB]]``.
 Methods map to verbs as upstream (GET get/list/watch, POST create, PUT update, PATCH patch,
 DELETE delete/deletecollection); a verb the type does not have is 405, an unknown path 404, and
@@ -27,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from localcluster.kubeapi import discovery, tables
+from localcluster.kubeapi import discovery, openapi, tables
 from localcluster.kubeapi.audit import AuditLog
 from localcluster.kubeapi.authn import ANONYMOUS, Authn
 from localcluster.kubeapi.errors import ApiError, bad_request, method_not_allowed, path_not_found, unauthorized
@@ -132,6 +133,8 @@ class Server:
                 return "get", _json(discovery.VERSION)
             if len(parts) == 1 and parts[0] in ("healthz", "livez", "readyz"):
                 return "get", web.Response(text="ok")
+            if parts[:2] == ["openapi", "v3"]:
+                return "get", self._openapi(request.path, parts[2:])
             raise path_not_found(request.path)
         if parts[0] == "api":
             if len(parts) == 1:
@@ -153,6 +156,19 @@ class Server:
             return "get", _json(doc)
         call = self._parse(request.path, group, version, rest, query, user, body)
         return await self._dispatch(request, method, call)
+
+    def _openapi(self, path: str, gv: list[str]) -> web.Response:
+        registry = self.rest.registry
+        if not gv:
+            return _json(openapi.root(registry))
+        doc = None
+        if gv[0] == "api" and len(gv) == 2:
+            doc = openapi.document(registry, "", gv[1])
+        elif gv[0] == "apis" and len(gv) == 3:
+            doc = openapi.document(registry, gv[1], gv[2])
+        if doc is None:
+            raise path_not_found(path)
+        return _json(doc)
 
     def _parse(self, path: str, group: str, version: str, segs: list[str], query: dict[str, str], user: dict,
                body: Any) -> Call:  # fmt: skip
@@ -276,10 +292,17 @@ class Server:
         initial: list[tuple[str, Obj]] = []
         error: ApiError | None = None
         seen = [0]  # the resourceVersion up to which this watch has handled every event (for bookmarks)
+
+        def deliver(event: Event) -> None:  # runs in the writer's thread, under the store lock
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+            except RuntimeError:  # the server's loop is closed: the watch is over
+                pass
+
         with store.lock:
             seen[0] = since if since is not None else store.resource_version
             try:
-                backlog, sub = store.subscribe(rt.key, since, lambda e: loop.call_soon_threadsafe(queue.put_nowait, e))
+                backlog, sub = store.subscribe(rt.key, since, deliver)
             except ApiError as err:
                 error, backlog, sub = err, [], None
             if since is None and sub is not None:
