@@ -3,13 +3,15 @@
 The official ``kubernetes`` client and kubectl work against it unchanged. ``KubeAPI`` (see
 ``emulator.py``) is the entry point; ``ResourceType`` describes a served resource. Modules:
 ``resources``/``builtin``/``crds`` (what is served), ``store`` (objects, resourceVersions, change
-log), ``rest`` (verb semantics), ``schema``/``cel``/``meta`` (validation), ``patching``,
-``selectors``, ``authn``/``tokens`` (service-account tokens and reviews), ``server`` (HTTP, watch),
-``discovery``, ``tables``, ``audit``.
+log), ``rest``/``deletion`` (verb semantics, garbage collection), ``schema``/``cel``/``meta``
+(validation), ``patching``, ``selectors``, ``authn``/``tokens`` (service-account tokens and
+reviews), ``server``/``calls``/``watch`` (HTTP), ``discovery``, ``openapi``, ``tables``, ``audit``,
+``testing`` (a served API with a real client, for tests).
 """
 
+from localcluster.kubeapi.calls import Call
 from localcluster.kubeapi.emulator import KubeAPI
 from localcluster.kubeapi.errors import ApiError
 from localcluster.kubeapi.resources import ResourceType
 
-__all__ = ["ApiError", "KubeAPI", "ResourceType"]
+__all__ = ["ApiError", "Call", "KubeAPI", "ResourceType"]

@@ -45,10 +45,11 @@ from aiohttp import web
 from localcluster.kubeapi.audit import AuditLog
 from localcluster.kubeapi.authn import Authn
 from localcluster.kubeapi.builtin import builtin_types
+from localcluster.kubeapi.calls import SubHandler
 from localcluster.kubeapi.crds import apply_crds, default_crd_dir, load_crds
 from localcluster.kubeapi.resources import VGS_GROUP, Registry, ResourceType
 from localcluster.kubeapi.rest import Rest
-from localcluster.kubeapi.server import Server, SubHandler
+from localcluster.kubeapi.server import Server
 from localcluster.kubeapi.store import Store
 from localcluster.kubeapi.tokens import DEFAULT_EXPIRATION, TokenIssuer
 

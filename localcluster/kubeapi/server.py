@@ -7,11 +7,7 @@ Methods map to verbs as upstream (GET get/list/watch, POST create, PUT update, P
 DELETE delete/deletecollection); a verb the type does not have is 405, an unknown path 404, and
 every error is a ``Status`` body with its code.
 
-Watch (``?watch=true``) streams one JSON event per line: with no ``resourceVersion`` (or "0") the
-current objects first as ADDED, else the events after that version (an ERROR event with a 410
-Status when it is too old); a label/field-selected watch sees an object that stops matching as
-DELETED and one that starts matching as ADDED; ``timeoutSeconds`` ends the stream,
-``allowWatchBookmarks`` adds BOOKMARK events when idle.
+Watches (``?watch=true``) are served by ``watch.py``.
 
 Subresources served by other parts of the local cluster (``pods/log``, ``pods/exec`` ...) are
 registered with ``Server.subresources[(plural, sub)] = handler``: an aiohttp handler
@@ -20,10 +16,7 @@ registered with ``Server.subresources[(plural, sub)] = handler``: an aiohttp han
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -31,40 +24,18 @@ from aiohttp import web
 from localcluster.kubeapi import discovery, openapi, tables
 from localcluster.kubeapi.audit import AuditLog
 from localcluster.kubeapi.authn import ANONYMOUS, Authn
+from localcluster.kubeapi.calls import Call, SubHandler
 from localcluster.kubeapi.errors import ApiError, bad_request, method_not_allowed, path_not_found, unauthorized
 from localcluster.kubeapi.resources import Obj, ResourceType
 from localcluster.kubeapi.rest import Rest
-from localcluster.kubeapi.selectors import parse_field_selector, parse_label_selector
-from localcluster.kubeapi.store import Event
+from localcluster.kubeapi.watch import Watcher, truthy
 
-DEFAULT_WATCH_TIMEOUT = 1800.0
 _NS_SUBRESOURCES = ("status", "finalize")
-
-
-@dataclass
-class Call:
-    """One resource request, parsed."""
-
-    rt: ResourceType
-    version: str
-    namespace: str | None
-    name: str | None
-    sub: str | None
-    query: dict[str, str]
-    user: dict[str, Any]
-    body: Any
-
-
-SubHandler = Callable[[web.Request, Call], Awaitable[web.StreamResponse]]
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=json.dumps(obj, separators=(",", ":")).encode(),
                         content_type="application/json")  # fmt: skip
-
-
-def _truthy(value: str | None) -> bool:
-    return value is not None and value.lower() in ("1", "true", "yes")
 
 
 class Server:
@@ -74,9 +45,8 @@ class Server:
         self.authn = authn
         self.require_auth = require_auth
         self.audit = audit
-        self.bookmark_interval = bookmark_interval
+        self.watcher = Watcher(rest, bookmark_interval)
         self.subresources: dict[tuple[str, str], SubHandler] = {}
-        self._watches: set[asyncio.Queue] = set()
         self.host = ""
 
     def app(self) -> web.Application:
@@ -86,8 +56,7 @@ class Server:
 
     def close_watches(self) -> None:
         """End every open watch stream (called on the server's loop before shutdown)."""
-        for queue in list(self._watches):
-            queue.put_nowait(None)
+        self.watcher.close_all()
 
     # ---- entry ---------------------------------------------------------------------------------
 
@@ -197,9 +166,9 @@ class Server:
         if call.sub not in (None, "status"):
             return "create" if method == "POST" else method.lower(), await self._subresource(request, method, call)
         if method == "GET" and call.name is None:
-            if _truthy(q.get("watch")):
+            if truthy(q.get("watch")):
                 self._allow(rt, "watch")
-                return "watch", await self._watch(request, call)
+                return "watch", await self.watcher.serve(request, call)
             self._allow(rt, "list")
             listed = rest.list(rt, call.version, call.namespace, q)
             if tables.wants_table(request.headers.get("Accept", "")):
@@ -228,7 +197,7 @@ class Server:
                 if key in q:
                     options.setdefault(key, q[key])
             if "orphanDependents" in q:
-                options.setdefault("orphanDependents", _truthy(q["orphanDependents"]))
+                options.setdefault("orphanDependents", truthy(q["orphanDependents"]))
             if call.name is None:
                 self._allow(rt, "deletecollection")
                 return "deletecollection", _json(rest.delete_collection(rt, call.version, call.namespace, q, options))
@@ -265,103 +234,3 @@ class Server:
             raise bad_request(f"{call.rt.plural}/{call.sub} is not served: nothing in the local cluster provides it"
                               " (no kubelet attached)")  # fmt: skip
         return await handler(request, call)
-
-    # ---- watch ---------------------------------------------------------------------------------
-
-    async def _watch(self, request: web.Request, call: Call) -> web.StreamResponse:
-        rt, q, store = call.rt, call.query, self.rest.store
-        labels = parse_label_selector(q.get("labelSelector"))
-        fields = parse_field_selector(q.get("fieldSelector"), rt.field_labels)
-        rv_text = q.get("resourceVersion") or ""
-        try:
-            since = int(rv_text) if rv_text not in ("", "0") else None
-        except ValueError:
-            raise bad_request(f"invalid resource version: {rv_text}") from None
-        timeout = float(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
-        bookmarks = _truthy(q.get("allowWatchBookmarks"))
-
-        def matches(obj: Obj | None) -> bool:
-            if obj is None:
-                return False
-            if call.namespace is not None and obj["metadata"].get("namespace") != call.namespace:
-                return False
-            return labels(obj) and fields(obj)
-
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        initial: list[tuple[str, Obj]] = []
-        error: ApiError | None = None
-        seen = [0]  # the resourceVersion up to which this watch has handled every event (for bookmarks)
-
-        def deliver(event: Event) -> None:  # runs in the writer's thread, under the store lock
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, event)
-            except RuntimeError:  # the server's loop is closed: the watch is over
-                pass
-
-        with store.lock:
-            seen[0] = since if since is not None else store.resource_version
-            try:
-                backlog, sub = store.subscribe(rt.key, since, deliver)
-            except ApiError as err:
-                error, backlog, sub = err, [], None
-            if since is None and sub is not None:
-                initial = [("ADDED", o) for o in store.items(rt, call.namespace) if matches(o)]
-        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        if error is not None:
-            await resp.write(json.dumps({"type": "ERROR", "object": error.status()}).encode() + b"\n")
-            await resp.write_eof()
-            return resp
-        self._watches.add(queue)
-        try:
-            for kind, obj in initial:
-                await self._send(resp, call, kind, obj)
-            for event in backlog:
-                await self._send_event(resp, call, event, matches)
-                seen[0] = event.rv
-            deadline = loop.time() + timeout
-            while True:
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                try:
-                    wait = min(left, self.bookmark_interval) if bookmarks else left
-                    event = await asyncio.wait_for(queue.get(), wait)
-                except TimeoutError:
-                    if bookmarks and deadline - loop.time() > 0:
-                        await self._bookmark(resp, call, seen[0])
-                    continue
-                if event is None:
-                    break
-                await self._send_event(resp, call, event, matches)
-                seen[0] = event.rv
-            await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        finally:
-            self._watches.discard(queue)
-            if sub is not None:
-                sub.close()
-        return resp
-
-    async def _send_event(self, resp: web.StreamResponse, call: Call, event: Event, matches) -> None:
-        now, before = matches(event.obj), matches(event.old)
-        if event.type == "ADDED":
-            kind = "ADDED" if now else None
-        elif event.type == "DELETED":
-            kind = "DELETED" if now or before else None
-        else:
-            kind = "MODIFIED" if now and before else "ADDED" if now else "DELETED" if before else None
-        if kind is not None:
-            await self._send(resp, call, kind, event.obj)
-
-    async def _send(self, resp: web.StreamResponse, call: Call, kind: str, obj: Obj) -> None:
-        out = self.rest.to_version(call.rt, obj, call.version)
-        await resp.write(json.dumps({"type": kind, "object": out}, separators=(",", ":")).encode() + b"\n")
-
-    async def _bookmark(self, resp: web.StreamResponse, call: Call, rv: int) -> None:
-        obj = {"kind": call.rt.kind, "apiVersion": call.rt.api_version(call.version),
-               "metadata": {"resourceVersion": str(rv)}}  # fmt: skip
-        await resp.write(json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n")
