@@ -491,6 +491,34 @@ def test_pod_binding_and_unserved_subresources(kube):
     assert status_of(core.read_namespaced_pod_log, "p", "default").status == 400  # no kubelet attached yet
 
 
+def test_delete_collection_and_dry_run(kube):
+    core = kube.core
+    for name, app in (("a", "db"), ("b", "db"), ("c", "web")):
+        core.create_namespaced_config_map("default", {"metadata": {"name": name, "labels": {"app": app}}})
+    core.delete_collection_namespaced_config_map("default", label_selector="app=db")
+    assert [c.metadata.name for c in core.list_namespaced_config_map("default").items] == ["c"]
+
+    dry = core.create_namespaced_config_map("default", {"metadata": {"name": "d"}}, dry_run="All")
+    assert dry.metadata.name == "d" and dry.metadata.uid
+    assert status_of(core.read_namespaced_config_map, "d", "default").status == 404
+    core.patch_namespaced_config_map("c", "default", {"data": {"x": "1"}}, dry_run="All")
+    assert core.read_namespaced_config_map("c", "default").data is None
+    core.delete_namespaced_config_map("c", "default", dry_run="All")
+    assert core.read_namespaced_config_map("c", "default").metadata.name == "c"
+
+
+def test_pluggable_subresource_handlers(kube):
+    from aiohttp import web
+
+    async def log(request, call):
+        pod = kube.api.store.get(call.rt, call.namespace, call.name)
+        return web.Response(text=f"log of {pod['metadata']['name']} ({call.query.get('container')})\n")
+
+    kube.api.add_subresource("pods", "log", log)
+    kube.core.create_namespaced_pod("default", pod("p"))
+    assert kube.core.read_namespaced_pod_log("p", "default", container="main") == "log of p (main)\n"
+
+
 # ---- kubectl ------------------------------------------------------------------------------------------
 
 
