@@ -111,7 +111,7 @@ class Watcher:
                 await self._send_event(resp, call, event, matches)
                 seen[0] = event.rv
             await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:  # the client went away
             pass
         finally:
             self.open.discard(queue)
