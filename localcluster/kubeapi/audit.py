@@ -2,8 +2,8 @@
 
 Fields: ``time`` (RFC 3339 with microseconds), ``user``, ``verb`` (get, list, watch, create, update,
 patch, delete, deletecollection, or the HTTP method for non-resource paths), ``method``, ``path``,
-``query`` (dict), ``body`` (parsed JSON when it is JSON, else text, or null), ``code`` (the HTTP
-status; 200 for a watch that started). Lines are written whole and flushed, under a lock.
+``query`` (dict; a repeated parameter as a list), ``body`` (parsed JSON when it is JSON, else text,
+or null), ``code`` (the HTTP status; 200 for a watch that started). Lines are written whole and flushed, under a lock.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class AuditLog:
         self._lock = threading.Lock()
         self._file = self.path.open("a", encoding="utf-8")
 
-    def record(self, *, user: str, verb: str, method: str, path: str, query: dict[str, str], body: Any,
+    def record(self, *, user: str, verb: str, method: str, path: str, query: dict[str, Any], body: Any,
                code: int) -> None:  # fmt: skip
         entry = {
             "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),

@@ -90,8 +90,9 @@ class Server:
             return _json(err.status(), err.code)
         finally:
             if self.audit is not None:
+                multi = {k: request.query.getall(k) for k in query if len(request.query.getall(k)) > 1}
                 self.audit.record(user=user_name, verb=verb, method=request.method, path=request.path,
-                                  query=query, body=body, code=code)  # fmt: skip
+                                  query={**query, **multi}, body=body, code=code)  # fmt: skip
 
     async def _route(self, request: web.Request, query: dict[str, str], body: Any, user: dict) -> tuple[str, Any]:
         parts = [p for p in request.path.split("/") if p]
