@@ -140,3 +140,15 @@ def test_bearer_authentication_and_reviews(tmp_path):
                 "verb": "get", "group": "snapshot.storage.k8s.io", "resource": "volumesnapshots",
                 "namespace": "default"}}})  # fmt: skip
         assert sar.status.allowed
+
+
+def test_snapshot_metadata_token_validator_against_the_emulator(kube):
+    from localcluster.snapshot_metadata.auth import PermissionDenied, Unauthenticated
+    from localcluster.snapshot_metadata.kube_auth import TokenReviewValidator
+
+    validator = TokenReviewValidator(kube.client, AUD, namespaces=())
+    validator.validate(request_token(kube).status.token, "backup")
+    with pytest.raises(Unauthenticated):
+        validator.validate(request_token(kube, audiences=("other",)).status.token, "backup")
+    with pytest.raises(PermissionDenied):
+        validator.validate(request_token(kube).status.token, "elsewhere")
