@@ -115,8 +115,6 @@ def test_issue_token_for_projected_volumes(kube):
     assert review(kube, token).authenticated
 
 
-@pytest.mark.xfail(raises=ImportError, reason="movers/cbt/tokens.py imports V1TokenRequest, which kubernetes 37"
-                   " names AuthenticationV1TokenRequest (a product bug this emulator found)")  # fmt: skip
 def test_product_token_source_works_against_the_emulator(kube):
     source = TokenRequestToken(kube.core, "backup", "mover", AUD, expiry=600)
     token = source.token()

@@ -72,12 +72,12 @@ class TokenRequestToken:
         self._lock = threading.Lock()
 
     def token(self, fresh: bool = False) -> str:
-        from kubernetes.client import V1TokenRequest, V1TokenRequestSpec
+        from kubernetes.client import AuthenticationV1TokenRequest, V1TokenRequestSpec
         from kubernetes.client.exceptions import ApiException
 
         with self._lock:
             if fresh or not self._token or time.monotonic() >= self._renew_at:
-                body = V1TokenRequest(
+                body = AuthenticationV1TokenRequest(
                     spec=V1TokenRequestSpec(audiences=[self.audience], expiration_seconds=self.expiry)
                 )
                 try:

@@ -1,0 +1,156 @@
+"""The CBT path looked up from Kubernetes objects (``--kube``) on the local API emulator.
+
+VolumeSnapshot -> VolumeSnapshotContent (driver, handle) -> SnapshotMetadataService (address,
+audience, base64 CA) -> TokenRequest for that audience -> the SnapshotMetadata server, which
+validates the token by a TokenReview against the same emulator.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from localcluster.kubeapi.testing import serve
+from localcluster.snapshot_metadata import ImageSnapshot, InMemoryCatalog, SnapshotMetadataServer
+from localcluster.snapshot_metadata.kube_auth import TokenReviewValidator
+from movers.cbt import discovery
+from movers.errors import CbtUnavailableError, MoverError
+from tests.volumes import make_image, sha256_file, write_blocks
+
+MiB = 1 << 20
+DRIVER = "hostpath.csi.k8s.io"
+AUDIENCE = "sms-audience"
+NS = "apps"
+GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
+
+
+def add_snapshot(kube, name: str, handle: str, ready: bool = True, error: str | None = None) -> None:
+    custom = kube.custom
+    content = f"snapcontent-{name}"
+    custom.create_cluster_custom_object(GROUP, VERSION, "volumesnapshotcontents", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "VolumeSnapshotContent", "metadata": {"name": content},
+        "spec": {"driver": DRIVER, "deletionPolicy": "Delete", "source": {"volumeHandle": "vol-handle-1"},
+                 "volumeSnapshotRef": {"name": name, "namespace": NS}},
+    })  # fmt: skip
+    custom.create_namespaced_custom_object(GROUP, VERSION, NS, "volumesnapshots", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "VolumeSnapshot", "metadata": {"name": name},
+        "spec": {"source": {"persistentVolumeClaimName": "data"}},
+    })  # fmt: skip
+    set_ready(kube, name, handle, ready, error)
+
+
+def set_ready(kube, name: str, handle: str, ready: bool, error: str | None = None) -> None:
+    custom = kube.custom
+    content = f"snapcontent-{name}"
+    cstatus = {"readyToUse": ready, "restoreSize": 16 * MiB, **({"snapshotHandle": handle} if ready else {})}
+    custom.patch_cluster_custom_object_status(GROUP, VERSION, "volumesnapshotcontents", content, {"status": cstatus})
+    status = {"boundVolumeSnapshotContentName": content, "readyToUse": ready, "restoreSize": "16Mi"}
+    if error:
+        status["error"] = {"message": error}
+    custom.patch_namespaced_custom_object_status(GROUP, VERSION, NS, "volumesnapshots", name, {"status": status})
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with serve(tmp_path) as kube:
+        kube.core.create_namespace({"metadata": {"name": NS}})
+        kube.core.create_namespace({"metadata": {"name": "backup"}})
+        kube.core.create_namespaced_service_account("backup", {"metadata": {"name": "mover"}})
+        base_img, target_img = tmp_path / "base.img", tmp_path / "target.img"
+        make_image(base_img, 16 * MiB, seed=31)
+        shutil.copy(base_img, target_img)
+        write_blocks(target_img, [4096 * 9, 7 * MiB, 16 * MiB - 4096], seed=32)
+        catalog = InMemoryCatalog()
+        catalog.add(ImageSnapshot(base_img, namespace=NS, name="snap-1", handle="handle-1", volume_id="v"))
+        catalog.add(ImageSnapshot(target_img, namespace=NS, name="snap-2", handle="handle-2", volume_id="v"))
+        server = SnapshotMetadataServer(catalog, TokenReviewValidator(kube.client, AUDIENCE))
+        with server:
+            kube.custom.create_cluster_custom_object("cbt.storage.k8s.io", "v1beta1", "snapshotmetadataservices", {
+                "apiVersion": "cbt.storage.k8s.io/v1beta1", "kind": "SnapshotMetadataService",
+                "metadata": {"name": DRIVER},
+                "spec": {"address": server.address, "audience": AUDIENCE,
+                         "caCert": base64.b64encode(server.ca_pem).decode()},
+            })  # fmt: skip
+            add_snapshot(kube, "snap-1", "handle-1")
+            add_snapshot(kube, "snap-2", "handle-2")
+            yield kube, server, base_img, target_img
+
+
+def cli(kube, *args, check=0):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KUBERNETES_"))}
+    proc = subprocess.run([sys.executable, "-m", "movers", *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env=env)  # fmt: skip
+    assert proc.returncode == check, proc.stderr
+    return proc
+
+
+def kube_args(kube, snapshot):
+    return ["--kube", "--kubeconfig", kube.kubeconfig, "--namespace", NS, "--snapshot", snapshot,
+            "--service-account", "backup/mover"]  # fmt: skip
+
+
+def test_discovery_reads_the_service_and_snapshot(cluster):
+    kube, server, *_ = cluster
+    sms = discovery.snapshot_metadata_service(kube.client, DRIVER)
+    assert (sms.address, sms.audience, sms.ca_pem, sms.version) == (server.address, AUDIENCE, server.ca_pem, "v1beta1")
+    ref = discovery.resolve_snapshot(kube.client, NS, "snap-2")
+    assert (ref.driver, ref.handle, ref.ready, ref.source_pvc, ref.restore_size) == (
+        DRIVER, "handle-2", True, "data", 16 * MiB)  # fmt: skip
+    with pytest.raises(CbtUnavailableError, match="no SnapshotMetadataService"):
+        discovery.snapshot_metadata_service(kube.client, "other.csi.example")
+
+
+def test_wait_for_readiness(cluster):
+    kube, *_ = cluster
+    add_snapshot(kube, "snap-3", "handle-3", ready=False)
+    timer = threading.Timer(0.3, set_ready, (kube, "snap-3", "handle-3", True))
+    timer.start()
+    try:
+        ref = discovery.wait_snapshot_ready(kube.client, NS, "snap-3", timeout=20)
+    finally:
+        timer.cancel()
+    assert ref.ready and ref.handle == "handle-3"
+    add_snapshot(kube, "snap-4", "handle-4", ready=False, error="driver says: out of space")
+    with pytest.raises(MoverError, match="not ready after 1 s: driver says: out of space"):
+        discovery.wait_snapshot_ready(kube.client, NS, "snap-4", timeout=1)
+
+
+def test_kube_backup_full_then_delta_restores_byte_identical(cluster, tmp_path):
+    kube, server, base_img, target_img = cluster
+    repo = f"file://{tmp_path}/repo"
+    cli(kube, "init", "--repo", repo)
+    common = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
+    full = json.loads(cli(kube, *common, "--device", base_img, *kube_args(kube, "snap-1")).stdout)
+    assert full["change_source"] == "cbt-allocated" and full["snapshot_handle"] == "handle-1"
+    inc = json.loads(cli(kube, *common, "--device", target_img, *kube_args(kube, "snap-2"),
+                         "--base-handle", "handle-1").stdout)  # fmt: skip
+    assert (
+        inc["mode"] == "incremental-cbt" and inc["snapshot_handle"] == "handle-2" and inc["changed_bytes"] == 3 * 4096
+    )
+    out = tmp_path / "restored.img"
+    cli(kube, "restore", "--repo", repo, "--volume", "apps/data", "--device", out)
+    assert sha256_file(out) == sha256_file(target_img)
+    listing = json.loads(cli(kube, "ls", "--repo", repo, "--json").stdout)["backups"]
+    assert [b["snapshot_handle"] for b in listing] == ["handle-1", "handle-2"]
+    assert server.calls["GetMetadataAllocated"] == 1 and server.calls["GetMetadataDelta"] == 1
+
+
+def test_kube_extents_and_token_audience(cluster):
+    kube, server, *_ = cluster
+    out = cli(kube, "extents", *kube_args(kube, "snap-2"), "--base-handle", "handle-1").stdout
+    summary = json.loads(out.splitlines()[-1])["summary"]
+    assert summary["extents"] == 3 and summary["bytes"] == 3 * 4096
+    # a token the emulator issued for another audience is refused by the service's TokenReview
+    body = {"spec": {"audiences": ["someone-else"], "expirationSeconds": 600}}
+    token = kube.core.create_namespaced_service_account_token("mover", "backup", body).status.token
+    tfile = kube.kubeconfig.parent / "wrong-token"
+    tfile.write_text(token)
+    bad = cli(kube, "extents", *kube_args(kube, "snap-2"), "--cbt-token-file", tfile, check=6)
+    assert "UNAUTHENTICATED" in bad.stderr and token not in bad.stderr
