@@ -154,3 +154,15 @@ def test_kube_extents_and_token_audience(cluster):
     tfile.write_text(token)
     bad = cli(kube, "extents", *kube_args(kube, "snap-2"), "--cbt-token-file", tfile, check=6)
     assert "UNAUTHENTICATED" in bad.stderr and token not in bad.stderr
+
+
+def test_old_cluster_with_a_v1alpha1_service_is_found_with_the_caveat(tmp_path, caplog):
+    with serve(tmp_path, served_versions={"cbt.storage.k8s.io": ("v1alpha1",)}) as kube:
+        kube.custom.create_cluster_custom_object("cbt.storage.k8s.io", "v1alpha1", "snapshotmetadataservices", {
+            "apiVersion": "cbt.storage.k8s.io/v1alpha1", "kind": "SnapshotMetadataService",
+            "metadata": {"name": DRIVER},
+            "spec": {"address": "sms.example:6443", "audience": "aud", "caCert": base64.b64encode(b"PEM").decode()},
+        })  # fmt: skip
+        sms = discovery.snapshot_metadata_service(kube.client, DRIVER)
+    assert sms.version == "v1alpha1" and sms.legacy and sms.address == "sms.example:6443"
+    assert "read the delta base as a snapshot name" in caplog.text
