@@ -14,7 +14,7 @@ a resume or to name the offending tuple of a violation.
 from __future__ import annotations
 
 from itertools import compress
-from operator import add, attrgetter, ne, sub
+from operator import add, attrgetter, sub
 
 from movers.cbt._pb import schema_pb2 as pb
 from movers.errors import CbtProtocolError, UsageError
@@ -48,19 +48,21 @@ class ExtentAssembler:
         blocks = resp.block_metadata
         if not blocks:
             return []
-        offs = list(map(_OFFSET, blocks))
-        sizes = list(map(_SIZE, blocks))
+        tuples = list(blocks)  # one wrapper object per tuple, shared by both field reads
+        offs = list(map(_OFFSET, tuples))
+        sizes = list(map(_SIZE, tuples))
         self.tuples += len(offs)
         if self._resume_floor is not None:
             offs, sizes = self._clip_resent(offs, sizes)
             if not offs:
                 return []
         ends = list(map(add, offs, sizes))
-        self._check_tuples(offs, sizes, ends, n)
+        gaps = list(map(sub, offs[1:], ends[:-1]))  # gap before tuple i+1; 0 = contiguous
+        self._check_tuples(offs, sizes, ends, gaps, n)
         if ends[-1] > self.capacity or (self.clamp_to is not None and ends[-1] > self.clamp_to):
             self._clamp(offs, ends, n)
         self.end = ends[-1]
-        return self._coalesce(offs, ends)
+        return self._coalesce(offs, ends, gaps)
 
     def finish(self) -> list[tuple[int, int]]:
         """The last pending extent, after a clean end of the stream."""
@@ -87,7 +89,7 @@ class ExtentAssembler:
         elif capacity != self.capacity:
             raise CbtProtocolError(f"message #{n}: volume_capacity_bytes changed from {self.capacity} to {capacity}")
 
-    def _check_tuples(self, offs: list[int], sizes: list[int], ends: list[int], n: int) -> None:
+    def _check_tuples(self, offs: list[int], sizes: list[int], ends: list[int], gaps: list[int], n: int) -> None:
         if self.block_type == pb.FIXED_LENGTH:
             if self.fixed_size is None:
                 self.fixed_size = sizes[0]
@@ -99,7 +101,7 @@ class ExtentAssembler:
         if min(sizes) <= 0:
             i = next(i for i, s in enumerate(sizes) if s <= 0)
             raise CbtProtocolError(f"message #{n} tuple #{i}: size_bytes {sizes[i]} is not positive")
-        if offs[0] < self.end or (len(offs) > 1 and min(map(sub, offs[1:], ends[:-1])) < 0):
+        if offs[0] < self.end or (gaps and min(gaps) < 0):
             prev = [self.end, *ends[:-1]]
             i = next(i for i, (o, p) in enumerate(zip(offs, prev, strict=True)) if o < p)
             raise CbtProtocolError(
@@ -139,11 +141,10 @@ class ExtentAssembler:
 
     # -- coalescing ------------------------------------------------------------------------
 
-    def _coalesce(self, offs: list[int], ends: list[int]) -> list[tuple[int, int]]:
-        # indexes i where tuple i+1 does not start where tuple i ends: the extent boundaries
-        breaks = list(compress(range(len(offs) - 1), map(ne, offs[1:], ends[:-1])))
-        starts = [offs[0], *(offs[i + 1] for i in breaks)]
-        stops = [*(ends[i] for i in breaks), ends[-1]]
+    def _coalesce(self, offs: list[int], ends: list[int], gaps: list[int]) -> list[tuple[int, int]]:
+        # an extent ends before every non-zero gap: whole-list operations, no per-extent Python code
+        starts = [offs[0], *compress(offs[1:], gaps)]
+        stops = [*compress(ends[:-1], gaps), ends[-1]]
         out: list[tuple[int, int]] = []
         if self._pending is not None:
             if self._pending[1] == starts[0]:
@@ -151,5 +152,6 @@ class ExtentAssembler:
             else:
                 out.append((self._pending[0], self._pending[1] - self._pending[0]))
         self._pending = (starts[-1], stops[-1])
-        out.extend(zip(starts[:-1], map(sub, stops[:-1], starts[:-1]), strict=True))
+        del starts[-1], stops[-1]
+        out.extend(zip(starts, map(sub, stops, starts), strict=True))
         return out
