@@ -30,6 +30,7 @@ lock: $(STAMP)
 # Regenerate the gRPC stubs of movers/cbt/_pb/schema.proto (tests fail when they are stale).
 proto: $(STAMP)
 	$(VENV)/bin/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. movers/cbt/_pb/schema.proto
+	$(VENV)/bin/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. movers/cbt/_pb/flat.proto
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/engine_bench.py --write-docs

@@ -18,7 +18,8 @@ def test_committed_stubs_match_the_proto(tmp_path):
     cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT}", f"--python_out={out}", f"--pyi_out={out}",
            f"--grpc_python_out={out}", str(PB / "schema.proto")]  # fmt: skip
     subprocess.run(cmd, check=True, cwd=ROOT)
-    for name in ("schema_pb2.py", "schema_pb2.pyi", "schema_pb2_grpc.py"):
+    subprocess.run([*cmd[:-2], str(PB / "flat.proto")], check=True, cwd=ROOT)
+    for name in ("schema_pb2.py", "schema_pb2.pyi", "schema_pb2_grpc.py", "flat_pb2.py", "flat_pb2.pyi"):
         fresh = (out / "movers" / "cbt" / "_pb" / name).read_text()
         assert (PB / name).read_text() == fresh, f"{name} is stale: run `make proto`"
 

@@ -191,26 +191,34 @@ class ImageSnapshot(Snapshot):
 
 
 class SyntheticSnapshot(Snapshot):
-    """No data: block ``i`` is allocated (and changed against a synthetic base) iff ``i % pattern == 0``."""
+    """No data: block ``i`` is allocated (and changed against a synthetic base) iff ``i % pattern < run``."""
 
-    def __init__(self, capacity: int, pattern: int = 1, *, namespace: str = "default", name: str = "synthetic",
-                 handle: str | None = None, volume_id: str = DEFAULT_VOLUME, ready: bool = True):  # fmt: skip
-        if pattern < 1:
-            raise ValueError("pattern must be >= 1 (every pattern-th block)")
+    def __init__(self, capacity: int, pattern: int = 1, *, run: int = 1, namespace: str = "default",
+                 name: str = "synthetic", handle: str | None = None, volume_id: str = DEFAULT_VOLUME,
+                 ready: bool = True):  # fmt: skip
+        if pattern < 1 or not 1 <= run <= pattern:
+            raise ValueError("need pattern >= 1 and 1 <= run <= pattern (run blocks out of every pattern)")
         super().__init__(capacity=capacity, namespace=namespace, name=name, handle=handle, volume_id=volume_id,
                          ready=ready)  # fmt: skip
         self.pattern = pattern
-        self.cache_key = ("synthetic", capacity, pattern)
+        self.run = run
+        self.cache_key = ("synthetic", capacity, pattern, run)
 
     def allocated_runs(self, block_size: int, start_block: int = 0) -> Iterator[Run]:
         n = self.blocks(block_size)
-        if self.pattern == 1:
+        k, r = self.pattern, self.run
+        if r == k:
             if start_block < n:
                 yield start_block, n - start_block
             return
-        k = self.pattern
-        for i in range(-(-start_block // k) * k, n, k):
-            yield i, 1
+        first = start_block // k * k
+        if start_block - first < r:  # resuming inside a run
+            yield start_block, min(first + r, n) - start_block
+            first += k
+        else:
+            first += k
+        for i in range(first, n, k):
+            yield i, min(r, n - i)
 
     def changed_runs(self, base: Snapshot, block_size: int, start_block: int = 0) -> Iterator[Run]:
         if not isinstance(base, SyntheticSnapshot):

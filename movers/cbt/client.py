@@ -33,7 +33,6 @@ from operator import itemgetter
 import grpc
 
 from movers.cbt._pb import schema_pb2 as pb
-from movers.cbt._pb import schema_pb2_grpc as pb_grpc
 from movers.cbt.stream import TYPE_NAMES, ExtentAssembler
 from movers.cbt.tokens import TokenSource
 from movers.errors import (
@@ -75,7 +74,14 @@ class SnapshotMetadataClient:
             options.append(("grpc.ssl_target_name_override", tls_server_name))
         self.address = address
         self.channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca_pem), options)
-        self.stub = pb_grpc.SnapshotMetadataStub(self.channel)
+        # responses arrive undecoded: ExtentAssembler.feed_raw decodes them without an object per tuple
+        service = "/" + pb.DESCRIPTOR.services_by_name["SnapshotMetadata"].full_name
+        self._allocated = self.channel.unary_stream(
+            f"{service}/GetMetadataAllocated", request_serializer=pb.GetMetadataAllocatedRequest.SerializeToString
+        )
+        self._delta = self.channel.unary_stream(
+            f"{service}/GetMetadataDelta", request_serializer=pb.GetMetadataDeltaRequest.SerializeToString
+        )
         self.token_source = token_source
         self.max_results = max_results
         self.call_timeout = call_timeout
@@ -103,7 +109,7 @@ class SnapshotMetadataClient:
                 security_token=token, namespace=namespace, snapshot_name=snapshot,
                 starting_offset=offset, max_results=self.max_results,
             )  # fmt: skip
-            return self.stub.GetMetadataAllocated(req, timeout=self.call_timeout)
+            return self._allocated(req, timeout=self.call_timeout)
 
         return ExtentStream(self, call, namespace, f"allocated blocks of {namespace}/{snapshot}", clamp_to)
 
@@ -116,7 +122,7 @@ class SnapshotMetadataClient:
                 security_token=token, namespace=namespace, base_snapshot_id=base_handle,
                 target_snapshot_name=snapshot, starting_offset=offset, max_results=self.max_results,
             )  # fmt: skip
-            return self.stub.GetMetadataDelta(req, timeout=self.call_timeout)
+            return self._delta(req, timeout=self.call_timeout)
 
         return ExtentStream(self, call, namespace, f"changes of {namespace}/{snapshot} since {base_handle}", clamp_to)
 
@@ -170,8 +176,8 @@ class ExtentStream:
             call = self._call(token, offset)
             progress_before = asm.end
             try:
-                for resp in call:
-                    yield asm.feed(resp)
+                for raw in call:
+                    yield asm.feed_raw(raw)
                 yield asm.finish()
                 log.debug(
                     "CBT stream of %s complete: %d messages, %d tuples, %d resumes",

@@ -9,14 +9,24 @@ straddling it is clipped, as the spec allows servers to re-send.
 
 Messages are checked with whole-list operations; the per-tuple path runs only to clip after
 a resume or to name the offending tuple of a violation.
+
+``feed_raw`` takes the serialized response and decodes it through ``flat.proto`` (each tuple as
+the integers ``[8, offset, 16, size]``, no Python object per tuple). It accepts that reading
+only if the integers tile that layout *and* re-encoding them gives exactly the message's length
+(so no submessage boundary, missing field or unknown field was misread); anything else is
+decoded with the real message class.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from itertools import compress
 from operator import add, attrgetter, sub
 
+from google.protobuf.message import DecodeError
+
 from movers.cbt._pb import schema_pb2 as pb
+from movers.cbt._pb.flat_pb2 import FlatResponse
 from movers.errors import CbtProtocolError, UsageError
 
 TYPE_NAMES = {pb.FIXED_LENGTH: "FIXED_LENGTH", pb.VARIABLE_LENGTH: "VARIABLE_LENGTH"}
@@ -40,17 +50,41 @@ class ExtentAssembler:
         """A new call starts at ``offset``: re-sent tuples before it are dropped or clipped."""
         self._resume_floor = offset
 
+    def feed_raw(self, raw: bytes) -> list[tuple[int, int]]:
+        """Like ``feed`` for a serialized GetMetadata{Allocated,Delta}Response (same layout)."""
+        try:
+            flat = FlatResponse.FromString(raw)
+        except DecodeError:
+            flat = None
+        if flat is not None:
+            ints = flat.block_metadata  # sliced in place: cheaper than a list of it first
+            unencoded = 0
+            if len(ints) and ints[0] == 16:  # a first tuple at offset 0: proto3 does not encode a zero field
+                ints, unencoded = [8, 0, *ints], 2
+            count, rest = divmod(len(ints), 4)
+            if not rest and ints[0::4].count(8) == count and ints[2::4].count(16) == count:
+                offs, sizes = ints[1::4], ints[3::4]
+                btype, capacity = flat.block_metadata_type, flat.volume_capacity_bytes
+                if _encoded_len(btype, capacity, offs, sizes) - unencoded == len(raw):
+                    return self._accept(btype, capacity, offs, sizes)
+        try:
+            return self.feed(pb.GetMetadataDeltaResponse.FromString(raw))
+        except DecodeError as err:
+            raise CbtProtocolError(f"message #{self.messages + 1} does not decode: {err}") from None
+
     def feed(self, resp) -> list[tuple[int, int]]:
         """Validate one response message; return the extents it completes."""
-        self.messages += 1
-        n = self.messages
-        self._check_header(resp, n)
-        blocks = resp.block_metadata
-        if not blocks:
-            return []
-        tuples = list(blocks)  # one wrapper object per tuple, shared by both field reads
+        tuples = list(resp.block_metadata)  # one wrapper object per tuple, shared by both field reads
         offs = list(map(_OFFSET, tuples))
         sizes = list(map(_SIZE, tuples))
+        return self._accept(resp.block_metadata_type, resp.volume_capacity_bytes, offs, sizes)
+
+    def _accept(self, btype: int, capacity: int, offs: list[int], sizes: list[int]) -> list[tuple[int, int]]:
+        self.messages += 1
+        n = self.messages
+        self._check_header(btype, capacity, n)
+        if not offs:
+            return []
         self.tuples += len(offs)
         if self._resume_floor is not None:
             offs, sizes = self._clip_resent(offs, sizes)
@@ -74,8 +108,7 @@ class ExtentAssembler:
 
     # -- checks ----------------------------------------------------------------------------
 
-    def _check_header(self, resp, n: int) -> None:
-        btype, capacity = resp.block_metadata_type, resp.volume_capacity_bytes
+    def _check_header(self, btype: int, capacity: int, n: int) -> None:
         if btype not in TYPE_NAMES:
             raise CbtProtocolError(f"message #{n}: unknown block_metadata_type {btype}")
         if self.block_type is None:
@@ -155,3 +188,35 @@ class ExtentAssembler:
         del starts[-1], stops[-1]
         out.extend(zip(starts, map(sub, stops, starts), strict=True))
         return out
+
+
+_VARINT_STEPS = [1 << (7 * k) for k in range(1, 10)]  # a varint grows a byte at each step
+
+
+def _varints_len(ascending: list[int]) -> int:
+    """Total bytes of the varints of non-negative, ascending ``ascending`` (bisection, no loop per value)."""
+    n = len(ascending)
+    total = n
+    for step in _VARINT_STEPS:
+        i = bisect_left(ascending, step)
+        if i == n:
+            break
+        total += n - i
+    return total
+
+
+def _encoded_len(btype: int, capacity: int, offs: list[int], sizes: list[int]) -> int:
+    """The serialized length of a response holding exactly these fields and tuples, or -1 when a
+    value makes the fast accounting inapplicable (negative, a zero field, unsorted offsets)."""
+    # zero or negative tuple values need no test here: omitted or 10-byte varints change the length
+    if btype <= 0 or capacity <= 0:
+        return -1
+    head = 2 + _varints_len([btype]) + _varints_len([capacity])
+    # each tuple: field-3 tag, a one-byte length (a submessage is at most 22 bytes), two field tags
+    if not sizes:
+        size_bytes = 0
+    elif sizes.count(sizes[0]) == len(sizes):
+        size_bytes = _varints_len(sizes)
+    else:
+        size_bytes = _varints_len(sorted(sizes))
+    return head + 4 * len(offs) + _varints_len(offs) + size_bytes

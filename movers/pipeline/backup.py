@@ -4,8 +4,8 @@ Concurrency and error timing (one join point, like s3transfer's futures):
 
 * The caller's thread walks the planned reads and submits one task per read to a pool of
   ``workers`` threads (read, find data runs, hash, compress chunks the repository lacks).
-  It never has more than ``max_inflight`` bytes of reads outstanding, so memory is capped
-  by in-flight bytes, independent of the volume size and of the number of extents.
+  It never has more than ``max_inflight`` bytes nor ``max_inflight_reads`` reads outstanding,
+  so memory is independent of the volume size and of the number of extents.
 * Results are consumed strictly in submission (= volume) order: dedup decisions, packing
   and map building happen in the caller's thread, so they need no locks.
 * Full packs go to an upload pool; at most ``upload_threads`` packs are in flight.
@@ -49,6 +49,8 @@ class BackupOptions:
     workers: int = field(default_factory=lambda: os.cpu_count() or 2)
     upload_threads: int = 4
     max_inflight: int = 64 * MiB
+    # also bound the number of reads: many tiny CBT extents would otherwise mean thousands of futures
+    max_inflight_reads: int = 64
     max_gap: int = 64 * 1024
     min_hole: int = 64 * 1024
 
@@ -224,7 +226,9 @@ class _Engine:
             inflight: deque[tuple[int, int, Future]] = deque()
             inflight_bytes = 0
             for off, length in reads:
-                while inflight and inflight_bytes + length > opts.max_inflight:
+                while inflight and (
+                    inflight_bytes + length > opts.max_inflight or len(inflight) >= opts.max_inflight_reads
+                ):
                     inflight_bytes -= self._consume(inflight.popleft(), uploader)
                 base = self._base_digests(off, length) if self.scan_parent else None
                 inflight.append((off, length, pool.submit(self._process, off, length, base)))
