@@ -575,8 +575,8 @@ def run_memory(b: Bench, server: dict) -> None:
             res = MemResult(name, pattern, run, p, last_json(p.stdout))
             b.memory.append(res)
             log(
-                f"backup {name} (pattern {pattern}, run {run}): {res.extents:,} extents, peak RSS {p.maxrss / MiB:.0f} MiB,"
-                f" {p.wall:.2f} s"
+                f"backup {name} (pattern {pattern}, run {run}): {res.extents:,} extents,"
+                f" peak RSS {p.maxrss / MiB:.0f} MiB, {p.wall:.2f} s"
             )
             shutil.rmtree(repo, ignore_errors=True)
 
@@ -638,7 +638,8 @@ def memory_table(b: Bench) -> str:
     for m in b.memory:
         r = m.result
         lines.append(
-            f"| {m.label} | {m.pattern} / {m.run} | {m.extents:,} | {r['cbt']['tuples']:,} | {r['read_bytes'] / MiB:,.1f} |"
+            f"| {m.label} | {m.pattern} / {m.run} | {m.extents:,} | {r['cbt']['tuples']:,} |"
+            f" {r['read_bytes'] / MiB:,.1f} |"
             f" {m.proc.wall:.2f} | {m.proc.cpu:.2f} | {m.proc.maxrss / MiB:.0f} | {r['stored_bytes'] / MiB:,.1f} |"
         )
     return "\n".join(lines)
