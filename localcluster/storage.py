@@ -134,7 +134,9 @@ def _safe(handle: str) -> str:
 
 def _sparse_copy(src: Path, dst: Path) -> None:
     tmp = dst.with_suffix(".tmp")
-    proc = subprocess.run(["cp", "--reflink=auto", "--sparse=always", str(src), str(tmp)], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["cp", "--reflink=auto", "--sparse=always", str(src), str(tmp)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise StorageError(f"copying {src.name} failed: {proc.stderr.strip()}")
