@@ -54,29 +54,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import platform
 import select
-import shlex
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = str(Path(__file__).resolve().parent)
+if BENCH_DIR not in sys.path:  # for benchlib, also under python -P (the --serve / --client children)
+    sys.path.insert(0, BENCH_DIR)
+import benchlib  # noqa: E402
+from benchlib import ROOT, BenchError, GiB, MiB, Proc, last_json, log, proc_cpu, x_ratio  # noqa: E402
+
 SCRIPT = Path(__file__).resolve()
 DOCS = ROOT / "docs" / "cbt-benchmarks.md"
-KiB = 1 << 10
-MiB = 1 << 20
-GiB = 1 << 30
 BLOCK = 4096
 NAMESPACE = "bench"
 TOKEN_AUDIENCE = "snapshot-metadata"
@@ -86,17 +85,6 @@ MEM_FEW_EXTENTS = 1024
 MEM_DATA_SEGMENTS = 16
 PEERS = ("raw", "naive", "cbt")
 PEER_NAMES = {"raw": "raw gRPC", "naive": "naive", "cbt": "cbt-mover"}
-
-T0 = time.monotonic()
-
-
-def log(msg: str) -> None:
-    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-class BenchError(Exception):
-    pass
-
 
 # ---------------------------------------------------------------------------------------------
 # Hidden mode --serve: the SnapshotMetadata server in its own process
@@ -250,65 +238,13 @@ def client(spec: dict) -> int:
 # Subprocesses
 
 
-@dataclass
-class Proc:
-    cmd: list[str]
-    rc: int
-    wall: float
-    cpu: float
-    maxrss: int  # bytes
-    stdout: str
-    stderr: str
+class Runner(benchlib.Runner):
+    """``benchlib.Runner`` running commands in ``logdir`` with ``env``, and knowing ``python``: the interpreter
+    command (with its options) that runs the code under test."""
 
-
-class Runner:
     def __init__(self, logdir: Path, python: list[str], env: dict[str, str]) -> None:
-        self.logdir = logdir
-        self.python = python  # interpreter command running the code under test
-        self.env = env
-        self.n = 0
-
-    def run(self, cmd: list[str], label: str, check: bool = True) -> Proc:
-        self.n += 1
-        base = self.logdir / f"{self.n:02d}-{''.join(c if c.isalnum() else '-' for c in label)}"
-        with open(f"{base}.out", "wb+") as out, open(f"{base}.err", "wb+") as err:
-            started = time.monotonic()
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=self.env, cwd=self.logdir
-            )
-            try:
-                _pid, status, usage = os.wait4(proc.pid, 0)
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
-            wall = time.monotonic() - started
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            out.seek(0)
-            err.seek(0)
-            result = Proc(
-                cmd,
-                proc.returncode,
-                wall,
-                usage.ru_utime + usage.ru_stime,
-                usage.ru_maxrss * KiB,
-                out.read().decode(errors="replace"),
-                err.read().decode(errors="replace"),
-            )
-        if check and result.rc != 0:
-            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
-            raise BenchError(f"{label}: {shlex.join(cmd)} exited {result.rc}:\n{tail}")
-        return result
-
-
-def last_json(text: str) -> dict:
-    for line in reversed(text.strip().splitlines()):
-        if line.strip().startswith("{"):
-            with contextlib.suppress(ValueError):
-                doc = json.loads(line)
-                if isinstance(doc, dict):
-                    return doc
-    raise BenchError(f"no JSON result in output: {text[-300:]!r}")
+        super().__init__(logdir, cwd=logdir, env=env)
+        self.python = python
 
 
 @contextlib.contextmanager
@@ -349,15 +285,6 @@ def metadata_server(runner: Runner, scratch: Path, snapshots: list[dict]):
             proc.stdin.close()
             proc.stdout.close()
         err.close()
-
-
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a running process has used so far (Linux), 0.0 if unknown."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -589,10 +516,6 @@ def _gib(n: int) -> str:
     return f"{n / GiB:g}"
 
 
-def _x(v: float | None) -> str:
-    return "–" if v is None else f"{v:.2f}x"
-
-
 def _verdict(ok: bool) -> str:
     return "**met**" if ok else "**NOT met**"
 
@@ -625,7 +548,7 @@ def throughput_table(b: Bench) -> str:
                 f"| {w.label} (pattern {w.pattern}) | {_gib(w.capacity)} GiB | {w.rpc} | {w.max_results} |"
                 f" {w.tuples:,} | {w.extents:,} | {name} | {r.wall:.3f} ({min(walls):.3f}–{max(walls):.3f}) |"
                 f" {r.blocks_per_s:,.0f} | {'–' if ext is None else f'{ext:,.0f}'} | {r.cpu:.2f} |"
-                f" {r.rss / MiB:.0f} | {'–' if peer == 'raw' else _x(vs)} |"
+                f" {r.rss / MiB:.0f} | {'–' if peer == 'raw' else x_ratio(vs)} |"
             )
     return "\n".join(lines)
 
@@ -665,8 +588,8 @@ def report(b: Bench) -> str:
             raw, naive = _find(b, w, "raw"), _find(b, w, "naive")
             lines.append(
                 f"* {w.label} {w.rpc} max_results {w.max_results}:"
-                f" cbt-mover / raw gRPC **{_x(r.blocks_per_s / raw.blocks_per_s)}**,"
-                f" cbt-mover / naive {_x(r.blocks_per_s / naive.blocks_per_s)};"
+                f" cbt-mover / raw gRPC **{x_ratio(r.blocks_per_s / raw.blocks_per_s)}**,"
+                f" cbt-mover / naive {x_ratio(r.blocks_per_s / naive.blocks_per_s)};"
                 f" **{r.blocks_per_s / GOAL_BLOCKS:.2f}x** the 1M blocks/s goal ({r.blocks_per_s:,.0f} blocks/s)"
             )
         groups = [
@@ -761,55 +684,15 @@ def goal_notes(b: Bench) -> list[str]:
     return notes
 
 
-def _loadavg() -> str:
-    try:
-        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
 def machine_info(python: list[str], env: dict[str, str]) -> dict[str, str]:
-    cpu = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    ram = "unknown"
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                ram = f"{int(line.split()[1]) / (1 << 20):.1f} GiB"
-    os_name = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/etc/os-release").read_text().splitlines():
-            if line.startswith("PRETTY_NAME="):
-                os_name = line.split("=", 1)[1].strip('"')
-    commit = (
-        subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True
-        ).stdout.strip()
-        or "unknown"
-    )
+    """``benchlib.machine_info()`` plus the versions of Python, grpcio and protobuf that ``python`` runs."""
     probe = (
         "import sys, grpc, google.protobuf as p; from google.protobuf.internal import api_implementation as a;"
         " print(sys.version.split()[0], grpc.__version__, p.__version__, a.Type())"
     )
     out = subprocess.run([*python, "-c", probe], capture_output=True, text=True, env=env).stdout.split()
     py, grpc_v, pb_v, impl = out if len(out) == 4 else (platform.python_version(), "?", "?", "?")
-    return {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": cpu,
-        "cores": str(os.cpu_count()),
-        "ram": ram,
-        "os": os_name,
-        "kernel": f"{platform.system()} {platform.release()}",
-        "python": py,
-        "grpc": grpc_v,
-        "protobuf": f"{pb_v} ({impl})",
-        "git": commit,
-        "load_start": _loadavg(),
-    }
+    return {**benchlib.machine_info(), "python": py, "grpc": grpc_v, "protobuf": f"{pb_v} ({impl})"}
 
 
 def docs_text(b: Bench, body: str, info: dict[str, str]) -> str:
@@ -822,6 +705,10 @@ def docs_text(b: Bench, body: str, info: dict[str, str]) -> str:
         if not b.args.skip_memory
         else "skipped (`--skip-memory`)."
     )
+    rows = [
+        ("Python / grpcio / protobuf", f"{info['python']} / {info['grpc']} / {info['protobuf']}"),
+        ("cbt-mover code", f"commit {info['git']}, {info['code']}"),
+    ]
     return f"""# CBT benchmark
 
 Generated by `bench/cbt_bench.py --write-docs`{" --quick" if b.args.quick else ""}; do not edit by hand, rerun it.
@@ -831,16 +718,7 @@ extents (peak RSS ratio <= {GOAL_RSS_RATIO}x between ~1k and ~1M extents).
 
 ## Machine
 
-| | |
-|---|---|
-| date | {info["date"]} |
-| CPU | {info["cpu"]} |
-| cores | {info["cores"]} |
-| RAM | {info["ram"]} |
-| OS / kernel | {info["os"]} / {info["kernel"]} |
-| Python / grpcio / protobuf | {info["python"]} / {info["grpc"]} / {info["protobuf"]} |
-| cbt-mover code | commit {info["git"]}, {info["code"]} |
-| load average (1 / 5 / 15 min) | start {info["load_start"]}, end {_loadavg()} |
+{benchlib.machine_table(info, rows)}
 
 ## Setup
 
@@ -865,30 +743,13 @@ separate client subprocess over one TLS channel (handshake before timing); clien
 
 
 def snapshot_code(scratch: Path) -> tuple[list[str], dict[str, str], str]:
-    """Copy ``movers/`` and ``localcluster/snapshot_metadata`` into the scratch dir; ``(python, env, description)``
-    running that copy (``-P``: neither the working directory nor the script's directory go on ``sys.path``)."""
-    src = scratch / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(ROOT / "movers", src / "movers", ignore=ignore)
-    shutil.copytree(
-        ROOT / "localcluster" / "snapshot_metadata", src / "localcluster" / "snapshot_metadata", ignore=ignore
+    """``(python, env, description)`` running a copy of ``movers/`` and ``localcluster/snapshot_metadata``
+    taken now (``benchlib.snapshot_code``; ``-P``: neither the working directory nor the script's directory go on
+    ``sys.path``)."""
+    src, desc = benchlib.snapshot_code(
+        scratch, ["movers", "localcluster/snapshot_metadata", "localcluster/__init__.py"]
     )
-    shutil.copy2(ROOT / "localcluster" / "__init__.py", src / "localcluster" / "__init__.py")
-    dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "movers", "localcluster"],
-        capture_output=True,
-        text=True,
-    ).stdout.splitlines()
-    dirty = [line[3:] for line in dirty if line.strip()]
-    desc = "snapshot of movers/ and localcluster/snapshot_metadata/ at the start of the run"
-    if dirty:
-        desc += f" (uncommitted changes in {', '.join(dirty[:6])}{' ...' if len(dirty) > 6 else ''})"
-    return [_python(), "-P"], {**os.environ, "PYTHONPATH": str(src)}, desc
-
-
-def _python() -> str:
-    venv = ROOT / ".venv" / "bin" / "python"
-    return str(venv) if venv.exists() else sys.executable
+    return [benchlib.python(), "-P"], {**os.environ, "PYTHONPATH": str(src)}, desc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -911,54 +772,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.mem_repeats < 1:
         parser.error("--repeats and --mem-repeats must be >= 1")
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.workdir:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="cbt-bench-", dir=args.workdir))
-    (scratch / "logs").mkdir()
-    rc = 1
-    try:
-        if args.live:
-            python = [_python()]
-            env = {**os.environ, "PYTHONPATH": str(ROOT)}
-            code = "the working tree (--live)"
-        else:
-            python, env, code = snapshot_code(scratch)
-        info = machine_info(python, env)
-        info["code"] = code
-        runner = Runner(scratch / "logs", python, env)
-        sizes = (2 * GiB, 512 * MiB, 4 * GiB) if args.quick else (16 * GiB, 2 * GiB, 128 * GiB)
-        bench = Bench(args, scratch, runner, *sizes)
-        log(f"code: {code}; load average {info['load_start']}")
-        with metadata_server(runner, scratch, bench.snapshots()) as server:
-            run_throughput(bench, server)
-            if not args.skip_memory:
-                run_memory(bench, server)
-            bench.server_cpu = proc_cpu(server["pid"])
-        if args.skip_memory:
-            bench.notes.append("Memory phase skipped (--skip-memory).")
-        body = report(bench)
-        print(body)
-        if args.write_docs:
-            DOCS.parent.mkdir(parents=True, exist_ok=True)
-            DOCS.write_text(docs_text(bench, body, info), encoding="utf-8")
-            log(f"wrote {DOCS}")
-        rc = 1 if bench.failures else 0
-    except BenchError as err:
-        log(f"benchmark failed: {err}")
-    except KeyboardInterrupt:
-        log("interrupted")
-        rc = 130
-    except SystemExit as exc:
-        log(f"terminated (exit {exc.code})")
-        raise
-    finally:
-        if args.keep:
-            log(f"kept scratch dir {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
-        log(f"done in {time.monotonic() - T0:.1f} s")
-    return rc
+    return benchlib.run_main(args, lambda scratch: run(args, scratch))
+
+
+def run(args: argparse.Namespace, scratch: Path) -> int:
+    """The whole benchmark in ``scratch`` (``benchlib.run_main`` owns it): report, docs, exit status."""
+    if args.live:
+        python = [benchlib.python()]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        code = "the working tree (--live)"
+    else:
+        python, env, code = snapshot_code(scratch)
+    info = machine_info(python, env)
+    info["code"] = code
+    runner = Runner(scratch / "logs", python, env)
+    sizes = (2 * GiB, 512 * MiB, 4 * GiB) if args.quick else (16 * GiB, 2 * GiB, 128 * GiB)
+    bench = Bench(args, scratch, runner, *sizes)
+    log(f"code: {code}; load average {info['load_start']}")
+    with metadata_server(runner, scratch, bench.snapshots()) as server:
+        run_throughput(bench, server)
+        if not args.skip_memory:
+            run_memory(bench, server)
+        bench.server_cpu = proc_cpu(server["pid"])
+    if args.skip_memory:
+        bench.notes.append("Memory phase skipped (--skip-memory).")
+    body = report(bench)
+    benchlib.publish(body, DOCS if args.write_docs else None, lambda: docs_text(bench, body, info))
+    return 1 if bench.failures else 0
 
 
 if __name__ == "__main__":

@@ -57,30 +57,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import hashlib
-import json
 import os
 import platform
 import random
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = str(Path(__file__).resolve().parent)
+if BENCH_DIR not in sys.path:  # for benchlib, also under python -P
+    sys.path.insert(0, BENCH_DIR)
+import benchlib  # noqa: E402
+from benchlib import ROOT, BenchError, GiB, KiB, MiB, Proc, Runner, last_json, log, proc_cpu, x_ratio  # noqa: E402
+
 DOCS = ROOT / "docs" / "benchmarks.md"
-KiB = 1 << 10
-MiB = 1 << 20
-GiB = 1 << 30
 BLOCK = 4096
 VOLUME = "bench-vol"
 MIX = {"random": 0.40, "text": 0.30, "zero": 0.15, "repeat": 0.15}
@@ -89,17 +87,6 @@ MEM_SIZES = (1 * GiB, 8 * GiB)
 MEM_DATA = 256 * MiB
 MEM_SEGMENTS = 64
 GOALS = {"full_x": 1.5, "restore_x": 1.5, "amp": 2.0, "rss_mib": 300.0, "rss_ratio": 1.2}
-
-T0 = time.monotonic()
-
-
-def log(msg: str) -> None:
-    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-class BenchError(Exception):
-    pass
-
 
 # ---------------------------------------------------------------------------------------------
 # Data generation
@@ -319,84 +306,6 @@ def dir_stats(path: Path) -> tuple[int, int]:
                 size += os.lstat(os.path.join(dirpath, name)).st_size
                 files += 1
     return files, size
-
-
-# ---------------------------------------------------------------------------------------------
-# Running and measuring subprocesses
-
-
-@dataclass
-class Proc:
-    cmd: list[str]
-    rc: int
-    wall: float
-    cpu: float
-    maxrss: int  # bytes
-    stdout: str
-    stderr: str
-
-
-class Runner:
-    def __init__(self, logdir: Path) -> None:
-        self.logdir = logdir
-        self.n = 0
-        self.can_drop = None
-
-    def drop_caches(self) -> bool:
-        """sync and drop the page cache; remembers whether that is possible here."""
-        os.sync()
-        if self.can_drop is False:
-            return False
-        try:
-            with open("/proc/sys/vm/drop_caches", "w") as f:
-                f.write("3\n")
-            self.can_drop = True
-        except OSError:
-            self.can_drop = False
-        return self.can_drop
-
-    def run(self, cmd: list[str], label: str, env: dict | None = None, check: bool = True) -> Proc:
-        self.n += 1
-        base = self.logdir / f"{self.n:02d}-{re.sub(r'[^A-Za-z0-9]+', '-', label)}"
-        with open(f"{base}.out", "wb+") as out, open(f"{base}.err", "wb+") as err:
-            started = time.monotonic()
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, cwd=self.logdir.parent
-            )
-            try:
-                _pid, status, usage = os.wait4(proc.pid, 0)
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
-            wall = time.monotonic() - started
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            out.seek(0)
-            err.seek(0)
-            result = Proc(
-                cmd,
-                proc.returncode,
-                wall,
-                usage.ru_utime + usage.ru_stime,
-                usage.ru_maxrss * KiB,
-                out.read().decode(errors="replace"),
-                err.read().decode(errors="replace"),
-            )
-        if check and result.rc != 0:
-            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
-            raise BenchError(f"{label}: {shlex.join(cmd)} exited {result.rc}:\n{tail}")
-        return result
-
-
-def last_json(text: str, pred=lambda d: True) -> dict:
-    for line in reversed(text.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            with contextlib.suppress(ValueError):
-                doc = json.loads(line)
-                if isinstance(doc, dict) and pred(doc):
-                    return doc
-    raise BenchError(f"no JSON result in output: {text[-300:]!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -643,24 +552,10 @@ def tool_version(cmd: list[str]) -> str:
 
 
 def snapshot_code(scratch: Path) -> tuple[list[str], dict[str, str], str]:
-    """Copy ``movers/`` into the scratch dir and return ``(command, env, description)`` running it.
-
-    Other people edit the working tree while the benchmark runs; every phase must run the same
-    code, so the package is copied once, at the start, and run with ``python -P -m movers`` (``-P``:
-    the working directory is not put on ``sys.path``) from that copy.
-    """
-    src = scratch / "src"
-    shutil.copytree(ROOT / "movers", src / "movers", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    python = ROOT / ".venv" / "bin" / "python"
-    python = python if python.exists() else Path(sys.executable)
-    dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "movers"], capture_output=True, text=True
-    ).stdout.split("\n")
-    dirty = [line[3:] for line in dirty if line.strip()]
-    desc = "snapshot of movers/ at the start of the run"
-    if dirty:
-        desc += f" (uncommitted changes in {', '.join(dirty[:6])}{' ...' if len(dirty) > 6 else ''})"
-    return [str(python), "-P", "-m", "movers"], {"PYTHONPATH": str(src)}, desc
+    """``(command, env, description)`` running a copy of ``movers/`` taken now (``benchlib.snapshot_code``)
+    with ``python -P -m movers``."""
+    src, desc = benchlib.snapshot_code(scratch, ["movers"])
+    return [benchlib.python(), "-P", "-m", "movers"], {"PYTHONPATH": str(src)}, desc
 
 
 def find_cli(arg: str) -> list[str]:
@@ -684,64 +579,17 @@ def moto_server(logdir: Path):
         yield server.endpoint_url, server.process.pid
 
 
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a running process has used so far (Linux), 0.0 if unknown."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 def machine_info(cli: list[str]) -> dict[str, str]:
-    cpu = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    ram = "unknown"
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                ram = f"{int(line.split()[1]) / (1 << 20):.1f} GiB"
-    commit = (
-        subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True
-        ).stdout.strip()
-        or "unknown"
-    )
+    """``benchlib.machine_info()`` plus python (the one running ``cli``), restic and zstd versions."""
     python = Path(cli[0]).with_name("python")
     python = cli[0] if "python" in Path(cli[0]).name else str(python) if python.exists() else sys.executable
     py = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True)
     return {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": cpu,
-        "cores": str(os.cpu_count()),
-        "ram": ram,
-        "kernel": f"{platform.system()} {platform.release()}",
-        "os": _os_release(),
+        **benchlib.machine_info(),
         "python": py.stdout.strip() or platform.python_version(),
         "restic": tool_version(["restic", "version"]),
         "zstd": tool_version(["zstd", "--version"]),
-        "git": commit,
-        "load_start": _loadavg(),
     }
-
-
-def _loadavg() -> str:
-    try:
-        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
-def _os_release() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/etc/os-release").read_text().splitlines():
-            if line.startswith("PRETTY_NAME="):
-                return line.split("=", 1)[1].strip('"')
-    return "unknown"
 
 
 def parse_size(text: str) -> int:
@@ -1060,16 +908,16 @@ def report(b: Bench) -> str:
         (
             "full backup throughput vs restic",
             f">= {g['full_x']}x",
-            _x(full_ratio),
+            x_ratio(full_ratio),
             None if full_ratio is None else full_ratio >= g["full_x"],
         ),
         (
             "restore throughput vs restic",
             f">= {g['restore_x']}x",
-            _x(restore_ratio),
+            x_ratio(restore_ratio),
             None if restore_ratio is None else restore_ratio >= g["restore_x"],
         ),
-        ("incremental amplification (CBT)", f"<= {g['amp']}x", _x(amp_cbt), amp_cbt <= g["amp"]),
+        ("incremental amplification (CBT)", f"<= {g['amp']}x", x_ratio(amp_cbt), amp_cbt <= g["amp"]),
         (
             "peak RSS (any cbt-mover run)",
             f"< {g['rss_mib']:.0f} MiB",
@@ -1079,7 +927,7 @@ def report(b: Bench) -> str:
     ]
     for mode, ratio in rss_ratios.items():
         goals.append(
-            (f"RSS 8 GiB / 1 GiB sparse, --{mode}", f"<= {g['rss_ratio']}x", _x(ratio), ratio <= g["rss_ratio"])
+            (f"RSS 8 GiB / 1 GiB sparse, --{mode}", f"<= {g['rss_ratio']}x", x_ratio(ratio), ratio <= g["rss_ratio"])
         )
     for name, target, measured, ok in goals:
         lines.append(f"| {name} | {target} | {measured} | {_verdict(ok)} |")
@@ -1097,10 +945,6 @@ def _rate(n: int, s: float) -> str:
     return f"{n / s / MiB:,.0f}"
 
 
-def _x(v: float | None) -> str:
-    return "–" if v is None else f"{v:.2f}x"
-
-
 def docs_text(b: Bench, body: str, info: dict[str, str]) -> str:
     image: Image = b.results["image"]
     kinds = ", ".join(f"{k} {_mib(v, 0)} MiB ({v / image.size:.0%})" for k, v in image.kind_bytes.items())
@@ -1109,6 +953,13 @@ def docs_text(b: Bench, body: str, info: dict[str, str]) -> str:
         if b.runner.can_drop
         else "NOT dropped (not permitted): every tool ran with a warm cache, in the same order"
     )
+    rows = [
+        ("Python (cbt-mover)", info["python"]),
+        ("restic", info["restic"]),
+        ("zstd", info["zstd"]),
+        ("cbt-mover code", f"commit {info['git']}, {info['code']}"),
+        ("page cache", drop),
+    ]
     return f"""# Engine benchmark
 
 Generated by `bench/engine_bench.py --write-docs` (`make bench`); do not edit by hand, rerun it.
@@ -1117,19 +968,7 @@ One run, no repetitions: on a shared host expect run-to-run noise (compare the l
 
 ## Machine
 
-| | |
-|---|---|
-| date | {info["date"]} |
-| CPU | {info["cpu"]} |
-| cores | {info["cores"]} |
-| RAM | {info["ram"]} |
-| OS / kernel | {info["os"]} / {info["kernel"]} |
-| Python (cbt-mover) | {info["python"]} |
-| restic | {info["restic"]} |
-| zstd | {info["zstd"]} |
-| cbt-mover code | commit {info["git"]}, {info["code"]} |
-| page cache | {drop} |
-| load average (1 / 5 / 15 min) | start {info["load_start"]}, end {_loadavg()} |
+{benchlib.machine_table(info, rows)}
 
 ## Data set
 
@@ -1165,56 +1004,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-docs", action="store_true", help=f"write the report to {DOCS.relative_to(ROOT)}")
     args = parser.parse_args(argv)
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.workdir:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="cbt-bench-", dir=args.workdir))
-    (scratch / "logs").mkdir()
-    rc = 1
-    try:
-        if args.cli is None:
-            cli, cli_env, code = snapshot_code(scratch)
-        else:
-            cli, cli_env, code = find_cli(args.cli), {}, f"`{args.cli}`"
-        bench = Bench(args, scratch, Runner(scratch / "logs"), cli, cli_env)
-        bench.results["have_zstd"] = ensure_tool("zstd", "zstd")
-        if not bench.results["have_zstd"]:
-            bench.notes.append("zstd phase skipped: zstd not available (apt-get install -y zstd).")
-        if args.skip_restic:
-            bench.results["have_restic"] = False
-            bench.notes.append("restic phases skipped (--skip-restic).")
-        else:
-            bench.results["have_restic"] = ensure_tool("restic", "restic")
-            if not bench.results["have_restic"]:
-                bench.notes.append("restic phases skipped: restic not available (apt-get install -y restic).")
-        info = machine_info(cli)
-        info["code"] = code
-        log(f"cbt-mover: {shlex.join(cli)} ({code}); restic: {info['restic']}; zstd: {info['zstd']}")
-        run_bench(bench)
-        if bench.runner.can_drop is False:
-            bench.notes.append("The page cache could not be dropped: every tool ran warm, in the same order.")
-        body = report(bench)
-        print(body)
-        if args.write_docs:
-            DOCS.parent.mkdir(parents=True, exist_ok=True)
-            DOCS.write_text(docs_text(bench, body, info), encoding="utf-8")
-            log(f"wrote {DOCS}")
-        rc = 1 if bench.failures else 0
-    except BenchError as err:
-        log(f"benchmark failed: {err}")
-    except KeyboardInterrupt:
-        log("interrupted")
-        rc = 130
-    except SystemExit as exc:
-        log(f"terminated (exit {exc.code})")
-        raise
-    finally:
-        if args.keep:
-            log(f"kept scratch dir {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
-        log(f"done in {time.monotonic() - T0:.1f} s")
-    return rc
+    return benchlib.run_main(args, lambda scratch: run(args, scratch))
+
+
+def run(args: argparse.Namespace, scratch: Path) -> int:
+    """The whole benchmark in ``scratch`` (``benchlib.run_main`` owns it): report, docs, exit status."""
+    if args.cli is None:
+        cli, cli_env, code = snapshot_code(scratch)
+    else:
+        cli, cli_env, code = find_cli(args.cli), {}, f"`{args.cli}`"
+    bench = Bench(args, scratch, Runner(scratch / "logs"), cli, cli_env)
+    bench.results["have_zstd"] = ensure_tool("zstd", "zstd")
+    if not bench.results["have_zstd"]:
+        bench.notes.append("zstd phase skipped: zstd not available (apt-get install -y zstd).")
+    if args.skip_restic:
+        bench.results["have_restic"] = False
+        bench.notes.append("restic phases skipped (--skip-restic).")
+    else:
+        bench.results["have_restic"] = ensure_tool("restic", "restic")
+        if not bench.results["have_restic"]:
+            bench.notes.append("restic phases skipped: restic not available (apt-get install -y restic).")
+    info = machine_info(cli)
+    info["code"] = code
+    log(f"cbt-mover: {shlex.join(cli)} ({code}); restic: {info['restic']}; zstd: {info['zstd']}")
+    run_bench(bench)
+    if bench.runner.can_drop is False:
+        bench.notes.append("The page cache could not be dropped: every tool ran warm, in the same order.")
+    body = report(bench)
+    benchlib.publish(body, DOCS if args.write_docs else None, lambda: docs_text(bench, body, info))
+    return 1 if bench.failures else 0
 
 
 if __name__ == "__main__":
