@@ -1,0 +1,56 @@
+"""Controllers of the local cluster that behave like the upstream ones (a test double, never the product).
+
+They drive the Kubernetes API emulator (``localcluster.kubeapi``) the way the real components drive a cluster:
+over HTTP, through the official ``kubernetes`` client, by list+watch and level-triggered reconciles, so what the
+product sees (object names, fields per API version, finalizers, events, readiness transitions) is what it would
+see on a cluster. Using the emulator's in-process store instead would skip serialization, watch semantics and
+validation, which are part of what the product relies on.
+
+- ``LocalControllers`` (``cluster``): everything below with the default classes; ``start()``/``stop()``.
+- ``VolumeController`` (``driver``): external-provisioner + PV binding + pv/pvc protection for the CSI-like driver.
+- ``SnapshotController`` (``snapshots``): snapshot-controller + csi-snapshotter for VolumeSnapshots.
+- ``GroupSnapshotController`` (``groups``): the same for VolumeGroupSnapshots, in the served API version.
+- ``MetadataService`` / ``KubeSnapshotCatalog`` (``metadata``): the SnapshotMetadata (CBT) gRPC service and CR.
+- ``CsiPlugin`` (``plugin``): the storage operations over ``localcluster.storage.VolumeStore``.
+- ``runtime``: watch threads, work queue, worker; ``kube``: the client wrapper; ``names``: upstream names.
+"""
+
+from localcluster.controllers.cluster import LocalControllers, api_client_for, served_version
+from localcluster.controllers.driver import VolumeController
+from localcluster.controllers.groups import GroupSnapshotController
+from localcluster.controllers.kube import Kube, Res, format_quantity, parse_quantity
+from localcluster.controllers.metadata import KubeSnapshotCatalog, MetadataService
+from localcluster.controllers.names import (
+    DEFAULT_DRIVER,
+    DEFAULT_GROUP_CLASS,
+    DEFAULT_SNAPSHOT_CLASS,
+    DEFAULT_STORAGE_CLASS,
+    member_content_name,
+    member_snapshot_name,
+)
+from localcluster.controllers.plugin import CsiPlugin
+from localcluster.controllers.runtime import Controller
+from localcluster.controllers.snapshots import SnapshotController
+
+__all__ = [
+    "DEFAULT_DRIVER",
+    "DEFAULT_GROUP_CLASS",
+    "DEFAULT_SNAPSHOT_CLASS",
+    "DEFAULT_STORAGE_CLASS",
+    "Controller",
+    "CsiPlugin",
+    "GroupSnapshotController",
+    "Kube",
+    "KubeSnapshotCatalog",
+    "LocalControllers",
+    "MetadataService",
+    "Res",
+    "SnapshotController",
+    "VolumeController",
+    "api_client_for",
+    "format_quantity",
+    "member_content_name",
+    "member_snapshot_name",
+    "parse_quantity",
+    "served_version",
+]

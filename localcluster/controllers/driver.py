@@ -1,0 +1,334 @@
+"""The CSI-like driver's control plane: external-provisioner + the PV controller's binding + pv/pvc protection.
+
+``VolumeController(kube, plugin)`` (``plugin``: a ``CsiPlugin``) watches PVCs, PVs, Pods, VolumeSnapshots and
+VolumeSnapshotContents and, for claims whose StorageClass (the default class when ``storageClassName`` is
+unset) names this driver as provisioner:
+
+- adds ``kubernetes.io/pvc-protection`` (the admission plugin's job) and the storage-provisioner annotations;
+- provisions: a PV ``pvc-<claim uid>`` with ``spec.csi`` (driver, volumeHandle, fsType ext4 for Filesystem),
+  capacity, accessModes, volumeMode, reclaim policy and class, ``claimRef`` (with uid), annotation
+  ``pv.kubernetes.io/provisioned-by``, finalizers ``kubernetes.io/pv-protection`` and (policy Delete)
+  ``external-provisioner.volume.kubernetes.io/finalizer``; then binds both ways (PV phase Bound; claim
+  ``volumeName``, bind-completed/bound-by-controller annotations, phase Bound, capacity, accessModes), with
+  Events ``Provisioning`` / ``ProvisioningSucceeded`` on the claim;
+- a ``VolumeSnapshot`` data source (``dataSourceRef`` or ``dataSource``) must be ready and bound to a content of
+  this driver with a handle; the volume is a copy of that snapshot. Refused, the claim stays Pending with a
+  Warning ``ProvisioningFailed`` Event (upstream's messages) and is retried with backoff and whenever the
+  snapshot or its content changes: a requested size below the snapshot's restoreSize, and (KEP-3141) a
+  volumeMode other than the content's ``sourceVolumeMode`` unless the content is annotated
+  ``snapshot.storage.kubernetes.io/allow-volume-mode-change: "true"``;
+- on claim deletion: ``pvc-protection`` is removed once no running pod uses the claim; when the claim is gone
+  the PV turns Released; reclaim policy Delete removes the backing file and the PV, Retain keeps both (a
+  Released PV deleted by the user loses its ``pv-protection`` finalizer; its file stays, as storage would).
+
+Simplified: every class binds Immediate (no WaitForFirstConsumer), no static/pre-bound PVs, no cloning from a PVC
+(``ProvisioningFailed``), no expansion, no topology.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from localcluster.controllers import names as n
+from localcluster.controllers.kube import (
+    POD,
+    PV,
+    PVC,
+    STORAGE_CLASS,
+    VS,
+    VSC,
+    Kube,
+    Obj,
+    format_quantity,
+    parse_quantity,
+    ref_of,
+)
+from localcluster.controllers.plugin import CsiPlugin
+from localcluster.controllers.runtime import Controller, Key, Pending, WatchSpec
+
+log = logging.getLogger(__name__)
+
+
+class Refused(Pending):
+    """Provisioning is refused for a reason the user must fix (recorded as a ProvisioningFailed event)."""
+
+
+class VolumeController(Controller):
+    name = "csi-volumes"
+
+    def __init__(self, kube: Kube, plugin: CsiPlugin) -> None:
+        super().__init__(kube)
+        self.plugin = plugin
+        self.driver = plugin.driver
+        self.identity = f"{int(time.time() * 1000)}-{self.driver}"
+
+    def watches(self) -> list[WatchSpec]:
+        def pvc_keys(type_, obj):
+            md = obj["metadata"]
+            yield ("pvc", md["namespace"], md["name"])
+            if type_ == "DELETED" and (obj.get("spec") or {}).get("volumeName"):
+                yield ("pv", "", obj["spec"]["volumeName"])
+
+        def pv_keys(_type, obj):
+            yield ("pv", "", obj["metadata"]["name"])
+            ref = (obj.get("spec") or {}).get("claimRef") or {}
+            if ref.get("name"):
+                yield ("pvc", ref.get("namespace", ""), ref["name"])
+
+        def pod_keys(_type, obj):
+            for vol in (obj.get("spec") or {}).get("volumes") or []:
+                claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
+                if claim:
+                    yield ("pvc", obj["metadata"]["namespace"], claim)
+
+        def vs_keys(_type, obj):
+            yield ("restores-of", obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+        def vsc_keys(_type, obj):
+            ref = (obj.get("spec") or {}).get("volumeSnapshotRef") or {}
+            if ref.get("name") and ref.get("namespace"):
+                yield ("restores-of", ref["namespace"], ref["name"])
+
+        return [WatchSpec(PVC, pvc_keys), WatchSpec(PV, pv_keys), WatchSpec(POD, pod_keys), WatchSpec(VS, vs_keys),
+                WatchSpec(VSC, vsc_keys)]  # fmt: skip
+
+    def reconcile(self, key: Key) -> float | None:
+        kind, namespace, name = key
+        if kind == "pvc":
+            return self._claim(namespace, name)
+        if kind == "pv":
+            return self._volume(name)
+        if kind == "restores-of":  # claims waiting for this snapshot
+            for pvc in self.kube.list(PVC, namespace)[0]:
+                source = _data_source(pvc)
+                if source and source.get("name") == name and (pvc.get("status") or {}).get("phase") == "Pending":
+                    self.enqueue(("pvc", namespace, pvc["metadata"]["name"]))
+        return None
+
+    # ---- claims ----------------------------------------------------------------------------------------
+
+    def _claim(self, namespace: str, name: str) -> None:
+        pvc = self.kube.get(PVC, name, namespace)
+        if pvc is None:
+            return
+        md = pvc["metadata"]
+        finalizers = list(md.get("finalizers") or [])
+        if md.get("deletionTimestamp"):
+            if n.FIN_PVC_PROTECTION in finalizers and not self._in_use(pvc):
+                self.kube.set_finalizers(PVC, pvc, [f for f in finalizers if f != n.FIN_PVC_PROTECTION])
+            return
+        sc = self._storage_class(pvc)
+        if sc is None or sc.get("provisioner") != self.driver:
+            return
+        if n.FIN_PVC_PROTECTION not in finalizers:
+            pvc = self.kube.set_finalizers(PVC, pvc, [*finalizers, n.FIN_PVC_PROTECTION])
+        if (pvc.get("status") or {}).get("phase") == "Bound":
+            return
+        anns = pvc["metadata"].get("annotations") or {}
+        if anns.get(n.ANN_STORAGE_PROVISIONER) != self.driver:
+            pvc = self.kube.patch(
+                PVC,
+                name,
+                {
+                    "metadata": {
+                        "annotations": {
+                            n.ANN_STORAGE_PROVISIONER: self.driver,
+                            n.ANN_BETA_STORAGE_PROVISIONER: self.driver,
+                        }
+                    }
+                },
+                namespace,
+            )
+        pv = self.kube.get(PV, n.pv_name(pvc["metadata"]["uid"]))
+        if pv is None:
+            try:
+                pv = self._provision(pvc, sc)
+            except Refused as exc:
+                self.kube.event(
+                    PVC,
+                    pvc,
+                    "Warning",
+                    "ProvisioningFailed",
+                    f'failed to provision volume with StorageClass "{sc["metadata"]["name"]}": {exc}',
+                )
+                raise
+        self._bind(pvc, pv)
+
+    def _storage_class(self, pvc: Obj) -> Obj | None:
+        name = (pvc.get("spec") or {}).get("storageClassName")
+        if name == "":
+            return None  # explicitly no class: static binding only
+        if name is not None:
+            return self.kube.get(STORAGE_CLASS, name)
+        defaults = [
+            sc
+            for sc in self.kube.list(STORAGE_CLASS)[0]
+            if (sc["metadata"].get("annotations") or {}).get(n.ANN_DEFAULT_STORAGE_CLASS) == "true"
+        ]
+        return max(defaults, key=lambda sc: sc["metadata"].get("creationTimestamp", ""), default=None)
+
+    def _in_use(self, pvc: Obj) -> bool:
+        md = pvc["metadata"]
+        for pod in self.kube.list(POD, md["namespace"])[0]:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            for vol in (pod.get("spec") or {}).get("volumes") or []:
+                if (vol.get("persistentVolumeClaim") or {}).get("claimName") == md["name"]:
+                    return True
+        return False
+
+    def _provision(self, pvc: Obj, sc: Obj) -> Obj:
+        spec, md = pvc["spec"], pvc["metadata"]
+        pv_name = n.pv_name(md["uid"])
+        try:
+            size = parse_quantity(((spec.get("resources") or {}).get("requests") or {}).get("storage"))
+        except ValueError as exc:
+            raise Refused(str(exc)) from None
+        mode = spec.get("volumeMode") or "Filesystem"
+        snapshot = self._snapshot_source(pvc, size, mode)
+        self.kube.event(
+            PVC,
+            pvc,
+            "Normal",
+            "Provisioning",
+            f'External provisioner is provisioning volume for claim "{md["namespace"]}/{md["name"]}"',
+        )
+        handle, capacity = self.plugin.create_volume(pv_name, size, mode, snapshot)
+        policy = sc.get("reclaimPolicy") or "Delete"
+        csi = {
+            "driver": self.driver,
+            "volumeHandle": handle,
+            "volumeAttributes": {"storage.kubernetes.io/csiProvisionerIdentity": self.identity},
+        }
+        if mode == "Filesystem":
+            csi["fsType"] = (sc.get("parameters") or {}).get("csi.storage.k8s.io/fstype", "ext4")
+        body = {
+            "metadata": {
+                "name": pv_name,
+                "annotations": {n.ANN_PROVISIONED_BY: self.driver,
+                                "volume.kubernetes.io/provisioner-deletion-secret-name": "",
+                                "volume.kubernetes.io/provisioner-deletion-secret-namespace": ""},
+                "finalizers": [n.FIN_PV_PROTECTION] + ([n.FIN_PROVISIONER] if policy == "Delete" else []),
+            },
+            "spec": {
+                "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                "capacity": {"storage": format_quantity(capacity)},
+                "csi": csi,
+                "persistentVolumeReclaimPolicy": policy,
+                "storageClassName": sc["metadata"]["name"],
+                "volumeMode": mode,
+                "claimRef": ref_of(PVC, pvc),
+                "mountOptions": sc.get("mountOptions") or None,
+            },
+        }  # fmt: skip
+        if body["spec"]["mountOptions"] is None:
+            del body["spec"]["mountOptions"]
+        try:
+            pv = self.kube.create(PV, body)
+        except Exception:
+            if self.kube.get(PV, pv_name) is None:
+                self.plugin.delete_volume(handle)
+            raise
+        self.kube.event(PVC, pvc, "Normal", "ProvisioningSucceeded", f"Successfully provisioned volume {pv_name}")
+        return pv
+
+    def _snapshot_source(self, pvc: Obj, size: int, mode: str) -> str | None:
+        """The snapshot handle to restore from, or None; ``Refused``/``Pending`` when it cannot be used (yet)."""
+        source = _data_source(pvc)
+        if source is None:
+            return None
+        md = pvc["metadata"]
+        kind, group = source.get("kind"), source.get("apiGroup") or ""
+        if (kind, group) != ("VolumeSnapshot", n.SNAPSHOT_GROUP):
+            raise Refused(f"data source {group}/{kind} {source.get('name')} is not supported by {self.driver}")
+        if source.get("namespace") not in (None, md["namespace"]):
+            raise Refused("cross-namespace data sources are not supported")
+        snap = source["name"]
+        vs = self.kube.get(VS, snap, md["namespace"])
+        if vs is None:
+            raise Refused(f'error getting snapshot {snap} from api server: volumesnapshots.snapshot.storage.k8s.io'
+                          f' "{snap}" not found')  # fmt: skip
+        status = vs.get("status") or {}
+        if status.get("readyToUse") is not True:
+            raise Refused(f"snapshot {snap} is not Ready")
+        content_name = status.get("boundVolumeSnapshotContentName")
+        vsc = self.kube.get(VSC, content_name) if content_name else None
+        if vsc is None:
+            raise Refused(f"snapshot {snap} is not bound to a VolumeSnapshotContent")
+        ref = vsc["spec"].get("volumeSnapshotRef") or {}
+        if ref.get("name") != snap or ref.get("namespace") != md["namespace"] or \
+                ref.get("uid") not in (None, "", vs["metadata"]["uid"]):  # fmt: skip
+            raise Refused(f"snapshotcontent {content_name} for snapshot {md['namespace']}/{snap} is bound to a"
+                          " different snapshot")  # fmt: skip
+        if vsc["spec"].get("driver") != self.driver:
+            raise Refused(f"snapshot {snap} belongs to driver {vsc['spec'].get('driver')}, not {self.driver}")
+        handle = (vsc.get("status") or {}).get("snapshotHandle")
+        if not handle:
+            raise Refused(f"snapshot {snap} has no snapshot handle yet")
+        source_mode = vsc["spec"].get("sourceVolumeMode")
+        allowed = (vsc["metadata"].get("annotations") or {}).get(n.ANN_ALLOW_MODE_CHANGE) == "true"
+        if source_mode and source_mode != mode and not allowed:
+            raise Refused(f"requested volume {md['namespace']}/{md['name']} modifies the mode of the source volume"
+                          f" but does not have permission to do so. {n.ANN_ALLOW_MODE_CHANGE} annotation is not"
+                          f" present on snapshotcontent {content_name}")  # fmt: skip
+        restore = (vsc.get("status") or {}).get("restoreSize")
+        if restore is None and status.get("restoreSize") is not None:
+            restore = parse_quantity(status["restoreSize"])
+        if restore is not None and size < int(restore):
+            raise Refused(f"requested volume size {size} is less than the size {restore} for the source snapshot"
+                          f" {snap}")  # fmt: skip
+        if self.plugin.snapshot_size(handle) is None:
+            raise Refused(f"snapshot {snap} (handle {handle}) does not exist in the storage")
+        return handle
+
+    def _bind(self, pvc: Obj, pv: Obj) -> None:
+        md = pvc["metadata"]
+        ref = (pv.get("spec") or {}).get("claimRef") or {}
+        if ref.get("uid") != md["uid"]:
+            raise Pending(f"PV {pv['metadata']['name']} is bound to another claim")
+        if (pv.get("status") or {}).get("phase") != "Bound":
+            self.kube.patch(PV, pv["metadata"]["name"], {"status": {"phase": "Bound"}}, status=True)
+        name, namespace = md["name"], md["namespace"]
+        if (pvc.get("spec") or {}).get("volumeName") != pv["metadata"]["name"] or \
+                (md.get("annotations") or {}).get(n.ANN_BIND_COMPLETED) != "yes":  # fmt: skip
+            self.kube.patch(PVC, name, {
+                "metadata": {"annotations": {n.ANN_BIND_COMPLETED: "yes", n.ANN_BOUND_BY_CONTROLLER: "yes"}},
+                "spec": {"volumeName": pv["metadata"]["name"]},
+            }, namespace)  # fmt: skip
+        self.kube.patch(PVC, name, {"status": {
+            "phase": "Bound", "accessModes": pv["spec"].get("accessModes"), "capacity": pv["spec"]["capacity"],
+        }}, namespace, status=True)  # fmt: skip
+
+    # ---- volumes -----------------------------------------------------------------------------------------
+
+    def _volume(self, name: str) -> None:
+        pv = self.kube.get(PV, name)
+        if pv is None or ((pv.get("spec") or {}).get("csi") or {}).get("driver") != self.driver:
+            return
+        spec, md = pv["spec"], pv["metadata"]
+        ref = spec.get("claimRef") or {}
+        claim = self.kube.get(PVC, ref["name"], ref.get("namespace")) if ref.get("name") else None
+        if claim is not None and claim["metadata"]["uid"] == ref.get("uid"):
+            if (claim.get("spec") or {}).get("volumeName") == name and (pv.get("status") or {}).get("phase") != "Bound":
+                self.kube.patch(PV, name, {"status": {"phase": "Bound"}}, status=True)
+            return  # bound (or being bound by the claim's reconcile); protected while bound
+        if not ref.get("uid"):
+            return  # never bound: nothing of ours
+        phase = (pv.get("status") or {}).get("phase")
+        if phase not in ("Released", "Failed"):
+            pv = self.kube.patch(PV, name, {"status": {"phase": "Released"}}, status=True)
+        finalizers = list(md.get("finalizers") or [])
+        if spec.get("persistentVolumeReclaimPolicy") == "Delete":
+            self.plugin.delete_volume(spec["csi"]["volumeHandle"])
+            keep = [f for f in finalizers if f not in (n.FIN_PROVISIONER, n.FIN_PV_PROTECTION)]
+            if keep != finalizers:
+                pv = self.kube.set_finalizers(PV, pv, keep)
+            self.kube.delete(PV, name)
+        elif md.get("deletionTimestamp") and n.FIN_PV_PROTECTION in finalizers:
+            self.kube.set_finalizers(PV, pv, [f for f in finalizers if f != n.FIN_PV_PROTECTION])
+
+
+def _data_source(pvc: Obj) -> Obj | None:
+    spec = pvc.get("spec") or {}
+    return spec.get("dataSourceRef") or spec.get("dataSource") or None

@@ -1,0 +1,411 @@
+"""The group snapshot controller (external-snapshotter's common controller and csi-snapshotter, group part).
+
+``GroupSnapshotController(kube, plugin, version=..., ready_delay=0.2)`` speaks the groupsnapshot.storage.k8s.io
+version it is given (the cluster's preferred one: v1, v1beta2 or v1beta1) and watches VolumeGroupSnapshots,
+VolumeGroupSnapshotContents and PVCs. Like upstream:
+
+- a VGS with ``spec.source.selector`` gets the default VolumeGroupSnapshotClass of the PVs' driver written into
+  ``spec.volumeGroupSnapshotClassName`` when it names none, then one VolumeGroupSnapshotContent
+  ``groupsnapcontent-<vgs uid>`` (``source.volumeHandles`` of the selected, bound PVCs' PVs, ``driver``,
+  ``deletionPolicy`` and class from the class, ``volumeGroupSnapshotRef`` with uid), finalizer
+  ``volumegroupsnapshot-bound-protection`` and ``status.boundVolumeGroupSnapshotContentName``; selection
+  failures go to ``status.error`` (readyToUse false) with a Warning Event and are retried, also whenever a PVC
+  of the namespace changes;
+- the sidecar takes every member snapshot under the plugin's one lock at one instant
+  (``CsiPlugin.create_group_snapshot``) and writes the content's ``volumeGroupSnapshotHandle``, ``creationTime``,
+  ``readyToUse`` (false, then true after ``ready_delay``) and ``volumeSnapshotInfoList`` (v1beta2, v1: handles,
+  creationTime, readyToUse, restoreSize) or ``volumeSnapshotHandlePairList`` (v1beta1: handles only);
+- then the members, named and linked as upstream: VolumeSnapshotContent ``snapcontent-<h>`` and VolumeSnapshot
+  ``snapshot-<h>``, ``h = sha256hex(vgs.uid + volumeHandle)``, in the VGS namespace; the VS has an ownerReference
+  (kind VolumeGroupSnapshot, name, uid, the controller's apiVersion), finalizer
+  ``volumesnapshot-in-group-protection``, ``spec.source.persistentVolumeClaimName`` (from the PV's claimRef, ""
+  without one), ``status.boundVolumeSnapshotContentName``; the content has annotation
+  ``groupsnapshot.storage.k8s.io/volumeGroupSnapshotHandle``, ``source.volumeHandle``, ``sourceVolumeMode``, the
+  group's driver and deletionPolicy, ``volumeSnapshotRef`` (with uid), status ``snapshotHandle``,
+  ``volumeGroupSnapshotHandle``, ``creationTime``, ``restoreSize``, ``readyToUse``. No class on members. The
+  snapshot controller then fills the member VS status (``volumeGroupSnapshotName`` ...) and readiness;
+- the VGS status carries ``boundVolumeGroupSnapshotContentName``, ``creationTime``, ``readyToUse``, ``error``,
+  and no member list;
+- deleting the VGS: waits while a Pending PVC restores from a member, marks the content
+  ``volumegroupsnapshot-being-deleted``, deletes it when its policy is Delete (the sidecar removes every member
+  snapshot file), deletes the member VolumeSnapshots (their contents follow the group's policy), and drops the
+  VGS finalizer once the content is gone (at once for Retain).
+
+Simplified: no pre-provisioned group snapshots (``volumeGroupSnapshotContentName`` gets an error status), no
+secrets.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from localcluster.controllers import names as n
+from localcluster.controllers.kube import PV, PVC, VGS, VGS_CLASS, VGSC, VS, VSC, Kube, Obj, ref_of, rfc3339, rfc3339_ns
+from localcluster.controllers.plugin import CsiPlugin
+from localcluster.controllers.runtime import Controller, Key, Pending, WatchSpec
+
+log = logging.getLogger(__name__)
+
+
+class GroupSnapshotController(Controller):
+    name = "group-snapshot-controller"
+
+    def __init__(self, kube: Kube, plugin: CsiPlugin, *, version: str = "v1", ready_delay: float = 0.2) -> None:
+        super().__init__(kube)
+        self.plugin = plugin
+        self.driver = plugin.driver
+        self.version = version
+        self.ready_delay = ready_delay
+        self.vgs, self.vgsc, self.vgs_class = VGS.at(version), VGSC.at(version), VGS_CLASS.at(version)
+        self.list_field = "volumeSnapshotHandlePairList" if version == "v1beta1" else "volumeSnapshotInfoList"
+
+    def watches(self) -> list[WatchSpec]:
+        def vgs_keys(_type, obj):
+            yield ("vgs", obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+        def vgsc_keys(_type, obj):
+            yield ("vgsc", "", obj["metadata"]["name"])
+            ref = (obj.get("spec") or {}).get("volumeGroupSnapshotRef") or {}
+            if ref.get("name") and ref.get("namespace"):
+                yield ("vgs", ref["namespace"], ref["name"])
+
+        def pvc_keys(_type, obj):
+            yield ("pvc", obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+        return [WatchSpec(self.vgs, vgs_keys), WatchSpec(self.vgsc, vgsc_keys), WatchSpec(PVC, pvc_keys)]
+
+    def reconcile(self, key: Key) -> float | None:
+        kind, namespace, name = key
+        if kind == "vgs":
+            return self._group(namespace, name)
+        if kind == "vgsc":
+            return self._content(name)
+        if kind == "pvc":  # unbound groups may select it now; deleting groups may wait for restores from it
+            for vgs in self.kube.list(self.vgs, namespace)[0]:
+                if vgs["metadata"].get("deletionTimestamp") or \
+                        not (vgs.get("status") or {}).get("boundVolumeGroupSnapshotContentName"):  # fmt: skip
+                    self.enqueue(("vgs", namespace, vgs["metadata"]["name"]))
+        return None
+
+    # ---- VolumeGroupSnapshot ------------------------------------------------------------------------
+
+    def _group(self, namespace: str, name: str) -> None:
+        vgs = self.kube.get(self.vgs, name, namespace)
+        if vgs is None:
+            return None
+        if vgs["metadata"].get("deletionTimestamp"):
+            return self._delete_group(vgs)
+        source = (vgs.get("spec") or {}).get("source") or {}
+        if source.get("volumeGroupSnapshotContentName"):
+            self._error(vgs, "GroupSnapshotContentMissing",
+                        "pre-provisioned group snapshots are not supported by the local cluster")  # fmt: skip
+            return None
+        status = vgs.get("status") or {}
+        content_name = status.get("boundVolumeGroupSnapshotContentName") or n.group_content_name(vgs["metadata"]["uid"])
+        vgsc = self.kube.get(self.vgsc, content_name)
+        if vgsc is None:
+            if status.get("boundVolumeGroupSnapshotContentName"):
+                self._error(vgs, "GroupSnapshotContentMissing", "VolumeGroupSnapshotContent is missing")
+                return None
+            try:
+                vgsc = self._create_content(vgs, content_name)
+            except Pending as exc:
+                self._error(
+                    vgs,
+                    "GroupSnapshotContentCreationFailed",
+                    f"failed to create group snapshot content with error {exc}",
+                )
+                raise
+            vgs = self.kube.get(self.vgs, name, namespace) or vgs
+        ref = vgsc["spec"].get("volumeGroupSnapshotRef") or {}
+        if (ref.get("name"), ref.get("namespace"), ref.get("uid")) != (name, namespace, vgs["metadata"]["uid"]):
+            self._error(
+                vgs,
+                "GroupSnapshotContentMisbound",
+                f"VolumeGroupSnapshotContent [{content_name}] is bound to a different group snapshot",
+            )
+            return None
+        finalizers = list(vgs["metadata"].get("finalizers") or [])
+        if n.FIN_VGS_BOUND not in finalizers:
+            vgs = self.kube.set_finalizers(self.vgs, vgs, [*finalizers, n.FIN_VGS_BOUND])
+        self._create_members(vgs, vgsc)
+        self._sync_status(vgs, vgsc)
+        return None
+
+    def _create_content(self, vgs: Obj, content_name: str) -> Obj:
+        md, spec = vgs["metadata"], vgs["spec"]
+        selector = label_selector(spec["source"].get("selector") or {})
+        pvcs = self.kube.list(PVC, md["namespace"], label_selector=selector or None)[0]
+        if not pvcs:
+            raise Pending(f"label selector {selector} for group snapshot not applied to any PVC")
+        pvs = []
+        for pvc in sorted(pvcs, key=lambda p: p["metadata"]["name"]):
+            volume = (pvc.get("spec") or {}).get("volumeName")
+            if (pvc.get("status") or {}).get("phase") != "Bound" or not volume:
+                raise Pending(f"the PVC {pvc['metadata']['name']} is not yet bound to a PV, will not attempt to take"
+                              " a group snapshot")  # fmt: skip
+            pv = self.kube.get(PV, volume)
+            if pv is None or not (pv.get("spec") or {}).get("csi"):
+                raise Pending(f"snapshotting non-CSI volumes is not supported, group snapshot:{md['namespace']}/"
+                              f"{md['name']}")  # fmt: skip
+            pvs.append(pv)
+        cls = self._group_class(vgs, pvs[0]["spec"]["csi"]["driver"])
+        for pv in pvs:
+            if pv["spec"]["csi"]["driver"] != cls["driver"]:
+                raise Pending(f"Volume CSI driver ({pv['spec']['csi']['driver']}) mismatch with"
+                              f" VolumeGroupSnapshotClass ({cls['driver']}) {md['namespace']}/{md['name']}:"
+                              f" {pv['metadata']['name']}")  # fmt: skip
+        body = {
+            "metadata": {"name": content_name},
+            "spec": {
+                "volumeGroupSnapshotRef": ref_of(self.vgs, vgs),
+                "source": {"volumeHandles": [pv["spec"]["csi"]["volumeHandle"] for pv in pvs]},
+                "volumeGroupSnapshotClassName": cls["metadata"]["name"],
+                "deletionPolicy": cls["deletionPolicy"],
+                "driver": cls["driver"],
+            },
+        }
+        vgsc = self.kube.create(self.vgsc, body)
+        self.kube.patch(
+            self.vgs,
+            md["name"],
+            {"status": {"boundVolumeGroupSnapshotContentName": content_name, "readyToUse": False}},
+            md["namespace"],
+            status=True,
+        )
+        self.kube.event(
+            self.vgs,
+            vgs,
+            "Normal",
+            "CreatingGroupSnapshot",
+            f"Waiting for a group snapshot {md['namespace']}/{md['name']} to be created by the CSI driver.",
+        )
+        return vgsc
+
+    def _group_class(self, vgs: Obj, driver: str) -> Obj:
+        name = (vgs.get("spec") or {}).get("volumeGroupSnapshotClassName")
+        if name:
+            cls = self.kube.get(self.vgs_class, name)
+            if cls is None:
+                raise Pending(f'volumegroupsnapshotclasses "{name}" not found')
+            return cls
+        defaults = [c for c in self.kube.list(self.vgs_class)[0] if c.get("driver") == driver and
+                    (c["metadata"].get("annotations") or {}).get(n.ANN_DEFAULT_GROUP_CLASS) == "true"]  # fmt: skip
+        if len(defaults) != 1:
+            raise Pending("cannot find default group snapshot class" if not defaults else
+                          f"{len(defaults)} default snapshot classes were found")  # fmt: skip
+        md = vgs["metadata"]
+        self.kube.patch(
+            self.vgs,
+            md["name"],
+            {"spec": {"volumeGroupSnapshotClassName": defaults[0]["metadata"]["name"]}},
+            md["namespace"],
+        )
+        return defaults[0]
+
+    def _error(self, vgs: Obj, reason: str, message: str) -> None:
+        md = vgs["metadata"]
+        if ((vgs.get("status") or {}).get("error") or {}).get("message") != message:
+            self.kube.patch(self.vgs, md["name"], {"status": {"readyToUse": False, "error": {
+                "message": message, "time": rfc3339(time.time())}}}, md["namespace"], status=True)  # fmt: skip
+        self.kube.event(self.vgs, vgs, "Warning", reason, message)
+
+    def _sync_status(self, vgs: Obj, vgsc: Obj) -> None:
+        md, cstatus = vgs["metadata"], vgsc.get("status") or {}
+        status = dict(vgs.get("status") or {})
+        new = dict(status, boundVolumeGroupSnapshotContentName=vgsc["metadata"]["name"],
+                   readyToUse=bool(cstatus.get("readyToUse")))  # fmt: skip
+        if cstatus.get("creationTime") and not status.get("creationTime"):
+            new["creationTime"] = cstatus["creationTime"]
+        if cstatus.get("error"):
+            new["error"] = cstatus["error"]
+        elif cstatus.get("volumeGroupSnapshotHandle"):
+            new.pop("error", None)
+        if new != status:
+            body = {"status": {**new, **{k: None for k in status if k not in new}}}
+            self.kube.patch(self.vgs, md["name"], body, md["namespace"], status=True)
+            if new["readyToUse"] and not status.get("readyToUse"):
+                self.kube.event(
+                    self.vgs,
+                    vgs,
+                    "Normal",
+                    "GroupSnapshotReady",
+                    f"GroupSnapshot {md['namespace']}/{md['name']} is ready to use.",
+                )
+
+    # ---- members ------------------------------------------------------------------------------------------
+
+    def _create_members(self, vgs: Obj, vgsc: Obj) -> None:
+        cstatus = vgsc.get("status") or {}
+        group_handle, infos = cstatus.get("volumeGroupSnapshotHandle"), cstatus.get(self.list_field) or []
+        if not group_handle or not infos:
+            return  # the sidecar has not taken the group snapshot yet
+        md = vgs["metadata"]
+        namespace, uid = md["namespace"], md["uid"]
+        pvs = {((pv["spec"].get("csi") or {}).get("driver"), (pv["spec"].get("csi") or {}).get("volumeHandle")): pv
+               for pv in self.kube.list(PV)[0]}  # fmt: skip
+        owner = {"apiVersion": self.vgs.api_version, "kind": "VolumeGroupSnapshot", "name": md["name"], "uid": uid,
+                 "controller": True}  # fmt: skip
+        for info in infos:
+            volume, handle = info["volumeHandle"], info["snapshotHandle"]
+            content_name, snap_name = n.member_content_name(uid, volume), n.member_snapshot_name(uid, volume)
+            if self.kube.get(VS, snap_name, namespace) is not None and \
+                    (self.kube.get(VSC, content_name) or {}).get("status", {}).get("snapshotHandle"):  # fmt: skip
+                continue  # made on an earlier pass
+            pv = pvs.get((vgsc["spec"]["driver"], volume))
+            vsc_body = {
+                "metadata": {"name": content_name, "annotations": {n.ANN_GROUP_HANDLE: group_handle}},
+                "spec": {
+                    "volumeSnapshotRef": {"kind": "VolumeSnapshot", "name": snap_name, "namespace": namespace},
+                    "deletionPolicy": vgsc["spec"]["deletionPolicy"],
+                    "driver": vgsc["spec"]["driver"],
+                    "source": {"volumeHandle": volume},
+                },
+            }
+            if pv is not None:
+                vsc_body["spec"]["sourceVolumeMode"] = pv["spec"].get("volumeMode") or "Filesystem"
+            claim = ((pv or {}).get("spec") or {}).get("claimRef") or {}
+            vs_body = {
+                "metadata": {"name": snap_name, "ownerReferences": [owner], "finalizers": [n.FIN_VS_IN_GROUP]},
+                "spec": {"source": {"persistentVolumeClaimName": claim.get("name", "")}},
+            }
+            vsc = self._create_or_get(VSC, vsc_body, content_name)
+            vs = self._create_or_get(VS, vs_body, snap_name, namespace)
+            if not (vsc["spec"]["volumeSnapshotRef"].get("uid")):
+                bind = {"spec": {"volumeSnapshotRef": {"uid": vs["metadata"]["uid"]}}}
+                vsc = self.kube.patch(VSC, content_name, bind)
+            if not (vs.get("status") or {}).get("boundVolumeSnapshotContentName"):
+                self.kube.patch(VS, snap_name, {"status": {"boundVolumeSnapshotContentName": content_name}}, namespace,
+                                status=True)  # fmt: skip
+            size, created = info.get("restoreSize"), info.get("creationTime")
+            if size is None or created is None:  # v1beta1 lists handles only: ask the driver (GetSnapshot)
+                size, created = self.plugin.snapshot_info(handle) or (None, None)
+            self.kube.patch(VSC, content_name, {"status": {
+                "snapshotHandle": handle, "volumeGroupSnapshotHandle": group_handle, "creationTime": created,
+                "restoreSize": size, "readyToUse": bool(info.get("readyToUse", cstatus.get("readyToUse"))),
+            }}, status=True)  # fmt: skip
+
+    def _create_or_get(self, res, body: Obj, name: str, namespace: str | None = None) -> Obj:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.kube.create(res, body, namespace)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        obj = self.kube.get(res, name, namespace)
+        if obj is None:
+            raise Pending(f"{res.kind} {name} vanished while being created")
+        return obj
+
+    # ---- deletion -------------------------------------------------------------------------------------------
+
+    def _delete_group(self, vgs: Obj) -> None:
+        md = vgs["metadata"]
+        namespace, uid = md["namespace"], md["uid"]
+        content_name = (vgs.get("status") or {}).get("boundVolumeGroupSnapshotContentName") or \
+            n.group_content_name(uid)  # fmt: skip
+        vgsc = self.kube.get(self.vgsc, content_name)
+        if vgsc is not None and (vgsc["spec"].get("volumeGroupSnapshotRef") or {}).get("uid") != uid:
+            vgsc = None
+        members = [
+            vs
+            for vs in self.kube.list(VS, namespace)[0]
+            if any(r.get("uid") == uid for r in vs["metadata"].get("ownerReferences") or [])
+        ]
+        for vs in members:
+            if _restoring_from(self.kube, vs):
+                self.kube.event(self.vgs, vgs, "Warning", "SnapshotDeletePending",
+                                f"Snapshot {namespace}/{vs['metadata']['name']} belonging to VolumeGroupSnapshot"
+                                f" {namespace}/{md['name']} is being used to restore a PVC")  # fmt: skip
+                return None
+        delete_content = vgsc is not None and vgsc["spec"].get("deletionPolicy") == "Delete"
+        if vgsc is not None:
+            if (vgsc["metadata"].get("annotations") or {}).get(n.ANN_VGS_BEING_DELETED) != "yes":
+                vgsc = self.kube.patch(
+                    self.vgsc, content_name, {"metadata": {"annotations": {n.ANN_VGS_BEING_DELETED: "yes"}}}
+                )
+            if delete_content and not vgsc["metadata"].get("deletionTimestamp"):
+                self.kube.delete(self.vgsc, content_name)
+        for vs in members:
+            if not vs["metadata"].get("deletionTimestamp"):
+                self.kube.delete(VS, vs["metadata"]["name"], namespace)
+        finalizers = list(md.get("finalizers") or [])
+        if n.FIN_VGS_BOUND in finalizers and not (delete_content and self.kube.get(self.vgsc, content_name)):
+            self.kube.set_finalizers(self.vgs, vgs, [f for f in finalizers if f != n.FIN_VGS_BOUND])
+        return None
+
+    # ---- VolumeGroupSnapshotContent (the sidecar) --------------------------------------------------------------
+
+    def _content(self, name: str) -> float | None:
+        vgsc = self.kube.get(self.vgsc, name)
+        if vgsc is None or vgsc["spec"].get("driver") != self.driver:
+            return None
+        md, spec, status = vgsc["metadata"], vgsc["spec"], vgsc.get("status") or {}
+        finalizers = list(md.get("finalizers") or [])
+        if md.get("deletionTimestamp"):
+            if spec.get("deletionPolicy") == "Delete":
+                for info in status.get(self.list_field) or []:
+                    self.plugin.delete_snapshot(info["snapshotHandle"])
+            if n.FIN_VGSC_BOUND in finalizers:
+                self.kube.set_finalizers(self.vgsc, vgsc, [f for f in finalizers if f != n.FIN_VGSC_BOUND])
+            return None
+        if spec.get("deletionPolicy") == "Delete" and n.FIN_VGSC_BOUND not in finalizers:
+            vgsc = self.kube.set_finalizers(self.vgsc, vgsc, [*finalizers, n.FIN_VGSC_BOUND])
+        volumes = (spec.get("source") or {}).get("volumeHandles") or []
+        if not status.get("volumeGroupSnapshotHandle"):
+            if not volumes:
+                return None  # pre-provisioned: not supported
+            try:
+                group, infos = self.plugin.create_group_snapshot(volumes, name)
+            except Exception as exc:
+                message = f"failed to create group snapshot: {exc}"
+                self.kube.patch(self.vgsc, name, {"status": {"readyToUse": False, "error": {
+                    "message": message, "time": rfc3339(time.time())}}}, status=True)  # fmt: skip
+                raise Pending(message) from None
+            ready = self.ready_delay <= 0
+            entries = [{"volumeHandle": i.volume_handle, "snapshotHandle": i.snapshot_handle} for i in infos]
+            if self.list_field == "volumeSnapshotInfoList":
+                for entry, i in zip(entries, infos, strict=True):
+                    entry.update(creationTime=i.creation_ns, readyToUse=ready, restoreSize=i.size)
+            status = {"volumeGroupSnapshotHandle": group, "creationTime": rfc3339_ns(infos[0].creation_ns),
+                      "readyToUse": ready, self.list_field: entries, "error": None}  # fmt: skip
+            vgsc = self.kube.patch(self.vgsc, name, {"status": status}, status=True)
+            status = vgsc.get("status") or {}
+        if not status.get("readyToUse"):
+            entries = [dict(e) for e in status.get(self.list_field) or []]
+            first = self.plugin.snapshot_info(entries[0]["snapshotHandle"]) if entries else None
+            left = (first[1] / 1e9 if first else 0) + self.ready_delay - time.time()
+            if left > 0:
+                return left
+            for entry in entries:
+                if "readyToUse" in entry or self.list_field == "volumeSnapshotInfoList":
+                    entry["readyToUse"] = True
+            self.kube.patch(self.vgsc, name, {"status": {"readyToUse": True, self.list_field: entries}}, status=True)
+        return None
+
+
+def label_selector(selector: Obj) -> str:
+    """A LabelSelector as the ``labelSelector`` query string."""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op in ("In", "NotIn"):
+            parts.append(f"{key} {op.lower()} ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+    return ",".join(parts)
+
+
+def _restoring_from(kube: Kube, vs: Obj) -> bool:
+    md = vs["metadata"]
+    for pvc in kube.list(PVC, md["namespace"])[0]:
+        spec = pvc.get("spec") or {}
+        ds = spec.get("dataSourceRef") or spec.get("dataSource") or {}
+        if ds.get("kind") == "VolumeSnapshot" and ds.get("name") == md["name"] and \
+                (pvc.get("status") or {}).get("phase") == "Pending":  # fmt: skip
+            return True
+    return False

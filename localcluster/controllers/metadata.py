@@ -1,0 +1,123 @@
+"""The driver's SnapshotMetadata service (KEP-3314 CBT): the sidecar's lookups over the API, a TLS gRPC server on
+loopback, and the SnapshotMetadataService CR that advertises it.
+
+``KubeSnapshotCatalog(kube, plugin)`` is the ``SnapshotCatalog`` the server needs, resolved the way the
+external-snapshot-metadata sidecar resolves it, through the API on every call:
+
+- ``by_name(namespace, name)``: VolumeSnapshot -> ``status.boundVolumeSnapshotContentName`` -> content of this
+  driver -> ``status.snapshotHandle`` -> an ``ImageSnapshot`` of the driver's snapshot file, ``volume_id`` = the
+  content's ``source.volumeHandle``, ``ready`` = VS and content ``readyToUse``. A missing VS, content, handle or
+  file raises ``SnapshotNotFound`` (the server answers UNAVAILABLE, as the sidecar does for a VS that is not
+  ready); a content of another driver too (the sidecar says INVALID_ARGUMENT; the catalog protocol cannot).
+- ``by_handle(handle)``: the content of this driver whose ``status.snapshotHandle`` is ``handle`` (the delta
+  base; NOT_FOUND when no content has it any more, e.g. deleted with policy Delete).
+
+``MetadataService(kube, plugin, audience=...)``: ``start()`` serves a ``SnapshotMetadataServer`` on loopback
+(a fresh CA; certificate for localhost/127.0.0.1) that validates each request's token with a TokenReview for
+``audience`` against the same API (``TokenReviewValidator``), then creates (or replaces) the cluster-scoped
+``cbt.storage.k8s.io/v1beta1`` SnapshotMetadataService named after the driver with ``spec.address``,
+``spec.audience`` and ``spec.caCert`` (base64 of the CA PEM). ``stop()`` deletes the CR (best effort) and
+stops the server.
+
+Simplified: the hostpath driver answers INVALID_ARGUMENT for snapshots of Filesystem-mode volumes; this one
+serves their image files like any other.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+
+from localcluster.controllers.kube import SMS, VS, VSC, Kube
+from localcluster.controllers.plugin import CsiPlugin
+from localcluster.snapshot_metadata import ImageSnapshot, SnapshotMetadataServer, SnapshotNotFound
+from localcluster.snapshot_metadata.kube_auth import TokenReviewValidator
+
+log = logging.getLogger(__name__)
+
+
+class KubeSnapshotCatalog:
+    def __init__(self, kube: Kube, plugin: CsiPlugin) -> None:
+        self.kube = kube
+        self.plugin = plugin
+
+    def by_name(self, namespace: str, name: str) -> ImageSnapshot:
+        vs = self.kube.get(VS, name, namespace)
+        if vs is None:
+            raise SnapshotNotFound(f"VolumeSnapshot {namespace}/{name} not found")
+        status = vs.get("status") or {}
+        content = status.get("boundVolumeSnapshotContentName")
+        vsc = self.kube.get(VSC, content) if content else None
+        if vsc is None:
+            raise SnapshotNotFound(f"VolumeSnapshot {namespace}/{name} is not bound to a VolumeSnapshotContent")
+        return self._image(vsc, namespace, name, ready=bool(status.get("readyToUse")))
+
+    def by_handle(self, handle: str) -> ImageSnapshot:
+        for vsc in self.kube.list(VSC)[0]:
+            if (vsc.get("status") or {}).get("snapshotHandle") == handle and vsc["spec"].get("driver") == \
+                    self.plugin.driver:  # fmt: skip
+                ref = vsc["spec"].get("volumeSnapshotRef") or {}
+                return self._image(vsc, ref.get("namespace", ""), ref.get("name", ""), ready=True)
+        raise SnapshotNotFound(f"snapshot handle {handle!r} not found")
+
+    def _image(self, vsc: dict, namespace: str, name: str, ready: bool) -> ImageSnapshot:
+        spec, status = vsc["spec"], vsc.get("status") or {}
+        handle = status.get("snapshotHandle")
+        if spec.get("driver") != self.plugin.driver or not handle:
+            raise SnapshotNotFound(f"VolumeSnapshotContent {vsc['metadata']['name']} has no {self.plugin.driver}"
+                                   " snapshot handle")  # fmt: skip
+        volume = (spec.get("source") or {}).get("volumeHandle") or f"unknown-volume-of-{handle}"
+        try:
+            return ImageSnapshot(
+                self.plugin.store.snapshot_path(handle),
+                namespace=namespace,
+                name=name,
+                handle=handle,
+                volume_id=volume,
+                ready=ready and bool(status.get("readyToUse")),
+            )
+        except FileNotFoundError:
+            raise SnapshotNotFound(f"snapshot {handle} does not exist in the storage") from None
+
+
+class MetadataService:
+    def __init__(self, kube: Kube, plugin: CsiPlugin, *, audience: str, host: str = "127.0.0.1",
+                 block_type: str = "FIXED_LENGTH") -> None:  # fmt: skip
+        self.kube = kube
+        self.plugin = plugin
+        self.audience = audience
+        self.catalog = KubeSnapshotCatalog(kube, plugin)
+        self.server = SnapshotMetadataServer(self.catalog, TokenReviewValidator(kube.api_client, audience),
+                                             host=host, block_type=block_type)  # fmt: skip
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    @property
+    def ca_pem(self) -> bytes:
+        return self.server.ca_pem
+
+    def start(self) -> MetadataService:
+        self.server.start()
+        try:
+            body = {"metadata": {"name": self.plugin.driver}, "spec": {
+                "address": self.server.address, "audience": self.audience,
+                "caCert": base64.b64encode(self.server.ca_pem).decode()}}  # fmt: skip
+            old = self.kube.get(SMS, self.plugin.driver)
+            if old is None:
+                self.kube.create(SMS, body)
+            else:
+                self.kube.patch(SMS, self.plugin.driver, {"spec": body["spec"]})
+        except BaseException:
+            self.server.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        try:
+            self.kube.delete(SMS, self.plugin.driver)
+        except Exception as exc:  # the API may be gone already
+            log.debug("deleting SnapshotMetadataService %s failed: %s", self.plugin.driver, exc)
+        finally:
+            self.server.stop()

@@ -1,0 +1,382 @@
+"""The snapshot controller: external-snapshotter's common controller and its csi-snapshotter sidecar in one.
+
+``SnapshotController(kube, plugin, ready_delay=0.2)`` watches VolumeSnapshots, VolumeSnapshotContents, PVCs
+and (when served) VolumeGroupSnapshots. Like upstream:
+
+- a dynamic VolumeSnapshot (``source.persistentVolumeClaimName``) gets the default VolumeSnapshotClass of the
+  PV's driver written into ``spec.volumeSnapshotClassName`` when it names none, finalizers
+  ``volumesnapshot-as-source-protection`` and ``volumesnapshot-bound-protection``, the source PVC gets
+  ``pvc-as-source-protection`` until the snapshot is ready; then a VolumeSnapshotContent
+  ``snapcontent-<vs uid>`` (``driver``, ``source.volumeHandle``, ``sourceVolumeMode``, ``volumeSnapshotRef`` with
+  uid, ``deletionPolicy`` and class from the class) and the VS ``status.boundVolumeSnapshotContentName``;
+  failures (missing or unbound PVC, no class) go to ``status.error`` with ``readyToUse: false`` and a Warning
+  Event, and are retried;
+- the sidecar (contents of this driver): adds ``volumesnapshotcontent-bound-protection`` (policy Delete),
+  takes the snapshot (``CsiPlugin.create_snapshot``) and writes ``status.snapshotHandle``, ``creationTime`` (unix
+  ns), ``restoreSize`` (bytes) and ``readyToUse: false``, then ``readyToUse: true`` once ``ready_delay`` seconds
+  have passed since creation (also for group members, whose status the group controller fills);
+  a pre-provisioned content (``source.snapshotHandle``) gets its status from the storage;
+- the VS status follows its content: ``readyToUse``, ``restoreSize`` (quantity), ``creationTime`` (RFC 3339),
+  ``error``, and ``volumeGroupSnapshotName`` for group members; a VS naming ``source.volumeSnapshotContentName``
+  is bound to that content (static binding, uid written into its ref);
+- deletion: while a Pending PVC restores from the VS nothing happens (Event ``SnapshotDeletePending``); a group
+  member is refused (same Event, upstream's message; every finalizer stays) while its VolumeGroupSnapshot exists
+  and is not being deleted; otherwise the content gets ``volumesnapshot-being-deleted``, is deleted when its
+  policy is Delete (the sidecar removes the snapshot file, then its finalizer) and the VS finalizers go once
+  the content is gone (at once for Retain, which keeps content and file).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from localcluster.controllers import names as n
+from localcluster.controllers.kube import (
+    PV,
+    PVC,
+    VS,
+    VS_CLASS,
+    VSC,
+    Kube,
+    Obj,
+    Res,
+    format_quantity,
+    ref_of,
+    rfc3339,
+    rfc3339_ns,
+)
+from localcluster.controllers.plugin import CsiPlugin
+from localcluster.controllers.runtime import Controller, Key, Pending, WatchSpec
+
+log = logging.getLogger(__name__)
+
+
+class SnapshotController(Controller):
+    name = "snapshot-controller"
+
+    def __init__(self, kube: Kube, plugin: CsiPlugin, *, ready_delay: float = 0.2, vgs: Res | None = None) -> None:
+        super().__init__(kube)
+        self.plugin = plugin
+        self.driver = plugin.driver
+        self.ready_delay = ready_delay
+        self.vgs = vgs  # the VolumeGroupSnapshot resource at the served version, None when not served
+
+    def watches(self) -> list[WatchSpec]:
+        def vs_keys(_type, obj):
+            md = obj["metadata"]
+            yield ("vs", md["namespace"], md["name"])
+            if (obj.get("spec") or {}).get("source", {}).get("persistentVolumeClaimName"):
+                yield ("pvc", md["namespace"], obj["spec"]["source"]["persistentVolumeClaimName"])
+
+        def vsc_keys(_type, obj):
+            yield ("vsc", "", obj["metadata"]["name"])
+            ref = (obj.get("spec") or {}).get("volumeSnapshotRef") or {}
+            if ref.get("name") and ref.get("namespace"):
+                yield ("vs", ref["namespace"], ref["name"])
+
+        def pvc_keys(_type, obj):
+            yield ("pvc", obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+        def vgs_keys(_type, obj):
+            yield ("members-of", obj["metadata"]["namespace"], obj["metadata"]["uid"])
+
+        specs = [WatchSpec(VS, vs_keys), WatchSpec(VSC, vsc_keys), WatchSpec(PVC, pvc_keys)]
+        if self.vgs is not None:
+            specs.append(WatchSpec(self.vgs, vgs_keys))
+        return specs
+
+    def reconcile(self, key: Key) -> float | None:
+        kind, namespace, name = key
+        if kind == "vs":
+            return self._snapshot(namespace, name)
+        if kind == "vsc":
+            return self._content(name)
+        if kind == "pvc":  # snapshots of (or restores from) this claim may proceed now
+            for vs in self.kube.list(VS, namespace)[0]:
+                if _source_pvc(vs) == name or vs["metadata"].get("deletionTimestamp"):
+                    self.enqueue(("vs", namespace, vs["metadata"]["name"]))
+            return None
+        if kind == "members-of":  # a group changed: its members' deletion may proceed
+            for vs in self.kube.list(VS, namespace)[0]:
+                if any(r.get("uid") == name for r in vs["metadata"].get("ownerReferences") or []):
+                    self.enqueue(("vs", namespace, vs["metadata"]["name"]))
+        return None
+
+    # ---- VolumeSnapshot ---------------------------------------------------------------------------
+
+    def _snapshot(self, namespace: str, name: str) -> float | None:
+        vs = self.kube.get(VS, name, namespace)
+        if vs is None:
+            return None
+        if vs["metadata"].get("deletionTimestamp"):
+            return self._delete_snapshot(vs)
+        source = (vs.get("spec") or {}).get("source") or {}
+        vs = self._add_finalizers(vs, [n.FIN_VS_AS_SOURCE])
+        status = vs.get("status") or {}
+        content_name = status.get("boundVolumeSnapshotContentName")
+        if "volumeSnapshotContentName" in source:
+            content_name = content_name or source["volumeSnapshotContentName"]
+        elif not content_name:
+            if _group_owner(vs) is not None:
+                return None  # a group member: the group controller creates and binds its content
+            content_name = n.snapshot_content_name(vs["metadata"]["uid"])
+            if self.kube.get(VSC, content_name) is None:
+                try:
+                    self._create_content(vs, content_name)
+                except Pending as exc:
+                    self._snapshot_error(
+                        vs, "SnapshotContentCreationFailed", f"Failed to create snapshot content with error {exc}"
+                    )
+                    raise
+                vs = self.kube.get(VS, name, namespace) or vs
+        vsc = self.kube.get(VSC, content_name)
+        if vsc is None:
+            self._snapshot_error(vs, "SnapshotContentMissing", "VolumeSnapshotContent is missing")
+            raise Pending(f"content {content_name} of {namespace}/{name} is missing")
+        ref = vsc["spec"].get("volumeSnapshotRef") or {}
+        if ref.get("name") != name or ref.get("namespace") != namespace or \
+                ref.get("uid") not in ("", None, vs["metadata"]["uid"]):  # fmt: skip
+            self._snapshot_error(
+                vs, "SnapshotContentMisbound", "VolumeSnapshotContent is not bound to the VolumeSnapshot correctly"
+            )
+            return None
+        if not ref.get("uid"):
+            vsc = self.kube.patch(VSC, content_name, {"spec": {"volumeSnapshotRef": {"uid": vs["metadata"]["uid"]}}})
+        vs = self._add_finalizers(vs, [n.FIN_VS_BOUND])
+        self._sync_status(vs, vsc)
+        return None
+
+    def _create_content(self, vs: Obj, content_name: str) -> None:
+        md = vs["metadata"]
+        pvc_name = _source_pvc(vs)
+        pvc = self.kube.get(PVC, pvc_name, md["namespace"]) if pvc_name else None
+        prefix = f"failed to get input parameters to create snapshot {md['name']}: "
+        if pvc is None:
+            raise Pending(f'{prefix}"failed to retrieve PVC {pvc_name} from the lister: persistentvolumeclaim'
+                          f' \\"{pvc_name}\\" not found"')  # fmt: skip
+        if (pvc.get("status") or {}).get("phase") != "Bound" or not pvc["spec"].get("volumeName"):
+            raise Pending(f'{prefix}"the PVC {pvc_name} is not yet bound to a PV, will not attempt to take a'
+                          ' snapshot"')  # fmt: skip
+        pv = self.kube.get(PV, pvc["spec"]["volumeName"])
+        csi = ((pv or {}).get("spec") or {}).get("csi")
+        if pv is None or csi is None:
+            raise Pending(f'{prefix}"cannot snapshot a non-CSI volume: {pvc["spec"]["volumeName"]}"')
+        cls = self._snapshot_class(vs, csi["driver"])
+        if pvc["metadata"].get("deletionTimestamp") is None:
+            self._add_finalizers(pvc, [n.FIN_PVC_AS_SOURCE], PVC)
+        body = {
+            "metadata": {"name": content_name},
+            "spec": {
+                "volumeSnapshotRef": {**ref_of(VS, vs)},
+                "source": {"volumeHandle": csi["volumeHandle"]},
+                "volumeSnapshotClassName": cls["metadata"]["name"],
+                "deletionPolicy": cls["deletionPolicy"],
+                "driver": csi["driver"],
+                "sourceVolumeMode": pv["spec"].get("volumeMode") or "Filesystem",
+            },
+        }
+        self.kube.create(VSC, body)
+        self.kube.patch(VS, md["name"], {"status": {"boundVolumeSnapshotContentName": content_name,
+                                                    "readyToUse": False}}, md["namespace"], status=True)  # fmt: skip
+        self.kube.event(
+            VS,
+            vs,
+            "Normal",
+            "CreatingSnapshot",
+            f"Waiting for a snapshot {md['namespace']}/{md['name']} to be created by the CSI driver.",
+        )
+
+    def _snapshot_class(self, vs: Obj, driver: str) -> Obj:
+        name = (vs.get("spec") or {}).get("volumeSnapshotClassName")
+        if name:
+            cls = self.kube.get(VS_CLASS, name)
+            if cls is None:
+                raise Pending(f'failed to retrieve snapshot class {name}: volumesnapshotclasses "{name}" not found')
+            return cls
+        defaults = [c for c in self.kube.list(VS_CLASS)[0] if c.get("driver") == driver and
+                    (c["metadata"].get("annotations") or {}).get(n.ANN_DEFAULT_SNAPSHOT_CLASS) == "true"]  # fmt: skip
+        if len(defaults) != 1:
+            raise Pending("cannot find default snapshot class" if not defaults else
+                          f"{len(defaults)} default snapshot classes were found")  # fmt: skip
+        md = vs["metadata"]
+        self.kube.patch(VS, md["name"], {"spec": {"volumeSnapshotClassName": defaults[0]["metadata"]["name"]}},
+                        md["namespace"])  # fmt: skip
+        return defaults[0]
+
+    def _snapshot_error(self, vs: Obj, reason: str, message: str) -> None:
+        md = vs["metadata"]
+        status = vs.get("status") or {}
+        if (status.get("error") or {}).get("message") != message:
+            self.kube.patch(VS, md["name"], {"status": {"readyToUse": False, "error": {
+                "message": message, "time": rfc3339(time.time())}}}, md["namespace"], status=True)  # fmt: skip
+        self.kube.event(VS, vs, "Warning", reason, message)
+
+    def _sync_status(self, vs: Obj, vsc: Obj) -> None:
+        md, cstatus = vs["metadata"], vsc.get("status") or {}
+        status = dict(vs.get("status") or {})
+        new = dict(status, boundVolumeSnapshotContentName=vsc["metadata"]["name"])
+        new["readyToUse"] = bool(cstatus.get("readyToUse"))
+        if cstatus.get("creationTime") is not None:
+            new["creationTime"] = rfc3339_ns(int(cstatus["creationTime"]))
+        if cstatus.get("restoreSize") is not None:
+            new["restoreSize"] = format_quantity(int(cstatus["restoreSize"]))
+        if cstatus.get("error"):
+            new["error"] = cstatus["error"]
+        elif new["readyToUse"] or cstatus.get("snapshotHandle"):
+            new.pop("error", None)
+        owner = _group_owner(vs)
+        if owner is not None and cstatus.get("volumeGroupSnapshotHandle"):
+            new["volumeGroupSnapshotName"] = owner["name"]
+        if new != status:
+            body = {"status": {**new, **{k: None for k in status if k not in new}}}
+            self.kube.patch(VS, md["name"], body, md["namespace"], status=True)
+            if new["readyToUse"] and not status.get("readyToUse"):
+                self.kube.event(
+                    VS, vs, "Normal", "SnapshotReady", f"Snapshot {md['namespace']}/{md['name']} is ready to use."
+                )
+        if new["readyToUse"]:
+            self._release_pvc(vs)
+
+    def _release_pvc(self, vs: Obj) -> None:
+        """Drop ``pvc-as-source-protection`` once no snapshot of the claim is still being taken."""
+        pvc_name, namespace = _source_pvc(vs), vs["metadata"]["namespace"]
+        pvc = self.kube.get(PVC, pvc_name, namespace) if pvc_name else None
+        if pvc is None or n.FIN_PVC_AS_SOURCE not in (pvc["metadata"].get("finalizers") or []):
+            return
+        for other in self.kube.list(VS, namespace)[0]:
+            if _source_pvc(other) == pvc_name and not (other.get("status") or {}).get("readyToUse") and \
+                    not other["metadata"].get("deletionTimestamp"):  # fmt: skip
+                return
+        finalizers = [f for f in pvc["metadata"]["finalizers"] if f != n.FIN_PVC_AS_SOURCE]
+        self.kube.set_finalizers(PVC, pvc, finalizers)
+
+    def _add_finalizers(self, obj: Obj, wanted: list[str], res: Res = VS) -> Obj:
+        have = list(obj["metadata"].get("finalizers") or [])
+        missing = [f for f in wanted if f not in have]
+        return self.kube.set_finalizers(res, obj, have + missing) if missing else obj
+
+    # ---- deletion -----------------------------------------------------------------------------------
+
+    def _delete_snapshot(self, vs: Obj) -> None:
+        md = vs["metadata"]
+        namespace, name = md["namespace"], md["name"]
+        owner = _group_owner(vs)
+        group_name = (vs.get("status") or {}).get("volumeGroupSnapshotName") or (owner or {}).get("name")
+        if group_name and self.vgs is not None:
+            group = self.kube.get(self.vgs, group_name, namespace)
+            if group is not None and not group["metadata"].get("deletionTimestamp"):
+                self.kube.event(VS, vs, "Warning", "SnapshotDeletePending",
+                                f"deletion of the individual volume snapshot {namespace}/{name} is not allowed as it"
+                                f" belongs to group snapshot {namespace}/{group_name}. Deleting the group snapshot"
+                                " will trigger the deletion of all the individual volume snapshots that are part of"
+                                " the group.")  # fmt: skip
+                return None  # the group's changes requeue this snapshot ("members-of")
+        content_name = (vs.get("status") or {}).get("boundVolumeSnapshotContentName")
+        if not content_name and _source_pvc(vs) is not None:
+            content_name = n.snapshot_content_name(md["uid"])
+        vsc = self.kube.get(VSC, content_name) if content_name else None
+        if vsc is not None:
+            ref = vsc["spec"].get("volumeSnapshotRef") or {}
+            if ref.get("uid") not in ("", None, md["uid"]) or ref.get("name") != name:
+                vsc = None  # bound to another snapshot: leave it alone
+        if vsc is not None:
+            if self._restoring_from(vs):
+                self.kube.event(VS, vs, "Warning", "SnapshotDeletePending", "Snapshot is being used to restore a PVC")
+                return None  # the claim's changes requeue this snapshot
+            anns = vsc["metadata"].get("annotations") or {}
+            if anns.get(n.ANN_VS_BEING_DELETED) != "yes":
+                vsc = self.kube.patch(
+                    VSC, vsc["metadata"]["name"], {"metadata": {"annotations": {n.ANN_VS_BEING_DELETED: "yes"}}}
+                )
+            if vsc["spec"].get("deletionPolicy") == "Delete":
+                if not vsc["metadata"].get("deletionTimestamp"):
+                    self.kube.delete(VSC, vsc["metadata"]["name"])
+                return None  # the content's removal requeues this snapshot
+        ours = (n.FIN_VS_AS_SOURCE, n.FIN_VS_BOUND, n.FIN_VS_IN_GROUP)
+        finalizers = list(md.get("finalizers") or [])
+        if any(f in ours for f in finalizers):
+            self.kube.set_finalizers(VS, vs, [f for f in finalizers if f not in ours])
+        return None
+
+    def _restoring_from(self, vs: Obj) -> bool:
+        md = vs["metadata"]
+        for pvc in self.kube.list(PVC, md["namespace"])[0]:
+            spec = pvc.get("spec") or {}
+            ds = spec.get("dataSourceRef") or spec.get("dataSource") or {}
+            if ds.get("kind") == "VolumeSnapshot" and ds.get("name") == md["name"] and \
+                    (pvc.get("status") or {}).get("phase") == "Pending":  # fmt: skip
+                return True
+        return False
+
+    # ---- VolumeSnapshotContent (the sidecar) ------------------------------------------------------------
+
+    def _content(self, name: str) -> float | None:
+        vsc = self.kube.get(VSC, name)
+        if vsc is None or vsc["spec"].get("driver") != self.driver:
+            return None
+        md, spec = vsc["metadata"], vsc["spec"]
+        status = vsc.get("status") or {}
+        finalizers = list(md.get("finalizers") or [])
+        if md.get("deletionTimestamp"):
+            if spec.get("deletionPolicy") == "Delete" and status.get("snapshotHandle"):
+                self.plugin.delete_snapshot(status["snapshotHandle"])
+            if n.FIN_VSC_BOUND in finalizers:
+                self.kube.set_finalizers(VSC, vsc, [f for f in finalizers if f != n.FIN_VSC_BOUND])
+            return None
+        if spec.get("deletionPolicy") == "Delete" and n.FIN_VSC_BOUND not in finalizers:
+            vsc = self.kube.set_finalizers(VSC, vsc, [*finalizers, n.FIN_VSC_BOUND])
+        source = spec.get("source") or {}
+        if not status.get("snapshotHandle"):
+            if (md.get("annotations") or {}).get(n.ANN_GROUP_HANDLE):
+                return None  # a group member: the group controller writes its status
+            if source.get("snapshotHandle"):  # pre-provisioned
+                size = self.plugin.snapshot_size(source["snapshotHandle"])
+                if size is None:
+                    self._content_error(vsc, f"snapshot {source['snapshotHandle']} does not exist")
+                    return None
+                self.kube.patch(
+                    VSC,
+                    name,
+                    {"status": {"snapshotHandle": source["snapshotHandle"], "restoreSize": size, "readyToUse": True}},
+                    status=True,
+                )
+                return None
+            try:
+                info = self.plugin.create_snapshot(source["volumeHandle"], name)
+            except Exception as exc:
+                self._content_error(vsc, f"failed to take snapshot of the volume {source.get('volumeHandle')}:"
+                                         f" {exc}")  # fmt: skip
+                raise Pending(str(exc)) from None
+            status = {
+                "snapshotHandle": info.snapshot_handle,
+                "creationTime": info.creation_ns,
+                "restoreSize": info.size,
+                "readyToUse": self.ready_delay <= 0,
+                "error": None,
+            }
+            self.kube.patch(VSC, name, {"status": status}, status=True)
+        if not status.get("readyToUse"):
+            left = int(status.get("creationTime") or 0) / 1e9 + self.ready_delay - time.time()
+            if left > 0:
+                return left
+            patch = {"readyToUse": True}
+            if status.get("restoreSize") is None:
+                patch["restoreSize"] = self.plugin.snapshot_size(status["snapshotHandle"])
+            self.kube.patch(VSC, name, {"status": patch}, status=True)
+        return None
+
+    def _content_error(self, vsc: Obj, message: str) -> None:
+        self.kube.patch(VSC, vsc["metadata"]["name"], {"status": {"readyToUse": False, "error": {
+            "message": message, "time": rfc3339(time.time())}}}, status=True)  # fmt: skip
+        self.kube.event(VSC, vsc, "Warning", "SnapshotCreationFailed", message)
+
+
+def _source_pvc(vs: Obj) -> str | None:
+    source = (vs.get("spec") or {}).get("source") or {}
+    return source.get("persistentVolumeClaimName") if "persistentVolumeClaimName" in source else None
+
+
+def _group_owner(vs: Obj) -> Obj | None:
+    return next((r for r in vs["metadata"].get("ownerReferences") or [] if r.get("kind") == "VolumeGroupSnapshot"),
+                None)  # fmt: skip

@@ -1,0 +1,157 @@
+"""Helpers for the local-cluster controller tests (no tests here): a running cluster, object builders, and waits
+that follow the API with a watch instead of sleeping."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from localcluster.controllers import LocalControllers
+from localcluster.controllers.kube import EVENT, PVC, Kube, Res
+from localcluster.kubeapi.testing import Kube as Served
+from localcluster.kubeapi.testing import serve
+from localcluster.storage import VolumeStore
+
+NS = "apps"
+DRIVER = "hostpath.csi.k8s.io"
+MiB = 1 << 20
+THREAD_PREFIXES = ("csi-volumes", "snapshot-controller", "group-snapshot-controller")
+
+
+@dataclass
+class Cluster:
+    served: Served
+    store: VolumeStore
+    ctl: LocalControllers
+    kube: Kube  # the tests' own client wrapper (plain dicts)
+
+    @property
+    def core(self):
+        return self.served.core
+
+
+@contextlib.contextmanager
+def local_cluster(tmp_path, api: dict | None = None, **settings) -> Iterator[Cluster]:
+    """An emulator, a volume store and the controllers; everything stopped (and loop devices detached) after."""
+    with serve(tmp_path, namespaces=("default", NS), **(api or {})) as served:
+        store = VolumeStore(tmp_path / "storage")
+        ctl = LocalControllers(served.api, store, **settings)
+        try:
+            ctl.start()
+            yield Cluster(served, store, ctl, Kube(served.client, "tests"))
+        finally:
+            try:
+                ctl.stop()
+            finally:
+                store.detach_all()
+    left = [t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIXES)]
+    assert not left, f"controller threads still running: {left}"
+
+
+def wait_for(kube: Kube, res: Res, name: str, predicate: Callable[[dict | None], bool], namespace: str | None = NS,
+             timeout: float = 10.0) -> dict | None:  # fmt: skip
+    """The object (None once deleted) as soon as ``predicate`` holds, following a watch; AssertionError on timeout."""
+    from kubernetes import watch
+
+    deadline = time.monotonic() + timeout
+    items, rv = kube.list(res, namespace if res.namespaced else None)
+    obj = next((o for o in items if o["metadata"]["name"] == name), None)
+    while not predicate(obj):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{res.kind} {namespace}/{name} never matched; last state: {obj}")
+        fn, args = kube.watch_call(res)
+        w = watch.Watch(return_type="object")
+        for event in w.stream(fn, *args, resource_version=rv, field_selector=f"metadata.name={name}",
+                              timeout_seconds=max(1, int(left + 0.999))):  # fmt: skip
+            raw = event["raw_object"]
+            rv = raw["metadata"]["resourceVersion"]
+            if res.namespaced and raw["metadata"].get("namespace") != namespace:
+                continue
+            obj = None if event["type"] == "DELETED" else raw
+            if predicate(obj):
+                w.stop()
+                break
+    return obj
+
+
+def wait_event(kube: Kube, name: str, reason: str, namespace: str = NS, timeout: float = 10.0) -> dict:
+    """The Event with ``reason`` about object ``name`` in ``namespace`` (waits for it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        items, rv = kube.list(EVENT, namespace)
+        found = [e for e in items if e["involvedObject"]["name"] == name and e["reason"] == reason]
+        if found:
+            return found[-1]
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(
+                f"no {reason} event for {name}; events: {[(e['reason'], e['message']) for e in items]}"
+            )
+        from kubernetes import watch
+
+        fn, args = kube.watch_call(EVENT)
+        w = watch.Watch(return_type="object")
+        for event in w.stream(fn, *args, resource_version=rv, field_selector=f"involvedObject.name={name}",
+                              timeout_seconds=max(1, int(left + 0.999))):  # fmt: skip
+            if event["raw_object"].get("reason") == reason:
+                w.stop()
+                break
+
+
+def bound(obj: dict | None) -> bool:
+    return obj is not None and (obj.get("status") or {}).get("phase") == "Bound"
+
+
+def ready(obj: dict | None) -> bool:
+    return obj is not None and (obj.get("status") or {}).get("readyToUse") is True
+
+
+def gone(obj: dict | None) -> bool:
+    return obj is None
+
+
+def pvc(name: str, size: str = "16Mi", mode: str = "Block", *, storage_class: str | None = None,
+        labels: dict | None = None, snapshot: str | None = None) -> dict:  # fmt: skip
+    spec = {"accessModes": ["ReadWriteOnce"], "volumeMode": mode, "resources": {"requests": {"storage": size}}}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    if snapshot is not None:
+        spec["dataSource"] = {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": snapshot}
+    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+
+
+def snapshot(name: str, claim: str, snapshot_class: str | None = None) -> dict:
+    spec = {"source": {"persistentVolumeClaimName": claim}}
+    if snapshot_class:
+        spec["volumeSnapshotClassName"] = snapshot_class
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def make_bound_claim(c: Cluster, name: str, **kw) -> tuple[dict, dict]:
+    """Create a claim and wait until bound: (claim, its PV)."""
+    from localcluster.controllers.kube import PV
+
+    c.kube.create(PVC, pvc(name, **kw), NS)
+    claim = wait_for(c.kube, PVC, name, bound)
+    return claim, c.kube.get(PV, claim["spec"]["volumeName"])
+
+
+def write_volume(c: Cluster, handle: str, writes: list[tuple[int, bytes]]) -> None:
+    """pwrite through the block device the store attaches (a loop device where the machine allows), then detach."""
+    import os
+
+    att = c.store.attach(handle)
+    try:
+        fd = os.open(att.path, os.O_WRONLY)
+        try:
+            for offset, data in writes:
+                os.pwrite(fd, data, offset)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        c.store.detach(handle)
