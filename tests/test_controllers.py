@@ -306,3 +306,39 @@ def test_cbt_and_group_snapshots_can_be_turned_off(tmp_path):
         c.kube.create(VS, snapshot("single", "data"), NS)
         wait_for(c.kube, VS, "single", ready)  # the other controllers run
         assert "status" not in c.kube.get(VGS, "group", NS) and c.kube.list(VGSC)[0] == []
+
+
+def test_work_queue_keeps_one_pending_entry_per_key_and_the_earliest_time():
+    from localcluster.controllers.runtime import WorkQueue
+
+    q = WorkQueue()
+    q.add(("vs", NS, "a"), 60)
+    q.add(("vs", NS, "b"))
+    q.add(("vs", NS, "a"))  # earlier than the pending entry: wins
+    q.add(("vs", NS, "b"), 60)  # later than the pending entry: ignored
+    assert [q.get(), q.get()] == [("vs", NS, "b"), ("vs", NS, "a")]  # in due order, neither after 60 s
+    q.close()
+    assert q.get() is None
+
+
+def test_a_controller_that_cannot_list_stops_cleanly(tmp_path):
+    import threading
+    from types import SimpleNamespace
+
+    from localcluster.controllers import CsiPlugin, Kube, LocalControllers, SnapshotController, api_client_for
+    from localcluster.kubeapi import KubeAPI
+    from localcluster.storage import VolumeStore
+
+    store = VolumeStore(tmp_path / "storage")
+    with KubeAPI(require_auth=True) as api:
+        wrong = SimpleNamespace(url=api.url, token="not-a-token")
+        with pytest.raises(Exception, match="401"):
+            LocalControllers(wrong, store).start()
+        api_client = api_client_for(wrong)
+        try:
+            controller = SnapshotController(Kube(api_client), CsiPlugin(store, DRIVER))
+            with pytest.raises(TimeoutError, match="listing volumesnapshots"):
+                controller.start(timeout=0.3)
+        finally:
+            api_client.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith(("snapshot-controller", "csi-volumes"))]

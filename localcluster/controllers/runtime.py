@@ -5,7 +5,7 @@ the keys to reconcile) and ``reconcile(key)``, which reads the current state fro
 it returns None when done or a delay in seconds to look again (waiting for time to pass, e.g. readiness). An
 exception (``Pending`` for an expected wait on another object) requeues the key with exponential backoff (0.05 s
 doubling to ``max_backoff``; upstream's queues go up to minutes, which a test double does not need); a 409
-Conflict is retried at once, as upstream does.
+Conflict (or a failed resourceVersion ``test`` of a JSON patch) is retried at once, as upstream does.
 
 Each watch runs in its own thread: it lists (every item's keys are queued), then watches from the list's
 resourceVersion with ``kubernetes.watch.Watch`` (bookmarks on), resuming from the last seen resourceVersion when
@@ -170,7 +170,9 @@ class Controller:
             except Exception as exc:
                 if self._stopping.is_set():
                     return
-                conflict = isinstance(exc, ApiException) and exc.status == 409
+                conflict = isinstance(exc, ApiException) and (
+                    exc.status == 409 or (exc.status == 422 and "is not equal to tested value" in str(exc.body))
+                )  # a stale JSON-patch guard
                 n = self._failures.get(key, 0) + 1
                 self._failures[key] = n
                 delay = 0.0 if conflict and n < 5 else min(self.max_backoff, 0.05 * 2 ** min(n, 10))
