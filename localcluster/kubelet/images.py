@@ -1,0 +1,79 @@
+"""Container images without pulling: an image reference maps to a local command.
+
+The table maps a key to an ``Image`` (or just an entrypoint sequence); an image reference matches
+the first key, in table order, that is a substring of it (``ghcr.io/x/cbt-mover:v1`` matches
+``cbt-mover``). An ``Image`` is what a real image's config carries: ENTRYPOINT, CMD, ENV and
+WORKDIR. Kubernetes semantics: ``command`` replaces the entrypoint (and drops CMD), ``args``
+replace CMD. A container that gives a ``command`` runs it even when its image is not in the table
+(resolved through the container's PATH, which starts with this interpreter's bin directory, so
+``python`` and ``cbt-mover`` are the venv's).
+
+``default_images()``: ``cbt-mover`` -> the venv's ``cbt-mover`` executable, and
+``localcluster-demo-app`` -> ``python -m localcluster.demo_app`` (with this repository on
+PYTHONPATH). Pass ``images={**default_images(), "my-image": ["/bin/app"]}`` to extend it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+BIN_DIR = str(Path(sys.executable).parent)
+
+
+@dataclass(frozen=True)
+class Image:
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    working_dir: str | None = None
+
+
+ImageTable = Mapping[str, "Image | Sequence[str]"]
+
+
+def default_images() -> dict[str, Image]:
+    return {
+        "cbt-mover": Image((str(Path(BIN_DIR) / "cbt-mover"),)),
+        "localcluster-demo-app": Image(
+            (sys.executable, "-m", "localcluster.demo_app"), env={"PYTHONPATH": REPO_ROOT}
+        ),  # fmt: skip
+    }
+
+
+def normalize(table: ImageTable | None) -> dict[str, Image]:
+    if table is None:
+        return default_images()
+    out: dict[str, Image] = {}
+    for key, value in table.items():
+        out[key] = value if isinstance(value, Image) else Image(tuple(str(v) for v in value))
+    return out
+
+
+def lookup(table: Mapping[str, Image], reference: str) -> Image | None:
+    for key, image in table.items():
+        if key and key in reference:
+            return image
+    return None
+
+
+class ImageError(Exception):
+    """The container cannot be started from this image (no mapping and no command)."""
+
+
+def argv_of(container: Mapping, image: Image | None) -> list[str]:
+    """The process's argv before $(VAR) expansion, as a container runtime builds it."""
+    command = list(container.get("command") or [])
+    args = list(container.get("args") or [])
+    if command:
+        return command + args
+    if image is None:
+        raise ImageError(f'image "{container.get("image")}" has no local command in the kubelet\'s image table and'
+                         " the container gives no command")  # fmt: skip
+    argv = list(image.entrypoint) + (args if args else list(image.cmd))
+    if not argv:
+        raise ImageError(f'image "{container.get("image")}" has neither entrypoint nor command')
+    return argv

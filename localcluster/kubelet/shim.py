@@ -1,0 +1,167 @@
+"""The container shim: run as a script (standard library only) by the local kubelet.
+
+    unshare --mount --propagation private PYTHON shim.py run PLAN.json
+        in the container's fresh private mount namespace: mount the filesystem volumes, bind the
+        devices, volumes and termination-message file at the paths the pod spec names, change to
+        the working directory and exec the container's argv (the pid stays the container's).
+    [nsenter --target PID --mount --wd --] PYTHON shim.py exec ERRORFILE ARGV...
+        exec ARGV (kubectl exec), writing why it could not start to ERRORFILE.
+
+A mount point that does not exist is made without touching the host: its nearest existing
+ancestor is "shadowed" in this namespace only (a tmpfs mounted over it, every original entry
+bound back from a descriptor opened before the tmpfs hid it), and the missing path is created in
+the tmpfs. Under a volume this shim mounted, the path is created in the volume, as the kubelet
+does. Missing top-level paths (``/data``) cannot be shadowed; the kubelet creates them on the host
+beforehand and removes them afterwards.
+
+Failures before the exec write a message to the plan's ``errorFile`` and exit 128 (the kubelet
+reports the container terminated with reason StartError, as containerd does).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import stat
+import sys
+
+MS_RDONLY = 1
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+START_ERROR = 128
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: str | None, target: str, fstype: str | None = None, flags: int = 0, data: str | None = None):
+    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+    if _libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+
+
+class Mounter:
+    def __init__(self) -> None:
+        self.owned: list[str] = []  # real paths of what this shim mounted (volumes and tmpfs shadows)
+
+    def _owned(self, path: str) -> bool:
+        return any(path == o or path.startswith(o.rstrip("/") + "/") for o in self.owned)
+
+    def _shadow(self, directory: str) -> None:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            mode = os.fstat(fd).st_mode & 0o7777
+            names = os.listdir(fd)
+            _mount("tmpfs", directory, "tmpfs", 0, f"mode={mode:o}")
+            for name in names:
+                src, dst = f"/proc/self/fd/{fd}/{name}", os.path.join(directory, name)
+                st = os.lstat(src)
+                if stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(src), dst)
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    os.mkdir(dst, st.st_mode & 0o7777)
+                else:
+                    open(dst, "w").close()
+                _mount(src, dst, None, MS_BIND | MS_REC)
+        finally:
+            os.close(fd)
+        self.owned.append(directory)
+
+    def ensure(self, path: str, is_file: bool) -> str:
+        """Make ``path`` exist (a file or a directory) in this namespace; its real path."""
+        if os.path.lexists(path):
+            return os.path.realpath(path)
+        missing = []
+        ancestor = path
+        while not os.path.lexists(ancestor):
+            ancestor, tail = os.path.split(ancestor)
+            missing.insert(0, tail)
+        ancestor = os.path.realpath(ancestor)
+        if not self._owned(ancestor):
+            if ancestor == "/":
+                raise OSError(f"mount point {path} does not exist (top-level paths are the kubelet's to create)")
+            self._shadow(ancestor)
+        current = ancestor
+        for i, part in enumerate(missing):
+            current = os.path.join(current, part)
+            if i == len(missing) - 1 and is_file:
+                open(current, "a").close()
+            else:
+                os.mkdir(current, 0o755)
+        return current
+
+    def mount_fs(self, source: str, target: str, fstype: str, readonly: bool) -> None:
+        real = self.ensure(target, False)
+        _mount(source, real, fstype, MS_RDONLY if readonly else 0)
+        self.owned.append(real)
+
+    def bind(self, source: str, target: str, readonly: bool) -> None:
+        is_file = not os.path.isdir(source)
+        real = self.ensure(target, is_file)
+        _mount(source, real, None, MS_BIND | MS_REC)
+        if readonly:
+            _mount(None, real, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        self.owned.append(real)
+
+
+def run(plan_path: str) -> None:
+    with open(plan_path) as f:
+        plan = json.load(f)
+    error_file = plan["errorFile"]
+    try:
+        workdir = plan.get("workingDir") or "/"
+        if "binds" in plan:  # namespace isolation (never in the host's namespace: the rewrite plan has none)
+            mounter = Mounter()
+            for m in plan.get("filesystems", []):
+                mounter.mount_fs(m["source"], m["target"], m["fstype"], m.get("readOnly", False))
+            for m in plan["binds"]:
+                if m.get("makeSource"):
+                    os.makedirs(m["source"], 0o755, exist_ok=True)
+                mounter.bind(m["source"], m["target"], m.get("readOnly", False))
+            workdir = mounter.ensure(workdir, False)
+        os.chdir(workdir)
+    except OSError as err:
+        _fail(error_file, f"failed to create containerd task: failed to create shim task: OCI runtime create failed:"
+                          f" {err}")  # fmt: skip
+    _exec(error_file, plan["argv"], _CREATE)
+
+
+_CREATE = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create"
+           " failed: unable to start container process: {}: unknown")  # fmt: skip
+_EXEC = "OCI runtime exec failed: exec failed: unable to start container process: {}: unknown"
+
+
+def _exec(error_file: str, argv: list[str], template: str) -> None:
+    try:
+        os.execvp(argv[0], argv)
+    except FileNotFoundError:
+        why = f'exec: "{argv[0]}": executable file not found in $PATH'
+    except OSError as err:
+        why = f'exec: "{argv[0]}": {err.strerror}'
+    _fail(error_file, template.format(why))
+
+
+def _fail(error_file: str, message: str) -> None:
+    try:
+        with open(error_file, "w") as f:
+            f.write(message)
+    finally:
+        sys.stderr.write(message + "\n")
+        os._exit(START_ERROR)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) >= 2 and argv[0] == "run":
+        run(argv[1])
+    elif len(argv) >= 3 and argv[0] == "exec":
+        _exec(argv[1], argv[2:], _EXEC)
+    else:
+        sys.stderr.write("usage: shim.py run PLAN.json | shim.py exec ERRORFILE ARGV...\n")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

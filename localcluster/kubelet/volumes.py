@@ -1,0 +1,371 @@
+"""Pod volumes: what each ``spec.volumes`` entry is on this machine.
+
+- ``emptyDir``: a directory of the pod; ``hostPath``: the host path itself.
+- ``secret`` / ``configMap`` / ``downwardAPI`` / ``projected``: files written into a directory of
+  the pod (``items`` with ``path`` and ``mode``, ``defaultMode``, ``optional``), kept in sync with
+  the objects while the pod runs. Projected ``serviceAccountToken`` sources (``audience``,
+  ``expirationSeconds``, ``path``) get a token minted by the emulator bound to the pod
+  (``api.issue_token(..., pod=NAME)``), re-minted once 80% of its lifetime has passed (upstream's
+  rule, on the emulator's clock). A missing ``kube-root-ca.crt`` config map is an empty ``ca.crt``
+  (the emulator speaks plain HTTP).
+- ``persistentVolumeClaim``: the claim must be Bound; its PV's ``spec.csi.volumeHandle`` is attached
+  through ``VolumeStore.attach`` (reference-counted across the kubelet's pods). Block mode: the
+  attachment (a loop device, or the image file) is the device. Filesystem mode: the loop device is
+  formatted ext4 on first use (as kubelet's SafeFormatAndMount does) and mounted by the shim in the
+  container's namespace; without loop devices or mount namespaces it is a directory
+  ``<store root>/fs/<handle>`` (the documented fallback: the data is not in the image).
+- The service-account token admission does not run in the emulator, so the kubelet adds the
+  ``kube-api-access`` volume itself (token, ca.crt, namespace at
+  /var/run/secrets/kubernetes.io/serviceaccount) unless ``automountServiceAccountToken`` is false
+  on the pod or its service account, or a container already mounts that path.
+
+``VolumeNotReady``: not yet (claim unbound, object missing): the pod waits and retries.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from localcluster.kubelet.cluster import Cluster
+from localcluster.kubelet.podenv import ConfigError, field_value, resource_value
+from localcluster.storage import Attachment, StorageError, VolumeStore
+
+Obj = dict[str, Any]
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA_VOLUME = "kube-api-access-local"
+ROOT_CA = "kube-root-ca.crt"
+
+
+class VolumeNotReady(Exception):
+    """A volume cannot be set up yet (the pod waits, with a FailedMount event)."""
+
+
+@dataclass
+class Volume:
+    name: str
+    kind: str  # "dir" | "block" | "fs"
+    path: str  # a directory (dir), the device or image (block), the device to mount (fs)
+    fstype: str = ""
+    readonly: bool = False
+
+
+class Attachments:
+    """``VolumeStore`` attachments shared by the kubelet's pods (detached when the last one goes)."""
+
+    def __init__(self, store: VolumeStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._count: dict[str, int] = {}
+        self._formatted: set[str] = set()
+
+    def acquire(self, handle: str) -> Attachment:
+        with self._lock:
+            att = self.store.attach(handle)
+            self._count[handle] = self._count.get(handle, 0) + 1
+            return att
+
+    def release(self, handle: str) -> None:
+        with self._lock:
+            left = self._count.get(handle, 0) - 1
+            if left > 0:
+                self._count[handle] = left
+                return
+            self._count.pop(handle, None)
+            self._formatted.discard(handle)
+        self.store.detach(handle)
+
+    def release_all(self) -> None:
+        with self._lock:
+            handles = list(self._count)
+            self._count.clear()
+        for handle in handles:
+            self.store.detach(handle)
+
+    def ensure_filesystem(self, handle: str, device: str) -> str:
+        """The filesystem type on ``device``, making an ext4 filesystem when it has none."""
+        with self._lock:
+            if handle in self._formatted:
+                return "ext4"
+        probe = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", device], capture_output=True, text=True)
+        fstype = probe.stdout.strip()
+        if probe.returncode == 2 or (probe.returncode == 0 and not fstype):
+            made = subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", device], capture_output=True,
+                                  text=True)  # fmt: skip
+            if made.returncode != 0:
+                raise StorageError(f"mkfs.ext4 {device}: {made.stderr.strip()}")
+            fstype = "ext4"
+        elif probe.returncode != 0:
+            raise StorageError(f"blkid {device}: {probe.stderr.strip() or probe.returncode}")
+        with self._lock:
+            self._formatted.add(handle)
+        return fstype
+
+
+@dataclass
+class _Token:
+    path: str  # relative to the volume directory
+    audience: str
+    expiration: int
+    refresh_at: float = 0.0
+
+
+@dataclass
+class _FileVolume:
+    directory: Path
+    spec: Obj
+    tokens: list[_Token] = field(default_factory=list)
+    written: set[str] = field(default_factory=set)
+
+
+class PodVolumes:
+    def __init__(self, cluster: Cluster, attachments: Attachments, pod: Obj, root: Path, *, mount_fs: bool,
+                 automount: bool = True) -> None:  # fmt: skip
+        self.cluster = cluster
+        self.attachments = attachments
+        self.pod = pod
+        self.root = root
+        self.mount_fs = mount_fs
+        self.volumes: dict[str, Volume] = {}
+        self._files: dict[str, _FileVolume] = {}
+        self._handles: list[str] = []
+        self.automount = automount and self._wants_sa_volume()
+
+    @property
+    def ns(self) -> str:
+        return self.pod["metadata"]["namespace"]
+
+    def specs(self) -> list[Obj]:
+        out = list(self.pod["spec"].get("volumes") or [])
+        if self.automount:
+            out.append({"name": SA_VOLUME, "projected": {"defaultMode": 0o644, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": ROOT_CA, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+            ]}})  # fmt: skip
+        return out
+
+    def extra_mounts(self) -> list[Obj]:
+        """Mounts every container gets besides its own (the automounted service-account volume)."""
+        return [{"name": SA_VOLUME, "mountPath": SA_DIR, "readOnly": True}] if self.automount else []
+
+    def _wants_sa_volume(self) -> bool:
+        spec = self.pod["spec"]
+        if spec.get("automountServiceAccountToken") is False:
+            return False
+        if spec.get("automountServiceAccountToken") is None:
+            sa = self.cluster.get("serviceaccounts", self.ns, spec.get("serviceAccountName") or "default")
+            if sa is not None and sa.get("automountServiceAccountToken") is False:
+                return False
+        names = {v.get("name") for v in spec.get("volumes") or []}
+        for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+            for m in c.get("volumeMounts") or []:
+                if m.get("mountPath", "").rstrip("/") == SA_DIR and m.get("name") in names:
+                    return False
+        return True
+
+    # ---- setup -----------------------------------------------------------------------------------
+
+    def setup(self) -> dict[str, Volume]:
+        """Set up every volume not yet set up (raises VolumeNotReady / ConfigError / StorageError)."""
+        for spec in self.specs():
+            name = spec.get("name", "")
+            if name not in self.volumes:
+                self.volumes[name] = self._setup(name, spec)
+        return self.volumes
+
+    def _setup(self, name: str, spec: Obj) -> Volume:
+        directory = self.root / name
+        if "emptyDir" in spec:
+            directory.mkdir(parents=True, exist_ok=True)
+            return Volume(name, "dir", str(directory))
+        if "hostPath" in spec:
+            path = spec["hostPath"].get("path", "")
+            kind = spec["hostPath"].get("type") or ""
+            if kind in ("DirectoryOrCreate",) and not os.path.exists(path):
+                os.makedirs(path, 0o755, exist_ok=True)
+            if kind in ("FileOrCreate",) and not os.path.exists(path):
+                Path(path).touch()
+            if not os.path.exists(path) and kind:
+                raise VolumeNotReady(f"hostPath type check failed: {path} does not exist")
+            return Volume(name, "dir", path)
+        if "persistentVolumeClaim" in spec:
+            return self._pvc(name, spec["persistentVolumeClaim"])
+        for kind in ("secret", "configMap", "downwardAPI", "projected"):
+            if kind in spec:
+                fv = _FileVolume(directory, {kind: spec[kind]})
+                directory.mkdir(parents=True, exist_ok=True)
+                self._sync_files(fv, force_tokens=True)
+                self._files[name] = fv
+                return Volume(name, "dir", str(directory), readonly=True)
+        raise VolumeNotReady(f'volume "{name}": this kind of volume is not supported by the local kubelet')
+
+    def _pvc(self, name: str, source: Obj) -> Volume:
+        claim = source.get("claimName", "")
+        pvc = self.cluster.get("persistentvolumeclaims", self.ns, claim)
+        if pvc is None:
+            raise VolumeNotReady(f'persistentvolumeclaim "{claim}" not found')
+        pv_name = (pvc.get("spec") or {}).get("volumeName")
+        if (pvc.get("status") or {}).get("phase") != "Bound" or not pv_name:
+            raise VolumeNotReady(f'persistentvolumeclaim "{claim}" is not bound')
+        pv = self.cluster.get("persistentvolumes", "", pv_name)
+        if pv is None:
+            raise VolumeNotReady(f'persistentvolume "{pv_name}" not found')
+        handle = ((pv.get("spec") or {}).get("csi") or {}).get("volumeHandle")
+        if not handle:
+            raise VolumeNotReady(f'persistentvolume "{pv_name}" has no spec.csi.volumeHandle')
+        readonly = bool(source.get("readOnly"))
+        mode = (pv.get("spec") or {}).get("volumeMode") or "Filesystem"
+        att = self.attachments.acquire(handle)
+        self._handles.append(handle)
+        if mode == "Block":
+            return Volume(name, "block", att.path, readonly=readonly)
+        if att.loop and self.mount_fs:
+            fstype = self.attachments.ensure_filesystem(handle, att.path)
+            return Volume(name, "fs", att.path, fstype, readonly)
+        fallback = self.attachments.store.root / "fs" / handle
+        fallback.mkdir(parents=True, exist_ok=True)
+        return Volume(name, "dir", str(fallback), readonly=readonly)
+
+    # ---- files -----------------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Refresh the file volumes (changed secrets/config maps, tokens due for renewal)."""
+        for fv in self._files.values():
+            self._sync_files(fv)
+
+    def _sync_files(self, fv: _FileVolume, force_tokens: bool = False) -> None:
+        files = self._files_of(fv, force_tokens)
+        for rel, (data, mode) in files.items():
+            path = fv.directory / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                if path.read_bytes() == data and (path.stat().st_mode & 0o7777) == mode:
+                    continue
+            except OSError:
+                pass
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_bytes(data)
+            tmp.chmod(mode)
+            os.replace(tmp, path)
+        for rel in fv.written - set(files):
+            (fv.directory / rel).unlink(missing_ok=True)
+        fv.written = set(files)
+
+    def _files_of(self, fv: _FileVolume, force_tokens: bool) -> dict[str, tuple[bytes, int]]:
+        spec = fv.spec
+        out: dict[str, tuple[bytes, int]] = {}
+        if "secret" in spec:
+            s = spec["secret"]
+            self._object_files(out, "secret", {"name": s.get("secretName"), "items": s.get("items"),
+                                               "optional": s.get("optional")}, s.get("defaultMode"))  # fmt: skip
+        elif "configMap" in spec:
+            c = spec["configMap"]
+            self._object_files(out, "configMap", c, c.get("defaultMode"))
+        elif "downwardAPI" in spec:
+            d = spec["downwardAPI"]
+            self._downward_files(out, d.get("items") or [], d.get("defaultMode"))
+        else:
+            p = spec["projected"]
+            mode = p.get("defaultMode")
+            tokens = iter(fv.tokens)
+            new_tokens = []
+            for source in p.get("sources") or []:
+                if "secret" in source:
+                    self._object_files(out, "secret", source["secret"], mode)
+                elif "configMap" in source:
+                    self._object_files(out, "configMap", source["configMap"], mode)
+                elif "downwardAPI" in source:
+                    self._downward_files(out, source["downwardAPI"].get("items") or [], mode)
+                elif "serviceAccountToken" in source:
+                    token = next(tokens, None) or _Token(
+                        _relpath(source["serviceAccountToken"].get("path", "token")),
+                        source["serviceAccountToken"].get("audience") or "",
+                        int(source["serviceAccountToken"].get("expirationSeconds") or 3600))  # fmt: skip
+                    new_tokens.append(token)
+                    self._token_file(out, fv, token, mode, force_tokens)
+            fv.tokens = new_tokens
+        return out
+
+    def _token_file(self, out: dict, fv: _FileVolume, token: _Token, mode: int | None, force: bool) -> None:
+        path = fv.directory / token.path
+        now = self.cluster.now()
+        if force or now >= token.refresh_at or not path.exists():
+            md = self.pod["metadata"]
+            try:
+                text = self.cluster.api.issue_token(
+                    md["namespace"], self.pod["spec"].get("serviceAccountName") or "default",
+                    [token.audience] if token.audience else [], token.expiration, pod=md["name"])  # fmt: skip
+            except Exception as err:  # ApiError: no such service account (yet), invalid expiration
+                raise VolumeNotReady(f"failed to fetch token: {getattr(err, 'message', err)}") from None
+            token.refresh_at = now + 0.8 * token.expiration
+            out[token.path] = (text.encode(), _mode(mode, None))
+        else:
+            out[token.path] = (path.read_bytes(), _mode(mode, None))
+
+    def _object_files(self, out: dict, kind: str, ref: Obj, default_mode: int | None) -> None:
+        name = ref.get("name") or ""
+        getter: Callable[[str, str], Obj | None] = self.cluster.secret if kind == "secret" else self.cluster.configmap
+        obj = getter(self.ns, name)
+        if obj is None and kind == "configMap" and name == ROOT_CA:
+            obj = {"data": {"ca.crt": ""}}
+        if obj is None:
+            if ref.get("optional"):
+                return
+            raise VolumeNotReady(f'{kind.lower() if kind == "secret" else "configmap"} "{name}" not found')
+        data: dict[str, bytes] = {}
+        if kind == "secret":
+            data = {k: base64.b64decode(v or "") for k, v in (obj.get("data") or {}).items()}
+        else:
+            data = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
+            data.update({k: base64.b64decode(v or "") for k, v in (obj.get("binaryData") or {}).items()})
+        items = ref.get("items")
+        if not items:
+            for key, value in data.items():
+                out[_relpath(key)] = (value, _mode(default_mode, None))
+            return
+        for item in items:
+            key = item.get("key", "")
+            if key not in data:
+                if ref.get("optional"):
+                    continue
+                raise VolumeNotReady(f"couldn't find key {key} in {kind[0].upper() + kind[1:]} {self.ns}/{name}")
+            out[_relpath(item.get("path") or key)] = (data[key], _mode(default_mode, item.get("mode")))
+
+    def _downward_files(self, out: dict, items: list[Obj], default_mode: int | None) -> None:
+        for item in items:
+            try:
+                if item.get("fieldRef"):
+                    value = field_value(self.pod, item["fieldRef"].get("fieldPath", ""))
+                else:
+                    container = next((c for c in self.pod["spec"].get("containers") or []
+                                      if c.get("name") == (item.get("resourceFieldRef") or {}).get("containerName")),
+                                     {})  # fmt: skip
+                    value = resource_value(container, item.get("resourceFieldRef") or {})
+            except ConfigError as err:
+                raise VolumeNotReady(str(err)) from None
+            out[_relpath(item.get("path", ""))] = (value.encode(), _mode(default_mode, item.get("mode")))
+
+    # ---- teardown --------------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        handles, self._handles = self._handles, []
+        for handle in handles:
+            self.attachments.release(handle)
+
+
+def _mode(default_mode: int | None, mode: int | None) -> int:
+    return int(mode if mode is not None else default_mode if default_mode is not None else 0o644) & 0o7777
+
+
+def _relpath(path: str) -> str:
+    norm = os.path.normpath(path or "")
+    if not path or norm.startswith("..") or os.path.isabs(norm) or norm == ".":
+        raise VolumeNotReady(f"invalid path {path!r} in a volume")
+    return norm
