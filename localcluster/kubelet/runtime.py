@@ -110,13 +110,25 @@ class Process:
 
     @classmethod
     async def start(cls, launch: Launch, log: LogFile) -> Process:
-        proc = await asyncio.create_subprocess_exec(
-            *launch.argv, env=launch.env, cwd=launch.cwd, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
-        assert proc.stdout is not None and proc.stderr is not None
-        pumps = [asyncio.create_task(log.pump(proc.stdout, "stdout")), asyncio.create_task(log.pump(proc.stderr,
-                 "stderr"))]  # fmt: skip
+        """Start the shim (``shim.py run PLAN READYFD``) and return once it exec'd the container's
+        argv (mounts done), or failed to."""
+        ready_r, ready_w = os.pipe()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *launch.argv, str(ready_w), env=launch.env, cwd=launch.cwd, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                pass_fds=(ready_w,),
+            )  # fmt: skip
+            os.close(ready_w)
+            ready_w = -1
+            assert proc.stdout is not None and proc.stderr is not None
+            pumps = [asyncio.create_task(log.pump(proc.stdout, "stdout")),
+                     asyncio.create_task(log.pump(proc.stderr, "stderr"))]  # fmt: skip
+            await asyncio.to_thread(os.read, ready_r, 1)  # end of file: exec'd, or exited
+        finally:
+            os.close(ready_r)
+            if ready_w >= 0:
+                os.close(ready_w)
         return cls(proc, pumps)
 
     async def wait(self) -> int:

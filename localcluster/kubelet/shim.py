@@ -1,9 +1,10 @@
 """The container shim: run as a script (standard library only) by the local kubelet.
 
-    unshare --mount --propagation private PYTHON shim.py run PLAN.json
+    unshare --mount --propagation private PYTHON shim.py run PLAN.json [READYFD]
         in the container's fresh private mount namespace: mount the filesystem volumes, bind the
         devices, volumes and termination-message file at the paths the pod spec names, change to
         the working directory and exec the container's argv (the pid stays the container's).
+        READYFD (inherited, made close-on-exec here) closes when the exec happened or failed.
     [nsenter --target PID --mount --wd --] PYTHON shim.py exec ERRORFILE ARGV...
         exec ARGV (kubectl exec), writing why it could not start to ERRORFILE.
 
@@ -107,7 +108,9 @@ class Mounter:
         self.owned.append(real)
 
 
-def run(plan_path: str) -> None:
+def run(plan_path: str, ready_fd: int | None = None) -> None:
+    if ready_fd is not None:  # closed by the exec (or the exit): the kubelet knows the container started
+        os.set_inheritable(ready_fd, False)
     with open(plan_path) as f:
         plan = json.load(f)
     error_file = plan["errorFile"]
@@ -155,11 +158,11 @@ def _fail(error_file: str, message: str) -> None:
 
 def main(argv: list[str]) -> None:
     if len(argv) >= 2 and argv[0] == "run":
-        run(argv[1])
+        run(argv[1], int(argv[2]) if len(argv) > 2 else None)
     elif len(argv) >= 3 and argv[0] == "exec":
         _exec(argv[1], argv[2:], _EXEC)
     else:
-        sys.stderr.write("usage: shim.py run PLAN.json | shim.py exec ERRORFILE ARGV...\n")
+        sys.stderr.write("usage: shim.py run PLAN.json [READYFD] | shim.py exec ERRORFILE ARGV...\n")
         sys.exit(2)
 
 
