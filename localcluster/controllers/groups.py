@@ -44,6 +44,7 @@ from localcluster.controllers import names as n
 from localcluster.controllers.kube import PV, PVC, VGS, VGS_CLASS, VGSC, VS, VSC, Kube, Obj, ref_of, rfc3339, rfc3339_ns
 from localcluster.controllers.plugin import CsiPlugin
 from localcluster.controllers.runtime import Controller, Key, Pending, WatchSpec
+from localcluster.controllers.snapshots import restoring_from
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +316,7 @@ class GroupSnapshotController(Controller):
             if any(r.get("uid") == uid for r in vs["metadata"].get("ownerReferences") or [])
         ]
         for vs in members:
-            if _restoring_from(self.kube, vs):
+            if restoring_from(self.kube, vs):
                 self.kube.event(self.vgs, vgs, "Warning", "SnapshotDeletePending",
                                 f"Snapshot {namespace}/{vs['metadata']['name']} belonging to VolumeGroupSnapshot"
                                 f" {namespace}/{md['name']} is being used to restore a PVC")  # fmt: skip
@@ -398,14 +399,3 @@ def label_selector(selector: Obj) -> str:
         elif op == "DoesNotExist":
             parts.append(f"!{key}")
     return ",".join(parts)
-
-
-def _restoring_from(kube: Kube, vs: Obj) -> bool:
-    md = vs["metadata"]
-    for pvc in kube.list(PVC, md["namespace"])[0]:
-        spec = pvc.get("spec") or {}
-        ds = spec.get("dataSourceRef") or spec.get("dataSource") or {}
-        if ds.get("kind") == "VolumeSnapshot" and ds.get("name") == md["name"] and \
-                (pvc.get("status") or {}).get("phase") == "Pending":  # fmt: skip
-            return True
-    return False

@@ -281,7 +281,7 @@ class SnapshotController(Controller):
             if ref.get("uid") not in ("", None, md["uid"]) or ref.get("name") != name:
                 vsc = None  # bound to another snapshot: leave it alone
         if vsc is not None:
-            if self._restoring_from(vs):
+            if restoring_from(self.kube, vs):
                 self.kube.event(VS, vs, "Warning", "SnapshotDeletePending", "Snapshot is being used to restore a PVC")
                 return None  # the claim's changes requeue this snapshot
             anns = vsc["metadata"].get("annotations") or {}
@@ -297,17 +297,8 @@ class SnapshotController(Controller):
         finalizers = list(md.get("finalizers") or [])
         if any(f in ours for f in finalizers):
             self.kube.set_finalizers(VS, vs, [f for f in finalizers if f not in ours])
+        self._release_pvc(vs)  # a snapshot deleted before it was ready no longer holds its claim
         return None
-
-    def _restoring_from(self, vs: Obj) -> bool:
-        md = vs["metadata"]
-        for pvc in self.kube.list(PVC, md["namespace"])[0]:
-            spec = pvc.get("spec") or {}
-            ds = spec.get("dataSourceRef") or spec.get("dataSource") or {}
-            if ds.get("kind") == "VolumeSnapshot" and ds.get("name") == md["name"] and \
-                    (pvc.get("status") or {}).get("phase") == "Pending":  # fmt: skip
-                return True
-        return False
 
     # ---- VolumeSnapshotContent (the sidecar) ------------------------------------------------------------
 
@@ -370,6 +361,19 @@ class SnapshotController(Controller):
         self.kube.patch(VSC, vsc["metadata"]["name"], {"status": {"readyToUse": False, "error": {
             "message": message, "time": rfc3339(time.time())}}}, status=True)  # fmt: skip
         self.kube.event(VSC, vsc, "Warning", "SnapshotCreationFailed", message)
+
+
+def restoring_from(kube: Kube, vs: Obj) -> bool:
+    """Whether a Pending claim is being restored from VolumeSnapshot ``vs`` (upstream's
+    ``isVolumeBeingCreatedFromSnapshot``)."""
+    md = vs["metadata"]
+    for pvc in kube.list(PVC, md["namespace"])[0]:
+        spec = pvc.get("spec") or {}
+        ds = spec.get("dataSourceRef") or spec.get("dataSource") or {}
+        if ds.get("kind") == "VolumeSnapshot" and ds.get("name") == md["name"] and \
+                (pvc.get("status") or {}).get("phase") == "Pending":  # fmt: skip
+            return True
+    return False
 
 
 def _source_pvc(vs: Obj) -> str | None:
