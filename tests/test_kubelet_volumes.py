@@ -253,3 +253,20 @@ def test_rewrite_fallback_maps_paths(tmp_path):
         (plan,) = [p for p in (tmp_path / "kubelet").rglob("plan-0.json")]
         assert json.loads(plan.read_text())["argv"][2].startswith(f"cat {conf}")
         assert DEVICE_MAP_ENV == "LOCALCLUSTER_DEVICE_MAP"
+
+
+def test_in_cluster_api_endpoint(tmp_path):
+    """What ``load_incluster_config()`` needs: https at KUBERNETES_SERVICE_HOST/PORT, the token and ca.crt."""
+    script = """
+import os
+from kubernetes import client, config
+config.load_incluster_config()
+api = client.ApiClient()
+namespace = open("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read()
+pod = client.CoreV1Api(api).read_namespaced_pod(os.environ["HOSTNAME"], namespace)
+print(api.configuration.host.startswith("https://"), pod.status.phase, pod.spec.node_name)
+"""
+    with local_node(tmp_path, api={"require_auth": True}) as node:
+        node.core.create_namespaced_pod("default", pod_manifest("incluster", ["python", "-c", script]))
+        pod = wait_pod(node.core, "incluster", FINISHED)
+        assert node.core.read_namespaced_pod_log("incluster", "default") == "True Running local-node\n", pod.status

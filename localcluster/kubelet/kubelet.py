@@ -15,6 +15,8 @@ Settings (keyword-only):
 - ``sync_interval``: seconds between periodic syncs (token refresh, retries; default 1).
 - ``exec_timeout``: longest an exec may run, seconds (default 600).
 - ``automount_service_account_token``: add the kube-api-access volume (default True).
+- ``in_cluster_endpoint``: serve the emulator to pods over TLS (``apiproxy.py``) and give them
+  KUBERNETES_SERVICE_HOST/PORT, so ``load_incluster_config()`` works in them (default True).
 
 It watches pods (and wakes waiting pods on changes of claims, volumes, secrets, config maps and
 service accounts) through in-process subscriptions on ``api.store`` and writes status through
@@ -40,6 +42,7 @@ from typing import Any
 from localcluster.kubeapi import KubeAPI
 from localcluster.kubeapi.store import Event, Subscription
 from localcluster.kubelet import execs, logs
+from localcluster.kubelet.apiproxy import ApiTlsFront
 from localcluster.kubelet.cluster import Cluster
 from localcluster.kubelet.images import ImageTable, normalize
 from localcluster.kubelet.pods import ContainerRun, PodWorker
@@ -67,6 +70,7 @@ class LocalKubelet:
         sync_interval: float = 1.0,
         exec_timeout: float = 600.0,
         automount_service_account_token: bool = True,
+        in_cluster_endpoint: bool = True,
     ) -> None:
         self.api = api
         self.store = store
@@ -80,6 +84,8 @@ class LocalKubelet:
         self.sync_interval = sync_interval
         self.exec_timeout = exec_timeout
         self.automount = automount_service_account_token
+        self.in_cluster_endpoint = in_cluster_endpoint
+        self.api_front: ApiTlsFront | None = None
         self.cluster = Cluster(api, node)
         self.attachments = Attachments(store)
         self.sandbox: Sandbox = None  # type: ignore[assignment]  (set by start)
@@ -124,7 +130,19 @@ class LocalKubelet:
             raise
         return self
 
+    @property
+    def endpoint(self) -> tuple[str, int] | None:
+        """(host, port) of the in-cluster API endpoint pods get (https), if any."""
+        return (self.api_front.host, self.api_front.port) if self.api_front is not None else None
+
     async def _astart(self) -> None:
+        if self.in_cluster_endpoint:
+            front = ApiTlsFront(self.api.url, self.workdir / "apiserver")
+            try:
+                await front.start()
+                self.api_front = front
+            except ImportError as err:  # no cryptography: pods get no KUBERNETES_SERVICE_* variables
+                log.warning("no in-cluster API endpoint: %s", err)
         store = self.api.store
         pods = self.cluster.rt("pods")
         with store.lock:
@@ -196,6 +214,9 @@ class LocalKubelet:
             self._tick.cancel()
         workers = list(self._workers.values())
         await asyncio.gather(*(w.terminate() for w in workers), *self._finishing, return_exceptions=True)
+        if self.api_front is not None:
+            await self.api_front.stop()
+            self.api_front = None
 
     def __enter__(self) -> LocalKubelet:
         return self.start()
@@ -232,10 +253,9 @@ class LocalKubelet:
                 self._names[(md["namespace"], md["name"])] = uid
             worker.start()
             return
-        worker.pod = obj
+        worker.pod = worker.volumes.pod = obj  # fresh labels and annotations for the downward API
         if md.get("deletionTimestamp"):
             worker.kill()
-        worker.wake()
 
     def _on_change(self, event: Event) -> None:
         for worker in list(self._workers.values()):

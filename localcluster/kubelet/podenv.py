@@ -1,11 +1,11 @@
 """A container's environment as the kubelet computes it, and the downward API's field values.
 
 Order (later wins): the runtime's base (PATH with this interpreter's bin directory first,
-HOSTNAME, HOME, the API server's KUBERNETES_SERVICE_* variables), the image's ENV, ``envFrom``
-(secretRef/configMapRef with ``prefix``), then ``env`` (``value`` with ``$(VAR)`` expansion,
-``valueFrom`` secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef). A missing secret,
-config map or key that is not ``optional`` raises ``ConfigError`` (the container waits with
-reason CreateContainerConfigError, as upstream).
+HOSTNAME, HOME, the KUBERNETES_SERVICE_* variables of the in-cluster endpoint, ``apiproxy.py``),
+the image's ENV, ``envFrom`` (secretRef/configMapRef with ``prefix``), then ``env`` (``value``
+with ``$(VAR)`` expansion, ``valueFrom`` secretKeyRef, configMapKeyRef, fieldRef,
+resourceFieldRef). A missing secret, config map or key that is not ``optional`` raises
+``ConfigError`` (the container waits with reason CreateContainerConfigError, as upstream).
 """
 
 from __future__ import annotations
@@ -92,15 +92,19 @@ def _data(obj: Obj, secret: bool) -> dict[str, str]:
     return out
 
 
-def base_env(pod: Obj, api_url: str) -> dict[str, str]:
-    host, _, port = api_url.rpartition("//")[2].rpartition(":")
+def base_env(pod: Obj, endpoint: tuple[str, int] | None) -> dict[str, str]:
+    """What every container starts with; ``endpoint``: the in-cluster API endpoint (https), if any."""
     env = {
         "PATH": f"{BIN_DIR}:{DEFAULT_PATH}",
         "HOSTNAME": (pod.get("metadata") or {}).get("name", ""),
         "HOME": "/root",
     }
-    if host and port:
-        env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port, KUBERNETES_PORT=f"tcp://{host}:{port}")
+    if endpoint is not None:
+        host, port = endpoint[0], str(endpoint[1])
+        env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port, KUBERNETES_SERVICE_PORT_HTTPS=port,
+                   KUBERNETES_PORT=f"tcp://{host}:{port}", KUBERNETES_PORT_443_TCP=f"tcp://{host}:{port}",
+                   KUBERNETES_PORT_443_TCP_PROTO="tcp", KUBERNETES_PORT_443_TCP_ADDR=host,
+                   KUBERNETES_PORT_443_TCP_PORT=port)  # fmt: skip
     return env
 
 

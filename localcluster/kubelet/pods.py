@@ -92,7 +92,8 @@ class PodWorker:
         self.ns, self.name, self.uid = md["namespace"], md["name"], md["uid"]
         self.dir = kubelet.workdir / "pods" / f"{self.ns}_{self.name}_{self.uid}"
         self.volumes = PodVolumes(kubelet.cluster, kubelet.attachments, pod, self.dir / "volumes",
-                                  mount_fs=kubelet.sandbox.namespaces, automount=kubelet.automount)  # fmt: skip
+                                  mount_fs=kubelet.sandbox.namespaces, automount=kubelet.automount,
+                                  ca_pem=kubelet.api_front.ca_pem if kubelet.api_front else b"")  # fmt: skip
         spec = pod["spec"]
         inits = spec.get("initContainers") or []
         self.inits = [ContainerRun(c, True, self.dir, "PodInitializing") for c in inits]
@@ -275,7 +276,7 @@ class PodWorker:
         try:
             image = lookup(self.k.images, c.spec.get("image", ""))
             raw_argv = argv_of(c.spec, image)
-            env = container_env(self.pod, c.spec, image, base_env(self.pod, self.k.api.url), self.k.cluster.secret,
+            env = container_env(self.pod, c.spec, image, base_env(self.pod, self.k.endpoint), self.k.cluster.secret,
                                 self.k.cluster.configmap)  # fmt: skip
             argv = [expand(a, env) for a in raw_argv]
             working_dir = c.spec.get("workingDir") or (image.working_dir if image else None) or "/"
@@ -300,20 +301,22 @@ class PodWorker:
         started = self.k.cluster.stamp()
         try:
             try:
-                process = await Process.start(launch, logfile)
+                process = await Process.start(launch, logfile, self.k.track)
             except OSError as err:
                 error_file.write_text(f"failed to start the container process: {err}")
                 process = None
             if process is not None:
-                self.k.track(process.pid)
                 with self.lock:
                     c.process, c.instance = process, instance
                     c.logs.append(log_path)
                     c.env, c.working_dir = env, working_dir
                     c.mapping = {b.target: b.source for b in binds}
                     c.state = {"running": {"startedAt": started}}
-                self.k.cluster.event(self.pod, "Started", f"Started container {c.name}", field_path=field_path)
-                self.publish()
+                if self.killing:  # killed while it started: _stop_processes did not see it
+                    await process.stop(self.grace())
+                else:
+                    self.k.cluster.event(self.pod, "Started", f"Started container {c.name}", field_path=field_path)
+                    self.publish()
                 code = await process.wait()
                 self.k.untrack(process.pid)
             else:
@@ -400,11 +403,14 @@ class PodWorker:
         md = self.pod["metadata"]
         return {"POD_NAME": md["name"], "POD_NAMESPACE": md["namespace"]}
 
-    async def _stop_processes(self) -> None:
-        spec = self.pod["spec"]
-        grace = spec.get("terminationGracePeriodSeconds")
+    def grace(self) -> float:
+        """The termination grace period: the pod's (30 s by default), capped by the kubelet's ``grace_cap``."""
+        grace = self.pod["spec"].get("terminationGracePeriodSeconds")
         grace = float(self.pod["metadata"].get("deletionGracePeriodSeconds") or (30 if grace is None else grace))
-        grace = min(grace, self.k.grace_cap)
+        return min(grace, self.k.grace_cap)
+
+    async def _stop_processes(self) -> None:
+        grace = self.grace()
         procs = [c.process for c in self.all_containers() if c.process is not None]
         for c in self.all_containers():
             if c.process is not None:

@@ -18,7 +18,7 @@ import datetime
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,9 +109,9 @@ class Process:
         self.pumps = pumps
 
     @classmethod
-    async def start(cls, launch: Launch, log: LogFile) -> Process:
+    async def start(cls, launch: Launch, log: LogFile, track: Callable[[int], None] | None = None) -> Process:
         """Start the shim (``shim.py run PLAN READYFD``) and return once it exec'd the container's
-        argv (mounts done), or failed to."""
+        argv (mounts done), or failed to. ``track`` gets the pid (= process group) at once."""
         ready_r, ready_w = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -121,6 +121,8 @@ class Process:
             )  # fmt: skip
             os.close(ready_w)
             ready_w = -1
+            if track is not None:
+                track(proc.pid)
             assert proc.stdout is not None and proc.stderr is not None
             pumps = [asyncio.create_task(log.pump(proc.stdout, "stdout")),
                      asyncio.create_task(log.pump(proc.stderr, "stderr"))]  # fmt: skip

@@ -6,8 +6,8 @@
   the objects while the pod runs. Projected ``serviceAccountToken`` sources (``audience``,
   ``expirationSeconds``, ``path``) get a token minted by the emulator bound to the pod
   (``api.issue_token(..., pod=NAME)``), re-minted once 80% of its lifetime has passed (upstream's
-  rule, on the emulator's clock). A missing ``kube-root-ca.crt`` config map is an empty ``ca.crt``
-  (the emulator speaks plain HTTP).
+  rule, on the emulator's clock). A missing ``kube-root-ca.crt`` config map gives the CA of the
+  kubelet's in-cluster API endpoint (``apiproxy.py``) as ``ca.crt``.
 - ``persistentVolumeClaim``: the claim must be Bound; its PV's ``spec.csi.volumeHandle`` is attached
   through ``VolumeStore.attach`` (reference-counted across the kubelet's pods). Block mode: the
   attachment (a loop device, or the image file) is the device. Filesystem mode: the loop device is
@@ -126,7 +126,7 @@ class _FileVolume:
 
 class PodVolumes:
     def __init__(self, cluster: Cluster, attachments: Attachments, pod: Obj, root: Path, *, mount_fs: bool,
-                 automount: bool = True) -> None:  # fmt: skip
+                 automount: bool = True, ca_pem: bytes = b"") -> None:  # fmt: skip
         self.cluster = cluster
         self.attachments = attachments
         self.pod = pod
@@ -135,6 +135,7 @@ class PodVolumes:
         self.volumes: dict[str, Volume] = {}
         self._files: dict[str, _FileVolume] = {}
         self._handles: list[str] = []
+        self.ca_pem = ca_pem
         self.automount = automount and self._wants_sa_volume()
 
     @property
@@ -313,8 +314,8 @@ class PodVolumes:
         name = ref.get("name") or ""
         getter: Callable[[str, str], Obj | None] = self.cluster.secret if kind == "secret" else self.cluster.configmap
         obj = getter(self.ns, name)
-        if obj is None and kind == "configMap" and name == ROOT_CA:
-            obj = {"data": {"ca.crt": ""}}
+        if obj is None and kind == "configMap" and name == ROOT_CA:  # no root-ca publisher: the kubelet's endpoint CA
+            obj = {"data": {"ca.crt": self.ca_pem.decode()}}
         if obj is None:
             if ref.get("optional"):
                 return
