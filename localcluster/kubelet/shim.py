@@ -24,9 +24,11 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import stat
 import sys
 
+PR_SET_PDEATHSIG = 1
 MS_RDONLY = 1
 MS_REMOUNT = 32
 MS_BIND = 4096
@@ -108,7 +110,14 @@ class Mounter:
         self.owned.append(real)
 
 
+def _die_with_the_kubelet() -> None:
+    """SIGKILL when the kubelet thread that started us goes, even if the kubelet could not clean up
+    (kept across the exec; what the container itself forks is the process-group kill's)."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def run(plan_path: str, ready_fd: int | None = None) -> None:
+    _die_with_the_kubelet()
     if ready_fd is not None:  # closed by the exec (or the exit): the kubelet knows the container started
         os.set_inheritable(ready_fd, False)
     with open(plan_path) as f:
@@ -160,6 +169,7 @@ def main(argv: list[str]) -> None:
     if len(argv) >= 2 and argv[0] == "run":
         run(argv[1], int(argv[2]) if len(argv) > 2 else None)
     elif len(argv) >= 3 and argv[0] == "exec":
+        _die_with_the_kubelet()
         _exec(argv[1], argv[2:], _EXEC)
     else:
         sys.stderr.write("usage: shim.py run PLAN.json [READYFD] | shim.py exec ERRORFILE ARGV...\n")
