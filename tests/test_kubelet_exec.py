@@ -36,8 +36,11 @@ def run(core, command, name="app", **kwargs):
     """(stdout, stderr, exit code) of an exec."""
     resp = stream(core.connect_get_namespaced_pod_exec, name, "default", command=command, stderr=True, stdout=True,
                   stdin=False, tty=False, _preload_content=False, **kwargs)  # fmt: skip
-    resp.run_forever(timeout=15)
-    return resp.read_stdout(), resp.read_stderr(), resp.returncode
+    try:
+        resp.run_forever(timeout=15)
+        return resp.read_stdout(), resp.read_stderr(), resp.returncode
+    finally:
+        resp.close()
 
 
 def exec_error(core, command, name="app", **kwargs) -> ApiException:

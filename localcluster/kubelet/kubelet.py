@@ -212,6 +212,8 @@ class LocalKubelet:
     async def _astop(self) -> None:
         if self._tick is not None:
             self._tick.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tick
         workers = list(self._workers.values())
         await asyncio.gather(*(w.terminate() for w in workers), *self._finishing, return_exceptions=True)
         if self.api_front is not None:
