@@ -160,6 +160,8 @@ class PodWorker:
             await asyncio.gather(*(self._container_loop(c) for c in self.containers))
         except Exception:
             log.exception("pod %s/%s", self.ns, self.name)
+            self.killing = True  # no restarts of what is stopped below
+            self.wake()
         finally:
             if sync is not None:
                 sync.cancel()
@@ -198,7 +200,9 @@ class PodWorker:
                 self.volumes_ready = True
                 self.publish()
                 return True
-            except (VolumeNotReady, StorageError, OSError) as err:
+            except Exception as err:  # noqa: BLE001  (VolumeNotReady, StorageError, OSError, ...: retried)
+                if not isinstance(err, (VolumeNotReady, StorageError, OSError)):
+                    log.warning("volumes of pod %s/%s: %r", self.ns, self.name, err)
                 self.k.cluster.event(self.pod, "FailedMount", f"MountVolume.SetUp failed: {err}", "Warning")
                 self.publish()
             await self._wait()
@@ -280,11 +284,13 @@ class PodWorker:
                                 self.k.cluster.configmap)  # fmt: skip
             argv = [expand(a, env) for a in raw_argv]
             working_dir = c.spec.get("workingDir") or (image.working_dir if image else None) or "/"
-            filesystems, binds = self._mounts(c)
+            filesystems, binds = self._mounts(c, env)
         except ImageError as err:
             return self._not_created(c, "ErrImagePull", str(err), field_path)
         except ConfigError as err:
             return self._not_created(c, "CreateContainerConfigError", str(err), field_path)
+        except OSError as err:
+            return self._not_created(c, "CreateContainerError", str(err), field_path)
         instance = c.restart_count
         c.dir.mkdir(parents=True, exist_ok=True)
         term, error_file = c.dir / "termination-log", c.dir / "start-error"
@@ -345,9 +351,8 @@ class PodWorker:
         with self.lock:
             c.state = {"terminated": terminated}
             c.process = None
-        if code != 0:
-            what = "Killing" if self.killing else "BackOff"
-            self.k.cluster.event(self.pod, what, f"container {c.name} exited with {code} ({reason})", "Warning",
+        if code != 0 and not self.killing:
+            self.k.cluster.event(self.pod, "BackOff", f"container {c.name} exited with {code} ({reason})", "Warning",
                                  field_path)  # fmt: skip
         self.publish()
         return code
@@ -359,7 +364,7 @@ class PodWorker:
         self.publish()
         return None
 
-    def _mounts(self, c: ContainerRun) -> tuple[list[FsMount], list[Bind]]:
+    def _mounts(self, c: ContainerRun, env: dict[str, str]) -> tuple[list[FsMount], list[Bind]]:
         volumes: dict[str, Volume] = self.volumes.volumes
         filesystems: dict[str, FsMount] = {}
         binds: list[Bind] = []
@@ -369,7 +374,7 @@ class PodWorker:
                 raise ConfigError(f'volume "{m.get("name")}" of volumeMount {m.get("mountPath")} is not in the pod')
             if vol.kind == "block":
                 raise ConfigError(f'volume "{vol.name}" is a Block volume: it goes in volumeDevices, not volumeMounts')
-            sub = expand(m.get("subPathExpr") or "", self._downward_env()) if m.get("subPathExpr") else m.get("subPath")
+            sub = expand(m["subPathExpr"], env) if m.get("subPathExpr") else m.get("subPath")
             sub = (sub or "").strip("/")
             if ".." in Path(sub).parts:
                 raise ConfigError(f"subPath {sub!r} must not contain '..'")
@@ -398,10 +403,6 @@ class PodWorker:
             if not os.path.isabs(b.target):
                 raise ConfigError(f"mount path {b.target!r} must be absolute")
         return list(filesystems.values()), binds
-
-    def _downward_env(self) -> dict[str, str]:
-        md = self.pod["metadata"]
-        return {"POD_NAME": md["name"], "POD_NAMESPACE": md["namespace"]}
 
     def grace(self) -> float:
         """The termination grace period: the pod's (30 s by default), capped by the kubelet's ``grace_cap``."""
