@@ -11,8 +11,11 @@ from kubernetes import watch
 from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
 
-from localcluster.kubelet import DEVICE_MAP_ENV
+from localcluster.kubelet import DEVICE_MAP_ENV, namespaces_available
 from localcluster.kubelet.testing import container_running, local_node, phase_in, pod_manifest, wait_pod, wait_until
+
+ISOLATIONS = [pytest.param("namespace", marks=pytest.mark.skipif(not namespaces_available(), reason="no mount"
+                                                                " namespaces here")), "rewrite"]  # fmt: skip
 
 
 @pytest.fixture
@@ -23,6 +26,10 @@ def node(tmp_path):
 
 @pytest.fixture
 def running(node):
+    return start_app(node)
+
+
+def start_app(node):
     """A running pod ``app`` (one container ``main`` with an env var, a working directory and an emptyDir)."""
     manifest = pod_manifest("app", ["sleep", "60"], env=[{"name": "COLOR", "value": "teal"}], workingDir="/srv/app",
                             volumeMounts=[{"name": "scratch", "mountPath": "/var/lib/app-data"}])  # fmt: skip
@@ -63,16 +70,19 @@ def test_exec_exit_codes_stdout_and_stderr(running):
     assert big == "x" * 300000 + "\n"
 
 
-def test_exec_runs_in_the_container_context(running):
-    core = running.core
-    out, _, code = run(
-        core, ["sh", "-c", "echo $COLOR $HOSTNAME; pwd; echo hi > /var/lib/app-data/f; cat /var/lib/app-data/f"]
-    )
-    assert (out, code) == ("teal app\n/srv/app\nhi\n", 0)
-    if running.kubelet.isolation == "namespace":  # the mounts are the container's only
-        assert not os.path.exists("/var/lib/app-data") and not os.path.exists("/srv/app")
-    else:
-        assert json.loads(run(core, ["sh", "-c", f"echo ${DEVICE_MAP_ENV}"])[0])["/var/lib/app-data"]
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_exec_runs_in_the_container_context(tmp_path, isolation):
+    with local_node(tmp_path, isolation=isolation) as n:
+        core = start_app(n).core
+        script = "echo $COLOR $HOSTNAME; pwd; echo hi > /var/lib/app-data/f; cat /var/lib/app-data/f"
+        out, _, code = run(core, ["sh", "-c", script])
+        if isolation == "namespace":  # the mounts are the container's only
+            assert (out, code) == ("teal app\n/srv/app\nhi\n", 0)
+            assert not os.path.exists("/var/lib/app-data") and not os.path.exists("/srv/app")
+        else:  # the paths are rewritten to real ones, in the map the container has
+            mapping = json.loads(run(core, ["sh", "-c", f"echo ${DEVICE_MAP_ENV}"])[0])
+            assert (out, code) == (f"teal app\n{mapping['/srv/app']}\nhi\n", 0)
+            assert open(os.path.join(mapping["/var/lib/app-data"], "f")).read() == "hi\n"
 
 
 def test_exec_stdin(running):

@@ -316,7 +316,7 @@ class PodWorker:
                     c.process, c.instance = process, instance
                     c.logs.append(log_path)
                     c.env, c.working_dir = env, working_dir
-                    c.mapping = {b.target: b.source for b in binds}
+                    c.mapping = launch.mapping or {b.target: b.source for b in binds}
                     c.state = {"running": {"startedAt": started}}
                 if self.killing:  # killed while it started: _stop_processes did not see it
                     await process.stop(self.grace())

@@ -14,7 +14,8 @@ The container gets ``LOCALCLUSTER_DEVICE_MAP``, a JSON object {path in the pod s
 this machine} for every device, volume and the termination-message file, and every occurrence of
 those paths (as a whole path or a path prefix) in its command, args, env values and working
 directory is replaced by the real path. A program that builds such a path itself (rather than
-taking it from its arguments) must consult the map. Filesystem PVCs are directories in this mode.
+taking it from its arguments) must consult the map. Filesystem PVCs are directories in this mode;
+a working directory that does not exist is a directory of the container (mapped too).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Launch:
     env: dict[str, str]
     cwd: str | None
     host_paths: list[str] = field(default_factory=list)  # to release when the process ends
+    mapping: dict[str, str] = field(default_factory=dict)  # paths of the pod spec -> real paths (rewrite)
 
 
 class HostPaths:
@@ -163,12 +165,16 @@ class Sandbox:
             return Launch(["unshare", "--mount", "--propagation", "private", *PYTHON, SHIM, "run", str(plan_path)],
                           env, None, tops)  # fmt: skip
         mapping = {b.target: b.source for b in binds}
+        cwd = rewrite(working_dir, mapping)
+        if not os.path.isdir(cwd):  # a runtime creates the working directory: here, one of the container's
+            cwd = str(plan_path.parent / "workdir")
+            os.makedirs(cwd, exist_ok=True)
+            mapping[working_dir] = cwd
         env = {k: rewrite(v, mapping) for k, v in env.items()}
         env[DEVICE_MAP_ENV] = json.dumps(mapping, sort_keys=True)
-        plan = {"errorFile": str(error_file), "argv": [rewrite(a, mapping) for a in argv],
-                "workingDir": rewrite(working_dir, mapping)}  # fmt: skip
+        plan = {"errorFile": str(error_file), "argv": [rewrite(a, mapping) for a in argv], "workingDir": cwd}
         plan_path.write_text(json.dumps(plan))
-        return Launch([*PYTHON, SHIM, "run", str(plan_path)], env, None)
+        return Launch([*PYTHON, SHIM, "run", str(plan_path)], env, None, mapping=mapping)
 
     def exec(self, pid: int, error_file: Path, argv: list[str], env: dict[str, str], working_dir: str,
              mapping: dict[str, str]) -> Launch:  # fmt: skip
