@@ -1,3 +1,37 @@
-"""Shared pytest fixtures. The S3 test server fixtures live in ``tests/s3server.py``."""
+"""Shared pytest fixtures.
+
+* ``moto_server`` / ``s3_bucket``: the S3 test server (``tests/s3server.py``).
+* ``local_cluster`` (module scope): the whole local cluster (``localcluster.cluster.LocalCluster``)
+  with default settings; ``make_local_cluster(**settings)`` starts one with other settings (no
+  CBT, no group snapshots, older served versions) that is stopped when the test ends.
+"""
+
+import pytest
 
 from tests.s3server import moto_server, s3_bucket  # noqa: F401  (fixtures, re-exported for all tests)
+
+
+@pytest.fixture(scope="module")
+def local_cluster(tmp_path_factory):
+    from localcluster.cluster import LocalCluster
+
+    with LocalCluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def make_local_cluster(tmp_path):
+    from localcluster.cluster import LocalCluster
+
+    started = []
+
+    def make(**settings):
+        cluster = LocalCluster(tmp_path / f"cluster-{len(started)}", **settings).start()
+        started.append(cluster)
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for cluster in reversed(started):
+            cluster.stop()
