@@ -29,6 +29,7 @@ def _add_repo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3-region", default=None, help="S3 region (default: AWS_REGION / profile)")
     p.add_argument("--s3-profile", default=None, help="AWS profile name (default: AWS_PROFILE)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
+    p.add_argument("--result-file", help="also write the JSON result here (a pod's /dev/termination-log)")
     p.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
     p.add_argument("--progress-interval", type=float, default=2.0, help="seconds between progress lines")
 
@@ -146,7 +147,14 @@ def _open_repo(args: argparse.Namespace, create: bool = False):
 
 
 def _emit(args: argparse.Namespace, result: dict[str, Any], text: str) -> None:
-    print(json.dumps(result, sort_keys=True) if args.json else text)
+    doc = json.dumps(result, sort_keys=True)
+    print(doc if args.json else text)
+    if getattr(args, "result_file", None):
+        try:
+            with open(args.result_file, "w", encoding="utf-8") as f:
+                f.write(doc)
+        except OSError as err:
+            log.warning("cannot write the result to %s: %s", args.result_file, err.strerror)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
