@@ -1,0 +1,96 @@
+"""Golden files of the manifest builders (``UPDATE_GOLDEN=1`` rewrites them) and their contracts."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from movers.kube import manifests as m
+
+GOLDEN = Path(__file__).parent / "golden"
+LABELS = m.run_labels("run-1", **{"app.kubernetes.io/component": "backup"})
+
+
+def _cases() -> dict[str, dict]:
+    backup = m.backup_args(volume="prod/shop/data", namespace="shop", snapshot="snap-data", cluster="prod",
+                           pvc="data", base_handle="snap-handle-0", group_snapshot="vgs-run-1")  # fmt: skip
+    return {
+        "volume_group_snapshot_v1": m.volume_group_snapshot(
+            "vgs-run-1", "shop", {"matchLabels": {"app": "shop"}}, "local-groupclass", "v1", LABELS),
+        "volume_group_snapshot_v1beta1_default_class": m.volume_group_snapshot(
+            "vgs-run-1", "shop", {"matchExpressions": [{"key": "app", "operator": "In", "values": ["shop"]}]},
+            None, "v1beta1", LABELS),
+        "volume_snapshot": m.volume_snapshot("snap-data", "shop", "data", "local-snapclass", LABELS),
+        "pvc_from_snapshot": m.pvc_from_snapshot("read-data", "shop", "snap-data", "32Mi", "local-block", LABELS),
+        "block_pvc": m.block_pvc("data", "restored", "32Mi", None, LABELS),
+        "allow_volume_mode_change_patch": m.allow_volume_mode_change_patch(),
+        "backup_args": {"args": backup},
+        "restore_args": {"args": m.restore_args(volume="prod/shop/data", backup="latest", assume_zeroed=True)},
+        "mover_pod_backup": m.mover_pod(
+            "mover-data", "shop", image="ghcr.io/example/cbt-mover:1.0", args=backup, pvc="read-data",
+            service_account="cbt-mover", cbt_audience="cbt.example", repo_secret="backup-repo", labels=LABELS,
+            active_deadline_seconds=3600),
+        "mover_pod_restore": m.mover_pod(
+            "writer-data", "restored", image="ghcr.io/example/cbt-mover:1.0",
+            args=m.restore_args(volume="prod/shop/data"), pvc="data", service_account="cbt-mover",
+            repo_secret="backup-repo", labels=LABELS,
+            resources={"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+            node_selector={"kubernetes.io/os": "linux", "pool": "backup"}),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(_cases()))
+def test_golden(name):
+    got = json.dumps(_cases()[name], indent=2, sort_keys=True) + "\n"
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(got)
+    assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1"
+    assert got == path.read_text(), f"{name} differs from {path} (UPDATE_GOLDEN=1 rewrites it)"
+
+
+def test_builders_are_pure():
+    selector = {"matchLabels": {"app": "shop"}}
+    a = m.volume_group_snapshot("g", "ns", selector, None, "v1beta2", LABELS)
+    a["spec"]["source"]["selector"]["matchLabels"]["app"] = "other"
+    a["metadata"]["labels"]["x"] = "y"
+    assert selector == {"matchLabels": {"app": "shop"}} and "x" not in LABELS
+    pod = m.mover_pod("p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r")
+    pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "9"
+    assert m.DEFAULT_RESOURCES["limits"]["cpu"] == "2"
+    assert _cases() == _cases()
+
+
+def test_mover_pod_contract():
+    pod = m.mover_pod("p", "ns", image="i", args=["backup", "--cbt-token-file", "/t"], pvc="c",
+                      service_account="s", repo_secret="r", cbt_audience="aud")  # fmt: skip
+    c = pod["spec"]["containers"][0]
+    assert c["args"].count("--cbt-token-file") == 1, "an explicit token file is kept"
+    assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert c["securityContext"]["privileged"] is False
+    optional = {e["name"] for e in c["env"] if e["valueFrom"]["secretKeyRef"].get("optional")}
+    assert {"AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"} <= optional and "AWS_ACCESS_KEY_ID" not in optional
+    no_token = m.mover_pod("p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r")
+    assert "volumeMounts" not in no_token["spec"]["containers"][0]
+    assert no_token["spec"]["containers"][0]["args"] == ["restore"]
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError):
+        m.volume_group_snapshot("g", "ns", {}, None, "v1alpha1")
+    with pytest.raises(ValueError):
+        m.volume_group_snapshot("g", "ns", {}, "", "v1")
+
+
+def test_args_parse_with_the_cli():
+    from movers.cli import build_parser
+
+    args = build_parser().parse_args(m.backup_args(volume="v", namespace="ns", snapshot="s", base_handle="h", full=True,
+                                                   workers=2, pvc="p"))  # fmt: skip
+    assert (args.command, args.kube, args.snapshot, args.base_handle, args.json) == ("backup", True, "s", "h", True)
+    assert args.result_file == "/dev/termination-log" and args.full and args.workers == 2
+    args = build_parser().parse_args(m.restore_args(volume="v", backup="b1", repo="s3://b/r", workers=3))
+    assert (args.command, args.backup, args.repo, args.workers, args.json) == ("restore", "b1", "s3://b/r", 3, True)
