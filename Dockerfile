@@ -1,0 +1,46 @@
+# The cbt-mover image: the engine CLI (mover pods) and the Prefect flows (flow-run Jobs of the
+# Kubernetes work pool, configs/k8s-job-template.json, which overrides the entrypoint to run
+# `prefect flow-run execute`).
+#
+#   docker build -t registry.example.com/cbt-mover:0.1.0 .
+#   docker run --rm registry.example.com/cbt-mover:0.1.0 --help
+#
+# Block devices: a mover pod opens the snapshot's device from volumeDevices (read for backup,
+# write for restore). The device node is usually root:disk 0660, so the non-root user below is in
+# the group "disk" (gid 6); the pod should also say `securityContext.supplementalGroups: [6]`.
+# Where a runtime creates the node with another group or mode, the mover pod must run as root
+# (runAsUser: 0); it never needs privileged mode or extra capabilities.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    UV_NO_CACHE=1 \
+    HOME=/home/cbt-mover
+
+WORKDIR /opt/app
+
+# Runtime dependencies only, pinned by the lock (which also pins the dev extras; they are not
+# installed). A separate layer: it changes only with the lock or the dependency list.
+RUN pip install uv==0.13.9
+COPY requirements.lock pyproject.toml ./
+RUN uv pip install --system --constraint requirements.lock --requirement pyproject.toml
+
+# The project itself (the `cbt-mover` console script), then the flow code the worker runs from
+# /opt/app (prefect.yaml's pull step sets this working directory).
+COPY README.md ./
+COPY movers/ movers/
+RUN pip install --no-deps . && rm -rf build *.egg-info
+COPY flows/ flows/
+COPY tasks/ tasks/
+COPY configs/ configs/
+COPY prefect.yaml ./
+
+RUN useradd --uid 10001 --gid 0 --groups disk --home-dir /home/cbt-mover --create-home --shell /usr/sbin/nologin \
+        cbt-mover \
+    && chmod -R g=u /opt/app /home/cbt-mover
+USER 10001
+
+ENTRYPOINT ["cbt-mover"]
+CMD ["--help"]
