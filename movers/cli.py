@@ -111,6 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--volume")
     p.add_argument("--backup", help="backup id or latest (needs --volume)")
     p.add_argument("--workers", type=int, default=4)
+
+    p = sub.add_parser("forget", help="delete the manifests of backups the retention policy expires")
+    _add_repo(p)
+    p.add_argument("--volume", help="only this volume (default: every volume)")
+    for rule in ("last", "daily", "weekly", "monthly"):
+        p.add_argument(f"--keep-{rule}", type=int, default=None, metavar="N")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be forgotten")
+
+    p = sub.add_parser("prune", help="delete data no backup references (after a grace period)")
+    _add_repo(p)
+    p.add_argument(
+        "--grace", default="24h", help="keep unreferenced data this long (e.g. 0, 90m, 24h, 7d; default 24h)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
     return parser
 
 
@@ -370,6 +384,53 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else errors.EXIT_INTEGRITY
 
 
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value = text.strip().lower()
+    scale = units.get(value[-1:], None)
+    try:
+        seconds = float(value[:-1] if scale else value) * (scale or 1)
+    except ValueError:
+        raise UsageError(f"--grace {text!r} is not a duration (e.g. 0, 90m, 24h, 7d)") from None
+    if seconds < 0:
+        raise UsageError("--grace must not be negative")
+    return seconds
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    from movers.repo.retention import forget
+
+    repo = _open_repo(args)
+    report = forget(repo, args.volume, keep_last=args.keep_last, keep_daily=args.keep_daily,
+                    keep_weekly=args.keep_weekly, keep_monthly=args.keep_monthly, dry_run=args.dry_run)  # fmt: skip
+    lines = []
+    for vol in report.volumes:
+        for k in vol.kept:
+            lines.append(f"keep\t{vol.volume}\t{k.backup_id}\t{', '.join(k.reasons)}")
+        for bid in vol.expired:
+            lines.append(f"{'would forget' if report.dry_run else 'forget'}\t{vol.volume}\t{bid}")
+    lines.append(f"{'would forget' if report.dry_run else 'forgot'} {len(report.deleted)} backup(s)")
+    _emit(args, report.to_dict(), "\n".join(lines))
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from movers.repo.prune import prune
+
+    grace = _duration(args.grace)
+    repo = _open_repo(args)
+    r = prune(repo, grace_s=grace, dry_run=args.dry_run)
+    verb = "would delete" if r.dry_run else "deleted"
+    text = (
+        f"{verb} {r.packs_deleted} pack(s) ({_mib(r.bytes_deleted)}) and {r.map_objects_deleted} map object(s);"
+        f" kept {r.packs_kept} pack(s), {r.packs_partly_used} partly used ({_mib(r.dead_bytes)} dead);"
+        f" {r.packs_in_grace} unreferenced pack(s) in grace ({_mib(r.bytes_in_grace)});"
+        f" index objects: {r.index_objects_deleted} replaced by {r.index_objects_written}; {r.duration_s:.1f}s"
+    )
+    _emit(args, r.to_dict(), text)
+    return 0
+
+
 def _mib(n: int | None) -> str:
     if n is None:
         return "?"
@@ -387,6 +448,8 @@ COMMANDS = {
     "restore": cmd_restore,
     "ls": cmd_ls,
     "verify": cmd_verify,
+    "forget": cmd_forget,
+    "prune": cmd_prune,
 }
 
 
