@@ -86,6 +86,7 @@ def test_forget_prune_keeps_every_kept_backup_restorable(store, tmp_path):
     assert report.packs_deleted == dry.packs_deleted and report.bytes_deleted == dry.bytes_deleted
     assert report.map_objects_deleted == dry.map_objects_deleted > 0
     assert report.backups_marked == 4
+    assert report.packs_partly_used > 0 and report.dead_bytes > 0  # overwritten blocks in shared packs
     assert report.index_objects_written == 1 and report.index_objects_deleted >= 2
     assert len(keys(store, INDEX_PREFIX)) == 1
     assert check_all_restore(Repository.open(store), expected, tmp_path) == 4
