@@ -1,0 +1,237 @@
+"""configs/: every YAML parses, RBAC is exactly what the product needs (no wildcards), the CRD examples
+are accepted by the API emulator's schema validation, the work pool job template and the Dockerfile."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs"
+
+
+def docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def test_every_yaml_parses():
+    files = sorted(CONFIGS.rglob("*.yaml")) + sorted(CONFIGS.rglob("*.yml"))
+    assert len(files) >= 7
+    for path in files:
+        assert docs(path), path
+
+
+# (role kind, role name) -> {(apiGroup, resource, resourceName or None): verbs}; every rule is justified in the YAML
+EXPECTED_RULES = {
+    ("ClusterRole", "cbt-mover-controller"): {
+        ("groupsnapshot.storage.k8s.io", "volumegroupsnapshots", None): {"get", "list", "watch", "create", "delete"},
+        ("groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents", None): {"get", "list", "watch"},
+        ("groupsnapshot.storage.k8s.io", "volumegroupsnapshotclasses", None): {"get", "list"},
+        ("snapshot.storage.k8s.io", "volumesnapshots", None): {"get", "list", "watch", "create", "delete"},
+        ("snapshot.storage.k8s.io", "volumesnapshotcontents", None): {"get", "list", "watch", "patch"},
+        ("snapshot.storage.k8s.io", "volumesnapshotclasses", None): {"get", "list"},
+        ("cbt.storage.k8s.io", "snapshotmetadataservices", None): {"get"},
+        ("", "persistentvolumeclaims", None): {"get", "list", "watch", "create", "delete"},
+        ("", "persistentvolumes", None): {"get", "list", "patch"},
+        ("storage.k8s.io", "storageclasses", None): {"get"},
+        ("", "pods", None): {"get", "list", "watch", "create", "delete"},
+        ("", "pods/log", None): {"get"},
+        ("", "pods/exec", None): {"create", "get"},
+        ("", "namespaces", None): {"get"},
+        ("", "events", None): {"create"},
+        ("", "secrets", "cbt-mover-repo"): {"get"},
+    },
+    ("ClusterRole", "cbt-mover-pod"): {
+        ("snapshot.storage.k8s.io", "volumesnapshotcontents", None): {"get"},
+        ("cbt.storage.k8s.io", "snapshotmetadataservices", None): {"get"},
+    },
+    ("Role", "cbt-mover-pod"): {
+        ("snapshot.storage.k8s.io", "volumesnapshots", None): {"get", "list", "watch"},
+        ("", "serviceaccounts/token", "cbt-mover"): {"create"},
+    },
+}
+
+
+def rbac_docs() -> list[dict]:
+    return [d for path in sorted((CONFIGS / "rbac").glob("*.yaml")) for d in docs(path)]
+
+
+def flatten(rules: list[dict]) -> dict:
+    out: dict = {}
+    for rule in rules:
+        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for name in rule.get("resourceNames") or [None]:
+                    key = (group, resource, name)
+                    assert key not in out, f"{key} granted twice"
+                    out[key] = set(rule["verbs"])
+    return out
+
+
+def test_rbac_has_no_wildcards():
+    text = "\n".join(p.read_text() for p in (CONFIGS / "rbac").glob("*.yaml"))
+    assert "*" not in text
+    for doc in rbac_docs():
+        for rule in doc.get("rules", []):
+            for value in [*rule["apiGroups"], *rule["resources"], *rule["verbs"], *rule.get("resourceNames", [])]:
+                assert "*" not in value
+
+
+def test_rbac_rules_are_exactly_the_needed_ones():
+    seen: dict = {}
+    for doc in rbac_docs():
+        if doc["kind"] in ("ClusterRole", "Role"):
+            rules = flatten(doc["rules"])
+            key = (doc["kind"], doc["metadata"]["name"])
+            assert rules == EXPECTED_RULES[key], key
+            seen.setdefault(key, []).append(doc["metadata"].get("namespace"))
+    assert set(seen) == set(EXPECTED_RULES)
+    role_namespaces = set(seen[("Role", "cbt-mover-pod")])
+    assert {"demo", "shop"} <= role_namespaces
+    for roles in EXPECTED_RULES.values():
+        for verbs in roles.values():
+            assert not verbs & {"escalate", "bind", "impersonate", "deletecollection", "update"}
+
+
+def test_rbac_bindings_match_roles_and_service_accounts():
+    all_docs = rbac_docs()
+    accounts = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in all_docs if d["kind"] == "ServiceAccount"}
+    roles = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) for d in all_docs
+             if d["kind"] in ("ClusterRole", "Role")}  # fmt: skip
+    bindings = [d for d in all_docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert bindings
+    for binding in bindings:
+        ref = binding["roleRef"]
+        ns = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        assert (ref["kind"], ref["name"], ns) in roles, binding["metadata"]["name"]
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount"
+            assert (subject["namespace"], subject["name"]) in accounts
+    controller = next(b for b in bindings if b["roleRef"]["name"] == "cbt-mover-controller")
+    assert controller["subjects"] == [{"kind": "ServiceAccount", "name": "cbt-mover-controller",
+                                       "namespace": "cbt-mover-system"}]  # fmt: skip
+    # the mover's cluster-scoped reads reach every namespace that has the mover's Role
+    mover_cluster = next(
+        b for b in bindings if b["kind"] == "ClusterRoleBinding" and b["roleRef"]["name"] == "cbt-mover-pod"
+    )
+    role_ns = {d["metadata"]["namespace"] for d in all_docs if d["kind"] == "Role"}
+    assert {s["namespace"] for s in mover_cluster["subjects"]} == role_ns
+
+
+def test_policies_use_the_rbac_names():
+    from movers.policy import load_policies
+
+    accounts = {
+        (d["metadata"]["namespace"], d["metadata"]["name"]) for d in rbac_docs() if d["kind"] == "ServiceAccount"
+    }
+    controller = next(
+        d for d in rbac_docs() if (d["kind"], d["metadata"]["name"]) == ("ClusterRole", "cbt-mover-controller")
+    )
+    secret_rule = next(r for r in controller["rules"] if r["resources"] == ["secrets"])
+    for policy in load_policies(CONFIGS / "policies"):
+        assert (policy.namespace, policy.mover.service_account) in accounts, policy.name
+        assert policy.repository.credentials_secret in secret_rule["resourceNames"], policy.name
+
+
+def test_crd_examples_accepted_by_the_api_emulator(tmp_path):
+    from kubernetes.client.rest import ApiException
+
+    from localcluster.kubeapi.testing import serve
+
+    examples = {d["kind"]: d for p in sorted((CONFIGS / "examples").glob("*.yaml")) for d in docs(p)}
+    assert set(examples) == {"SnapshotMetadataService", "VolumeGroupSnapshotClass", "VolumeSnapshotClass"}
+    plurals = {"SnapshotMetadataService": "snapshotmetadataservices",
+               "VolumeGroupSnapshotClass": "volumegroupsnapshotclasses",
+               "VolumeSnapshotClass": "volumesnapshotclasses"}  # fmt: skip
+    assert examples["SnapshotMetadataService"]["apiVersion"] == "cbt.storage.k8s.io/v1beta1"
+    assert examples["VolumeGroupSnapshotClass"]["apiVersion"] == "groupsnapshot.storage.k8s.io/v1"
+    with serve(tmp_path) as kube:
+        for kind, obj in examples.items():
+            group, version = obj["apiVersion"].split("/")
+            created = kube.custom.create_cluster_custom_object(group, version, plurals[kind], obj)
+            assert created["metadata"]["name"] == obj["metadata"]["name"]
+            assert created["metadata"].get("uid")
+        # the validation is real: the same SMS without its CA certificate is rejected
+        broken = json.loads(json.dumps(examples["SnapshotMetadataService"]))
+        broken["metadata"]["name"] = "other.csi.k8s.io"
+        del broken["spec"]["caCert"]
+        with pytest.raises(ApiException) as info:
+            kube.custom.create_cluster_custom_object(
+                "cbt.storage.k8s.io", "v1beta1", "snapshotmetadataservices", broken
+            )
+        assert info.value.status == 422
+
+
+def test_sms_example_ca_cert_is_base64_pem():
+    import base64
+
+    sms = docs(CONFIGS / "examples" / "snapshotmetadataservice.yaml")[0]
+    assert base64.b64decode(sms["spec"]["caCert"], validate=True).startswith(b"-----BEGIN CERTIFICATE-----")
+    assert "://" not in sms["spec"]["address"] and ":" in sms["spec"]["address"]
+
+
+EXPECTED_VARIABLES = {
+    # prefect-kubernetes' own variables (0.8.0)
+    "name", "namespace", "image", "image_pull_policy", "service_account_name", "env", "labels", "command",
+    "cpu_request", "cpu_limit", "memory_request", "memory_limit", "backoff_limit", "finished_job_ttl",
+    "job_watch_timeout_seconds", "pod_watch_timeout_seconds", "stream_output", "cluster_config",
+    # ours
+    "repository_secret",
+}  # fmt: skip
+
+
+def test_job_template():
+    template = json.loads((CONFIGS / "k8s-job-template.json").read_text())
+    assert set(template) == {"job_configuration", "variables"}
+    props = template["variables"]["properties"]
+    assert set(props) == EXPECTED_VARIABLES
+    assert props["service_account_name"]["default"] == "cbt-mover-controller"
+    assert props["namespace"]["default"] == "cbt-mover-system"
+    assert props["repository_secret"]["default"] == "cbt-mover-repo"
+    config = template["job_configuration"]
+    manifest = config["job_manifest"]
+    assert (manifest["apiVersion"], manifest["kind"]) == ("batch/v1", "Job")
+    pod = manifest["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "{{ service_account_name }}"
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    (container,) = pod["containers"]
+    assert container["image"] == "{{ image }}" and container["args"] == "{{ command }}"
+    assert container["env"] == "{{ env }}" and config["env"] == "{{ env }}"
+    assert container["command"] == ["/usr/bin/env"]  # the image's ENTRYPOINT is cbt-mover
+    assert container["envFrom"] == [{"secretRef": {"name": "{{ repository_secret }}", "optional": True}}]
+    # every placeholder names a declared variable, and every variable is used
+    text = json.dumps(config)
+    used = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", text))
+    assert used == EXPECTED_VARIABLES
+    # the service account and namespace are those of configs/rbac
+    accounts = {
+        (d["metadata"]["namespace"], d["metadata"]["name"]) for d in rbac_docs() if d["kind"] == "ServiceAccount"
+    }
+    assert (props["namespace"]["default"], props["service_account_name"]["default"]) in accounts
+
+
+def test_dockerfile():
+    text = (ROOT / "Dockerfile").read_text()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert lines[0] == "FROM python:3.11-slim"
+    entrypoints = [ln for ln in lines if ln.startswith("ENTRYPOINT")]
+    assert len(entrypoints) == 1 and json.loads(entrypoints[0].removeprefix("ENTRYPOINT").strip()) == ["cbt-mover"]
+    assert "requirements.lock" in text and "uv pip install" in text and "pip install --no-deps ." in text
+    users = [ln for ln in lines if ln.startswith("USER ")]
+    assert users and users[-1] != "USER root" and users[-1] != "USER 0"
+    # the console script exists in the project
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'cbt-mover = "movers.cli:main"' in pyproject
+    # everything the Dockerfile copies exists and is not excluded by .dockerignore
+    ignored = {ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+               if ln.strip() and not ln.startswith("#")}  # fmt: skip
+    for line in lines:
+        if line.startswith("COPY "):
+            for src in line.split()[1:-1]:
+                assert (ROOT / src).exists(), src
+                assert src.rstrip("/") not in ignored, src
