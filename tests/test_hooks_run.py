@@ -11,7 +11,7 @@ from kubernetes import client
 
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
 from movers.hooks.model import Hook, HookSet, hookset_from_annotations
-from movers.hooks.run import HookError, quiesced, run_hooks
+from movers.hooks.run import HookError, _exit_code, annotation_hooks, quiesced, run_hooks
 
 NS = "hooks"
 APP = ["python", "-m", "localcluster.demo_app"]
@@ -119,6 +119,8 @@ def test_annotation_hooks_of_the_pod(cluster):
     core = client.CoreV1Api(cluster.client)
     pod = core.read_namespaced_pod("app", NS)
     hooks = hookset_from_annotations(pod.metadata.name, pod.metadata.annotations)
+    assert annotation_hooks(cluster.client, NS, "app=demo") == hooks
+    assert annotation_hooks(cluster.client, NS, "app=absent") == HookSet()
     applog = AppLog(core)
     with quiesced(cluster.client, NS, hooks) as q:
         time.sleep(0.1)
@@ -183,3 +185,25 @@ def test_selector_matching_no_pod(cluster):
     gone = Hook(name="gone", pod_name="no-such-pod", command=["true"])
     with pytest.raises(HookError, match="no Running pod matches pod no-such-pod"):
         run_hooks(cluster.client, NS, [gone])
+
+
+def test_exit_code_from_the_error_channel():
+    assert _exit_code('{"status": "Success"}') == (0, "")
+    failure = ('{"status": "Failure", "reason": "NonZeroExitCode", "details": {"causes": '
+               '[{"reason": "ExitCode", "message": "3"}]}}')  # fmt: skip
+    assert _exit_code(failure) == (3, "")
+    code, error = _exit_code("")
+    assert code is None and "no exit status" in error
+    code, error = _exit_code('{"status": "Failure", "reason": "InternalError", "message": "no such file"}')
+    assert code is None and "InternalError" in error and "no such file" in error
+    assert _exit_code("not json")[0] is None
+
+
+def test_command_that_cannot_start_or_unknown_container(cluster):
+    missing = Hook(name="missing", pod_selector=SEL, command=["no-such-program-xyz"])
+    with pytest.raises(HookError, match="missing") as err:
+        run_hooks(cluster.client, NS, [missing])
+    assert not err.value.results[0].ok and err.value.results[0].exit_code != 0
+    wrong = Hook(name="wrong-container", pod_selector=SEL, container="nope", command=["true"])
+    with pytest.raises(HookError, match=r"wrong-container.*exec refused \(400\): container nope is not valid"):
+        run_hooks(cluster.client, NS, [wrong])

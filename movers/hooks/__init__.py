@@ -11,5 +11,32 @@ from movers.hooks.model import (
     hookset_from_policy,
     parse_duration,
 )
+from movers.hooks.run import (
+    HookError,
+    HookResult,
+    Quiesce,
+    annotation_hooks,
+    exec_in_pod,
+    quiesced,
+    run_hook,
+    run_hooks,
+    target_pods,
+)
 
-__all__ = ["Hook", "HookSet", "HookSpecError", "hookset_from_annotations", "hookset_from_policy", "parse_duration"]
+__all__ = [
+    "Hook",
+    "HookError",
+    "HookResult",
+    "HookSet",
+    "HookSpecError",
+    "Quiesce",
+    "annotation_hooks",
+    "exec_in_pod",
+    "hookset_from_annotations",
+    "hookset_from_policy",
+    "parse_duration",
+    "quiesced",
+    "run_hook",
+    "run_hooks",
+    "target_pods",
+]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL, STDERR_CHANNEL, STDOUT_CHANNEL
 
 from movers.errors import MoverError
-from movers.hooks.model import Hook, HookSet
+from movers.hooks.model import Hook, HookSet, hookset_from_annotations
 
 log = logging.getLogger("movers.hooks")
 TAIL = 4096  # characters of stdout/stderr kept per exec
@@ -119,6 +120,22 @@ def _exit_code(status_text: str) -> tuple[int | None, str]:
     return None, f"exec failed: {status.get('reason') or ''} {status.get('message') or status_text[:200]}".strip()
 
 
+def _refusal(exc: ApiException) -> tuple[int | str, str]:
+    """HTTP status and message of a refused exec. A refused websocket upgrade arrives as status 0 with
+    ``Handshake status 400 Bad Request -+-+- {headers} -+-+- {Status JSON}`` as the reason."""
+    status: int | str = exc.status or "?"
+    text = exc.body if isinstance(exc.body, str) and exc.body else str(exc.reason or "")
+    match = re.match(r"Handshake status (\d+)", text)
+    if match:
+        status = int(match.group(1))
+    message = text.rsplit("-+-+-", 1)[-1].strip()
+    with contextlib.suppress(Exception):
+        body = json.loads(message)
+        status = body.get("code") or status
+        message = body.get("message") or message
+    return status, message[:300]
+
+
 def exec_in_pod(api: client.ApiClient, namespace: str, pod: str, hook: Hook) -> HookResult:
     """Run ``hook.command`` in one pod's container, bounded by ``hook.timeout_s``."""
     core = client.CoreV1Api(api)
@@ -137,10 +154,8 @@ def exec_in_pod(api: client.ApiClient, namespace: str, pod: str, hook: Hook) -> 
         resp = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=hook.command, stdin=False,
                       stdout=True, stderr=True, tty=False, _preload_content=False, **kwargs)  # fmt: skip
     except ApiException as exc:
-        reason = exc.reason or ""
-        with contextlib.suppress(Exception):
-            reason = json.loads(exc.body).get("message") or reason
-        return result(None, f"exec refused ({exc.status}): {reason}")
+        code, reason = _refusal(exc)
+        return result(None, f"exec refused ({code}): {reason}")
     except Exception as exc:  # connection errors, websocket handshake failures
         return result(None, f"exec failed: {type(exc).__name__}: {exc}")
     try:
@@ -180,6 +195,18 @@ def target_pods(api: client.ApiClient, namespace: str, hook: Hook) -> list[str]:
         pods = core.list_namespaced_pod(namespace, label_selector=hook.label_selector).items
     running = [p for p in pods if p.status and p.status.phase == "Running" and not p.metadata.deletion_timestamp]
     return sorted(p.metadata.name for p in running)
+
+
+def annotation_hooks(api: client.ApiClient, namespace: str, label_selector: str | None = None) -> HookSet:
+    """The Velero-style annotation hooks of the Running pods in the namespace (optionally only those
+    matching ``label_selector``), merged in pod name order; each hook runs in its own pod only."""
+    core = client.CoreV1Api(api)
+    pods = core.list_namespaced_pod(namespace, label_selector=label_selector or "").items
+    merged = HookSet()
+    for pod in sorted(pods, key=lambda p: p.metadata.name):
+        if pod.status and pod.status.phase == "Running" and not pod.metadata.deletion_timestamp:
+            merged = merged + hookset_from_annotations(pod.metadata.name, pod.metadata.annotations)
+    return merged
 
 
 def run_hook(api: client.ApiClient, namespace: str, hook: Hook) -> list[HookResult]:
