@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from movers.errors import UsageError
+from movers.errors import NotFoundError, UsageError
 from movers.repo.repository import Repository
 
 log = logging.getLogger(__name__)
@@ -187,8 +187,6 @@ def forget(
     for ref in repo.list_backups(volume):
         by_volume.setdefault(ref.volume, []).append(ref)
     if volume is not None and not by_volume:
-        from movers.errors import NotFoundError
-
         raise NotFoundError(f"volume {volume} has no backups in {repo.describe()}")
     for vol in sorted(by_volume):
         refs = {ref.backup_id: ref for ref in by_volume[vol]}
