@@ -97,8 +97,14 @@ def test_velero_legacy_pre_and_windows_argv_and_none():
         ({"pre.hook.backup.velero.io/command": "echo 'unclosed"}, "cannot split"),
         ({"post.hook.backup.velero.io/command": "  "}, "post.hook.backup.velero.io/command is empty"),
         ({"pre.hook.backup.velero.io/command": "x", "pre.hook.backup.velero.io/on-error": "Retry"}, "Fail or Continue"),
-        ({"pre.hook.backup.velero.io/command": "x", "pre.hook.backup.velero.io/timeout": "30"}, "invalid duration"),
-        ({"pre.hook.backup.velero.io/command": "x", "pre.hook.backup.velero.io/timeout": "0s"}, "must be positive"),
+        (
+            {"pre.hook.backup.velero.io/command": "x", "pre.hook.backup.velero.io/timeout": "30"},
+            "velero.io/timeout: invalid duration",
+        ),
+        (
+            {"pre.hook.backup.velero.io/command": "x", "pre.hook.backup.velero.io/timeout": "0s"},
+            "timeout must be positive",
+        ),
         ({"pre.hook.backup.velero.io/command": "x", "pre.hook.backup.velero.io/retries": "2"}, "unknown annotation"),
     ],
 )

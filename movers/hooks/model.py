@@ -132,13 +132,13 @@ def parse_duration(text: str | int | float) -> float:
     return sign * total
 
 
-def _timeout(value: Any, where: str) -> float:
+def _timeout(value: Any, where: str, label: str = "timeout") -> float:
     try:
         seconds = parse_duration(value)
     except ValueError as err:
-        raise HookSpecError(f"{where}: timeout: {err}") from None
+        raise HookSpecError(f"{where}: {label}: {err}") from None
     if seconds <= 0:
-        raise HookSpecError(f"{where}: timeout must be positive, got {value!r}")
+        raise HookSpecError(f"{where}: {label} must be positive, got {value!r}")
     return seconds
 
 
@@ -251,7 +251,7 @@ def _velero_hook(pod_name: str, annotations: Mapping[str, str], prefix: str, pha
         pod_name=pod_name,
         container=keys.get("container", "").strip() or None,
         command=command,
-        timeout_s=_timeout(keys["timeout"], f"{where}: {prefix}") if "timeout" in keys else DEFAULT_TIMEOUT_S,
+        timeout_s=_timeout(keys["timeout"], where, f"{prefix}timeout") if "timeout" in keys else DEFAULT_TIMEOUT_S,
         on_error=on_error.lower(),  # type: ignore[arg-type]
     )
 
