@@ -66,7 +66,7 @@ def test_defaults(tmp_path):
     assert policy.repository.credentials_secret is None
     assert policy.mover.service_account == "cbt-mover" and policy.mover.node_selector == {"kubernetes.io/os": "linux"}
     assert policy.mover.resources["requests"] and policy.mover.resources["limits"]
-    assert (policy.cbt.enabled, policy.cbt.max_results) == ("auto", 256)
+    assert (policy.cbt.enabled, policy.cbt.max_results) == ("auto", 4096)
     assert policy.group_snapshot.class_name is None and policy.snapshot_class is None
     data = policy.to_dict()
     assert data["group_snapshot"] == {"class": None, "timeout": 300.0} and "source" not in data
