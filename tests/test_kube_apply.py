@@ -1,0 +1,145 @@
+"""``movers.kube`` on the local cluster: the builders' manifests are accepted, a group snapshot's
+members map back to their PVCs, a mover pod built by ``mover_pod`` backs a snapshot up into S3 and
+reports through its termination message, and ``delete_by_label`` removes what a run made."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from kubernetes import client
+
+from movers.cbt.discovery import resolve_snapshot, snapshot_metadata_service
+from movers.kube import apply as k
+from movers.kube import manifests as m
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def ns(local_cluster, request):
+    name = request.node.name.replace("_", "-").lower()[:50].strip("-")
+    core = client.CoreV1Api(local_cluster.client)
+    core.create_namespace({"metadata": {"name": name}})
+    core.create_namespaced_service_account(name, {"metadata": {"name": "mover"}})
+    return name
+
+
+def _labels(run, app="shop"):
+    return {**m.run_labels(run), "app": app}
+
+
+def test_manifests_accepted_and_cleaned_up(local_cluster, ns):
+    api = local_cluster.client
+    version = k.served_group_snapshot_version(api)
+    assert version == "v1"
+    labels = _labels("r1")
+    k.create(api, m.block_pvc("data", ns, "8Mi", None, labels))
+    vs = k.create(api, m.volume_snapshot("snap", ns, "data", None, labels))
+    assert vs["spec"]["source"]["persistentVolumeClaimName"] == "data"
+    vs = k.wait_snapshot_ready(api, "VolumeSnapshot", ns, "snap", timeout=20)
+    k.create(api, m.pvc_from_snapshot("read", ns, "snap", "8Mi", "local-block", labels))
+    content = vs["status"]["boundVolumeSnapshotContentName"]
+    patched = k.patch_content_annotation(api, content)
+    assert patched["metadata"]["annotations"][m.ALLOW_VOLUME_MODE_CHANGE] == "true"
+    k.create(api, m.volume_group_snapshot("group", ns, {"matchLabels": {"app": "shop"}}, None, version, labels))
+    pod = m.mover_pod("mover", ns, image="cbt-mover", args=["--help"], pvc="read", service_account="mover",
+                      repo_secret="absent", cbt_audience="aud", labels=labels, active_deadline_seconds=60)  # fmt: skip
+    k.create(api, pod)
+    assert k.create(api, pod)["metadata"]["name"] == "mover", "the same run's object is reused"
+    with pytest.raises(k.ConflictError):
+        k.create(api, m.block_pvc("data", ns, "8Mi", None, _labels("other-run")))
+    with pytest.raises(k.ConflictError):
+        k.create(api, m.block_pvc("data", ns, "8Mi", None, None))
+
+    deleted = k.delete_by_label(api, ns, f"{m.RUN_LABEL}=r1", wait=True, timeout=30)
+    assert deleted == {"Pod": ["mover"], "PersistentVolumeClaim": ["data", "read"], "VolumeGroupSnapshot": ["group"],
+                       "VolumeSnapshot": ["snap"]}  # fmt: skip
+    for kind in ("Pod", "PersistentVolumeClaim", "VolumeSnapshot"):
+        assert k.list_objects(api, kind, ns) == [], kind
+
+
+def test_group_snapshot_members_map_to_pvcs(local_cluster, ns):
+    api = local_cluster.client
+    version = k.served_group_snapshot_version(api)
+    for pvc in ("db", "logs"):
+        k.create(api, m.block_pvc(pvc, ns, "8Mi", None, {"app": "shop"}))
+    k.create(api, m.block_pvc("other", ns, "8Mi", None, {"app": "unrelated"}))
+    k.create(api, m.volume_group_snapshot("g1", ns, {"matchLabels": {"app": "shop"}}, None, version, _labels("r2")))
+    vgs = k.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "g1", timeout=30)
+    members = k.group_members(api, vgs)
+    assert [x.pvc for x in members] == ["db", "logs"]
+    assert all(x.ready and x.handle and x.content and x.volume_handle for x in members)
+    assert members[0].restore_size == 8 * MiB and len({x.handle for x in members}) == 2
+    for x in members:  # the handle is what resolve_snapshot (the mover's view) records too
+        assert resolve_snapshot(api, ns, x.snapshot).handle == x.handle
+
+    with pytest.raises(k.SnapshotNotReadyError, match="not ready after"):
+        k.create(api, m.volume_snapshot("nosource", ns, "missing-pvc", None, _labels("r2")))
+        k.wait_snapshot_ready(api, "VolumeSnapshot", ns, "nosource", timeout=1)
+    k.delete_by_label(api, ns, f"{m.RUN_LABEL}=r2", wait=True, timeout=30)
+    assert k.group_members(api, vgs) == []
+
+
+def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
+    cluster, api = local_cluster, local_cluster.client
+    core = client.CoreV1Api(api)
+    labels = _labels("r3")
+    k.create(api, m.block_pvc("data", ns, "16Mi", None, {"app": "shop"}))
+    pvc_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "writer", "namespace": ns},
+               "spec": {"restartPolicy": "Never", "containers": [{
+                   "name": "w", "image": "busybox", "command": [sys.executable, "-c",
+                   "import os; f=os.open('/dev/xvda', os.O_WRONLY); os.pwrite(f, b'x'*(1<<20), 4<<20); os.close(f)"],
+                   "volumeDevices": [{"name": "d", "devicePath": "/dev/xvda"}]}],
+                   "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}  # fmt: skip
+    assert k.run_pod_to_completion(api, pvc_pod, timeout=30).succeeded
+    k.create(api, m.volume_snapshot("snap", ns, "data", None, labels))
+    k.wait_snapshot_ready(api, "VolumeSnapshot", ns, "snap", timeout=20)
+    ref = resolve_snapshot(api, ns, "snap")
+    audience = snapshot_metadata_service(api, ref.driver).audience
+    k.create(api, m.pvc_from_snapshot("snap-read", ns, "snap", "16Mi", None, labels))
+
+    bucket = f"backups-{ns}"[:63]
+    cluster.s3.client().create_bucket(Bucket=bucket)
+    repo = f"s3://{bucket}/repo"
+    env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=env, capture_output=True)
+    core.create_namespaced_secret(ns, {"metadata": {"name": "repo", "labels": labels},
+                                       "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}})  # fmt: skip
+
+    args = m.backup_args(volume=f"{ns}/data", namespace=ns, snapshot="snap", pvc="data",
+                         extra=["--progress-interval", "0"])  # fmt: skip
+    pod = m.mover_pod("mover", ns, image="cbt-mover", args=args, pvc="snap-read", service_account="mover",
+                      repo_secret="repo", cbt_audience=audience, labels=labels,
+                      active_deadline_seconds=120)  # fmt: skip
+    seen: list[str] = []
+    res = k.run_pod_to_completion(api, pod, timeout=60, on_log_line=seen.append)
+    assert res.succeeded, (res.message, res.log_tail)
+    assert res.result["change_source"] == "cbt-allocated" and res.result["mode"] == "full"
+    assert res.result["snapshot_handle"] == ref.handle and res.result["volume"] == f"{ns}/data"
+    assert 1 * MiB <= res.result["read_bytes"] <= 16 * MiB
+    assert any(line.startswith("progress done=") for line in seen), seen
+    assert any(line.startswith("progress done=") for line in res.log_tail)
+
+    deleted = k.delete_by_label(api, ns, f"{m.RUN_LABEL}=r3", wait=True, timeout=30)
+    assert deleted == {"Pod": ["mover"], "PersistentVolumeClaim": ["snap-read"], "VolumeSnapshot": ["snap"]}
+    assert [p.metadata.name for p in core.list_namespaced_persistent_volume_claim(ns).items] == ["data"]
+
+
+def test_failed_pod_reports_exit_code_and_log_tail(local_cluster, ns):
+    api = local_cluster.client
+    k.create(api, m.block_pvc("data", ns, "8Mi", None, None))
+    client.CoreV1Api(api).create_namespaced_secret(ns, {"metadata": {"name": "repo"}, "stringData": {
+        "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "CBT_MOVER_REPO": "s3://nowhere/repo"}})  # fmt: skip
+    args = m.restore_args(volume="v", repo="file:///nonexistent/repo")
+    pod = m.mover_pod("bad", ns, image="cbt-mover", args=args, pvc="data", service_account="mover",
+                      repo_secret="repo", labels=_labels("r4"))  # fmt: skip
+    res = k.run_pod_to_completion(api, pod, timeout=30)
+    assert res.phase == "Failed" and res.exit_code not in (0, None) and not res.succeeded
+    assert "cbt-mover: error" in res.message and res.result is None, res.message
+    assert any("cbt-mover: error" in line for line in res.log_tail)
+    with pytest.raises(k.PodTimeoutError, match="CreateContainerConfigError"):
+        k.run_pod_to_completion(api, {**pod, "metadata": {**pod["metadata"], "name": "nosecret"},
+                                      "spec": {**pod["spec"], "containers": [{**pod["spec"]["containers"][0],
+                                      "env": m._repo_env("absent")}]}}, timeout=3)  # fmt: skip
