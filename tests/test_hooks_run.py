@@ -175,6 +175,15 @@ def test_timeout_fails_within_the_timeout(cluster):
     (res,) = err.value.results
     assert res.exit_code is None and not res.ok and 1.5 <= res.duration_s < 3
 
+    # closing the stream at the deadline ends the command in the pod: it never gets to write
+    late = py("late", "import time; time.sleep(2); open('/run/demo/late', 'w').close()", timeout_s=0.5)
+    with pytest.raises(HookError, match="timed out"):
+        run_hooks(cluster.client, NS, [late])
+    time.sleep(2.5)
+    control = py("control", "open('/run/demo/control', 'w').close()")
+    check = py("check", "import os; print(*(os.path.exists(f'/run/demo/{n}') for n in ('control', 'late')))")
+    assert run_hooks(cluster.client, NS, [control, check])[1].stdout_tail.strip() == "True False"
+
 
 def test_selector_matching_no_pod(cluster):
     nobody = Hook(name="nobody", pod_selector={"app": "absent"}, command=["true"])
