@@ -143,3 +143,24 @@ def test_failed_pod_reports_exit_code_and_log_tail(local_cluster, ns):
         k.run_pod_to_completion(api, {**pod, "metadata": {**pod["metadata"], "name": "nosecret"},
                                       "spec": {**pod["spec"], "containers": [{**pod["spec"]["containers"][0],
                                       "env": m._repo_env("absent")}]}}, timeout=3)  # fmt: skip
+
+
+def test_older_group_snapshot_version_is_detected_and_used(make_local_cluster):
+    cluster = make_local_cluster(s3=False, cbt=False, group_snapshot_versions=("v1beta2", "v1beta1"))
+    api, ns = cluster.client, "old"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    version = k.served_group_snapshot_version(api)
+    assert version == "v1beta2"
+    k.create(api, m.block_pvc("db", ns, "8Mi", None, {"app": "shop"}))
+    k.create(api, m.volume_group_snapshot("g", ns, {"matchLabels": {"app": "shop"}}, None, version, _labels("r5")))
+    vgs = k.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "g", timeout=30)
+    assert vgs["apiVersion"].endswith("/v1beta2")
+    assert [x.pvc for x in k.group_members(api, vgs)] == ["db"]
+    k.create(api, m.volume_snapshot("bad", ns, "missing-pvc", None, _labels("r5")))
+    with pytest.raises(k.SnapshotNotReadyError) as info:
+        k.wait_snapshot_ready(api, "VolumeSnapshot", ns, "bad", timeout=1.5)
+    assert "bad not ready after 1.5 s: " in str(info.value) and "missing-pvc" in str(info.value), "controller's error"
+    assert info.value.retriable
+    assert k.delete_by_label(api, ns, f"{m.RUN_LABEL}=r5", wait=True, timeout=30) == {
+        "VolumeGroupSnapshot": ["g"], "VolumeSnapshot": ["bad"]}  # fmt: skip
+    assert k.list_objects(api, "VolumeSnapshot", ns) == []
