@@ -95,7 +95,7 @@ class PodResult:
         return self.phase == "Succeeded" and self.exit_code == 0
 
 
-def _api_error(err, what: str) -> KubeError:
+def _api_error(err, what: str) -> MoverError:
     message = err.reason
     try:
         message = json.loads(err.body).get("message") or message
