@@ -1,0 +1,139 @@
+"""The ``backup-app`` flow: quiesce an application, snapshot its PVCs as a group, and back every
+member up to the repository from a Block-mode mover pod (CBT delta / CBT allocated / scan).
+
+Parameters come from a policy file (``configs/policies/``) or directly; direct parameters override
+the policy's. Everything the run creates in the cluster carries ``cbt-mover.io/run=<run id>`` and is
+deleted in ``finally``; the group snapshot of a successful run is kept (run label removed) as the
+base of the next CBT delta, and the one it replaces is deleted.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from movers.policy import BackupPolicy, parse_policy
+from tasks.kube import cbt_audience, cleanup_run, discover_pvcs, keep_base_snapshots, move_volume, quiesce_and_snapshot
+from tasks.repo import latest_base_handle, plan_member
+
+
+def _run_name() -> str:
+    p = flow_run.parameters
+    what = p.get("namespace") or (p.get("policy_path") or "policy").rsplit("/", 1)[-1].removesuffix(".yaml")
+    return f"backup-{what}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def resolve_policy(policy_path: str | None, **overrides: Any) -> BackupPolicy:
+    """The policy file (if any) with the non-None ``overrides`` applied, validated as one policy."""
+    import yaml
+
+    data: dict[str, Any] = {}
+    if policy_path:
+        with open(policy_path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "repo":
+            data.setdefault("repository", {})["url"] = value
+        elif key == "repo_secret":
+            data.setdefault("repository", {})["credentials_secret"] = value
+        elif key == "image":
+            data.setdefault("mover", {})["image"] = value
+        elif key == "service_account":
+            data.setdefault("mover", {})["service_account"] = value
+        elif key == "selector":
+            data["pvc_selector"] = value if "matchLabels" in value or "matchExpressions" in value else {
+                "matchLabels": value}  # fmt: skip
+        else:
+            data[key] = value
+    data.setdefault("name", data.get("namespace", "app"))
+    return parse_policy(data, policy_path)
+
+
+@flow(name="backup-app", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=8), log_prints=True)
+def backup_app(
+    policy_path: str | None = None,
+    namespace: str | None = None,
+    selector: dict[str, Any] | None = None,
+    repo: str | None = None,
+    repo_secret: str | None = None,
+    hooks: dict[str, Any] | None = None,
+    image: str | None = None,
+    service_account: str | None = None,
+    parallelism: int | None = None,
+    kubeconfig: str | None = None,
+) -> dict[str, Any]:
+    """Back up the PVCs ``selector`` matches in ``namespace`` (or the policy's) to ``repo``."""
+    log = get_run_logger()
+    policy = resolve_policy(policy_path, namespace=namespace, selector=selector, repo=repo, repo_secret=repo_secret,
+                            hooks=hooks, image=image, service_account=service_account,
+                            parallelism=parallelism)  # fmt: skip
+    ns, url = policy.namespace, policy.repository.url
+    if not policy.repository.credentials_secret:
+        raise ValueError("the mover pods need repository credentials: set repository.credentials_secret")
+    run_id = f"backup-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    log.info("run %s: backing up %s (selector %s) to %s", run_id, ns, policy.pvc_selector, url)
+    t0 = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    try:
+        pvcs = discover_pvcs(kubeconfig, ns, policy.pvc_selector)
+        if not pvcs:
+            raise ValueError(f"no PVC in {ns} matches {policy.pvc_selector}")
+        snap = quiesce_and_snapshot(kubeconfig, ns, policy.pvc_selector, [p["name"] for p in pvcs], run_id,
+                                    run_id, policy.to_dict()["hooks"], policy.use_pod_annotations,
+                                    policy.group_snapshot.class_name, policy.snapshot_class,
+                                    policy.group_snapshot.timeout)  # fmt: skip
+        members = snap["members"]
+        missing = {p["name"] for p in pvcs} - {x["pvc"] for x in members}
+        if missing:
+            raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(missing)}")
+        mover = policy.to_dict()["mover"]
+        audiences: dict[str, str | None] = {}
+        futures = []
+        # submit in waves of `parallelism` (the task runner has more threads than that)
+        for start in range(0, len(members), policy.parallelism):
+            wave = []
+            for member in members[start : start + policy.parallelism]:
+                volume_id = f"{ns}/{member['pvc']}"
+                if member["driver"] not in audiences:
+                    audiences[member["driver"]] = cbt_audience(kubeconfig, member["driver"])
+                base = latest_base_handle(url, volume_id)
+                plan = plan_member(volume_id, base, audiences[member["driver"]], policy.cbt.enabled)
+                fut = move_volume.submit(kubeconfig, ns, run_id, member, plan, mover,
+                                         policy.repository.credentials_secret, policy.timeouts.mover)  # fmt: skip
+                wave.append((member, plan, fut))
+            for member, plan, fut in wave:
+                futures.append((member, plan, fut.result()))
+        for member, plan, res in futures:
+            rows.append({"volume": f"{ns}/{member['pvc']}", "mode": res.get("mode"),
+                         "planned": plan["change_source"], "change_source": res.get("change_source"),
+                         "changed_bytes": res.get("changed_bytes"), "read_bytes": res.get("read_bytes"),
+                         "uploaded_bytes": res.get("stored_bytes"), "duration_s": res.get("duration_s"),
+                         "backup_id": res.get("backup_id")})  # fmt: skip
+            if res.get("change_source") != plan["change_source"]:
+                log.warning("%s: planned %s but the mover used %s (%s)", member["pvc"], plan["change_source"],
+                            res.get("change_source"), res.get("cbt_fallback", "no reason given"))  # fmt: skip
+        kept = [snap["group"]] if snap["group"] else [x["snapshot"] for x in members]
+        keep_base_snapshots(kubeconfig, ns, policy.name, snap["kind"], snap["group_version"], kept)
+    finally:
+        deleted = cleanup_run(kubeconfig, ns, run_id)
+        log.info("run %s: deleted %s", run_id, deleted)
+    create_table_artifact(key=f"backup-{policy.name}", table=rows,
+                          description=f"backup of {ns} ({run_id}) to {url}")  # fmt: skip
+    restore = "\n".join(
+        f"- `{r['volume']}`: `cbt-mover restore --repo {url} --volume {r['volume']} --backup {r['backup_id']}"
+        f" --device /dev/<target>`" for r in rows)  # fmt: skip
+    create_markdown_artifact(key=f"backup-{policy.name}-restore", markdown=(
+        f"# Backup {run_id} of `{ns}`\n\nRepository `{url}`. To restore a volume onto a block device or image file"
+        f" (from a Block-mode pod with the repository's credentials):\n\n{restore}\n"))  # fmt: skip
+    summary = {"run_id": run_id, "namespace": ns, "repository": url, "freeze_s": snap["freeze_s"],
+               "duration_s": round(time.monotonic() - t0, 3), "volumes": rows}  # fmt: skip
+    log.info("backup %s done: %s", run_id, ", ".join(f"{r['volume']} {r['mode']}" for r in rows))
+    return summary

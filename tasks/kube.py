@@ -1,0 +1,184 @@
+"""Thin Prefect tasks over ``movers.kube`` / ``movers.hooks``: inputs and results are plain data.
+
+Every task takes ``kubeconfig`` (None: in-cluster, then ``KUBECONFIG`` / ``~/.kube/config``) and
+builds its API client itself (cached per process), so that task inputs stay serialisable.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from prefect import get_run_logger, task
+
+from movers.kube import apply as k
+from movers.kube import manifests as m
+
+# a member of the snapshot set as plain data: pvc, snapshot, content, handle, driver, restore_size, source_volume_mode
+Member = dict[str, Any]
+
+KEPT_LABEL = "cbt-mover.io/kept-for"  # a kept base snapshot (its run label removed): value = the app's name
+
+
+def _retriable(task, task_run, state) -> bool:
+    """Retry only errors the movers mark retriable (transient store errors, snapshots not ready yet)."""
+    try:
+        state.result()
+    except Exception as err:  # noqa: BLE001
+        return bool(getattr(err, "retriable", False))
+    return False
+
+
+@functools.lru_cache(maxsize=8)
+def api_client(kubeconfig: str | None = None):
+    from kubernetes import config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    try:
+        config.load_incluster_config()
+        from kubernetes import client
+
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+def selector_string(selector: dict[str, Any]) -> str:
+    """A LabelSelector dict in the API's ``labelSelector`` query syntax."""
+    parts = [f"{key}={value}" for key, value in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], ",".join(expr.get("values") or [])
+        parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key,
+                      "DoesNotExist": f"!{key}"}[op])  # fmt: skip
+    return ",".join(parts)
+
+
+@task(name="discover-pvcs", retries=2, retry_delay_seconds=2, retry_condition_fn=_retriable)
+def discover_pvcs(kubeconfig: str | None, namespace: str, selector: dict[str, Any]) -> list[dict[str, Any]]:
+    """The PVCs of ``namespace`` that ``selector`` matches: name, volume mode, size, storage class."""
+    items = k.list_objects(api_client(kubeconfig), "PersistentVolumeClaim", namespace, selector_string(selector))
+    return [{"name": p["metadata"]["name"], "volume_mode": p["spec"].get("volumeMode", "Filesystem"),
+             "size": ((p.get("status") or {}).get("capacity") or {}).get("storage")
+             or p["spec"]["resources"]["requests"]["storage"],
+             "storage_class": p["spec"].get("storageClassName")} for p in items]  # fmt: skip
+
+
+def _member_of(api, namespace: str, snapshot: str) -> Member:
+    from movers.cbt.discovery import resolve_snapshot
+
+    ref = resolve_snapshot(api, namespace, snapshot)
+    content = k.get(api, "VolumeSnapshotContent", None, ref.content)
+    return {"pvc": ref.source_pvc, "snapshot": snapshot, "content": ref.content, "handle": ref.handle,
+            "driver": ref.driver, "restore_size": ref.restore_size,
+            "source_volume_mode": (content.get("spec") or {}).get("sourceVolumeMode")}  # fmt: skip
+
+
+@task(name="quiesce-and-snapshot")
+def quiesce_and_snapshot(kubeconfig: str | None, namespace: str, selector: dict[str, Any], pvcs: list[str],
+                         run_id: str, name: str, hooks: dict[str, Any], use_pod_annotations: bool = False,
+                         group_class: str | None = None, snapshot_class: str | None = None,
+                         timeout: float = 300.0) -> dict[str, Any]:  # fmt: skip
+    """Pre hooks, a VolumeGroupSnapshot (or one VolumeSnapshot per PVC) until ready, post hooks ALWAYS.
+
+    Returns ``{"kind", "group", "members": [Member], "freeze_s", "hooks": [str]}``.
+    """
+    from movers.hooks import annotation_hooks, hookset_from_policy, quiesced
+
+    log = get_run_logger()
+    api = api_client(kubeconfig)
+    hookset = hookset_from_policy(hooks or {})
+    if use_pod_annotations:
+        hookset = hookset + annotation_hooks(api, namespace)
+    labels = m.run_labels(run_id)
+    version = k.served_group_snapshot_version(api)
+    snapshots: list[str] = []
+    with quiesced(api, namespace, hookset) as q:
+        if version:
+            k.create(api, m.volume_group_snapshot(name, namespace, selector, group_class, version, labels))
+            vgs = k.wait_snapshot_ready(api, "VolumeGroupSnapshot", namespace, name, timeout=timeout, version=version)
+        else:
+            log.warning("the cluster serves no VolumeGroupSnapshot API: one VolumeSnapshot per PVC while frozen")
+            for pvc in pvcs:
+                snap = f"{name}-{pvc}"[:253]
+                k.create(api, m.volume_snapshot(snap, namespace, pvc, snapshot_class, labels))
+                snapshots.append(snap)
+            for snap in snapshots:
+                k.wait_snapshot_ready(api, "VolumeSnapshot", namespace, snap, timeout=timeout)
+    if version:
+        snapshots = [x.snapshot for x in k.group_members(api, vgs)]
+    members = [_member_of(api, namespace, s) for s in snapshots]
+    done = [r.describe() for r in q.pre_results + q.post_results]
+    for line in done:
+        log.info(line)
+    log.info("freeze window %.3f s; %d member snapshot(s)", q.freeze_s or 0.0, len(members))
+    return {"kind": "VolumeGroupSnapshot" if version else "VolumeSnapshot", "group": name if version else None,
+            "group_version": version, "members": members, "freeze_s": q.freeze_s, "hooks": done}  # fmt: skip
+
+
+@task(name="cbt-audience")
+def cbt_audience(kubeconfig: str | None, driver: str) -> str | None:
+    """The SnapshotMetadataService audience of ``driver``, or None when CBT is unavailable."""
+    from movers.cbt.discovery import snapshot_metadata_service
+    from movers.errors import CbtUnavailableError, NotFoundError
+
+    try:
+        return snapshot_metadata_service(api_client(kubeconfig), driver).audience
+    except (CbtUnavailableError, NotFoundError) as err:
+        get_run_logger().warning("CBT unavailable for driver %s: %s", driver, err)
+        return None
+
+
+@task(name="move-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=_retriable)
+def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Member, plan: dict[str, Any],
+                mover: dict[str, Any], repo_secret: str, timeout: float = 3600.0) -> dict[str, Any]:  # fmt: skip
+    """A Block PVC from the member's snapshot and a mover pod backing it up; the pod's result JSON.
+
+    ``plan``: ``{"change_source", "base_handle", "audience"}`` (see tasks.repo.plan_member).
+    """
+    log = get_run_logger()
+    api = api_client(kubeconfig)
+    pvc, labels = member["pvc"], m.run_labels(run_id, **{"cbt-mover.io/pvc": member["pvc"]})
+    if member.get("source_volume_mode") == "Filesystem":
+        k.patch_content_annotation(api, member["content"])
+    read_pvc = f"{run_id}-{pvc}"[:63].rstrip("-")
+    k.create(api, m.pvc_from_snapshot(read_pvc, namespace, member["snapshot"], str(member["restore_size"]),
+                                      None, labels))  # fmt: skip
+    args = m.backup_args(volume=f"{namespace}/{pvc}", namespace=namespace, snapshot=member["snapshot"], pvc=pvc,
+                         base_handle=plan.get("base_handle"), extra=["--progress-interval", "1"])  # fmt: skip
+    pod = m.mover_pod(read_pvc, namespace, image=mover["image"], args=args, pvc=read_pvc,
+                      service_account=mover["service_account"], repo_secret=repo_secret,
+                      cbt_audience=plan.get("audience"), resources=mover.get("resources"), labels=labels,
+                      node_selector=mover.get("node_selector"), active_deadline_seconds=int(timeout))  # fmt: skip
+    res = k.run_pod_to_completion(api, pod, timeout=timeout,
+                                  on_log_line=lambda line: log.debug("%s: %s", pvc, line))  # fmt: skip
+    if not res.succeeded or not res.result:
+        raise k.KubeError(f"mover pod {namespace}/{read_pvc} failed (exit {res.exit_code}): {res.message.strip()}"
+                          f"\n" + "\n".join(res.log_tail))  # fmt: skip
+    return res.result
+
+
+@task(name="cleanup-run")
+def cleanup_run(kubeconfig: str | None, namespace: str, run_id: str, timeout: float = 60.0) -> dict[str, list[str]]:
+    """Delete everything labelled with the run (pods, PVCs, snapshots); what was deleted."""
+    return k.delete_by_label(api_client(kubeconfig), namespace, f"{m.RUN_LABEL}={run_id}", wait=True, timeout=timeout)
+
+
+@task(name="keep-base-snapshots")
+def keep_base_snapshots(kubeconfig: str | None, namespace: str, app: str, kind: str, version: str | None,
+                        names: list[str]) -> list[str]:  # fmt: skip
+    """Keep this run's snapshots as the next delta's base (run label off, ``KEPT_LABEL=app`` on) and
+    delete the previously kept ones of ``app``; returns the names deleted."""
+    api = api_client(kubeconfig)
+    version = version or "v1"
+    old = [o["metadata"]["name"] for o in k.list_objects(api, kind, namespace, f"{KEPT_LABEL}={app}", version)]
+    for name in names:
+        k._call(api, "PATCH", k._path(kind, version, namespace, name),
+                body={"metadata": {"labels": {m.RUN_LABEL: None, KEPT_LABEL: app}}},
+                content_type="application/merge-patch+json")  # fmt: skip
+    gone = [o for o in old if o not in names]
+    for name in gone:
+        k._call(api, "DELETE", k._path(kind, version, namespace, name))
+    logging.getLogger(__name__).debug("kept %s, deleted %s", names, gone)
+    return gone
