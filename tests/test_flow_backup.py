@@ -1,0 +1,114 @@
+"""The ``backup-app`` flow end to end on the local cluster with Prefect's test harness: a two-PVC demo
+app, a full backup, more writes, a CBT incremental; the app is thawed, the run leaves nothing behind,
+and each volume restored through the CLI passes the demo app's ``verify``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from kubernetes import client
+
+from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
+from movers.kube import apply as k
+from movers.kube import manifests as m
+
+NS = "flowapp"
+APP = ["python", "-m", "localcluster.demo_app"]
+SEL = {"matchLabels": {"app": "demo"}}
+HOOKS = {
+    "pre": [{"name": "freeze", "pod_selector": SEL, "container": "app", "command": [*APP, "freeze"], "timeout": 10}],
+    "post": [{"name": "thaw", "pod_selector": SEL, "container": "app", "command": [*APP, "thaw"], "timeout": 10,
+              "on_error": "continue"}],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def harness():
+    from prefect.settings import PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with temporary_settings({PREFECT_SERVER_ANALYTICS_ENABLED: False}):
+        with prefect_test_harness(server_startup_timeout=90):
+            yield
+
+
+@pytest.fixture(scope="module")
+def app(local_cluster):
+    cluster, api = local_cluster, local_cluster.client
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": NS}})
+    core.create_namespaced_service_account(NS, {"metadata": {"name": "mover"}})
+    for pvc in ("data", "logs"):
+        k.create(api, m.block_pvc(pvc, NS, "16Mi", None, {"app": "demo"}))
+    core.create_namespaced_pod(NS, {
+        "metadata": {"name": "app", "labels": {"app": "demo"}},
+        "spec": {"containers": [{
+            "name": "app", "image": "localcluster-demo-app",
+            "args": ["run", "--device", "/dev/xvda", "--device", "/dev/xvdb", "--interval", "0.02"],
+            "env": [{"name": "DEMO_APP_CONTROL", "value": "/run/demo/control.sock"}],
+            "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}, {"name": "logs", "devicePath": "/dev/xvdb"}],
+            "volumeMounts": [{"name": "run", "mountPath": "/run/demo"}],
+        }], "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                        {"name": "logs", "persistentVolumeClaim": {"claimName": "logs"}},
+                        {"name": "run", "emptyDir": {}}]},
+    })  # fmt: skip
+    wait_pod(core, "app", phase_in("Running"), namespace=NS, timeout=30)
+    wait_until(lambda: core.read_namespaced_pod_log("app", NS).count("write seq=") >= 5, 30, "app writes")
+
+    bucket = "flow-backups"
+    cluster.s3.client().create_bucket(Bucket=bucket)
+    repo = f"s3://{bucket}/repo"
+    env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=env, capture_output=True)
+    core.create_namespaced_secret(NS, {"metadata": {"name": "repo"},
+                                       "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}})  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:  # the flow reads the repository (latest backup) itself
+        for key, value in cluster.s3.env.items():
+            mp.setenv(key, value)
+        yield {"repo": repo, "env": env}
+
+
+def _backup(cluster, repo):
+    from flows.backup import backup_app
+
+    return backup_app(namespace=NS, selector=SEL, repo=repo, repo_secret="repo", hooks=HOOKS, image="cbt-mover",
+                      service_account="mover", parallelism=2, kubeconfig=str(cluster.kubeconfig))  # fmt: skip
+
+
+def _app_state(core):
+    lines = core.read_namespaced_pod_log("app", NS).splitlines()
+    states = [line.split(" ", 1)[0] for line in lines if line.startswith(("frozen", "thawed"))]
+    return states
+
+
+def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_path):
+    api = local_cluster.client
+    core = client.CoreV1Api(api)
+
+    first = _backup(local_cluster, app["repo"])
+    assert [(r["volume"], r["mode"], r["change_source"]) for r in first["volumes"]] == [
+        (f"{NS}/data", "full", "cbt-allocated"), (f"{NS}/logs", "full", "cbt-allocated")], first  # fmt: skip
+
+    seq = core.read_namespaced_pod_log("app", NS).count("write seq=")
+    wait_until(lambda: core.read_namespaced_pod_log("app", NS).count("write seq=") >= seq + 20, 20, "more writes")
+    second = _backup(local_cluster, app["repo"])
+    incremental = [(f"{NS}/{pvc}", "incremental-cbt", "cbt-delta") for pvc in ("data", "logs")]
+    assert [(r["volume"], r["mode"], r["change_source"]) for r in second["volumes"]] == incremental, second
+
+    states = _app_state(core)
+    assert states == ["frozen", "thawed", "frozen", "thawed"], states
+    for run in (first["run_id"], second["run_id"]):
+        for kind in ("Pod", "PersistentVolumeClaim", "VolumeSnapshot", "VolumeGroupSnapshot"):
+            assert k.list_objects(api, kind, NS, f"{m.RUN_LABEL}={run}") == [], (run, kind)
+    assert sorted(p.metadata.name for p in core.list_namespaced_persistent_volume_claim(NS).items) == ["data", "logs"]
+
+    for pvc in ("data", "logs"):
+        image = tmp_path / f"{pvc}.img"
+        subprocess.run([sys.executable, "-m", "movers", "restore", "--repo", app["repo"], "--volume", f"{NS}/{pvc}",
+                        "--device", str(image)], check=True, env=app["env"], capture_output=True)  # fmt: skip
+        out = subprocess.run([sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
+                             check=False, capture_output=True, text=True)  # fmt: skip
+        assert out.returncode == 0, (pvc, out.stdout, out.stderr)
+        print(pvc, out.stdout.strip())
