@@ -112,3 +112,26 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
                              check=False, capture_output=True, text=True)  # fmt: skip
         assert out.returncode == 0, (pvc, out.stdout, out.stderr)
         print(pvc, out.stdout.strip())
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as prefect:
+        keys = {a.key for a in prefect.read_artifacts()}
+    assert {f"backup-{NS}", f"backup-{NS}-restore"} <= keys, keys
+
+
+def test_plan_is_said_and_selector_syntax():
+    from tasks.kube import selector_string
+    from tasks.repo import plan_member
+
+    def plan(*args):
+        with __import__("unittest.mock").mock.patch("tasks.repo.get_run_logger"):
+            return plan_member.fn(*args)["change_source"]
+
+    assert plan("ns/a", "h1", "aud") == "cbt-delta"
+    assert plan("ns/a", None, "aud") == "cbt-allocated"
+    assert plan("ns/a", "h1", None) == "scan"
+    assert plan("ns/a", "h1", "aud", "off") == "scan"
+    assert selector_string({"matchLabels": {"b": "2", "a": "1"}, "matchExpressions": [
+        {"key": "t", "operator": "In", "values": ["x", "y"]}, {"key": "g", "operator": "DoesNotExist"}]}) == (
+        "a=1,b=2,t in (x,y),!g")  # fmt: skip
