@@ -36,7 +36,12 @@ def harness():
 
 @pytest.fixture(scope="module")
 def app(local_cluster):
-    cluster, api = local_cluster, local_cluster.client
+    with pytest.MonkeyPatch.context() as mp:  # the flow reads the repository (latest backup) itself
+        yield _deploy(local_cluster, mp)
+
+
+def _deploy(cluster, mp, NS=NS, bucket="flow-backups"):  # noqa: N803
+    api = cluster.client
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": NS}})
     core.create_namespaced_service_account(NS, {"metadata": {"name": "mover"}})
@@ -57,20 +62,18 @@ def app(local_cluster):
     wait_pod(core, "app", phase_in("Running"), namespace=NS, timeout=30)
     wait_until(lambda: core.read_namespaced_pod_log("app", NS).count("write seq=") >= 5, 30, "app writes")
 
-    bucket = "flow-backups"
     cluster.s3.client().create_bucket(Bucket=bucket)
     repo = f"s3://{bucket}/repo"
     env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=env, capture_output=True)
     core.create_namespaced_secret(NS, {"metadata": {"name": "repo"},
                                        "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}})  # fmt: skip
-    with pytest.MonkeyPatch.context() as mp:  # the flow reads the repository (latest backup) itself
-        for key, value in cluster.s3.env.items():
-            mp.setenv(key, value)
-        yield {"repo": repo, "env": env}
+    for key, value in cluster.s3.env.items():
+        mp.setenv(key, value)
+    return {"repo": repo, "env": env}
 
 
-def _backup(cluster, repo):
+def _backup(cluster, repo, NS=NS):  # noqa: N803
     from flows.backup import backup_app
 
     return backup_app(namespace=NS, selector=SEL, repo=repo, repo_secret="repo", hooks=HOOKS, image="cbt-mover",
@@ -135,3 +138,17 @@ def test_plan_is_said_and_selector_syntax():
     assert selector_string({"matchLabels": {"b": "2", "a": "1"}, "matchExpressions": [
         {"key": "t", "operator": "In", "values": ["x", "y"]}, {"key": "g", "operator": "DoesNotExist"}]}) == (
         "a=1,b=2,t in (x,y),!g")  # fmt: skip
+
+
+def test_without_group_snapshots_one_snapshot_per_pvc_while_frozen(make_local_cluster, harness, monkeypatch):
+    cluster = make_local_cluster(group_snapshot_versions=())  # no group snapshot CRDs served
+    ns = "nogroups"
+    deployed = _deploy(cluster, monkeypatch, ns, "flow-nogroups")
+    first = _backup(cluster, deployed["repo"], ns)
+    second = _backup(cluster, deployed["repo"], ns)
+    assert [(r["mode"], r["change_source"]) for r in first["volumes"]] == [("full", "cbt-allocated")] * 2, first
+    assert [(r["mode"], r["change_source"]) for r in second["volumes"]] == [("incremental-cbt", "cbt-delta")] * 2
+    for kind in ("Pod", "PersistentVolumeClaim", "VolumeSnapshot"):
+        assert k.list_objects(cluster.client, kind, ns, f"{m.RUN_LABEL}={second['run_id']}") == [], kind
+    kept = k.list_objects(cluster.client, "VolumeSnapshot", ns, "cbt-mover.io/kept-for")
+    assert sorted(s["metadata"]["name"] for s in kept) == [f"{second['run_id']}-{p}" for p in ("data", "logs")]
