@@ -36,6 +36,43 @@ MAGIC = b"DEMOREC1"
 _HEAD = struct.Struct("<8sQQII")  # magic, seq, time ns, device index, crc32
 
 
+IMAGE = "localcluster-demo-app"  # the local kubelet maps it to ``python -m localcluster.demo_app``
+CONTROL_DIR = "/run/demo"
+
+
+def pod_manifest(
+    name: str,
+    devices: dict[str, str],
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    interval: float | None = None,
+) -> dict:
+    """A pod running the demo app on block PVCs: ``devices`` maps each PVC name to its devicePath.
+    The control socket lives in an emptyDir, so ``freeze``/``thaw`` by exec reach this pod's writer."""
+    args = ["run"]
+    for device in devices.values():
+        args += ["--device", device]
+    if interval is not None:
+        args += ["--interval", str(interval)]
+    volumes = [{"name": pvc, "persistentVolumeClaim": {"claimName": pvc}} for pvc in devices]
+    metadata: dict = {"name": name, "labels": dict(labels or {})}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {
+        "metadata": metadata,
+        "spec": {
+            "containers": [{
+                "name": "app", "image": IMAGE, "args": args,
+                "env": [{"name": "DEMO_APP_CONTROL", "value": f"{CONTROL_DIR}/control.sock"}],
+                "volumeDevices": [{"name": pvc, "devicePath": path} for pvc, path in devices.items()],
+                "volumeMounts": [{"name": "control", "mountPath": CONTROL_DIR}],
+            }],
+            "volumes": [*volumes, {"name": "control", "emptyDir": {}}],
+        },
+    }  # fmt: skip
+
+
 def control_path() -> str:
     return os.environ.get("DEMO_APP_CONTROL") or f"/tmp/demo-app-{os.environ.get('POD_NAME', 'local')}.sock"
 

@@ -14,20 +14,12 @@ from prefect import get_run_logger, task
 
 from movers.kube import apply as k
 from movers.kube import manifests as m
+from tasks import retry_if_retriable
 
 # a member of the snapshot set as plain data: pvc, snapshot, content, handle, driver, restore_size, source_volume_mode
 Member = dict[str, Any]
 
 KEPT_LABEL = "cbt-mover.io/kept-for"  # a kept base snapshot (its run label removed): value = the app's name
-
-
-def _retriable(task, task_run, state) -> bool:
-    """Retry only errors the movers mark retriable (transient store errors, snapshots not ready yet)."""
-    try:
-        state.result()
-    except Exception as err:  # noqa: BLE001
-        return bool(getattr(err, "retriable", False))
-    return False
 
 
 @functools.lru_cache(maxsize=8)
@@ -55,7 +47,7 @@ def selector_string(selector: dict[str, Any]) -> str:
     return ",".join(parts)
 
 
-@task(name="discover-pvcs", retries=2, retry_delay_seconds=2, retry_condition_fn=_retriable)
+@task(name="discover-pvcs", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
 def discover_pvcs(kubeconfig: str | None, namespace: str, selector: dict[str, Any]) -> list[dict[str, Any]]:
     """The PVCs of ``namespace`` that ``selector`` matches: name, volume mode, size, storage class."""
     items = k.list_objects(api_client(kubeconfig), "PersistentVolumeClaim", namespace, selector_string(selector))
@@ -130,7 +122,7 @@ def cbt_audience(kubeconfig: str | None, driver: str) -> str | None:
         return None
 
 
-@task(name="move-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=_retriable)
+@task(name="move-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
 def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Member, plan: dict[str, Any],
                 mover: dict[str, Any], repo_secret: str, timeout: float = 3600.0) -> dict[str, Any]:  # fmt: skip
     """A Block PVC from the member's snapshot and a mover pod backing it up; the pod's result JSON.

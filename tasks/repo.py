@@ -6,16 +6,10 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
-
-def _retriable(task, task_run, state) -> bool:
-    try:
-        state.result()
-    except Exception as err:  # noqa: BLE001
-        return bool(getattr(err, "retriable", False))
-    return False
+from tasks import retry_if_retriable
 
 
-@task(name="latest-base-handle", retries=2, retry_delay_seconds=2, retry_condition_fn=_retriable)
+@task(name="latest-base-handle", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
 def latest_base_handle(repo_url: str, volume_id: str) -> str | None:
     """The CSI snapshot handle recorded in ``volume_id``'s latest backup (the next delta's base), or None."""
     from movers.repo.repository import Repository

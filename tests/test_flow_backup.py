@@ -10,6 +10,7 @@ import sys
 import pytest
 from kubernetes import client
 
+from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
 from movers.kube import apply as k
 from movers.kube import manifests as m
@@ -47,18 +48,8 @@ def _deploy(cluster, mp, NS=NS, bucket="flow-backups"):  # noqa: N803
     core.create_namespaced_service_account(NS, {"metadata": {"name": "mover"}})
     for pvc in ("data", "logs"):
         k.create(api, m.block_pvc(pvc, NS, "16Mi", None, {"app": "demo"}))
-    core.create_namespaced_pod(NS, {
-        "metadata": {"name": "app", "labels": {"app": "demo"}},
-        "spec": {"containers": [{
-            "name": "app", "image": "localcluster-demo-app",
-            "args": ["run", "--device", "/dev/xvda", "--device", "/dev/xvdb", "--interval", "0.02"],
-            "env": [{"name": "DEMO_APP_CONTROL", "value": "/run/demo/control.sock"}],
-            "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}, {"name": "logs", "devicePath": "/dev/xvdb"}],
-            "volumeMounts": [{"name": "run", "mountPath": "/run/demo"}],
-        }], "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
-                        {"name": "logs", "persistentVolumeClaim": {"claimName": "logs"}},
-                        {"name": "run", "emptyDir": {}}]},
-    })  # fmt: skip
+    core.create_namespaced_pod(NS, demo_pod("app", {"data": "/dev/xvda", "logs": "/dev/xvdb"}, labels={"app": "demo"},
+                                            interval=0.02))  # fmt: skip
     wait_pod(core, "app", phase_in("Running"), namespace=NS, timeout=30)
     wait_until(lambda: core.read_namespaced_pod_log("app", NS).count("write seq=") >= 5, 30, "app writes")
 

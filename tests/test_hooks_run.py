@@ -9,6 +9,7 @@ import time
 import pytest
 from kubernetes import client
 
+from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
 from movers.hooks.model import Hook, HookSet, hookset_from_annotations
 from movers.hooks.run import HookError, _exit_code, annotation_hooks, quiesced, run_hooks
@@ -30,21 +31,13 @@ def cluster(local_cluster):
     core.create_namespace({"metadata": {"name": NS}})
     spec = {"accessModes": ["ReadWriteOnce"], "volumeMode": "Block", "resources": {"requests": {"storage": "16Mi"}}}
     core.create_namespaced_persistent_volume_claim(NS, {"metadata": {"name": "data"}, "spec": spec})
-    core.create_namespaced_pod(NS, {
-        "metadata": {"name": "app", "labels": SEL, "annotations": {
-            "pre.hook.backup.velero.io/command": '["python", "-m", "localcluster.demo_app", "freeze"]',
-            "pre.hook.backup.velero.io/timeout": "10s",
-            "post.hook.backup.velero.io/command": "python -m localcluster.demo_app thaw",
-            "post.hook.backup.velero.io/container": "app",
-        }},
-        "spec": {"containers": [{
-            "name": "app", "image": "localcluster-demo-app", "args": ["run", "--device", "/dev/xvda"],
-            "env": [{"name": "DEMO_APP_CONTROL", "value": "/run/demo/control.sock"}],
-            "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}],
-            "volumeMounts": [{"name": "run", "mountPath": "/run/demo"}],
-        }], "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
-                        {"name": "run", "emptyDir": {}}]},
-    })  # fmt: skip
+    annotations = {
+        "pre.hook.backup.velero.io/command": '["python", "-m", "localcluster.demo_app", "freeze"]',
+        "pre.hook.backup.velero.io/timeout": "10s",
+        "post.hook.backup.velero.io/command": "python -m localcluster.demo_app thaw",
+        "post.hook.backup.velero.io/container": "app",
+    }
+    core.create_namespaced_pod(NS, demo_pod("app", {"data": "/dev/xvda"}, labels=SEL, annotations=annotations))
     wait_pod(core, "app", phase_in("Running"), namespace=NS, timeout=30)
     wait_until(lambda: core.read_namespaced_pod_log("app", NS).count("write seq=") >= 5, 30, "app writes")
     return local_cluster

@@ -11,6 +11,7 @@ import sys
 from kubernetes import client
 from kubernetes.stream import stream
 
+from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
 
 NS = "shop"
@@ -38,16 +39,7 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
     core.create_namespace({"metadata": {"name": NS}})
     core.create_namespaced_service_account(NS, {"metadata": {"name": "mover"}})
     core.create_namespaced_persistent_volume_claim(NS, block_pvc("data"))
-    core.create_namespaced_pod(NS, {
-        "metadata": {"name": "app"},
-        "spec": {"containers": [{
-            "name": "app", "image": "localcluster-demo-app", "args": ["run", "--device", "/dev/xvda"],
-            "env": [{"name": "DEMO_APP_CONTROL", "value": "/run/demo/control.sock"}],
-            "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}],
-            "volumeMounts": [{"name": "run", "mountPath": "/run/demo"}],
-        }], "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
-                        {"name": "run", "emptyDir": {}}]},
-    })  # fmt: skip
+    core.create_namespaced_pod(NS, demo_pod("app", {"data": "/dev/xvda"}))
     wait_pod(core, "app", phase_in("Running"), namespace=NS, timeout=30)
     wait_until(lambda: core.read_namespaced_pod_log("app", NS).count("write seq=") >= 20, 30, "app writes")
 
