@@ -72,7 +72,8 @@ def quiesce_and_snapshot(kubeconfig: str | None, namespace: str, selector: dict[
                          run_id: str, name: str, hooks: dict[str, Any], use_pod_annotations: bool = False,
                          group_class: str | None = None, snapshot_class: str | None = None,
                          timeout: float = 300.0) -> dict[str, Any]:  # fmt: skip
-    """Pre hooks, a VolumeGroupSnapshot (or one VolumeSnapshot per PVC) until ready, post hooks ALWAYS.
+    """Pre hooks, a VolumeGroupSnapshot (or one VolumeSnapshot per PVC) until cut, post hooks ALWAYS, then
+    the wait for readiness.
 
     Returns ``{"kind", "group", "members": [Member], "freeze_s", "hooks": [str]}``.
     """
@@ -86,10 +87,11 @@ def quiesce_and_snapshot(kubeconfig: str | None, namespace: str, selector: dict[
     labels = m.run_labels(run_id)
     version = k.served_group_snapshot_version(api)
     snapshots: list[str] = []
+    # frozen only until the point in time is cut (creationTime); readiness is awaited after the thaw
     with quiesced(api, namespace, hookset) as q:
         if version:
             k.create(api, m.volume_group_snapshot(name, namespace, selector, group_class, version, labels))
-            vgs = k.wait_snapshot_ready(api, "VolumeGroupSnapshot", namespace, name, timeout=timeout, version=version)
+            k.wait_snapshot_ready(api, "VolumeGroupSnapshot", namespace, name, timeout, version, until="cut")
         else:
             log.warning("the cluster serves no VolumeGroupSnapshot API: one VolumeSnapshot per PVC while frozen")
             for pvc in pvcs:
@@ -97,7 +99,12 @@ def quiesce_and_snapshot(kubeconfig: str | None, namespace: str, selector: dict[
                 k.create(api, m.volume_snapshot(snap, namespace, pvc, snapshot_class, labels))
                 snapshots.append(snap)
             for snap in snapshots:
-                k.wait_snapshot_ready(api, "VolumeSnapshot", namespace, snap, timeout=timeout)
+                k.wait_snapshot_ready(api, "VolumeSnapshot", namespace, snap, timeout=timeout, until="cut")
+    if version:
+        vgs = k.wait_snapshot_ready(api, "VolumeGroupSnapshot", namespace, name, timeout=timeout, version=version)
+    else:
+        for snap in snapshots:
+            k.wait_snapshot_ready(api, "VolumeSnapshot", namespace, snap, timeout=timeout)
     if version:
         snapshots = [x.snapshot for x in k.group_members(api, vgs)]
     members = [_member_of(api, namespace, s) for s in snapshots]
@@ -166,11 +173,9 @@ def keep_base_snapshots(kubeconfig: str | None, namespace: str, app: str, kind: 
     version = version or "v1"
     old = [o["metadata"]["name"] for o in k.list_objects(api, kind, namespace, f"{KEPT_LABEL}={app}", version)]
     for name in names:
-        k._call(api, "PATCH", k._path(kind, version, namespace, name),
-                body={"metadata": {"labels": {m.RUN_LABEL: None, KEPT_LABEL: app}}},
-                content_type="application/merge-patch+json")  # fmt: skip
+        k.patch_labels(api, kind, namespace, name, {m.RUN_LABEL: None, KEPT_LABEL: app}, version)
     gone = [o for o in old if o not in names]
     for name in gone:
-        k._call(api, "DELETE", k._path(kind, version, namespace, name))
+        k.delete(api, kind, namespace, name, version)
     logging.getLogger(__name__).debug("kept %s, deleted %s", names, gone)
     return gone

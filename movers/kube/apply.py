@@ -192,16 +192,21 @@ def served_group_snapshot_version(api_client) -> str | None:
     return None
 
 
-def _ready(kind: str, obj: dict) -> bool:
+def _ready(kind: str, obj: dict, until: str = "ready") -> bool:
     status = obj.get("status") or {}
+    done = status.get("readyToUse") if until == "ready" else status.get("creationTime")
     if kind == "VolumeSnapshot":
-        return bool(status.get("readyToUse")) and bool(status.get("boundVolumeSnapshotContentName"))
-    return bool(status.get("readyToUse"))
+        return bool(done) and bool(status.get("boundVolumeSnapshotContentName"))
+    return bool(done)
 
 
 def wait_snapshot_ready(api_client, kind: str, namespace: str, name: str, timeout: float = 300.0,
-                        version: str | None = None, interval: float = 0.5) -> dict:  # fmt: skip
+                        version: str | None = None, interval: float = 0.5, until: str = "ready") -> dict:  # fmt: skip
     """Poll a VolumeSnapshot or VolumeGroupSnapshot until ``status.readyToUse``; return the object.
+
+    ``until="cut"`` waits only until ``status.creationTime`` is set: the point in time is taken (the
+    CSI snapshot call returned), so an application frozen for the snapshot can be thawed; readiness
+    (e.g. an upload to the storage backend) may come later.
 
     ``version`` None: v1 for VolumeSnapshot, the served group snapshot version for groups. On
     timeout ``SnapshotNotReadyError`` (retriable) names ``status.error.message`` if the controller
@@ -215,14 +220,44 @@ def wait_snapshot_ready(api_client, kind: str, namespace: str, name: str, timeou
             raise KubeError(f"the cluster serves no {GROUP_SNAPSHOT_GROUP} version", 404)
     deadline = time.monotonic() + timeout
     while True:
+        if until not in ("ready", "cut"):
+            raise ValueError(f"until must be 'ready' or 'cut', not {until!r}")
         obj = get(api_client, kind, namespace, name, version)
-        if _ready(kind, obj):
+        if _ready(kind, obj, until):
             return obj
         if time.monotonic() >= deadline:
             error = ((obj.get("status") or {}).get("error") or {}).get("message")
             why = f": {error}" if error else " (no error reported by the snapshot controller)"
             raise SnapshotNotReadyError(f"{kind} {namespace}/{name} not ready after {timeout:g} s{why}")
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+
+
+def patch_labels(api_client, kind: str, namespace: str | None, name: str, labels: Mapping[str, str | None],
+                 version: str | None = None) -> dict:  # fmt: skip
+    """Merge-patch ``metadata.labels`` (a None value removes the label); returns the object."""
+    path = _path(kind, version or _default_version(api_client, kind), namespace, name)
+    return _call(api_client, "PATCH", path, body={"metadata": {"labels": dict(labels)}},
+                 content_type="application/merge-patch+json")  # fmt: skip
+
+
+def delete(api_client, kind: str, namespace: str | None, name: str, version: str | None = None) -> None:
+    """Delete one object; a missing one is not an error."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        _call(api_client, "DELETE", _path(kind, version or _default_version(api_client, kind), namespace, name))
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def _default_version(api_client, kind: str) -> str:
+    if kind in ("VolumeGroupSnapshot", "VolumeGroupSnapshotContent", "VolumeGroupSnapshotClass"):
+        version = served_group_snapshot_version(api_client)
+        if version is None:
+            raise KubeError(f"the cluster serves no {GROUP_SNAPSHOT_GROUP} version", 404)
+        return version
+    return "v1"
 
 
 def group_members(api_client, vgs: Mapping[str, Any]) -> list[GroupMember]:
