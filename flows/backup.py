@@ -9,6 +9,7 @@ base of the next CBT delta, and the one it replaces is deleted.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any
@@ -57,7 +58,66 @@ def resolve_policy(policy_path: str | None, **overrides: Any) -> BackupPolicy:
     return parse_policy(data, policy_path)
 
 
-@flow(name="backup-app", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=8), log_prints=True)
+def run_id_for(flow_run_id: Any) -> str:
+    """The run id (``cbt-mover.io/run`` label value) of a flow run: derived from its id only, so that
+    the state hooks can recompute it."""
+    return f"backup-{uuid.UUID(str(flow_run_id)).hex[:16]}"
+
+
+def _abandon_run(flow_run_: Any, why: str) -> None:
+    """Best effort after a cancelled/crashed run: the policy's post hooks (thaw), then delete everything
+    labelled with the run. Never raises (errors are logged)."""
+    from movers.hooks import annotation_hooks, hookset_from_policy, run_hooks
+    from movers.kube import apply as k
+    from movers.kube import manifests as m
+    from tasks.kube import api_client
+
+    log = logging.getLogger(__name__)
+    params = dict(getattr(flow_run_, "parameters", None) or {})
+    kubeconfig = params.get("kubeconfig")
+    run_id = run_id_for(flow_run_.id)
+    try:
+        policy = resolve_policy(params.get("policy_path"),
+                                **{key: v for key, v in params.items() if key not in ("policy_path", "kubeconfig")})
+        ns, hooks, annotations = policy.namespace, policy.to_dict()["hooks"], policy.use_pod_annotations
+    except Exception as err:  # noqa: BLE001  (fall back to the raw parameters)
+        log.warning("run %s (%s): cannot resolve the policy (%s); using the parameters", run_id, why, err)
+        ns, hooks, annotations = params.get("namespace"), params.get("hooks"), False
+    if not ns:
+        log.error("run %s (%s): no namespace known, nothing to thaw or clean up", run_id, why)
+        return
+    try:
+        api = api_client(kubeconfig)
+    except Exception as err:  # noqa: BLE001
+        log.error("run %s (%s): no cluster client: %s", run_id, why, err)
+        return
+    try:
+        hookset = hookset_from_policy(hooks or {})
+        if annotations:
+            hookset = hookset + annotation_hooks(api, ns)
+        for result in run_hooks(api, ns, list(reversed(hookset.post)), stop_on_failure=False):
+            log.info("run %s (%s): %s", run_id, why, result.describe())
+    except Exception as err:  # noqa: BLE001  (best effort: still clean up)
+        log.error("run %s (%s): post hooks failed: %s", run_id, why, err)
+    try:
+        deleted = k.delete_by_label(api, ns, f"{m.RUN_LABEL}={run_id}", wait=True)
+        log.info("run %s (%s): deleted %s", run_id, why, deleted)
+    except Exception as err:  # noqa: BLE001
+        log.error("run %s (%s): cleanup failed: %s", run_id, why, err)
+
+
+def on_cancellation(flow_: Any, flow_run_: Any, state: Any) -> None:
+    """Flow state hook: thaw the app and delete the run's objects after a cancellation."""
+    _abandon_run(flow_run_, "cancelled")
+
+
+def on_crashed(flow_: Any, flow_run_: Any, state: Any) -> None:
+    """Flow state hook: thaw the app and delete the run's objects after a crash."""
+    _abandon_run(flow_run_, "crashed")
+
+
+@flow(name="backup-app", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=8), log_prints=True,
+      on_cancellation=[on_cancellation], on_crashed=[on_crashed])  # fmt: skip
 def backup_app(
     policy_path: str | None = None,
     namespace: str | None = None,
@@ -78,7 +138,7 @@ def backup_app(
     ns, url = policy.namespace, policy.repository.url
     if not policy.repository.credentials_secret:
         raise ValueError("the mover pods need repository credentials: set repository.credentials_secret")
-    run_id = f"backup-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    run_id = run_id_for(flow_run.id or uuid.uuid4())
     log.info("run %s: backing up %s (selector %s) to %s", run_id, ns, policy.pvc_selector, url)
     t0 = time.monotonic()
     rows: list[dict[str, Any]] = []

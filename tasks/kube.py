@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
+import threading
+import time
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -129,6 +132,46 @@ def cbt_audience(kubeconfig: str | None, driver: str) -> str | None:
         return None
 
 
+def progress_key(namespace: str, pvc: str) -> str:
+    """The progress artifact key of a volume: lowercase, only ``[a-z0-9-]``."""
+    return "progress-" + re.sub(r"[^a-z0-9-]+", "-", f"{namespace}-{pvc}".lower()).strip("-")
+
+
+_PROGRESS = re.compile(r"progress done=(\d+) total=(\d+|\?)")
+
+
+class ProgressArtifact:
+    """A Prefect progress artifact fed from the mover's ``progress done=N total=M`` log lines (called
+    from the log follower thread), updated at most once per ``interval`` s; best effort."""
+
+    def __init__(self, key: str, description: str, interval: float = 1.0) -> None:
+        from prefect.artifacts import create_progress_artifact
+
+        self.interval, self.last, self.lock = interval, 0.0, threading.Lock()
+        self.artifact_id = create_progress_artifact(progress=0.0, key=key, description=description)
+
+    def on_line(self, line: str) -> None:
+        match = _PROGRESS.search(line)
+        if not match or match.group(2) == "?":
+            return
+        total = int(match.group(2))
+        percent = min(100.0, 100.0 * int(match.group(1)) / total) if total else 100.0
+        with self.lock:
+            now = time.monotonic()
+            if now - self.last < self.interval:
+                return
+            self.last = now
+        self.set(percent)
+
+    def set(self, percent: float) -> None:
+        from prefect.artifacts import update_progress_artifact
+
+        try:
+            update_progress_artifact(artifact_id=self.artifact_id, progress=round(percent, 1))
+        except Exception as err:  # noqa: BLE001  (progress is informational)
+            logging.getLogger(__name__).warning("progress artifact update failed: %s", err)
+
+
 @task(name="move-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
 def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Member, plan: dict[str, Any],
                 mover: dict[str, Any], repo_secret: str, timeout: float = 3600.0) -> dict[str, Any]:  # fmt: skip
@@ -150,11 +193,17 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
                       service_account=mover["service_account"], repo_secret=repo_secret,
                       cbt_audience=plan.get("audience"), resources=mover.get("resources"), labels=labels,
                       node_selector=mover.get("node_selector"), active_deadline_seconds=int(timeout))  # fmt: skip
-    res = k.run_pod_to_completion(api, pod, timeout=timeout,
-                                  on_log_line=lambda line: log.debug("%s: %s", pvc, line))  # fmt: skip
+    progress = ProgressArtifact(progress_key(namespace, pvc), f"backup of {namespace}/{pvc} ({run_id})")
+
+    def on_log_line(line: str) -> None:
+        log.debug("%s: %s", pvc, line)
+        progress.on_line(line)
+
+    res = k.run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
     if not res.succeeded or not res.result:
         raise k.KubeError(f"mover pod {namespace}/{read_pvc} failed (exit {res.exit_code}): {res.message.strip()}"
                           f"\n" + "\n".join(res.log_tail))  # fmt: skip
+    progress.set(100.0)
     return res.result
 
 

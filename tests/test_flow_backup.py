@@ -112,6 +112,48 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
     with get_client(sync_client=True) as prefect:
         keys = {a.key for a in prefect.read_artifacts()}
     assert {f"backup-{NS}", f"backup-{NS}-restore"} <= keys, keys
+    _assert_progress_done(NS, ("data", "logs"), runs=2)
+
+
+def _assert_progress_done(ns, pvcs, runs):
+    """Each volume's progress artifact (one version per run) exists and ended at 100."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from tasks.kube import progress_key
+
+    for pvc in pvcs:
+        key = progress_key(ns, pvc)
+        assert key == f"progress-{ns}-{pvc}", key
+        with get_client(sync_client=True) as prefect:
+            found = prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+        assert len(found) == runs, (key, found)
+        assert all(a.type == "progress" and float(a.data) == 100.0 for a in found), (key, [a.data for a in found])
+
+
+def test_on_cancellation_thaws_and_deletes_the_run(local_cluster, app, harness):
+    import uuid
+    from types import SimpleNamespace
+
+    from flows.backup import on_cancellation, run_id_for
+    from movers.hooks import hookset_from_policy, run_hooks
+
+    api = local_cluster.client
+    core = client.CoreV1Api(api)
+    flow_run = SimpleNamespace(id=uuid.uuid4(), parameters={
+        "namespace": NS, "selector": SEL, "repo": app["repo"], "repo_secret": "repo", "hooks": HOOKS,
+        "image": "cbt-mover", "service_account": "mover", "kubeconfig": str(local_cluster.kubeconfig)})  # fmt: skip
+    run_id = run_id_for(flow_run.id)
+    k.create(api, m.block_pvc("leftover", NS, "16Mi", None, m.run_labels(run_id)))
+    assert k.list_objects(api, "PersistentVolumeClaim", NS, f"{m.RUN_LABEL}={run_id}")
+    run_hooks(api, NS, hookset_from_policy(HOOKS).pre)
+    wait_until(lambda: _app_state(core)[-1:] == ["frozen"], 10, "app frozen")
+
+    on_cancellation(None, flow_run, None)
+
+    wait_until(lambda: _app_state(core)[-2:] == ["frozen", "thawed"], 10, "app thawed")
+    assert k.list_objects(api, "PersistentVolumeClaim", NS, f"{m.RUN_LABEL}={run_id}") == []
+    assert sorted(p.metadata.name for p in core.list_namespaced_persistent_volume_claim(NS).items) == ["data", "logs"]
 
 
 def test_plan_is_said_and_selector_syntax():
