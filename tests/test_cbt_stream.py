@@ -117,6 +117,15 @@ def test_raw_fast_path_agrees_with_the_message_decoding(spec):
     assert fast == slow
 
 
+def test_raw_fast_path_with_an_empty_submessage_and_unsorted_offsets():
+    # found by hypothesis: the (0, 0) tuple encodes as an empty submessage; with unsorted offsets the length
+    # accounting used to miscount by exactly its two bytes, and the fast path named the wrong tuple
+    messages = [msg([(4096, 4096), (0, 0), (16384, 1), (1, 1)])]
+    assert outcome(lambda a, m: a.feed_raw(m.SerializeToString()), messages) == outcome(
+        lambda a, m: a.feed(m), messages
+    )
+
+
 def test_raw_fast_path_does_not_misread_submessage_boundaries():
     # (o1, size 0) then (offset 0, s2) flatten to [8, o1, 16, s2]: one valid-looking tuple; the length check
     # sends it to the real decoding, which reports the zero size

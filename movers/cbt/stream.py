@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import compress
-from operator import add, attrgetter, sub
+from operator import add, attrgetter, le, sub
 
 from google.protobuf.message import DecodeError
 
@@ -208,8 +208,10 @@ def _varints_len(ascending: list[int]) -> int:
 def _encoded_len(btype: int, capacity: int, offs: list[int], sizes: list[int]) -> int:
     """The serialized length of a response holding exactly these fields and tuples, or -1 when a
     value makes the fast accounting inapplicable (negative, a zero field, unsorted offsets)."""
-    # zero or negative tuple values need no test here: omitted or 10-byte varints change the length
-    if btype <= 0 or capacity <= 0:
+    # zero or negative tuple values need no test here: omitted or 10-byte varints change the length.
+    # The bisection counts varint bytes exactly only for ascending offsets: anything else is decoded the
+    # slow way (where it is an order violation, reported at the right tuple).
+    if btype <= 0 or capacity <= 0 or not all(map(le, offs, offs[1:])):
         return -1
     head = 2 + _varints_len([btype]) + _varints_len([capacity])
     # each tuple: field-3 tag, a one-byte length (a submessage is at most 22 bytes), two field tags
