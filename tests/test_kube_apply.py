@@ -10,6 +10,7 @@ import sys
 import pytest
 from kubernetes import client
 
+from localcluster.kubelet.testing import wait_until
 from movers.cbt.discovery import resolve_snapshot, snapshot_metadata_service
 from movers.kube import apply as k
 from movers.kube import manifests as m
@@ -66,6 +67,10 @@ def test_group_snapshot_members_map_to_pvcs(local_cluster, ns):
     for pvc in ("db", "logs"):
         k.create(api, m.block_pvc(pvc, ns, "8Mi", None, {"app": "shop"}))
     k.create(api, m.block_pvc("other", ns, "8Mi", None, {"app": "unrelated"}))
+    # an application's PVCs are bound before anyone snapshots them; under load binding can lag creation
+    core = client.CoreV1Api(api)
+    wait_until(lambda: all(core.read_namespaced_persistent_volume_claim(p, ns).status.phase == "Bound"
+                           for p in ("db", "logs")), 30, "PVCs bound")  # fmt: skip
     k.create(api, m.volume_group_snapshot("g1", ns, {"matchLabels": {"app": "shop"}}, None, version, _labels("r2")))
     vgs = k.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "g1", timeout=30)
     members = k.group_members(api, vgs)
