@@ -178,7 +178,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def _extent_source(path: str):
-
+    """The extents stream (a file, or stdin for ``-``) and its name for error messages."""
     if path == "-":
         return nullcontext(sys.stdin), "stdin"
     try:

@@ -12,7 +12,8 @@ def is_zero(data: bytes, start: int, end: int) -> bool:
     Pass bytes: a memoryview compares byte by byte, several times slower."""
     if data[start] or data[end - 1]:
         return False
-    zero = _ZERO if end - start == BLOCK else _ZERO_64K if end - start == 65536 else bytes(end - start)
+    n = end - start
+    zero = _ZERO if n == BLOCK else _ZERO_64K if n == 65536 else _ZERO_64K[:n] if n < 65536 else bytes(n)
     return data[start:end] == zero
 
 
@@ -29,9 +30,7 @@ def data_runs(data: bytes, min_hole: int = 64 * 1024) -> list[tuple[int, int]]:
     run_start = -1
     for pos in range(0, n, BLOCK):
         end = min(pos + BLOCK, n)
-        # Checking two bytes first rejects almost every data block without a full compare.
-        is_zero = data[pos] == 0 and data[end - 1] == 0 and data[pos:end] == _ZERO[: end - pos]
-        if is_zero:
+        if is_zero(data, pos, end):
             if run_start < 0:
                 run_start = pos
         elif run_start >= 0:
