@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     ident.add_argument("--snapshot-handle", help="CSI snapshot handle (base of the next delta)")
     ident.add_argument("--group-snapshot", help="VolumeGroupSnapshot name")
     ident.add_argument("--group-snapshot-handle")
+    ident.add_argument("--storage-class", help="the PVC's storage class (what a restore provisions)")
+    ident.add_argument("--volume-mode", choices=("Block", "Filesystem"), help="the PVC's volume mode")
+    ident.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                       help="a tag recorded in the manifest (repeatable), e.g. cbt-mover.io/run=RUN_ID")  # fmt: skip
 
     p = sub.add_parser("extents", help="list the allocated or changed extents of a snapshot (JSON lines)")
     p.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
@@ -190,19 +194,21 @@ def _extent_source(path: str):
 def cmd_backup(args: argparse.Namespace) -> int:
     from movers.extents import parse_jsonl
     from movers.pipeline.backup import BackupOptions, run_backup
-    from movers.repo.manifest import SnapshotIdentity, VolumeIdentity
+    from movers.repo.manifest import SnapshotIdentity, VolumeIdentity, parse_tags
 
     if not 1 <= args.zstd_level <= 22:
         raise UsageError("--zstd-level must be between 1 and 22")
+    tags = parse_tags(args.tag)
     cbt = _cbt_options(args)
     if sum(map(bool, (args.extents, args.scan, cbt.wanted))) != 1:
         raise UsageError("choose one change source: --extents FILE, --scan, or CBT (--cbt-address ... or --kube)")
     repo = _open_repo(args)
-    volume = VolumeIdentity(args.volume, args.cluster, args.namespace, args.pvc, args.pv_handle, args.csi_driver)
+    volume = VolumeIdentity(args.volume, args.cluster, args.namespace, args.pvc, args.pv_handle, args.csi_driver,
+                            args.storage_class, args.volume_mode)  # fmt: skip
     snapshot = SnapshotIdentity(args.snapshot, args.namespace, args.snapshot_handle, args.group_snapshot,
                                 args.group_snapshot_handle)  # fmt: skip
     run = dict(snapshot=snapshot, options=BackupOptions(level=args.zstd_level, workers=max(1, args.workers)),
-               progress=_Progress(args.progress_interval), force_full=args.full)  # fmt: skip
+               progress=_Progress(args.progress_interval), force_full=args.full, tags=tags)  # fmt: skip
     extra: dict[str, Any] = {"change_source": "scan" if args.scan else "extents"}
     if cbt.wanted:
         manifest = _cbt_backup(args, cbt, repo, volume, snapshot, run, extra)
@@ -219,6 +225,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         "parent": manifest.parent,
         "capacity_bytes": manifest.capacity_bytes,
         "snapshot_handle": manifest.snapshot.snapshot_handle,
+        "tags": manifest.tags,
         **extra,
         **manifest.stats,
     }
@@ -341,13 +348,20 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 "snapshot_handle": m.snapshot.snapshot_handle,
                 "new_chunk_bytes": m.stats.get("new_chunk_bytes"),
                 "stored_bytes": m.stats.get("stored_bytes"),
+                "namespace": m.volume.namespace,
+                "pvc": m.volume.pvc,
+                "storage_class": m.volume.storage_class,
+                "volume_mode": m.volume.volume_mode,
+                "tags": m.tags,
             }
         )
     if args.json:
         print(json.dumps({"backups": rows}, sort_keys=True))
     else:
         for r in rows:
-            print(f"{r['volume']}\t{r['backup_id']}\t{r['mode']}\t{_mib(r['capacity_bytes'])}\t{r['created']}")
+            line = f"{r['volume']}\t{r['backup_id']}\t{r['mode']}\t{_mib(r['capacity_bytes'])}\t{r['created']}"
+            tags = ",".join(f"{k}={v}" for k, v in sorted(r["tags"].items()))
+            print(f"{line}\t{tags}" if tags else line)
     return 0
 
 

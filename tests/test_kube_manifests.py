@@ -16,7 +16,9 @@ LABELS = m.run_labels("run-1", **{"app.kubernetes.io/component": "backup"})
 
 def _cases() -> dict[str, dict]:
     backup = m.backup_args(volume="prod/shop/data", namespace="shop", snapshot="snap-data", cluster="prod",
-                           pvc="data", base_handle="snap-handle-0", group_snapshot="vgs-run-1")  # fmt: skip
+                           pvc="data", base_handle="snap-handle-0", group_snapshot="vgs-run-1",
+                           storage_class="local-block", volume_mode="Filesystem",
+                           tags={"cbt-mover.io/run": "run-1", "cbt-mover.io/app": "shop"})  # fmt: skip
     return {
         "volume_group_snapshot_v1": m.volume_group_snapshot(
             "vgs-run-1", "shop", {"matchLabels": {"app": "shop"}}, "local-groupclass", "v1", LABELS),
@@ -92,5 +94,8 @@ def test_args_parse_with_the_cli():
                                                    workers=2, pvc="p"))  # fmt: skip
     assert (args.command, args.kube, args.snapshot, args.base_handle, args.json) == ("backup", True, "s", "h", True)
     assert args.result_file == "/dev/termination-log" and args.full and args.workers == 2
+    args = build_parser().parse_args(m.backup_args(volume="v", namespace="ns", snapshot="s", storage_class="fast",
+                                                   volume_mode="Block", tags={"b": "2", "a": "x=y"}))  # fmt: skip
+    assert (args.storage_class, args.volume_mode, args.tag) == ("fast", "Block", ["a=x=y", "b=2"])
     args = build_parser().parse_args(m.restore_args(volume="v", backup="b1", repo="s3://b/r", workers=3))
     assert (args.command, args.backup, args.repo, args.workers, args.json) == ("restore", "b1", "s3://b/r", 3, True)

@@ -155,6 +155,9 @@ def backup_args(
     full: bool = False,
     cbt_fallback: str = "scan",
     workers: int | None = None,
+    storage_class: str | None = None,
+    volume_mode: str | None = None,
+    tags: Mapping[str, str] | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The argv (after the ``cbt-mover`` entrypoint) of a mover pod backing up ``snapshot`` via CBT.
@@ -162,13 +165,18 @@ def backup_args(
     ``--kube`` looks the snapshot, its driver's SnapshotMetadataService and CA up in-cluster; the
     JSON result goes to stdout and to the termination log. ``repo`` None: the pod's
     ``CBT_MOVER_REPO`` (from the repository Secret). ``base_handle``: a delta since that snapshot.
+    ``storage_class`` / ``volume_mode`` (the source PVC's) and ``tags`` (e.g. ``cbt-mover.io/run``,
+    ``cbt-mover.io/app``; sorted by key) are recorded in the manifest for restores.
     """
     args = ["backup", "--volume", volume, "--device", device, "--kube", "--namespace", namespace,
             "--snapshot", snapshot, "--cbt-fallback", cbt_fallback]  # fmt: skip
     for flag, value in (("--repo", repo), ("--base-handle", base_handle), ("--cluster", cluster), ("--pvc", pvc),
-                        ("--group-snapshot", group_snapshot)):  # fmt: skip
+                        ("--group-snapshot", group_snapshot), ("--storage-class", storage_class),
+                        ("--volume-mode", volume_mode)):  # fmt: skip
         if value:
             args += [flag, value]
+    for key, value in sorted((tags or {}).items()):
+        args += ["--tag", f"{key}={value}"]
     if workers is not None:
         args += ["--workers", str(workers)]
     if full:

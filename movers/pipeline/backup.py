@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -111,6 +111,7 @@ def run_backup(
     progress: ProgressFn | None = None,
     force_full: bool = False,
     base_handle: str | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> Manifest:
     """Back up ``device_path`` and return the committed manifest.
 
@@ -121,6 +122,7 @@ def run_backup(
 
     ``base_handle``: the extents are a CBT delta since the snapshot with that CSI handle, so
     the parent is the volume's latest backup that recorded it (``UsageError`` if none did).
+    ``tags`` are recorded in the manifest as given.
     """
     options = options or BackupOptions()
     started = time.monotonic()
@@ -163,6 +165,7 @@ def run_backup(
         mode=mode,
         created=datetime.now(UTC).isoformat(),
         map=map_ref,
+        tags=dict(tags or {}),
     )
     stats.duration_s = round(time.monotonic() - started, 3)
     manifest.stats = stats.as_dict()

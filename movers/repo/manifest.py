@@ -6,13 +6,18 @@ exist. ``latest`` of a volume is the greatest backup id under its prefix (ids so
 
 The manifest carries ``format_version`` and ``mandatory_features``; a reader refuses
 versions newer than it knows and features it does not implement (``IncompatibleError``).
+Optional fields may be added without a version bump: a missing one decodes to its default and
+an unknown key of the manifest, ``volume`` or ``snapshot`` is ignored (``map`` stays strict:
+a change there is a mandatory feature).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, unquote
@@ -24,6 +29,9 @@ KNOWN_FEATURES = frozenset({"paged-map-v1", "sha256-chunks", "zstd"})
 MANDATORY_FEATURES = ("paged-map-v1", "sha256-chunks", "zstd")
 BACKUP_PREFIX = "backups/"
 MODES = ("full", "incremental-cbt", "incremental-scan")
+VOLUME_MODES = ("Block", "Filesystem")
+RUN_TAG = "cbt-mover.io/run"  # Manifest.tags key: the backup run (one flow run) the backup belongs to
+APP_TAG = "cbt-mover.io/app"  # Manifest.tags key: the application (policy name) backed up
 
 
 def check_compatible(version: Any, mandatory: Any, what: str) -> None:
@@ -62,6 +70,8 @@ class VolumeIdentity:
     pvc: str | None = None
     pv_volume_handle: str | None = None
     csi_driver: str | None = None
+    storage_class: str | None = None  # the PVC's storageClassName: what a restore provisions
+    volume_mode: str | None = None  # the PVC's volumeMode, Block or Filesystem (None: not recorded)
 
 
 @dataclass
@@ -92,6 +102,7 @@ class Manifest:
     created: str
     map: MapRef
     stats: dict[str, Any] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)  # free key/value, e.g. RUN_TAG and APP_TAG
     format_version: int = FORMAT_VERSION
     mandatory_features: list[str] = field(default_factory=lambda: list(MANDATORY_FEATURES))
 
@@ -114,14 +125,15 @@ class Manifest:
         try:
             manifest = cls(
                 backup_id=doc["backup_id"],
-                volume=VolumeIdentity(**doc["volume"]),
+                volume=VolumeIdentity(**_known(VolumeIdentity, doc["volume"])),
                 capacity_bytes=int(doc["capacity_bytes"]),
-                snapshot=SnapshotIdentity(**doc["snapshot"]),
+                snapshot=SnapshotIdentity(**_known(SnapshotIdentity, doc["snapshot"])),
                 parent=doc.get("parent"),
                 mode=doc["mode"],
                 created=doc["created"],
                 map=MapRef(**doc["map"]),
                 stats=doc.get("stats", {}),
+                tags=_tags(doc.get("tags")),
                 format_version=doc["format_version"],
                 mandatory_features=list(doc["mandatory_features"]),
             )
@@ -129,4 +141,45 @@ class Manifest:
             raise IntegrityError(f"{key} is missing or has a malformed field: {err}") from None
         if manifest.mode not in MODES:
             raise IntegrityError(f"{key} has unknown mode {manifest.mode!r}")
+        if manifest.volume.volume_mode not in (None, *VOLUME_MODES):
+            raise IntegrityError(f"{key} has unknown volume mode {manifest.volume.volume_mode!r}")
         return manifest
+
+
+_TAG_KEY = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._/-]{0,251}[A-Za-z0-9])?")
+TAG_VALUE_MAX = 1024
+
+
+def parse_tags(items: Iterable[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings as tags; ``UsageError`` for a malformed or repeated key or a long value.
+
+    Keys are 1-253 characters of letters, digits, ``.``, ``_``, ``/`` and ``-``, starting and ending
+    alphanumeric (label keys fit); values are any text up to ``TAG_VALUE_MAX`` characters.
+    """
+    tags: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not _TAG_KEY.fullmatch(key):
+            raise UsageError(f"--tag {item!r} is not KEY=VALUE with a key of letters, digits and ._/-")
+        if key in tags:
+            raise UsageError(f"--tag {key} given twice")
+        if len(value) > TAG_VALUE_MAX or "\n" in value:
+            raise UsageError(f"--tag {key}: the value must be one line of at most {TAG_VALUE_MAX} characters")
+        tags[key] = value
+    return tags
+
+
+def _known(cls: type, doc: Any) -> dict[str, Any]:
+    """The keys of ``doc`` that are fields of dataclass ``cls`` (newer optional fields are ignored)."""
+    if not isinstance(doc, dict):
+        raise TypeError(f"{cls.__name__} is not an object")
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in doc.items() if k in names}
+
+
+def _tags(doc: Any) -> dict[str, str]:
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
+        raise TypeError("tags must map strings to strings")
+    return dict(doc)
