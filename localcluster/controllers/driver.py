@@ -19,10 +19,19 @@ unset) names this driver as provisioner:
   ``snapshot.storage.kubernetes.io/allow-volume-mode-change: "true"``;
 - on claim deletion: ``pvc-protection`` is removed once no running pod uses the claim; when the claim is gone
   the PV turns Released; reclaim policy Delete removes the backing file and the PV, Retain keeps both (a
-  Released PV deleted by the user loses its ``pv-protection`` finalizer; its file stays, as storage would).
+  Released PV deleted by the user loses its ``pv-protection`` finalizer; its file stays, as storage would);
+- static, pre-bound volumes (the PV controller's part): a claim with ``spec.volumeName`` naming a PV of this
+  driver binds to it when the PV is free or its ``claimRef`` names the claim (the claim's uid is filled in),
+  the volume modes match, the classes match (an unset class is the default class, as the admission plugin
+  would set it) and the PV is large enough; otherwise the claim stays Pending with a Warning ``FailedBinding``
+  / ``VolumeMismatch`` event. A PV may reuse the volume handle of an older, Released one (that is how a volume
+  is handed to a new claim, e.g. with another volumeMode);
+- every PV of this driver gets ``kubernetes.io/pv-protection`` (the admission plugin's job), removed on
+  deletion unless a claim is bound to it; ``external-provisioner.volume.kubernetes.io/finalizer`` is removed
+  from a PV whose reclaim policy is not Delete (KEP-2644: the provisioner only guards volumes it would delete).
 
-Simplified: every class binds Immediate (no WaitForFirstConsumer), no static/pre-bound PVs, no cloning from a PVC
-(``ProvisioningFailed``), no expansion, no topology.
+Simplified: every class binds Immediate (no WaitForFirstConsumer), no cloning from a PVC (``ProvisioningFailed``),
+no expansion, no topology, no matching of unbound claims to free PVs without ``volumeName``.
 """
 
 from __future__ import annotations
@@ -118,6 +127,8 @@ class VolumeController(Controller):
             if n.FIN_PVC_PROTECTION in finalizers and not self._in_use(pvc):
                 self.kube.set_finalizers(PVC, pvc, [f for f in finalizers if f != n.FIN_PVC_PROTECTION])
             return
+        if (pvc.get("spec") or {}).get("volumeName"):
+            return self._claim_of_volume(pvc, finalizers)
         sc = self._storage_class(pvc)
         if sc is None or sc.get("provisioner") != self.driver:
             return
@@ -154,6 +165,53 @@ class VolumeController(Controller):
                 )
                 raise
         self._bind(pvc, pv)
+
+    def _claim_of_volume(self, pvc: Obj, finalizers: list[str]) -> None:
+        """A claim naming its volume (``spec.volumeName``): bind it to that PV if the PV is this driver's."""
+        volume = pvc["spec"]["volumeName"]
+        pv = self.kube.get(PV, volume)
+        if pv is None:
+            raise Pending(f'volume "{volume}" of claim {pvc["metadata"]["name"]} not found')
+        if ((pv.get("spec") or {}).get("csi") or {}).get("driver") != self.driver:
+            return
+        if n.FIN_PVC_PROTECTION not in finalizers:
+            pvc = self.kube.set_finalizers(PVC, pvc, [*finalizers, n.FIN_PVC_PROTECTION])
+        if (pvc.get("status") or {}).get("phase") == "Bound":
+            return
+        try:
+            pv = self._claim_static(pvc, pv)
+        except Refused as exc:
+            reason = "VolumeMismatch" if "volumeMode" in str(exc) else "FailedBinding"
+            self.kube.event(PVC, pvc, "Warning", reason, str(exc))
+            raise
+        self._bind(pvc, pv)
+
+    def _claim_static(self, pvc: Obj, pv: Obj) -> Obj:
+        """Check that ``pv`` may be bound to ``pvc`` (upstream's messages) and point its claimRef at the claim."""
+        md, spec, pv_spec, name = pvc["metadata"], pvc["spec"], pv["spec"], pv["metadata"]["name"]
+        ref = pv_spec.get("claimRef") or {}
+        if ref and ((ref.get("name"), ref.get("namespace")) != (md["name"], md["namespace"])
+                    or ref.get("uid") not in (None, "", md["uid"])):  # fmt: skip
+            raise Refused(f'volume "{name}" already bound to a different claim.')
+        if (spec.get("volumeMode") or "Filesystem") != (pv_spec.get("volumeMode") or "Filesystem"):
+            raise Refused("Cannot bind PersistentVolume to requested PersistentVolumeClaim due to incompatible"
+                          " volumeMode.")  # fmt: skip
+        wanted = spec.get("storageClassName")
+        if wanted is None:
+            default = self._storage_class(pvc)
+            wanted = default["metadata"]["name"] if default is not None else ""
+        if wanted != (pv_spec.get("storageClassName") or ""):
+            raise Refused(f'Cannot bind to requested volume "{name}": storageClassName does not match')
+        try:
+            size = parse_quantity(((spec.get("resources") or {}).get("requests") or {}).get("storage") or 0)
+            capacity = parse_quantity((pv_spec.get("capacity") or {}).get("storage") or 0)
+        except ValueError as exc:
+            raise Refused(str(exc)) from None
+        if capacity < size:
+            raise Refused(f'Cannot bind to requested volume "{name}": requested PV is too small')
+        if ref.get("uid") != md["uid"]:
+            pv = self.kube.patch(PV, name, {"spec": {"claimRef": ref_of(PVC, pvc)}})
+        return pv
 
     def _storage_class(self, pvc: Obj) -> Obj | None:
         name = (pvc.get("spec") or {}).get("storageClassName")
@@ -306,6 +364,7 @@ class VolumeController(Controller):
         pv = self.kube.get(PV, name)
         if pv is None or ((pv.get("spec") or {}).get("csi") or {}).get("driver") != self.driver:
             return
+        pv = self._pv_finalizers(pv)
         spec, md = pv["spec"], pv["metadata"]
         ref = spec.get("claimRef") or {}
         claim = self.kube.get(PVC, ref["name"], ref.get("namespace")) if ref.get("name") else None
@@ -313,12 +372,16 @@ class VolumeController(Controller):
             if (claim.get("spec") or {}).get("volumeName") == name and (pv.get("status") or {}).get("phase") != "Bound":
                 self.kube.patch(PV, name, {"status": {"phase": "Bound"}}, status=True)
             return  # bound (or being bound by the claim's reconcile); protected while bound
-        if not ref.get("uid"):
-            return  # never bound: nothing of ours
+        finalizers = list(md.get("finalizers") or [])
+        if not ref.get("uid"):  # never bound (a static PV, free or pre-bound): nothing protects it
+            if md.get("deletionTimestamp") and n.FIN_PV_PROTECTION in finalizers:
+                self.kube.set_finalizers(PV, pv, [f for f in finalizers if f != n.FIN_PV_PROTECTION])
+            elif not md.get("deletionTimestamp") and (pv.get("status") or {}).get("phase") in (None, "", "Pending"):
+                self.kube.patch(PV, name, {"status": {"phase": "Available"}}, status=True)
+            return
         phase = (pv.get("status") or {}).get("phase")
         if phase not in ("Released", "Failed"):
             pv = self.kube.patch(PV, name, {"status": {"phase": "Released"}}, status=True)
-        finalizers = list(md.get("finalizers") or [])
         if spec.get("persistentVolumeReclaimPolicy") == "Delete":
             self.plugin.delete_volume(spec["csi"]["volumeHandle"])
             keep = [f for f in finalizers if f not in (n.FIN_PROVISIONER, n.FIN_PV_PROTECTION)]
@@ -327,6 +390,18 @@ class VolumeController(Controller):
             self.kube.delete(PV, name)
         elif md.get("deletionTimestamp") and n.FIN_PV_PROTECTION in finalizers:
             self.kube.set_finalizers(PV, pv, [f for f in finalizers if f != n.FIN_PV_PROTECTION])
+
+
+    def _pv_finalizers(self, pv: Obj) -> Obj:
+        """pv-protection on every live PV of the driver; the provisioner's finalizer only under policy Delete."""
+        md = pv["metadata"]
+        finalizers = list(md.get("finalizers") or [])
+        wanted = list(finalizers)
+        if not md.get("deletionTimestamp") and n.FIN_PV_PROTECTION not in wanted:
+            wanted.append(n.FIN_PV_PROTECTION)
+        if (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") != "Delete" and n.FIN_PROVISIONER in wanted:
+            wanted.remove(n.FIN_PROVISIONER)
+        return self.kube.set_finalizers(PV, pv, wanted) if wanted != finalizers else pv
 
 
 def _data_source(pvc: Obj) -> Obj | None:

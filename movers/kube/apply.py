@@ -468,3 +468,153 @@ def delete_by_label(api_client, namespace: str, label_selector: str, wait: bool 
                     raise KubeError(f"members of {namespace}/{name} still present after {timeout:g} s: {names}")
                 time.sleep(0.2)
     return deleted
+
+
+# -- restore: claims, volumes and the hand-over of a volume to another claim ----------------------------------
+
+KINDS.update({  # kinds the restore reads or writes besides the backup's
+    "PersistentVolume": ("", "persistentvolumes", False),
+    "Namespace": ("", "namespaces", False),
+    "Event": ("", "events", True),
+    "StorageClass": ("storage.k8s.io", "storageclasses", False),
+})
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+
+
+def merge_patch(api_client, kind: str, namespace: str | None, name: str, body: Mapping[str, Any],
+                version: str = "v1") -> dict:  # fmt: skip
+    """A JSON merge patch of one object; returns the object."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return _call(api_client, "PATCH", _path(kind, version, namespace, name), body=dict(body),
+                     content_type="application/merge-patch+json")  # fmt: skip
+    except ApiException as err:
+        raise _api_error(err, f"patching {kind} {namespace + '/' if namespace else ''}{name}") from None
+
+
+def find(api_client, kind: str, namespace: str | None, name: str, version: str = "v1") -> dict | None:
+    """The object, or None when it does not exist."""
+    try:
+        return get(api_client, kind, namespace, name, version)
+    except NotFoundError:
+        return None
+
+
+def default_storage_class(api_client) -> str | None:
+    """The cluster's default StorageClass (the newest one annotated default, as admission picks), or None."""
+    classes = [c for c in list_objects(api_client, "StorageClass", None)
+               if (c["metadata"].get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true"]  # fmt: skip
+    classes.sort(key=lambda c: c["metadata"].get("creationTimestamp") or "")
+    return classes[-1]["metadata"]["name"] if classes else None
+
+
+def pods_using_claim(api_client, namespace: str, claim: str) -> list[str]:
+    """Names of the pods of ``namespace`` that are not finished and have a volume of claim ``claim``."""
+    users = []
+    for pod in list_objects(api_client, "Pod", namespace):
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        if any((v.get("persistentVolumeClaim") or {}).get("claimName") == claim
+               for v in (pod.get("spec") or {}).get("volumes") or []):  # fmt: skip
+            users.append(pod["metadata"]["name"])
+    return sorted(users)
+
+
+def _warning_about(api_client, namespace: str, name: str) -> str:
+    events = [e for e in list_objects(api_client, "Event", namespace)
+              if (e.get("involvedObject") or {}).get("name") == name and e.get("type") == "Warning"]  # fmt: skip
+    events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return f": {events[-1].get('reason')}: {events[-1].get('message')}" if events else ""
+
+
+def wait_claim_bound(api_client, namespace: str, name: str, timeout: float = 120.0, interval: float = 0.2) -> dict:
+    """Poll PVC ``name`` until Bound; return it. On timeout a ``KubeError`` (retriable) names the claim's
+    phase and the last Warning event about it (e.g. the provisioner's ProvisioningFailed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pvc = get(api_client, "PersistentVolumeClaim", namespace, name)
+        phase = (pvc.get("status") or {}).get("phase")
+        if phase == "Bound" and (pvc.get("spec") or {}).get("volumeName"):
+            return pvc
+        if time.monotonic() >= deadline:
+            raise KubeError(f"PersistentVolumeClaim {namespace}/{name} not bound after {timeout:g} s (phase {phase})"
+                            f"{_warning_about(api_client, namespace, name)}")  # fmt: skip
+        time.sleep(interval)
+
+
+def delete_and_wait(api_client, kind: str, namespace: str | None, name: str, timeout: float = 60.0,
+                    version: str = "v1") -> bool:  # fmt: skip
+    """Delete one object and wait until it is gone (finalizers done); False when it did not exist."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        _call(api_client, "DELETE", _path(kind, version, namespace, name))
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise _api_error(err, f"deleting {kind} {namespace + '/' if namespace else ''}{name}") from None
+    deadline = time.monotonic() + timeout
+    while find(api_client, kind, namespace, name, version) is not None:
+        if time.monotonic() >= deadline:
+            raise KubeError(f"{kind} {namespace + '/' if namespace else ''}{name} still present after {timeout:g} s"
+                            " (a finalizer is holding it)")  # fmt: skip
+        time.sleep(0.2)
+    return True
+
+
+@dataclass(frozen=True)
+class Rebound:
+    claim: str  # the new claim (Bound)
+    volume: str  # its new PV
+    volume_handle: str
+    replaced: bool  # an existing claim of that name was deleted first
+
+
+def rebind_volume(api_client, namespace: str, claim: str, new_claim: str, volume_mode: str, *,
+                  labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
+                  replace_existing: bool = False, fs_type: str = "ext4",
+                  timeout: float = 120.0) -> Rebound:  # fmt: skip
+    """Hand the volume of Bound claim ``claim`` to a new claim ``new_claim`` of ``volume_mode`` (same namespace).
+
+    A PV's ``volumeMode`` is immutable and a PV binds one claim for life, so, in this order (each step
+    leaves the data on a PV whose policy keeps it):
+
+    1. the PV gets reclaim policy Retain (and ``labels``, so a failed run finds it);
+    2. ``replace_existing``: an existing claim ``new_claim`` is deleted (the caller checked that no pod
+       uses it; its own volume follows its reclaim policy). Without it an existing claim is a
+       ``ConflictError`` before anything changed;
+    3. ``claim`` is deleted (its PV turns Released, the storage stays);
+    4. a new PV (``manifests.rebound_pv``, name ``<old PV>-<mode>``) pre-bound to ``new_claim``;
+    5. ``new_claim`` (``manifests.prebound_pvc``, the PV's class and capacity), waited for until Bound;
+    6. the old PV object is deleted (Retain: the storage stays, now under the new PV);
+    7. the new PV gets the old PV's original reclaim policy back.
+
+    Any error leaves the objects as they are (all labelled) for the caller's cleanup.
+    """
+    from movers.kube.manifests import prebound_pvc, rebound_pv, reclaim_policy_patch
+
+    if find(api_client, "PersistentVolumeClaim", namespace, new_claim) is not None and not replace_existing:
+        raise ConflictError(f"PersistentVolumeClaim {namespace}/{new_claim} already exists", 409)
+    source = get(api_client, "PersistentVolumeClaim", namespace, claim)
+    old_name = (source.get("spec") or {}).get("volumeName")
+    if not old_name or (source.get("status") or {}).get("phase") != "Bound":
+        raise KubeError(f"PersistentVolumeClaim {namespace}/{claim} is not bound to a volume", 409)
+    old = get(api_client, "PersistentVolume", None, old_name)
+    policy = (old.get("spec") or {}).get("persistentVolumeReclaimPolicy") or "Delete"
+    merge_patch(api_client, "PersistentVolume", None, old_name,
+                {**reclaim_policy_patch("Retain"), "metadata": {"labels": dict(labels or {})}})  # fmt: skip
+    replaced = replace_existing and delete_and_wait(api_client, "PersistentVolumeClaim", namespace, new_claim,
+                                                    timeout)  # fmt: skip
+    delete_and_wait(api_client, "PersistentVolumeClaim", namespace, claim, timeout)
+    new_pv = rebound_pv(f"{old_name}-{volume_mode.lower()}"[:253], old, namespace, new_claim, volume_mode,
+                        fs_type=fs_type, labels=labels)  # fmt: skip
+    create(api_client, new_pv)
+    spec = new_pv["spec"]
+    create(api_client, prebound_pvc(new_claim, namespace, new_pv["metadata"]["name"], spec["capacity"]["storage"],
+                                    spec["storageClassName"], volume_mode, spec["accessModes"], labels,
+                                    annotations))  # fmt: skip
+    wait_claim_bound(api_client, namespace, new_claim, timeout)
+    delete_and_wait(api_client, "PersistentVolume", None, old_name, timeout)
+    merge_patch(api_client, "PersistentVolume", None, new_pv["metadata"]["name"], reclaim_policy_patch(policy))
+    return Rebound(new_claim, new_pv["metadata"]["name"], spec["csi"]["volumeHandle"], bool(replaced))

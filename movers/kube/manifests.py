@@ -297,3 +297,107 @@ def mover_pod(
     if active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = int(active_deadline_seconds)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(name, namespace, labels), "spec": spec}
+
+
+# -- restore: handing a restored volume to a claim of another name or volume mode ------------------------------
+
+RESTORED_FROM = "cbt-mover.io/restored-from"  # annotation of a restored claim: <volume id>@<backup id>
+RESTORED_BY = "cbt-mover.io/restored-by"  # annotation of a restored claim: the restore run id
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+_CSI_KEPT = (
+    "driver", "volumeHandle", "volumeAttributes", "readOnly", "controllerPublishSecretRef", "nodeStageSecretRef",
+    "nodePublishSecretRef", "controllerExpandSecretRef", "nodeExpandSecretRef",
+)  # fmt: skip
+
+
+def reclaim_policy_patch(policy: str) -> dict[str, Any]:
+    """The merge patch setting a PV's ``persistentVolumeReclaimPolicy`` (Retain keeps the storage when the PV goes)."""
+    if policy not in ("Retain", "Delete", "Recycle"):
+        raise ValueError(f"unknown reclaim policy {policy!r}")
+    return {"spec": {"persistentVolumeReclaimPolicy": policy}}
+
+
+def rebound_pv(
+    name: str,
+    source_pv: Mapping[str, Any],
+    claim_namespace: str,
+    claim_name: str,
+    volume_mode: str,
+    *,
+    fs_type: str = "ext4",
+    reclaim_policy: str = "Retain",
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A new PV for the storage behind ``source_pv`` (a PV as a dict), pre-bound to claim ``claim_name``.
+
+    A PV's ``volumeMode`` is immutable, so a volume changes mode (or claim) by a new PV object with the
+    same ``csi`` source (driver, volumeHandle, attributes, secret refs), capacity, access modes, class and
+    node affinity. ``claimRef`` names the claim without a uid: the PV controller binds the claim whose
+    ``volumeName`` is this PV and fills the uid in. ``fs_type`` is set for Filesystem mode (dropped for
+    Block); ``mountOptions`` are kept for Filesystem only. ``reclaim_policy`` Retain (default) so that
+    nothing deletes the storage while the hand-over is in progress; the caller restores the original
+    policy after binding. The provisioned-by annotation is kept (the provisioner deletes what it made).
+    """
+    if volume_mode not in ("Block", "Filesystem"):
+        raise ValueError(f"volume_mode must be Block or Filesystem, not {volume_mode!r}")
+    spec = source_pv.get("spec") or {}
+    csi = {k: copy.deepcopy(v) for k, v in (spec.get("csi") or {}).items() if k in _CSI_KEPT}
+    if not csi.get("driver") or not csi.get("volumeHandle"):
+        raise ValueError(f"PV {source_pv.get('metadata', {}).get('name')} has no CSI volume handle")
+    if volume_mode == "Filesystem":
+        csi["fsType"] = (spec.get("csi") or {}).get("fsType") or fs_type
+    meta = _meta(name, None, labels)
+    provisioner = ((source_pv.get("metadata") or {}).get("annotations") or {}).get(PROVISIONED_BY)
+    if provisioner:
+        meta["annotations"] = {PROVISIONED_BY: provisioner}
+    new_spec: dict[str, Any] = {
+        "accessModes": list(spec.get("accessModes") or ["ReadWriteOnce"]),
+        "capacity": copy.deepcopy(dict(spec.get("capacity") or {})),
+        "csi": csi,
+        "persistentVolumeReclaimPolicy": reclaim_policy,
+        "storageClassName": spec.get("storageClassName") or "",
+        "volumeMode": volume_mode,
+        "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": claim_namespace,
+                     "name": claim_name},  # fmt: skip
+    }
+    if spec.get("nodeAffinity"):
+        new_spec["nodeAffinity"] = copy.deepcopy(spec["nodeAffinity"])
+    if volume_mode == "Filesystem" and spec.get("mountOptions"):
+        new_spec["mountOptions"] = list(spec["mountOptions"])
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta, "spec": new_spec}
+
+
+def prebound_pvc(
+    name: str,
+    namespace: str,
+    volume: str,
+    size: str,
+    storage_class: str,
+    volume_mode: str = "Filesystem",
+    access_modes: Sequence[str] = ("ReadWriteOnce",),
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A claim of PV ``volume`` (``spec.volumeName``): the PV controller binds exactly that PV, nothing is
+    provisioned. ``storage_class`` must be the PV's class ("" for none), ``size`` at most its capacity."""
+    meta = _meta(name, namespace, labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    spec = {"accessModes": list(access_modes), "volumeMode": volume_mode, "resources": {"requests": {"storage": size}},
+            "storageClassName": storage_class, "volumeName": volume}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
+
+
+def restored_patch(volume: str, backup_id: str, run_id: str) -> dict[str, Any]:
+    """The merge patch that marks a claim as a complete restore of ``backup_id`` of ``volume`` (set last)."""
+    return {"metadata": {"annotations": {RESTORED_FROM: f"{volume}@{backup_id}", RESTORED_BY: run_id}}}
+
+
+def quantity(n_bytes: int) -> str:
+    """A Kubernetes quantity of at least ``n_bytes``: ``16Mi`` when it divides evenly, else plain bytes."""
+    if n_bytes <= 0:
+        raise ValueError("a volume size must be positive")
+    for suffix, unit in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if n_bytes % unit == 0:
+            return f"{n_bytes // unit}{suffix}"
+    return str(n_bytes)
