@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backup", default="latest", help="backup id or latest (default)")
     p.add_argument("--device", required=True, help="target block device or image file")
     p.add_argument("--assume-zeroed", action="store_true", help="the target reads as zeros: skip zeroing holes")
+    p.add_argument("--verify-device", action="store_true",
+                   help="after writing, read the target back and compare it with the backup (one more full read)")
     p.add_argument("--workers", type=int, default=4)
 
     p = sub.add_parser("ls", help="list backups")
@@ -314,21 +316,30 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     repo = _open_repo(args)
     manifest = repo.resolve(args.volume, args.backup)
+    progress = _Progress(args.progress_interval)
+    phases = 2 if args.verify_device else 1  # progress covers writing, then reading back
+
+    def phase(n: int):
+        return lambda done, total: progress(n * (total or 0) + done, phases * total if total is not None else None)
+
     stats = run_restore(
         repo,
         manifest,
         args.device,
         assume_zeroed=args.assume_zeroed,
         workers=max(1, args.workers),
-        progress=_Progress(args.progress_interval),
+        progress=phase(0),
     )
     result = {"backup_id": manifest.backup_id, "volume": args.volume, "mode": manifest.mode, **stats.as_dict()}
-    _emit(
-        args,
-        result,
-        f"restored {manifest.backup_id} of {args.volume} to {args.device}:"
-        f" {_mib(stats.written_bytes)} written, verified {stats.chunks_verified} chunks in {stats.duration_s} s",
-    )
+    text = (f"restored {manifest.backup_id} of {args.volume} to {args.device}: {_mib(stats.written_bytes)} written,"
+            f" verified {stats.chunks_verified} chunks in {stats.duration_s} s")  # fmt: skip
+    if args.verify_device:
+        from movers.pipeline.readback import verify_device
+
+        check = verify_device(repo, manifest, args.device, workers=max(1, args.workers), progress=phase(1))
+        result["readback"] = check.as_dict()
+        text += f"; read back {_mib(check.checked_bytes + check.zero_bytes)} in {check.duration_s} s: identical"
+    _emit(args, result, text)
     return 0
 
 

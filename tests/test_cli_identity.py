@@ -85,3 +85,16 @@ def test_old_manifest_decodes_with_defaults_and_unknown_optional_fields_are_igno
                 {"volume": {"pvc": "no id"}}):  # fmt: skip
         with pytest.raises(IntegrityError):
             Manifest.decode(json.dumps({**_doc(), **bad}).encode())
+
+
+def test_restore_verify_device_reads_back_and_reports_progress_over_both_phases(repo, tmp_path):
+    image = tmp_path / "vol.img"
+    make_image(image, 4 * MiB, seed=6)
+    run("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan", check_rc=0)
+    target = tmp_path / "restored.img"
+    out = run("restore", "--repo", repo, "--volume", "v", "--device", target, "--verify-device", "--json", check_rc=0)
+    readback = json.loads(out.stdout)["readback"]
+    assert readback["checked_bytes"] + readback["zero_bytes"] == 4 * MiB
+    progress = [line for line in out.stderr.splitlines() if line.startswith("progress ")]
+    assert progress[-1] == f"progress done={8 * MiB} total={8 * MiB}", progress
+    assert target.read_bytes() == image.read_bytes()

@@ -1,0 +1,102 @@
+"""The engine side of restores: choosing backups of an application (runs, backup ids, untagged repositories)
+and the read-back check of a restored device (whole chunks by hash, clipped chunks re-fetched, holes zero)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from movers.errors import IntegrityError, NotFoundError, UsageError
+from movers.pipeline.backup import run_backup
+from movers.pipeline.readback import verify_device
+from movers.pipeline.restore import run_restore
+from movers.repo.manifest import APP_TAG, RUN_TAG, VolumeIdentity
+from movers.repo.repository import Repository
+from movers.repo.selection import select
+from movers.repo.store import open_store
+from tests.volumes import make_image, write_blocks
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return Repository.init(open_store(f"file://{tmp_path}/repo"))
+
+
+def _backup(repo, image, ns, pvc, run=None, **kw):
+    tags = {RUN_TAG: run, APP_TAG: "shop"} if run else {}
+    return run_backup(repo, str(image), VolumeIdentity(f"{ns}/{pvc}", namespace=ns, pvc=pvc), tags=tags, **kw)
+
+
+def test_selection_by_latest_run_run_id_backup_id_and_untagged(repo, tmp_path):
+    image = tmp_path / "v.img"
+    make_image(image, 1 * MiB, seed=1)
+    r1 = {p: _backup(repo, image, "shop", p, "run-1") for p in ("data", "logs")}
+    r2_data = _backup(repo, image, "shop", "data", "run-2")  # run-2 backed up only data
+    _backup(repo, image, "other", "data", "run-x")
+
+    whole = select(repo, "shop", None)
+    assert [(s.pvc, s.manifest.backup_id) for s in whole.volumes] == [("data", r2_data.backup_id)]
+    assert whole.run == "run-2" and "latest" in whole.how
+    both = select(repo, "shop", ["logs", "data"])
+    assert both.run == "run-1", "the newest run that covers every PVC named"
+    assert {s.pvc: s.manifest.backup_id for s in both.volumes} == {p: m.backup_id for p, m in r1.items()}
+    assert select(repo, "shop", None, "run-1").run == "run-1"
+    one = select(repo, "shop", ["logs"], r1["logs"].backup_id)
+    assert [(s.pvc, s.manifest.backup_id) for s in one.volumes] == [("logs", r1["logs"].backup_id)]
+    assert select(repo, "shop", None, r1["logs"].backup_id).volumes[0].pvc == "logs", "an id unique in the namespace"
+
+    with pytest.raises(NotFoundError, match="run-2 has no backup of PVC.s. logs"):
+        select(repo, "shop", ["data", "logs"], "run-2")
+    with pytest.raises(NotFoundError, match="no backups of PVC.s. cache"):
+        select(repo, "shop", ["cache"])
+    with pytest.raises(NotFoundError, match="no backups of namespace nowhere"):
+        select(repo, "nowhere", None)
+    with pytest.raises(NotFoundError, match="no backup 20990101T000000000000Z-abcdef"):
+        select(repo, "shop", ["data"], "20990101T000000000000Z-abcdef")
+    with pytest.raises(NotFoundError, match="belongs to run 'nope'"):
+        select(repo, "shop", None, "nope")
+    with pytest.raises(UsageError, match="named twice"):
+        select(repo, "shop", ["data", "data"])
+
+    untagged = _backup(repo, image, "shop", "logs")  # a hand-made backup without tags is now the newest of logs
+    fallback = select(repo, "shop", ["data", "logs"])
+    assert fallback.run is None and "no run tag" in fallback.how
+    assert {s.pvc: s.manifest.backup_id for s in fallback.volumes} == {"data": r2_data.backup_id,
+                                                                      "logs": untagged.backup_id}  # fmt: skip
+
+
+def test_read_back_checks_whole_and_clipped_chunks_and_holes(repo, tmp_path):
+    image = tmp_path / "v.img"
+    make_image(image, 12 * MiB, seed=3, data_fraction=0.7)
+    full = _backup(repo, image, "ns", "v", extents=[(0, 12 * MiB)])
+    long_entry = next(e for _, entries in repo.iter_map(full) for e in entries if e[1] >= 192 * 1024)
+    inside = long_entry[0] + 64 * 1024  # an incremental write inside a chunk: the chunk is clipped
+    changed = write_blocks(image, [inside + 4096 * i for i in range(3)], seed=5)
+    incremental = _backup(repo, image, "ns", "v", extents=changed)
+    assert incremental.mode == "incremental-cbt"
+
+    target = tmp_path / "restored.img"
+    run_restore(repo, incremental, str(target))
+    stats = verify_device(repo, incremental, str(target))
+    assert stats.checked_bytes + stats.zero_bytes == 12 * MiB
+    assert stats.refetched_bytes > 0, "the incremental clipped chunks of the full: those are fetched again"
+
+    with open(target, "r+b") as f:  # a lost write inside a chunk
+        os.pwrite(f.fileno(), b"\x00" * 16, inside + 70 * 1024)
+    with pytest.raises(IntegrityError, match=rf"at volume offset {inside + 12 * 1024} differs"):
+        verify_device(repo, incremental, str(target))
+    run_restore(repo, incremental, str(target))
+    hole = next(off for off in range(0, 12 * MiB, 64 * 1024) if _is_zero(image, off))
+    with open(target, "r+b") as f:  # stale data where the backup has a hole
+        os.pwrite(f.fileno(), b"stale", hole + 100)
+    with pytest.raises(IntegrityError, match="should read as zeros"):
+        verify_device(repo, incremental, str(target))
+
+
+def _is_zero(path, off) -> bool:
+    with open(path, "rb") as f:
+        f.seek(off)
+        return f.read(64 * 1024) == bytes(64 * 1024)
