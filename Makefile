@@ -5,7 +5,7 @@ VENV := .venv
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint lock bench proto clean
+.PHONY: demo test lint lock bench proto clean ui pools
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -37,3 +37,24 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# A local Prefect server with its UI, to watch runs, progress and artifacts in a browser. Its state
+# (database, profiles) is in .prefect/ (git-ignored), not in ~/.prefect; analytics are off; it
+# listens on loopback only. Runs use it only when told to: PREFECT_API_URL=... per command.
+PREFECT_UI_PORT ?= 4200
+PREFECT_UI_API := http://127.0.0.1:$(PREFECT_UI_PORT)/api
+
+ui: $(STAMP)
+	@mkdir -p .prefect
+	@echo "Prefect UI: http://127.0.0.1:$(PREFECT_UI_PORT)  (state in .prefect/; Ctrl-C stops it)"
+	@echo "Send a run to it:  PREFECT_API_URL=$(PREFECT_UI_API) make demo"
+	@echo "Deploy to it:      export PREFECT_API_URL=$(PREFECT_UI_API); make pools; $(VENV)/bin/prefect --no-prompt deploy --all"
+	@echo "(set PREFECT_API_URL per command rather than with 'prefect config set': tests and other runs stay off it)"
+	env -u PREFECT_API_URL -u PREFECT_API_KEY -u PREFECT_PROFILE PREFECT_HOME=$(CURDIR)/.prefect \
+		PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_SERVER_UI_ENABLED=true PREFECT_SERVER_UI_API_URL=$(PREFECT_UI_API) \
+		$(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_UI_PORT)
+
+# Create or update the work pools of prefect.yaml (cbt-mover-local, cbt-mover-k8s) on the server
+# of PREFECT_API_URL, by default the one `make ui` runs. POOLS_ARGS: e.g. --image REGISTRY/cbt-mover:TAG.
+pools: $(STAMP)
+	PREFECT_API_URL=$${PREFECT_API_URL:-$(PREFECT_UI_API)} $(VENV)/bin/python -m flows.pools $(POOLS_ARGS)
