@@ -1,0 +1,379 @@
+"""prefect.yaml, the work pools and the image: every deployment's entrypoint loads and its parameters
+fit the flow; each policy has a backup deployment on the policy's schedule; maintenance is weekly;
+the Dockerfile holds what the deployments need. Then for real, against a Prefect server started
+here (own PREFECT_HOME, loopback): ``python -m flows.pools`` creates the pools (and is idempotent),
+``prefect deploy --all`` registers the deployments with their schedules and parameters, and a
+process worker runs the maintenance deployment once against a moto S3 repository."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster.s3 import free_port, wait_http
+
+ROOT = Path(__file__).resolve().parent.parent
+PREFECT = str(Path(sys.executable).with_name("prefect"))
+POLICIES = ROOT / "configs" / "policies"
+FLOW_NAMES = {"backup-demo": "backup-app", "backup-postgres": "backup-app", "restore": "restore-app",
+              "maintenance": "maintain-repo"}  # fmt: skip
+# values for required parameters a deployment leaves to the run (restore is on demand)
+EXAMPLE_VALUES = {"repo": "s3://bucket/prefix", "namespace": "shop", "pvcs": ["data"], "policy_paths": [],
+                  "policy_path": "configs/policies/demo.yaml"}  # fmt: skip
+
+
+def project() -> dict:
+    return yaml.safe_load((ROOT / "prefect.yaml").read_text())
+
+
+def deployments() -> dict[str, dict]:
+    return {d["name"]: d for d in project()["deployments"]}
+
+
+def entrypoint_file(deployment: dict) -> Path:
+    return ROOT / deployment["entrypoint"].split(":", 1)[0]
+
+
+def missing_entrypoints() -> list[str]:
+    return sorted({d["entrypoint"] for d in deployments().values() if not entrypoint_file(d).exists()})
+
+
+def load_flow(deployment: dict):
+    """The deployment's flow; skips while its file is still being written by another engineer."""
+    from prefect.flows import load_flow_from_entrypoint
+
+    path = entrypoint_file(deployment)
+    if not path.exists():
+        pytest.skip(f"{deployment['entrypoint']}: {path.relative_to(ROOT)} is not in the tree yet")
+    return load_flow_from_entrypoint(f"{path}:{deployment['entrypoint'].split(':', 1)[1]}")
+
+
+# ---------------------------------------------------------------- prefect.yaml, statically
+
+
+def test_project_file_names_every_deployment_on_one_target():
+    config = project()
+    assert config["prefect-version"].split(".")[:2] == __import__("prefect").__version__.split(".")[:2]
+    found = deployments()
+    assert set(found) == set(FLOW_NAMES)
+    targets = config["definitions"]["targets"]
+    # every deployment has the pool and the pull step of the same target: they must match each other
+    chosen = {json.dumps({"work_pool": d["work_pool"], "pull": d["pull"]}, sort_keys=True) for d in found.values()}
+    assert len(chosen) == 1, chosen
+    assert json.loads(chosen.pop()) in targets.values()
+    for deployment in found.values():
+        assert deployment["enforce_parameter_schema"] is True, deployment["name"]
+        assert "cbt-mover" in deployment["tags"], deployment["name"]
+        assert deployment.get("description"), deployment["name"]
+
+
+def test_targets_pair_each_pool_with_its_pull_step():
+    from flows.pools import K8S_POOL, LOCAL_POOL
+
+    config = project()
+    targets = config["definitions"]["targets"]
+    assert targets["local"]["work_pool"]["name"] == LOCAL_POOL
+    assert targets["k8s"]["work_pool"]["name"] == K8S_POOL
+    (local_pull,) = targets["local"]["pull"]
+    (k8s_pull,) = targets["k8s"]["pull"]
+    step = "prefect.deployments.steps.set_working_directory"
+    # local: the checkout `prefect deploy` ran in, from the build step with id "project"
+    assert local_pull == {step: {"directory": "{{ project.stdout }}"}}
+    (build,) = config["build"]
+    assert build["prefect.deployments.steps.run_shell_script"]["id"] == "project"
+    assert build["prefect.deployments.steps.run_shell_script"]["script"] == "pwd"
+    # k8s: the image's working directory, where the Dockerfile puts the code
+    assert k8s_pull[step]["directory"] == dockerfile_instructions()["WORKDIR"][-1]
+
+
+@pytest.mark.parametrize("name", sorted(FLOW_NAMES))
+def test_entrypoint_loads_and_parameters_fit_the_flow(name):
+    from prefect.utilities.callables import parameter_schema
+
+    deployment = deployments()[name]
+    flow = load_flow(deployment)
+    assert flow.name == FLOW_NAMES[name]
+    params = deployment.get("parameters") or {}
+    accepted = set(inspect.signature(flow.fn).parameters)
+    assert set(params) <= accepted, f"{name}: {sorted(set(params) - accepted)} are not parameters of {flow.name}"
+    required = set(parameter_schema(flow).required or [])
+    run_params = {**{key: EXAMPLE_VALUES[key] for key in required - set(params)}, **params}
+    flow.validate_parameters(run_params)  # raises ParameterTypeError / SignatureMismatchError
+    # the same check rejects a wrong type, so the line above can fail
+    wrong = dict(run_params)
+    key = next(iter(params), None) or next(iter(required), None)
+    if key is not None:
+        wrong[key] = {"not": "valid"}
+        with pytest.raises(Exception, match=key):
+            flow.validate_parameters(wrong)
+    for value in params.values():  # policy paths name files that exist, relative to the project
+        for path in value if isinstance(value, list) else [value]:
+            if isinstance(path, str) and path.startswith("configs/"):
+                assert (ROOT / path).is_file(), path
+
+
+def test_each_policy_has_a_backup_deployment_on_its_schedule():
+    from movers.policy import load_policies
+
+    backups = [d for d in deployments().values() if d["entrypoint"] == "flows/backup.py:backup_app"]
+    by_policy = {d["parameters"]["policy_path"]: d for d in backups}
+    assert len(by_policy) == len(backups), "two backup deployments for one policy"
+    policies = load_policies(POLICIES)
+    assert policies
+    for policy in policies:
+        path = Path(policy.source).resolve().relative_to(ROOT).as_posix()
+        assert path in by_policy, f"no backup deployment for {path}"
+        deployment = by_policy.pop(path)
+        assert deployment["name"] == f"backup-{Path(path).stem}"
+        want = [{"cron": policy.schedule.cron, "timezone": policy.schedule.timezone}] if policy.schedule else []
+        assert deployment["schedules"] == want, path
+        assert deployment["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+    assert not by_policy, f"backup deployments of no policy: {sorted(by_policy)}"
+
+
+def test_maintenance_is_weekly_for_every_policy_and_restore_on_demand():
+    from cronsim import CronSim
+
+    found = deployments()
+    maintenance = found["maintenance"]
+    (schedule,) = maintenance["schedules"]
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    it = CronSim(schedule["cron"], start)
+    runs = [next(it) for _ in range(6)]
+    assert {b - a for a, b in zip(runs, runs[1:], strict=False)} == {timedelta(days=7)}, runs
+    assert schedule["timezone"] == "UTC"
+    paths = maintenance["parameters"]["policy_paths"]
+    assert paths == sorted(p.relative_to(ROOT).as_posix() for p in POLICIES.glob("*.y*ml"))
+    assert maintenance["concurrency_limit"]["limit"] == 1
+    assert found["restore"]["schedules"] == []
+    assert "concurrency_limit" not in found["restore"]
+
+
+# ---------------------------------------------------------------- the image, statically
+
+
+def dockerfile_instructions() -> dict[str, list[str]]:
+    """Instruction -> arguments in order, continuation lines joined, comments dropped."""
+    lines, current = [], ""
+    for raw in (ROOT / "Dockerfile").read_text().splitlines():
+        if raw.lstrip().startswith("#") and not current:
+            continue
+        current += raw.rstrip().removesuffix("\\") + " "
+        if not raw.rstrip().endswith("\\"):
+            if current.strip():
+                lines.append(current.strip())
+            current = ""
+    out: dict[str, list[str]] = {}
+    for line in lines:
+        word, _, rest = line.partition(" ")
+        out.setdefault(word.upper(), []).append(re.sub(r"\s+", " ", rest.strip()))
+    return out
+
+
+def test_dockerfile_builds_what_the_deployments_need():
+    inst = dockerfile_instructions()
+    (base,) = inst["FROM"]
+    image, _, tag = base.partition(":")
+    assert image == "python" and tag and tag != "latest" and not tag.startswith("3-"), base
+    requires = re.search(r'requires-python = ">=(\d+\.\d+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert tag.startswith(requires + "-"), f"base image {base} is not Python {requires}"
+    assert json.loads(inst["ENTRYPOINT"][-1]) == ["cbt-mover"]
+    user = inst["USER"][-1]
+    assert user.isdigit() and int(user) != 0, "run as a numeric non-root user (runAsNonRoot can check it)"
+    assert inst["WORKDIR"][-1] == "/opt/app"
+    copied = {src.rstrip("/") for line in inst["COPY"] for src in line.split()[:-1] if not src.startswith("--")}
+    # every deployment's entrypoint file, the files its parameters name, prefect.yaml itself
+    needed = {"prefect.yaml"}
+    for deployment in deployments().values():
+        needed.add(deployment["entrypoint"].split("/", 1)[0])
+        for value in (deployment.get("parameters") or {}).values():
+            for path in value if isinstance(value, list) else [value]:
+                if isinstance(path, str) and "/" in path:
+                    needed.add(path.split("/", 1)[0])
+    # and every first-party package that the flows import
+    first_party = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    for path in [*(ROOT / "flows").glob("*.py"), *(ROOT / "tasks").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            else:
+                continue
+            needed |= {n.split(".")[0] for n in names} & first_party
+    assert "localcluster" not in needed, "the flows must not import the test double"
+    assert needed <= copied, f"the image lacks {sorted(needed - copied)}"
+    # the job template's user is the image's, and the flow-run Jobs override the entrypoint
+    template = json.loads((ROOT / "configs" / "k8s-job-template.json").read_text())
+    pod = template["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
+    assert str(pod["securityContext"]["runAsUser"]) == user and pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    home = re.search(r"HOME=(\S+)", " ".join(inst["ENV"])).group(1)
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {home, "/tmp"}  # writable: Prefect's home, temp
+
+
+def test_dockerignore_keeps_the_context_small_and_secret_free():
+    patterns = {ln.strip().rstrip("/") for ln in (ROOT / ".dockerignore").read_text().splitlines()
+                if ln.strip() and not ln.startswith("#")}  # fmt: skip
+    assert {".venv", ".git", ".prefect", "tests", "localcluster", "*.pem", "*.key"} <= patterns
+    copied = {src.rstrip("/") for line in dockerfile_instructions()["COPY"] for src in line.split()[:-1]}
+    assert not copied & patterns, copied & patterns
+    assert ".prefect/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_make_ui_serves_on_loopback_with_its_own_home():
+    out = subprocess.run(["make", "-n", "ui", "pools", "PREFECT_UI_PORT=4399"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    (server,) = [ln for ln in out.replace("\\\n", " ").splitlines() if "server start" in ln]
+    assert "--host 127.0.0.1 --port 4399" in server
+    assert f"PREFECT_HOME={ROOT}/.prefect" in server and "PREFECT_SERVER_ANALYTICS_ENABLED=false" in server
+    assert "-u PREFECT_API_URL" in server  # the UI must not follow a PREFECT_API_URL of the caller's shell
+    assert "PREFECT_API_URL=http://127.0.0.1:4399/api make demo" in out
+    assert "http://127.0.0.1:4399/api} .venv/bin/python -m flows.pools" in out
+
+
+# ---------------------------------------------------------------- for real: server, pools, deploy, worker
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any Prefect or AWS setting, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_"))}
+    return {**env, "PYTHONUNBUFFERED": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **extra}
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """End ``proc`` and the processes it started (its own session)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def prefect_api(tmp_path_factory):
+    """A Prefect server on a free loopback port with its own PREFECT_HOME (no UI, no background
+    services: nothing is scheduled behind the test's back). Yields ``{"url", "env"}``."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = free_port()
+    log_path = home / "server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
+                                 "--no-services", "--no-ui"], env=_clean_env(PREFECT_HOME=str(home)), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        try:
+            url = f"http://127.0.0.1:{port}/api"
+            if not wait_http(f"{url}/health", 120, proc):
+                raise RuntimeError(f"prefect server did not start: {log_path.read_text()[-2000:]}")
+            yield {"url": url, "env": _clean_env(PREFECT_HOME=str(home), PREFECT_API_URL=url)}
+        finally:
+            _stop_group(proc)
+
+
+@contextlib.contextmanager
+def _client(api):
+    """A sync Prefect client of the test server."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api["url"]}), get_client(sync_client=True) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def deployed(prefect_api):
+    """The pools (flows.pools, run twice) and ``prefect deploy`` of prefect.yaml, from the project."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows import pools
+
+    with temporary_settings({PREFECT_API_URL: prefect_api["url"]}):
+        first = pools.ensure_pools()
+        again = pools.ensure_pools()
+        image = pools.ensure_pools(image="registry.example.com/cbt-mover:9.9.9", only="k8s")
+    before = (ROOT / "prefect.yaml").read_bytes()
+    missing = missing_entrypoints()
+    names = ["--all"] if not missing else [
+        arg for d in deployments().values() if entrypoint_file(d).exists()
+        for arg in ("--name", f"{FLOW_NAMES[d['name']]}/{d['name']}")]  # fmt: skip
+    out = subprocess.run([PREFECT, "--no-prompt", "deploy", *names], cwd=ROOT, env=prefect_api["env"],
+                         capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (ROOT / "prefect.yaml").read_bytes() == before, "prefect deploy rewrote prefect.yaml"
+    return {"pools": (first, again, image), "missing": missing}
+
+
+def test_pools_are_created_once_and_updated_in_place(prefect_api, deployed):
+    from flows.pools import K8S_POOL, LOCAL_POOL, k8s_job_template
+
+    first, again, image = deployed["pools"]
+    assert first == {LOCAL_POOL: "created", K8S_POOL: "created"}
+    assert again == {LOCAL_POOL: "unchanged", K8S_POOL: "unchanged"}
+    assert image == {K8S_POOL: "updated"}
+    with _client(prefect_api) as client:
+        local, k8s = client.read_work_pool(LOCAL_POOL), client.read_work_pool(K8S_POOL)
+    assert local.type == "process" and k8s.type == "kubernetes"  # accepted without prefect-kubernetes installed
+    assert k8s.base_job_template == k8s_job_template(image="registry.example.com/cbt-mover:9.9.9")
+    assert k8s.base_job_template["variables"]["properties"]["service_account_name"]["default"] == "cbt-mover-controller"
+
+
+def test_pools_cli_refuses_without_api_url_and_a_pool_of_another_type(prefect_api, deployed):
+    from prefect.client.schemas.actions import WorkPoolCreate
+
+    from flows.pools import PoolError, ensure_pool
+
+    env = _clean_env(PREFECT_HOME=tempfile.mkdtemp())
+    try:
+        out = subprocess.run([sys.executable, "-m", "flows.pools"], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    finally:
+        shutil.rmtree(env["PREFECT_HOME"], ignore_errors=True)
+    assert out.returncode == 2 and "PREFECT_API_URL is not set" in out.stderr, out.stderr
+    with _client(prefect_api) as client:
+        client.create_work_pool(WorkPoolCreate(name="cbt-mover-other", type="process"))
+        with pytest.raises(PoolError, match="exists with type 'process', not 'kubernetes'"):
+            ensure_pool(client, "cbt-mover-other", "kubernetes", {}, "x")
+
+
+def test_deploy_registers_schedules_parameters_and_pull_steps(prefect_api, deployed):
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    wanted = {d["name"]: d for d in deployments().values() if d["entrypoint"] not in deployed["missing"]}
+    with _client(prefect_api) as client:
+        found = {d.name: d for d in client.read_deployments(
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=sorted(wanted))))}  # fmt: skip
+        flows = {d.name: client.read_flow(d.flow_id).name for d in found.values()}
+    assert set(found) == set(wanted)
+    for name, spec in wanted.items():
+        got = found[name]
+        assert flows[name] == FLOW_NAMES[name]
+        assert got.work_pool_name == spec["work_pool"]["name"]
+        assert got.parameters == spec["parameters"], name
+        assert [{"cron": s.schedule.cron, "timezone": s.schedule.timezone} for s in got.schedules] == spec["schedules"]
+        assert all(s.active for s in got.schedules)
+        assert got.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}]
+        assert got.enforce_parameter_schema is True
+        assert got.entrypoint == spec["entrypoint"]
+        if "concurrency_limit" in spec:
+            assert got.global_concurrency_limit.limit == spec["concurrency_limit"]["limit"]
+            assert got.concurrency_options.collision_strategy == spec["concurrency_limit"]["collision_strategy"]
+        assert set(got.parameter_openapi_schema["properties"]) >= set(spec["parameters"])
+    if deployed["missing"]:
+        pytest.skip(f"registered all but {deployed['missing']} (not in the tree yet)")
