@@ -41,7 +41,40 @@ def _cases() -> dict[str, dict]:
             repo_secret="backup-repo", labels=LABELS,
             resources={"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
             node_selector={"kubernetes.io/os": "linux", "pool": "backup"}),
+        "rebound_pv_filesystem": m.rebound_pv("pvc-1234-filesystem", SOURCE_PV, "restored", "data", "Filesystem",
+                                              labels=LABELS),
+        "prebound_pvc": m.prebound_pvc("data", "restored", "pvc-1234-filesystem", "32Mi", "local-block",
+                                       labels=LABELS, annotations={"note": "x"}),
+        "restored_patch": m.restored_patch("prod/shop/data", "20260101T000000000000Z-abcdef", "restore-1"),
     }  # fmt: skip
+
+
+SOURCE_PV = {
+    "metadata": {"name": "pvc-1234", "annotations": {m.PROVISIONED_BY: "hostpath.csi.k8s.io", "other": "dropped"},
+                 "finalizers": ["kubernetes.io/pv-protection"]},
+    "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "32Mi"}, "volumeMode": "Block",
+             "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "local-block", "mountOptions": ["noatime"],
+             "claimRef": {"name": "data-restore-1", "namespace": "restored", "uid": "u-1"},
+             "csi": {"driver": "hostpath.csi.k8s.io", "volumeHandle": "vol-1", "volumeAttributes": {"a": "b"},
+                     "nodeStageSecretRef": {"name": "s", "namespace": "kube-system"}},
+             "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                 {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}]}]}}},
+}  # fmt: skip
+
+
+def test_rebound_pv_and_quantities_contract():
+    block = m.rebound_pv("pv-b", SOURCE_PV, "ns", "c", "Block")
+    assert "fsType" not in block["spec"]["csi"] and "mountOptions" not in block["spec"]
+    assert block["spec"]["claimRef"] == {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "ns",
+                                         "name": "c"}, "no uid: the claim that names the PV binds it"  # fmt: skip
+    assert block["spec"]["persistentVolumeReclaimPolicy"] == "Retain" and "finalizers" not in block["metadata"]
+    with pytest.raises(ValueError):
+        m.rebound_pv("x", {"spec": {"csi": {"driver": "d"}}}, "ns", "c", "Block")
+    with pytest.raises(ValueError):
+        m.rebound_pv("x", SOURCE_PV, "ns", "c", "Raw")
+    with pytest.raises(ValueError):
+        m.reclaim_policy_patch("Keep")
+    assert [m.quantity(n) for n in (16 << 20, 1 << 30, 3 << 10, 1000)] == ["16Mi", "1Gi", "3Ki", "1000"]
 
 
 @pytest.mark.parametrize("name", sorted(_cases()))
