@@ -1,6 +1,8 @@
 # The cbt-mover image: the engine CLI (mover pods) and the Prefect flows (flow-run Jobs of the
 # Kubernetes work pool, configs/k8s-job-template.json, which overrides the entrypoint to run
-# `prefect flow-run execute`).
+# `prefect flow-run execute`). The Prefect worker that polls the Kubernetes work pool and creates
+# those Jobs is not this image: it needs the prefect-kubernetes package (the prefect-worker Helm
+# chart's `prefecthq/prefect:<version>-python3.11-kubernetes` image has it; docs/real-cluster.md).
 #
 #   docker build -t registry.example.com/cbt-mover:0.1.0 .
 #   docker run --rm registry.example.com/cbt-mover:0.1.0 --help
@@ -18,6 +20,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     UV_NO_CACHE=1 \
     HOME=/home/cbt-mover
+
+LABEL org.opencontainers.image.title="cbt-mover" \
+      org.opencontainers.image.description="Backup data mover for Kubernetes block volumes (CSI changed block tracking), Prefect flows" \
+      org.opencontainers.image.licenses="Apache-2.0"
 
 WORKDIR /opt/app
 
