@@ -125,38 +125,37 @@ def test_grace_is_measured_from_the_first_prune_that_sees_an_object_unreferenced
     assert check_all_restore(Repository.open(store), expected, tmp_path) == 1
 
 
-def test_running_backup_survives_prune_and_is_reused(tmp_path):
+def test_crashed_backup_packs_are_reused_by_the_retry_until_a_prune_lists_them(tmp_path):
     inner = MemoryStore()
     store = FaultyStore(inner)
     repo = Repository.init(store, CONFIG)
     expected = build(repo, tmp_path, volumes=("vol-a",), rounds=1)
-    image = tmp_path / "vol-b.img"
-    make_image(image, SIZE, seed=42)
-    packs_before = keys(inner, pack.PACK_PREFIX)
-    store.crash_after_puts(1, prefix=pack.PACK_PREFIX)  # vol-b uploads a pack, then "is still running"
-    with pytest.raises(SimulatedCrash):
-        run_backup(repo, str(image), VolumeIdentity("vol-b"), force_full=True)
-    store.recover()
-    orphans = keys(inner, pack.PACK_PREFIX) - packs_before
-    assert len(orphans) == 1
-    assert not keys(inner, INDEX_PREFIX + "x") and not repo.list_backups("vol-b")
-
-    report = prune(Repository.open(store), grace_s=DAY, now=T0)
-    assert report.packs_in_grace == 1 and report.packs_deleted == 0
-    assert orphans <= keys(inner, pack.PACK_PREFIX)
-    # the backup's next attempt reuses the uploaded packs
-    puts_before = len(store.puts)
-    m = run_backup(Repository.open(store), str(image), VolumeIdentity("vol-b"), force_full=True)
-    expected[m.backup_id] = ("vol-b", sha256_file(image))
-    new_packs = [k for k in store.puts[puts_before:] if k.startswith(pack.PACK_PREFIX)]
-    orphan_chunks = {e.chunk_id for k in orphans for e in repo.read_pack_trailer(k)}
-    new_chunks = {e.chunk_id for k in new_packs for e in repo.read_pack_trailer(k)}
-    assert orphan_chunks and not orphan_chunks & new_chunks  # deduplicated against the surviving pack
-    # now referenced: a prune long after the grace keeps them
-    report = prune(Repository.open(store), grace_s=DAY, now=T0 + 10 * DAY)
-    assert report.packs_deleted == 0
-    assert orphans <= keys(inner, pack.PACK_PREFIX)
-    assert check_all_restore(Repository.open(store), expected, tmp_path) == 2
+    for vol, seed, prune_between in (("vol-b", 42, False), ("vol-c", 43, True)):
+        image = tmp_path / f"{vol}.img"
+        make_image(image, SIZE, seed=seed)
+        packs_before = keys(inner, pack.PACK_PREFIX)
+        store.crash_after_puts(1, prefix=pack.PACK_PREFIX)  # uploads a pack, then "dies"
+        with pytest.raises(SimulatedCrash):
+            run_backup(Repository.open(store), str(image), VolumeIdentity(vol), force_full=True)
+        store.recover()
+        orphans = keys(inner, pack.PACK_PREFIX) - packs_before
+        assert len(orphans) == 1 and not repo.list_backups(vol)
+        if prune_between:  # the orphan is now listed: a prune may delete it, so the retry must not use it
+            report = prune(Repository.open(store), grace_s=DAY, now=T0)
+            assert report.packs_in_grace == 1 and report.packs_deleted == 0
+        puts_before = len(store.puts)
+        m = run_backup(Repository.open(store), str(image), VolumeIdentity(vol), force_full=True)
+        expected[m.backup_id] = (vol, sha256_file(image))
+        new_packs = [k for k in store.puts[puts_before:] if k.startswith(pack.PACK_PREFIX)]
+        orphan_chunks = {e.chunk_id for k in orphans for e in repo.read_pack_trailer(k)}
+        new_chunks = {e.chunk_id for k in new_packs for e in repo.read_pack_trailer(k)}
+        assert orphan_chunks
+        assert bool(orphan_chunks & new_chunks) == prune_between, vol  # re-uploaded only once listed
+        assert not orphans & set(new_packs)  # never re-created under the listed key
+        later = prune(Repository.open(store), grace_s=DAY, now=T0 + 10 * DAY)
+        assert (orphans <= keys(inner, pack.PACK_PREFIX)) != prune_between  # reused: kept; listed: deleted
+        assert later.packs_deleted == (1 if prune_between else 0)
+    assert check_all_restore(Repository.open(store), expected, tmp_path) == 3
 
 
 def test_abandoned_packs_older_than_grace_are_deleted(tmp_path):
@@ -213,3 +212,147 @@ def test_crash_during_prune_leaves_a_readable_repository(crash, tmp_path):
     prune(Repository.open(inner), grace_s=0, now=T0)
     assert len(keys(inner, INDEX_PREFIX)) == 1
     assert check_all_restore(Repository.open(inner), expected, tmp_path) == 3
+
+
+# -- backups racing a prune ------------------------------------------------------------------------------------------
+
+
+class HookStore(MemoryStore):
+    """A memory store that runs ``hook()`` once, just before the first delete of a key under ``prefix``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook = None
+        self.prefix = ""
+
+    def delete(self, key: str) -> None:
+        hook, self.hook = (self.hook, None) if key.startswith(self.prefix) and self.hook else (None, self.hook)
+        if hook:
+            hook()
+        super().delete(key)
+
+
+def prune_before_commit(store, now, reports):
+    """A progress callback for a backup with extents that prunes once everything but the manifest is written.
+
+    The engine's last progress call comes after its packs, index and map: only the commit is left.
+    """
+
+    def progress(done, total):
+        if total is not None and not reports:  # with extents, only the last call knows the total
+            reports.append(prune(Repository.open(store), grace_s=DAY, now=now))
+
+    return progress
+
+
+def dead_data_repo(store, tmp_path):
+    """vol-a: a backup of content A, then one of other content; the first is forgotten and a prune at T0
+    lists A's packs and pages. Returns a copy of image A (what the racing backup will store)."""
+    repo = Repository.init(store, CONFIG)
+    image = tmp_path / "vol-a.img"
+    make_image(image, SIZE, seed=10, data_fraction=0.9)
+    copy, _ = snapshot_of(image, tmp_path, "content-a")
+    run_backup(repo, str(image), VolumeIdentity("vol-a"), force_full=True)
+    make_image(image, SIZE, seed=11, data_fraction=0.9)
+    kept = run_backup(repo, str(image), VolumeIdentity("vol-a"), force_full=True)
+    forget(repo, keep_last=1)
+    first = prune(Repository.open(store), grace_s=DAY, now=T0)
+    assert first.packs_in_grace > 0 and first.packs_deleted == 0
+    return copy, {kept.backup_id: ("vol-a", sha256_file(image))}
+
+
+def test_backup_does_not_dedup_against_dead_data_a_prune_deletes_before_its_commit(tmp_path):
+    """The race prune's docstring used to leave open: data dead for longer than the grace is what the
+    backup would dedup against, and a prune deletes it while the backup runs."""
+    store = MemoryStore()
+    content_a, expected = dead_data_repo(store, tmp_path)
+    dead_packs = set(store.list(pack.PACK_PREFIX)) - {k for k in store.list(pack.PACK_PREFIX)
+                                                       if _referenced_pack(store, k)}  # fmt: skip
+    reports = []
+    m = run_backup(Repository.open(store), str(content_a), VolumeIdentity("vol-c"), extents=[(0, SIZE)],
+                   progress=prune_before_commit(store, T0 + DAY, reports))  # fmt: skip
+    expected[m.backup_id] = ("vol-c", sha256_file(content_a))
+    [racing] = reports
+    assert racing.packs_deleted == len(dead_packs) > 0 and not dead_packs & set(store.list(pack.PACK_PREFIX))
+    assert m.stats["new_chunk_bytes"] > 0.8 * m.stats["read_bytes"] - m.stats["zero_bytes"]  # re-uploaded
+    assert check_all_restore(Repository.open(store), expected, tmp_path) == 2
+
+
+def test_backup_starting_while_a_prune_deletes_does_not_use_the_doomed_packs(tmp_path):
+    """A backup that starts after prune wrote its new index but before it deleted the old index
+    objects and the packs: the old index objects still list the packs being deleted."""
+    store = HookStore()
+    content_a, expected = dead_data_repo(store, tmp_path)
+    done = []
+
+    def backup_now():
+        m = run_backup(Repository.open(store), str(content_a), VolumeIdentity("vol-c"), extents=[(0, SIZE)])
+        done.append(m)
+        expected[m.backup_id] = ("vol-c", sha256_file(content_a))
+
+    store.hook, store.prefix = backup_now, INDEX_PREFIX  # prune's first old-index delete
+    report = prune(Repository.open(store), grace_s=DAY, now=T0 + DAY)
+    assert done and report.packs_deleted > 0 and report.index_objects_deleted > 0
+    assert check_all_restore(Repository.open(store), expected, tmp_path) == 2
+
+
+def test_retry_after_a_prune_never_recreates_listed_packs_or_pages(tmp_path):
+    """A crashed backup leaves packs, index, pages and directories; a prune lists them; the retry rebuilds
+    the same bytes and must give them other keys, or the prune that deletes the orphans takes the
+    retry's data with them."""
+    inner = MemoryStore()
+    store = FaultyStore(inner)
+    repo = Repository.init(store, CONFIG)
+    expected = build(repo, tmp_path, volumes=("vol-a",), rounds=2)
+    image = tmp_path / "vol-b.img"
+    make_image(image, SIZE, seed=77, data_fraction=0.9)
+    before = keys(inner)
+    store.crash_after_puts(0, prefix="backups/")  # everything but the manifest
+    with pytest.raises(SimulatedCrash):
+        run_backup(Repository.open(store), str(image), VolumeIdentity("vol-b"), extents=[(0, SIZE)])
+    store.recover()
+    orphans = keys(inner) - before
+    orphan_data = {k for k in orphans if k.startswith((pack.PACK_PREFIX, volmap.MAP_PREFIX))}
+    assert any(k.startswith(pack.PACK_PREFIX) for k in orphans) and any(k.startswith(volmap.MAP_PREFIX)
+                                                                        for k in orphans)  # fmt: skip
+    listed = prune(Repository.open(store), grace_s=DAY, now=T0)
+    assert listed.packs_in_grace + listed.map_objects_in_grace == len(orphan_data)
+
+    reports = []
+    m = run_backup(Repository.open(store), str(image), VolumeIdentity("vol-b"), extents=[(0, SIZE)],
+                   progress=prune_before_commit(store, T0 + DAY, reports))  # fmt: skip
+    expected[m.backup_id] = ("vol-b", sha256_file(image))
+    [racing] = reports
+    assert racing.packs_deleted + racing.map_objects_deleted == len(orphan_data)
+    assert not orphan_data & keys(inner)
+    assert check_all_restore(Repository.open(store), expected, tmp_path) == 3
+
+
+def _referenced_pack(store, key):
+    repo = Repository.open(store)
+    chunks = {cid for ref in repo.list_backups() for _i, entries in repo.iter_map(repo.read_manifest(ref.volume,
+              ref.backup_id)) for _o, _n, cid, _c in entries}  # fmt: skip
+    return any(e.chunk_id in chunks for e in repo.read_pack_trailer(key))
+
+
+def test_read_state_lists_again_when_the_newest_state_vanishes():
+    from movers.repo.prunestate import encode_state, read_state
+
+    store = MemoryStore()
+    old_key, old = encode_state(T0, {"packs/aa/old": T0}, [])
+    store.put(old_key, old)
+    newer_key, newer = encode_state(T0 + 60, {"packs/aa/new": T0 + 60}, ["packs/bb/doomed"])
+
+    class Replacing(MemoryStore):
+        def get(self, key):
+            if key == old_key and not store.exists(newer_key):  # a prune replaces the state under us
+                store.put(newer_key, newer)
+                store.delete(old_key)
+            return store.get(key)
+
+        def list(self, prefix=""):
+            return store.list(prefix)
+
+    keys_, state = read_state(Replacing())
+    assert keys_ == [newer_key] and state.key == newer_key
+    assert state.garbage == {"packs/aa/new", "packs/bb/doomed"}

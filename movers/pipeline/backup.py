@@ -29,14 +29,17 @@ from datetime import UTC, datetime
 from movers import device
 from movers.errors import UsageError
 from movers.extents import Extent, validated
+from movers.pipeline.fresh import distinct_pack, finish_page_fresh, listed_dirs
 from movers.pipeline.planner import plan_reads, scan_reads
 from movers.pipeline.stats import BackupStats, ProgressFn
 from movers.pipeline.zeros import data_runs, is_zero
 from movers.repo import digests as dg
 from movers.repo import pack as packfmt
+from movers.repo import volmap
 from movers.repo.chunks import chunk_id, encode_chunk
 from movers.repo.manifest import Manifest, MapRef, SnapshotIdentity, VolumeIdentity, new_backup_id
 from movers.repo.mapwriter import DigestUpdate, MapWriter
+from movers.repo.prunestate import garbage_keys
 from movers.repo.repository import Repository
 
 log = logging.getLogger(__name__)
@@ -64,9 +67,10 @@ ReadResult = tuple[list[tuple[int, int]], list[Piece], list[DigestUpdate]]
 class _Uploader:
     """Uploads finished packs on a bounded pool and remembers what it wrote."""
 
-    def __init__(self, repo: Repository, threads: int, stats: BackupStats) -> None:
+    def __init__(self, repo: Repository, threads: int, stats: BackupStats, garbage: set[str]) -> None:
         self.repo = repo
         self.stats = stats
+        self.garbage = garbage
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="upload")
         self.limit = threads
         self.pending: deque[Future] = deque()
@@ -80,7 +84,7 @@ class _Uploader:
         self.pending.append(self.pool.submit(self._finish_and_put, builder))
 
     def _finish_and_put(self, builder: packfmt.PackBuilder) -> tuple[bytes, list[packfmt.PackEntry]]:
-        pack_id, data, entries = builder.finish()
+        pack_id, data, entries = distinct_pack(*builder.finish(), self.garbage)
         written = self.repo.put_once(packfmt.pack_key(pack_id), data)
         with self.lock:
             self.stats.stored_bytes += written
@@ -123,10 +127,14 @@ def run_backup(
     ``base_handle``: the extents are a CBT delta since the snapshot with that CSI handle, so
     the parent is the volume's latest backup that recorded it (``UsageError`` if none did).
     ``tags`` are recorded in the manifest as given.
+
+    Nothing the newest prune state lists (read first, before the chunk index) is deduplicated
+    against or re-created under its key (see ``movers.repo.prune``).
     """
     options = options or BackupOptions()
     started = time.monotonic()
     stats = BackupStats()
+    garbage = garbage_keys(repo.store)
     fd = device.open_device(device_path)
     try:
         capacity = device.device_size(fd)
@@ -150,7 +158,8 @@ def run_backup(
         )
         mapw = MapWriter(repo, capacity, parent_slots)
         scan_parent = extents is None and parent is not None
-        engine = _Engine(repo, fd, mapw, options, stats, progress, capacity if extents is None else None, scan_parent)
+        engine = _Engine(repo, fd, mapw, options, stats, progress, capacity if extents is None else None, scan_parent,
+                         garbage)  # fmt: skip
         map_ref = engine.run(reads)
         if extents is None:
             stats.changed_bytes = engine.scan_changed_bytes
@@ -199,7 +208,7 @@ def _count_changed(extents: Iterable[Extent], stats: BackupStats) -> Iterable[Ex
 
 
 class _Engine:
-    def __init__(self, repo, fd, mapw, options, stats, progress, total, scan_parent: bool) -> None:
+    def __init__(self, repo, fd, mapw, options, stats, progress, total, scan_parent: bool, garbage: set[str]) -> None:
         self.repo = repo
         self.fd = fd
         self.mapw = mapw
@@ -211,7 +220,9 @@ class _Engine:
         self.scan_parent = scan_parent
         self.sparse = not device.is_block_device(fd)
         self.scan_changed_bytes = 0
-        self.index = repo.index()
+        self.garbage = garbage
+        self.garbage_maps = {key for key in garbage if key.startswith(volmap.MAP_PREFIX)}
+        self.index, self.recovered = repo.backup_index(garbage)
         self.session: set[bytes] = set()
         self.builder = packfmt.PackBuilder()
         self.page = -1
@@ -222,7 +233,7 @@ class _Engine:
     def run(self, reads: Iterable[Extent]) -> MapRef:
         """Process every read, upload packs and the index, write the map; return its reference."""
         opts = self.options
-        uploader = _Uploader(self.repo, opts.upload_threads, self.stats)
+        uploader = _Uploader(self.repo, opts.upload_threads, self.stats, self.garbage)
         pool = ThreadPoolExecutor(opts.workers, thread_name_prefix="chunk")
         ok = False
         try:
@@ -246,12 +257,14 @@ class _Engine:
         finally:
             pool.shutdown(wait=True, cancel_futures=not ok)
             uploader.close(cancel=not ok)
-        new_packs = dict(self.repo.unindexed_packs)
+        new_packs = dict(self.recovered)
         self.stats.reused_packs = len(new_packs)
         new_packs.update(uploader.packs)
         written, objects = self.repo.write_index(new_packs)
         self.repo.indexed(new_packs)
         map_ref = self.mapw.finish()
+        for dir_hex in listed_dirs(map_ref.dirs, self.garbage_maps):
+            log.warning("map directory %s of this backup is listed by prune (see movers.pipeline.fresh)", dir_hex[:16])
         meta = written + self.mapw.bytes_written
         self.stats.metadata_bytes += meta
         self.stats.stored_bytes += meta
@@ -355,7 +368,9 @@ class _Engine:
         return length
 
     def _finish_page(self) -> None:
-        if self.page >= 0:
+        if self.page >= 0 and self.garbage_maps:
+            finish_page_fresh(self.mapw, self.page, self.covered, self.entries, self.updates, self.garbage_maps)
+        elif self.page >= 0:
             self.mapw.finish_page(self.page, self.covered, self.entries, self.updates)
         self.covered = []
         self.entries = []

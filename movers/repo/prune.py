@@ -1,6 +1,8 @@
 """Prune: delete packs and map objects that no backup references any more, and compact the index.
 
-Mark, then sweep (no locks; safe to run while backups run, see "Grace" below):
+Mark, then sweep (no locks; safe to run while backups run, see "Grace" and "Backups" below;
+two prunes of one repository must not run at the same time: the maintenance flow holds a
+Prefect concurrency slot per repository while it prunes):
 
 1. **Mark.** Read every manifest, its map directories and its pages, and collect the ids of
    all referenced chunks, pages and directories. A page shared by several backups is read
@@ -13,32 +15,56 @@ Mark, then sweep (no locks; safe to run while backups run, see "Grace" below):
    with no referenced chunk, and a map object nobody references, is *unreferenced*.
 3. **Grace.** An unreferenced object is deleted only when it has been seen unreferenced for
    at least ``grace_s`` (default 24 h). The age is kept in **prune state objects**
-   (``prune/<time>-<hash>``, JSON ``{object key: first time seen unreferenced}``): each prune
-   writes a new one with the objects it found unreferenced and did not delete, carrying over
-   the first-seen times of the newest previous state (an object absent from it starts at
-   ``now``). The age is thus "unreferenced continuously for ``grace_s`` as observed by prune",
-   not the object's upload time. Why this and not the store's mtime:
+   (``prune/<time>-<hash>``, JSON ``{"first_unreferenced": {object key: first time seen
+   unreferenced}, "deleting": [keys]}``): each prune writes a new one listing every
+   unreferenced object it saw, those it keeps (with their first-seen time, carried over from
+   the newest previous state) and those it is about to delete. An object the previous state
+   does not list as kept starts its clock when the new state is written (not when prune
+   started, so a backup that read the previous state cannot have started after the clock).
+   The age is thus "unreferenced continuously for ``grace_s`` as observed by prune", not the
+   object's upload time. Why this and not the store's mtime:
 
    * it protects what a running backup needs *beyond its own new packs*: an incremental
-     shares the pages and chunks of its parent, and a backup dedups against any chunk in the
-     index. If a forget removes the only manifest referencing such old objects while a backup
-     runs, their upload time is long past the grace and an mtime rule would delete them under
-     the running backup; here their clock only starts at the first prune that sees them
-     unreferenced;
+     shares the pages of its parent. If a forget removes the only manifest referencing such
+     old objects while a backup runs, their upload time is long past the grace and an mtime
+     rule would delete them under the running backup; here their clock only starts at the
+     first prune that sees them unreferenced;
    * the new packs of a running backup (uploaded before its manifest exists) are unreferenced
      and new to the state, so they get ``now`` and survive for ``grace_s``;
    * it needs no change to the Store protocol (every store, object-locked buckets included)
      and compares times from one clock (prune's), not S3 server time against the host's.
 
    The cost: an unreferenced object is deleted by the first prune at least ``grace_s`` after
-   the first prune that saw it (``grace_s=0`` deletes at once). ``grace_s`` must exceed the
-   longest backup. Residual race (documented, needs the backup to re-check its reused packs
-   before committing): a backup that dedups against a chunk that has been garbage for longer
-   than ``grace_s`` while a prune deletes that pack.
-4. **Index rewrite, then deletes.** Write ONE new index object listing every surviving pack
-   (from the old index objects and from the trailers of packs no index lists), then delete the
-   old index objects, then the unreferenced packs, then map objects, then old prune states.
-   Crash safety, step by step:
+   the first prune that saw it (``grace_s=0`` deletes at once, unsafe while backups run).
+   ``grace_s`` must exceed the longest backup.
+4. **Backups never newly reference what a prune may delete.** A backup reads the newest state
+   *before* it loads the chunk index (``read_state``, ``garbage_keys``) and treats every
+   object listed there (kept in grace or being deleted) as absent: it does not dedup against
+   chunks of those packs (it re-uploads them), does not re-index them, and never re-creates
+   one of those keys byte for byte (a pack gets a padding chunk, a page an equivalent split
+   entry, so the new object has another id). Why that closes the race of a backup deduping
+   against long-dead data while a prune deletes it (with ``grace_s`` above the longest
+   backup and one prune at a time):
+
+   * an object listed in the state the backup read is never referenced by it;
+   * any other object the backup uses existed referenced, or unlisted, when that state was
+     written, so it can only be listed by a later state, written after the backup started:
+     its clock starts after the backup started and no prune deletes it before the backup
+     committed (after the commit its manifest references it);
+   * an object a prune is deleting is in that prune's state (written before any delete), so
+     a backup starting during the deletes, while old index objects still list the pack,
+     sees it as absent too;
+   * objects of a crashed prune's ``deleting`` list that still exist restart their clock at
+     the next prune (an object re-created since must not inherit the old clock).
+
+   The price: packs of a crashed backup that a prune has listed are not reused by the retry
+   (re-uploaded; the orphans are deleted after the grace). Residual: a parent whose manifest
+   is forgotten while its child backup runs (retention never forgets the newest backup of a
+   volume, so only a concurrent newer backup of the same volume plus a forget can do it).
+5. **Index rewrite, then deletes.** Write the new state, then ONE new index object listing every
+   surviving pack (from the old index objects and from the trailers of packs no index lists),
+   then delete the old index objects, then the unreferenced packs, then map objects, then old
+   prune states. Crash safety, step by step:
 
    * crash before or during the new index write: nothing was deleted; the old index objects
      are intact (a partial put is invisible: stores' puts are atomic);
@@ -47,12 +73,11 @@ Mark, then sweep (no locks; safe to run while backups run, see "Grace" below):
      repository reads as before, only with duplicate entries (first location wins, both are
      right);
    * crash during the pack deletes: the surviving index objects list only surviving packs, so
-     no backup can dedup against a deleted pack; packs not yet deleted are recovered from their
-     trailers as unindexed packs and deleted by the next prune (their first-seen time is in the
-     new state, written first);
+     no backup can dedup against a deleted pack (readers also drop index entries of packs that
+     are gone); packs not yet deleted are recovered from their trailers as unindexed packs and
+     deleted by a later prune;
    * deleting packs *before* dropping them from the index would be wrong: a crash in between
-     leaves index entries pointing at missing packs, and the next backup would reference a
-     chunk that does not exist.
+     leaves index entries pointing at missing packs.
 
    Index objects and packs written after prune listed them are never touched (prune deletes
    only keys it listed), so a concurrent backup's index and packs survive.
@@ -60,10 +85,9 @@ Mark, then sweep (no locks; safe to run while backups run, see "Grace" below):
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
@@ -71,12 +95,12 @@ from movers.errors import IntegrityError, NotFoundError, ObjectNotFound
 from movers.repo import pack, volmap
 from movers.repo.index import INDEX_PREFIX, decode_index, encode_index
 from movers.repo.pack import PackEntry
+from movers.repo.prunestate import STATE_PREFIX, encode_state, read_state
 from movers.repo.repository import Repository
 
 log = logging.getLogger(__name__)
 
-STATE_PREFIX = "prune/"
-STATE_FORMAT = "cbt-mover-prune-state"
+__all__ = ["STATE_PREFIX", "PruneReport", "prune"]
 
 
 @dataclass
@@ -104,43 +128,22 @@ class PruneReport:
         return asdict(self)
 
 
-def _ts(now: datetime | float | None) -> float:
+def _clock(now: datetime | float | None) -> Callable[[], float]:
+    """Prune's clock: the real time, or frozen at ``now`` (tests)."""
     if now is None:
-        return time.time()
-    if isinstance(now, datetime):
-        return (now if now.tzinfo else now.replace(tzinfo=UTC)).timestamp()
-    return float(now)
+        return time.time
+    fixed = (now if now.tzinfo else now.replace(tzinfo=UTC)).timestamp() if isinstance(now, datetime) else float(now)
+    return lambda: fixed
 
 
-def _read_state(repo: Repository) -> tuple[list[str], dict[str, float]]:
-    """All prune state keys (oldest first) and the first-seen times of the newest readable one."""
-    keys = list(repo.store.list(STATE_PREFIX))
-    for key in reversed(keys):
-        try:
-            doc = json.loads(repo.store.get(key))
-            if doc.get("format") != STATE_FORMAT:
-                raise ValueError("unknown format")
-            return keys, {k: float(v) for k, v in doc["first_unreferenced"].items()}
-        except ObjectNotFound:
-            continue
-        except (ValueError, TypeError, KeyError, AttributeError) as err:
-            log.warning("ignoring unreadable prune state %s: %s", key, err)
-    return keys, {}
-
-
-def _state_object(now: float, first_seen: dict[str, float]) -> tuple[str, bytes]:
-    data = json.dumps(
-        {"format": STATE_FORMAT, "version": 1, "written": now, "first_unreferenced": first_seen}, sort_keys=True
-    ).encode()
-    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    return f"{STATE_PREFIX}{stamp}-{hashlib.sha256(data).hexdigest()[:16]}", data
-
-
-def _mark(repo: Repository, report: PruneReport) -> tuple[set[bytes], set[bytes]]:
+def _mark(repo: Repository, report: PruneReport, progress=None) -> tuple[set[bytes], set[bytes]]:
     """Referenced chunk ids and map object ids (pages and directories) of all manifests."""
     chunks: set[bytes] = set()
     maps: set[bytes] = set()
-    for ref in repo.list_backups():
+    refs = repo.list_backups()
+    for n, ref in enumerate(refs, 1):
+        if progress:
+            progress(n - 1, len(refs))
         try:
             manifest = repo.read_manifest(ref.volume, ref.backup_id)
         except NotFoundError:  # forgotten while we listed: references nothing any more
@@ -155,22 +158,31 @@ def _mark(repo: Repository, report: PruneReport) -> tuple[set[bytes], set[bytes]
             for _voff, _len, cid, _coff in repo.read_page(page_id):
                 chunks.add(cid)
         report.backups_marked += 1
+    if progress:
+        progress(len(refs), len(refs))
     return chunks, maps
 
 
 def prune(
-    repo: Repository, grace_s: float = 86400, dry_run: bool = False, now: datetime | float | None = None
+    repo: Repository,
+    grace_s: float = 86400,
+    dry_run: bool = False,
+    now: datetime | float | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> PruneReport:
     """Delete what no backup references (after ``grace_s``) and rewrite the index; see the module doc.
 
     Raises (and deletes nothing) when a manifest or map object cannot be read: a prune that
     cannot see every reference must not sweep. ``dry_run`` reads everything and writes nothing.
+    ``now`` freezes prune's clock (tests); ``progress(backups marked, backups)`` follows the mark.
     """
     started = time.monotonic()
-    now_ts = _ts(now)
+    clock = _clock(now)
+    now_ts = clock()
     report = PruneReport(dry_run=dry_run)
     store = repo.store
-    state_keys, first_seen = _read_state(repo)
+    state_keys, previous = read_state(store)
+    first_seen = previous.first_unreferenced
 
     # Listing order matters: index objects before packs, so every pack an index we read lists
     # was uploaded before we list packs/ (a pack missing from that listing was deleted).
@@ -191,18 +203,24 @@ def prune(
             report.unreadable_packs.append(present[pid])
     stale_index = any(pid not in present for pid in entries_of)
 
-    chunks, maps = _mark(repo, report)
+    chunks, maps = _mark(repo, report, progress)
     report.chunks_referenced = len(chunks)
 
-    new_state: dict[str, float] = {}
+    kept: dict[str, float | None] = {}  # None: first seen now (stamped when the state is written)
 
     def expired(key: str) -> bool:
-        seen = first_seen.get(key, now_ts)
-        if now_ts - seen >= grace_s:
+        seen = first_seen.get(key)
+        if grace_s <= 0 or (seen is not None and now_ts - seen >= grace_s):
             return True
-        new_state[key] = seen
+        kept[key] = seen
         return False
 
+    # A backup re-uploads the chunks of packs the previous state listed rather than use them. A
+    # referenced chunk with such a fresh copy keeps only that copy alive: the listed pack's grace
+    # goes on (readers prefer unlisted packs, see Repository.index).
+    listed = previous.garbage
+    fresh = {e.chunk_id for pid, key in present.items() if key not in listed and pid in entries_of
+             for e in entries_of[pid] if e.chunk_id in chunks}  # fmt: skip
     doomed_packs: list[str] = []
     surviving: dict[bytes, list[PackEntry]] = {}
     for pid, key in present.items():
@@ -210,7 +228,7 @@ def prune(
         if key in report.unreadable_packs:
             continue
         entries = entries_of[pid]
-        live = [e for e in entries if e.chunk_id in chunks]
+        live = [e for e in entries if e.chunk_id in chunks and (key not in listed or e.chunk_id not in fresh)]
         if live:
             surviving[pid] = entries
             report.packs_kept += 1
@@ -250,10 +268,13 @@ def prune(
         report.duration_s = round(time.monotonic() - started, 3)
         return report
 
-    # 1. the new state first: the first-seen times of what we keep must survive any crash below
+    # 1. the new state first: the first-seen times of what we keep must survive any crash below,
+    # and backups must see what we are about to delete before we delete anything
     state_key = None
-    if new_state or state_keys:
-        state_key, data = _state_object(now_ts, new_state)
+    if kept or doomed_packs or doomed_maps or state_keys:
+        stamp = clock()
+        first = {key: stamp if seen is None else seen for key, seen in kept.items()}
+        state_key, data = encode_state(stamp, first, doomed_packs + doomed_maps)
         store.put(state_key, data)
     # 2. one new index of the surviving packs, 3. then the old index objects
     if rewrite:
@@ -276,8 +297,7 @@ def prune(
     for key in state_keys:
         if key != state_key:
             store.delete(key)
-    repo._index = None  # the cached chunk index may list deleted packs
-    repo.unindexed_packs.clear()
+    repo.drop_cached_index()  # it may list deleted packs
     report.duration_s = round(time.monotonic() - started, 3)
     log.info(
         "prune: deleted %d pack(s) (%d bytes), %d map object(s); %d pack(s) in grace",

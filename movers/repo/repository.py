@@ -15,7 +15,7 @@ Every object is immutable and, except manifests and the config, content-addresse
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
@@ -24,6 +24,7 @@ from movers.repo.config import CONFIG_KEY, RepoConfig
 from movers.repo.index import INDEX_PREFIX, ChunkIndex, decode_index, encode_index
 from movers.repo.manifest import BACKUP_PREFIX, Manifest, volume_from_key, volume_prefix
 from movers.repo.pack import PackEntry
+from movers.repo.prunestate import garbage_keys
 from movers.repo.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -81,28 +82,54 @@ class Repository:
         """The chunk index: all index objects plus the trailers of packs none of them lists.
 
         Packs found only by their trailer (left by an interrupted backup, or a backup still
-        running) are remembered in ``unindexed_packs`` so the next backup indexes them.
+        running) are remembered in ``unindexed_packs`` so the next backup indexes them. Index
+        entries of packs that are gone from ``packs/`` are left out; a chunk that is also in a
+        pack the newest prune state lists resolves to its other copy (the listed one may be
+        deleted after the grace). Cached.
         """
         if self._index is None:
-            idx = ChunkIndex()
-            for key in self.store.list(INDEX_PREFIX):
-                for pack_id, entries in decode_index(self.store.get(key), key):
-                    idx.add_pack(pack_id, entries)
-            for key in self.store.list(pack.PACK_PREFIX):
-                pack_id = pack.pack_id_from_key(key)
-                if pack_id in idx.packs:
-                    continue
-                try:
-                    entries = self.read_pack_trailer(key)
-                except (IntegrityError, ObjectNotFound) as err:
-                    log.warning("ignoring unreadable unindexed pack %s: %s", key, err)
-                    continue
-                idx.add_pack(pack_id, entries)
-                self.unindexed_packs[pack_id] = entries
-            if self.unindexed_packs:
-                log.info("recovered %d pack(s) not yet indexed", len(self.unindexed_packs))
-            self._index = idx
+            self._index, self.unindexed_packs = self._load_index(frozenset(), frozenset(garbage_keys(self.store)))
         return self._index
+
+    def backup_index(self, garbage: Collection[str]) -> tuple[ChunkIndex, dict[bytes, list[PackEntry]]]:
+        """A fresh chunk index for a backup to dedup against, and its packs no index object lists.
+
+        Packs whose key is in ``garbage`` (the newest prune state's keys, read *before* this
+        call: ``movers.repo.prunestate.garbage_keys``) are left out, so a backup never newly
+        references a pack a prune may delete. Not cached: restores need every pack.
+        """
+        return self._load_index(frozenset(garbage), frozenset())
+
+    def _load_index(
+        self, exclude: frozenset[str], last: frozenset[str]
+    ) -> tuple[ChunkIndex, dict[bytes, list[PackEntry]]]:
+        # Index objects first, then packs/: a pack an index lists but the later listing lacks is gone.
+        listed: dict[bytes, list[PackEntry]] = {}
+        for key in self.store.list(INDEX_PREFIX):
+            for pack_id, entries in decode_index(self.store.get(key), key):
+                listed.setdefault(pack_id, entries)
+        present = {pack.pack_id_from_key(key): key for key in self.store.list(pack.PACK_PREFIX)}
+        unindexed: dict[bytes, list[PackEntry]] = {}
+        for pack_id, key in present.items():
+            if pack_id in listed or key in exclude:
+                continue
+            try:
+                unindexed[pack_id] = self.read_pack_trailer(key)
+            except (IntegrityError, ObjectNotFound) as err:
+                log.warning("ignoring unreadable unindexed pack %s: %s", key, err)
+        if unindexed:
+            log.info("recovered %d pack(s) not yet indexed", len(unindexed))
+        idx = ChunkIndex()
+        usable = [(pid, entries) for pid, entries in (*listed.items(), *unindexed.items())
+                  if pid in present and present[pid] not in exclude]  # fmt: skip
+        for pid, entries in sorted(usable, key=lambda item: present[item[0]] in last):  # stable: listed ones last
+            idx.add_pack(pid, entries)
+        return idx, unindexed
+
+    def drop_cached_index(self) -> None:
+        """Forget the cached chunk index (after packs were deleted); the next ``index()`` reloads it."""
+        self._index = None
+        self.unindexed_packs = {}
 
     def read_pack_trailer(self, key: str) -> list[PackEntry]:
         size = self.store.size(key)
@@ -113,9 +140,9 @@ class Repository:
 
     def indexed(self, packs: dict[bytes, list[PackEntry]]) -> None:
         """Record that an index object now lists ``packs`` (they are no longer unindexed)."""
-        idx = self.index()
         for pack_id, entries in packs.items():
-            idx.add_pack(pack_id, entries)
+            if self._index is not None:
+                self._index.add_pack(pack_id, entries)
             self.unindexed_packs.pop(pack_id, None)
 
     def write_index(self, packs: dict[bytes, list[PackEntry]]) -> tuple[int, int]:
