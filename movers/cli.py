@@ -112,11 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repo(p)
     p.add_argument("--volume")
 
-    p = sub.add_parser("verify", help="read and check all data that backups reference")
+    p = sub.add_parser("verify", help="read and check all data that backups reference (or a sample of it)")
     _add_repo(p)
     p.add_argument("--volume")
     p.add_argument("--backup", help="backup id or latest (needs --volume)")
     p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--sample", type=float, metavar="FRACTION",
+                   help="check every map, read about FRACTION (0..1) of the packs' bytes whole")  # fmt: skip
+    p.add_argument("--seed", type=int, metavar="N", help="seed of the --sample choice (default: random, reported)")
 
     p = sub.add_parser("forget", help="delete the manifests of backups the retention policy expires")
     _add_repo(p)
@@ -377,8 +380,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from movers.pipeline.verify import run_verify
+    from movers.pipeline.verify import run_verify, run_verify_sampled
 
+    if args.seed is not None and args.sample is None:
+        raise UsageError("--seed needs --sample")
+    if args.sample is not None and not 0 <= args.sample <= 1:
+        raise UsageError(f"--sample must be a fraction between 0 and 1, not {args.sample}")
     repo = _open_repo(args)
     if args.backup and not args.volume:
         raise UsageError("--backup needs --volume")
@@ -388,23 +395,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
         refs = [r for r in refs if r.backup_id == manifest.backup_id]
     elif args.volume and not refs:
         raise errors.NotFoundError(f"volume {args.volume} has no backups in {repo.describe()}")
-    report = run_verify(repo, refs, workers=max(1, args.workers))
-    result = {
-        "ok": report.ok,
-        "backups_checked": report.backups_checked,
-        "chunks_verified": report.chunks_verified,
-        "fetched_bytes": report.fetched_bytes,
-        "duration_s": report.duration_s,
-        "errors": report.errors,
-    }
+    progress, workers = _Progress(args.progress_interval), max(1, args.workers)
+    if args.sample is None:
+        report = run_verify(repo, refs, workers=workers, progress=progress)
+    else:
+        report = run_verify_sampled(repo, refs, args.sample, args.seed, workers=workers, progress=progress)
     if args.json:
-        print(json.dumps(result, sort_keys=True))
+        print(json.dumps(report.to_dict(), sort_keys=True))
     else:
         for line in report.errors:
             print(f"damaged: {line}", file=sys.stderr)
+        for line in report.warnings:
+            print(f"warning: {line}", file=sys.stderr)
+        sampled = f", {report.packs_read}/{report.packs_total} packs read whole (seed {report.seed})" * (
+            report.mode == "sampled")  # fmt: skip
         print(
-            f"verified {report.backups_checked} backup(s), {report.chunks_verified} chunks:"
-            f" {'ok' if report.ok else f'{len(report.errors)} damaged'}"
+            f"verified {report.backups_checked} backup(s), {report.chunks_verified} chunks,"
+            f" {_mib(report.fetched_bytes)} read{sampled}: {'ok' if report.ok else f'{len(report.errors)} damaged'}"
         )
     return 0 if report.ok else errors.EXIT_INTEGRITY
 
