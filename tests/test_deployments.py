@@ -377,3 +377,39 @@ def test_deploy_registers_schedules_parameters_and_pull_steps(prefect_api, deplo
         assert set(got.parameter_openapi_schema["properties"]) >= set(spec["parameters"])
     if deployed["missing"]:
         pytest.skip(f"registered all but {deployed['missing']} (not in the tree yet)")
+
+
+def test_a_process_worker_runs_the_maintenance_deployment(prefect_api, deployed, moto_server, tmp_path):
+    """The local target end to end: a flow run of the deployment, picked up by ``prefect worker start
+    --run-once`` on the process pool, pulled into the checkout, run against a repository in moto S3."""
+    from flows.pools import LOCAL_POOL
+
+    if "flows/maintenance.py:maintain_repo" in deployed["missing"]:
+        pytest.skip("flows/maintenance.py is not in the tree yet")
+    bucket = f"deploy-{os.getpid()}"
+    moto_server.client().create_bucket(Bucket=bucket)
+    repo = f"s3://{bucket}/repo"
+    s3_env = {**moto_server.env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=s3_env,
+                   capture_output=True, timeout=60)  # fmt: skip
+    policy = yaml.safe_load((POLICIES / "demo.yaml").read_text())
+    policy["repository"]["url"] = repo
+    policy_path = tmp_path / "policy.yaml"
+    policy_path.write_text(yaml.safe_dump(policy))
+    with _client(prefect_api) as client:
+        deployment = client.read_deployment_by_name("maintain-repo/maintenance")
+        run = client.create_flow_run_from_deployment(deployment.id, parameters={"policy_paths": [str(policy_path)]})
+    log_path = tmp_path / "worker.log"
+    with open(log_path, "wb") as log:
+        worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", LOCAL_POOL, "--run-once"], cwd=tmp_path,
+                                  env={**prefect_api["env"], **moto_server.env}, stdout=log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        try:
+            worker.wait(timeout=150)
+        finally:
+            _stop_group(worker)
+    with _client(prefect_api) as client:
+        state = client.read_flow_run(run.id).state
+    output = log_path.read_text(errors="replace")
+    assert state is not None and state.is_completed(), f"{state}\n{output[-4000:]}"
+    assert "Executing deployment step: set_working_directory" in output, output[-4000:]
