@@ -1,0 +1,208 @@
+"""The ``restore-app`` flow: restore one PVC, some PVCs or a whole application backup into the same or another
+namespace.
+
+Order (``movers.kube.restore`` has the details):
+
+1. select the backups (``movers.repo.selection``): ``backup="latest"`` is the newest backup run that covers
+   the PVCs asked for (every volume of the newest run when none are named), or each PVC's latest backup for
+   repositories without run tags (logged as a warning); a run id; or one volume's backup id;
+2. check everything before creating anything: target namespace, ServiceAccount and repository Secret in it,
+   storage classes, existing claims (refused unless ``overwrite``; refused when a pod uses them);
+3. write every volume into a NEW Block claim of the recorded capacity and class from a writer pod that
+   verifies every chunk and reads the device back (``--verify-device``), ``parallelism`` at a time;
+4. only when all are written: give each volume its final claim (the original name; handed over to a
+   Filesystem claim when the recorded mode is Filesystem or ``hand_over``; an existing claim replaced when
+   ``overwrite``) and mark it ``cbt-mover.io/restored-from=<volume>@<backup id>``.
+
+Everything the run creates carries ``cbt-mover.io/run=<run id>``. Writer pods are deleted in every outcome;
+after a failure (or cancellation/crash) the claims and volumes the run created are deleted too, except a
+restored volume whose overwritten claim was already deleted (kept, logged). Nothing that existed before is
+deleted unless ``overwrite`` was asked for.
+
+Reported: a progress artifact per volume (``restore-progress-<ns>-<pvc>``), a summary table (``restore-<ns>``)
+and a markdown report (``restore-<ns>-report``); Prefect events ``cbt-mover.restore.completed`` /
+``cbt-mover.restore.failed`` per volume, resource ``cbt-mover.volume.<target namespace>/<pvc>`` (``/*`` when
+the failure came before the volumes were known).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.futures import wait
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from movers.errors import UsageError
+from movers.policy import DEFAULT_IMAGE, DEFAULT_SERVICE_ACCOUNT
+from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _run_name() -> str:
+    p = flow_run.parameters
+    what = "+".join(p.get("pvcs") or []) or "app"
+    target = p.get("target_namespace")
+    into = f"-into-{target}" if target and target != p.get("namespace") else ""
+    return f"restore-{p.get('namespace')}-{what}-{p.get('backup') or 'latest'}{into}"[:200]
+
+
+def run_id_for(flow_run_id: Any) -> str:
+    """The run id (``cbt-mover.io/run`` label value) of a flow run: derived from its id only (state hooks
+    recompute it)."""
+    return f"restore-{uuid.UUID(str(flow_run_id)).hex[:16]}"
+
+
+def _emit(event: str, namespace: str, pvc: str, payload: dict[str, Any]) -> None:
+    from prefect.events import emit_event
+
+    try:
+        emit_event(event=event, resource={"prefect.resource.id": f"cbt-mover.volume.{namespace}/{pvc}",
+                                          "prefect.resource.name": f"{namespace}/{pvc}"}, payload=payload)  # fmt: skip
+    except Exception as err:  # noqa: BLE001  (an event is a notification, never the reason a restore fails)
+        logging.getLogger(__name__).warning("cannot emit %s for %s/%s: %s", event, namespace, pvc, err)
+
+
+def _abandon_run(flow_run_: Any, why: str) -> None:
+    """Best effort after a cancelled/crashed run: delete the writer pods, claims and volumes of the run.
+    Never raises (errors are logged)."""
+    from movers.kube import restore as r
+    from tasks.kube import api_client
+
+    log = logging.getLogger(__name__)
+    params = dict(getattr(flow_run_, "parameters", None) or {})
+    ns, run_id = params.get("target_namespace") or params.get("namespace"), run_id_for(flow_run_.id)
+    try:
+        deleted = r.discard_run(api_client(params.get("kubeconfig")), ns, run_id, everything=True)
+        log.info("run %s (%s): deleted %s", run_id, why, deleted)
+    except Exception as err:  # noqa: BLE001
+        log.error("run %s (%s): cleanup of %s failed: %s", run_id, why, ns, err)
+    for pvc in params.get("pvcs") or ["*"]:
+        _emit("cbt-mover.restore.failed", ns or "?", pvc, {"run_id": run_id, "error": f"run {why}"})
+
+
+def on_cancellation(flow_: Any, flow_run_: Any, state: Any) -> None:
+    """Flow state hook: delete the run's objects after a cancellation."""
+    _abandon_run(flow_run_, "cancelled")
+
+
+def on_crashed(flow_: Any, flow_run_: Any, state: Any) -> None:
+    """Flow state hook: delete the run's objects after a crash."""
+    _abandon_run(flow_run_, "crashed")
+
+
+def check_parameters(namespace: str, pvcs: list[str] | None, backup: str, target: str, parallelism: int,
+                     timeout: float) -> None:  # fmt: skip
+    """``UsageError`` for parameters that cannot work (before anything is read or created)."""
+    for what, value in (("namespace", namespace), ("target_namespace", target)):
+        if not isinstance(value, str) or not _LABEL.match(value):
+            raise UsageError(f"{what} {value!r} is not a namespace name")
+    for pvc in pvcs or []:
+        if not isinstance(pvc, str) or not _NAME.match(pvc):
+            raise UsageError(f"pvcs: {pvc!r} is not a PVC name")
+    if not backup or not isinstance(backup, str):
+        raise UsageError("backup must be latest, a run id or a backup id")
+    if parallelism < 1 or timeout <= 0:
+        raise UsageError("parallelism must be at least 1 and timeout positive")
+
+
+@flow(name="restore-app", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=8), log_prints=True,
+      on_cancellation=[on_cancellation], on_crashed=[on_crashed])  # fmt: skip
+def restore_app(
+    repo: str,
+    namespace: str,
+    repo_secret: str,
+    pvcs: list[str] | None = None,
+    backup: str = "latest",
+    target_namespace: str | None = None,
+    storage_class: str | None = None,
+    overwrite: bool = False,
+    hand_over: bool | None = None,
+    image: str = DEFAULT_IMAGE,
+    service_account: str = DEFAULT_SERVICE_ACCOUNT,
+    parallelism: int = 2,
+    timeout: float = 3600.0,
+    kubeconfig: str | None = None,
+) -> dict[str, Any]:
+    """Restore backups of ``namespace`` (as recorded at backup) from ``repo`` into ``target_namespace``.
+
+    ``pvcs``: PVC names (None: every volume of the chosen backup run). ``backup``: latest, a run id
+    (``cbt-mover.io/run`` tag) or a backup id of one volume. ``storage_class`` overrides the recorded class
+    (default: recorded, else the cluster default). ``overwrite``: replace existing claims of those names
+    once the restored data is complete (refused while a pod uses them). ``hand_over``: give the volume to a
+    Filesystem-mode claim (None: when it was recorded as Filesystem). ``repo_secret`` and
+    ``service_account`` must exist in the target namespace. ``timeout``: seconds per writer pod.
+    Returns ``{"run_id", "namespace", "target_namespace", "selected", "volumes": [row]}``.
+    """
+    log = get_run_logger()
+    target = target_namespace or namespace
+    run_id = run_id_for(flow_run.id or uuid.uuid4())
+    t0 = time.monotonic()
+    targets: list[dict[str, Any]] = []
+    failed = True
+    try:
+        check_parameters(namespace, pvcs, backup, target, parallelism, timeout)
+        selected = select_backups(repo, namespace, pvcs, backup)
+        options = {"storage_class": storage_class, "overwrite": overwrite, "hand_over": hand_over,
+                   "repo_secret": repo_secret, "service_account": service_account}  # fmt: skip
+        targets = plan_restore(kubeconfig, target, selected["volumes"], run_id, options)
+        log.info("run %s: restoring %s of %s into %s", run_id, selected["how"], namespace, target)
+        mover = {"image": image, "service_account": service_account}
+        written: list[dict[str, Any]] = []
+        for start in range(0, len(targets), parallelism):
+            wave = [write_volume.submit(kubeconfig, target, run_id, t, mover, repo_secret, timeout)
+                    for t in targets[start : start + parallelism]]  # fmt: skip
+            wait(wave)  # all of the wave has ended before a failure triggers the cleanup
+            written += [f.result() for f in wave]
+        finished = [finish_volume(kubeconfig, target, run_id, t) for t in targets]
+        failed = False
+    except Exception as err:  # cancellation and crashes: the state hooks
+        from movers.kube.restore import describe_error
+
+        why = {"run_id": run_id, "source_namespace": namespace, "backup": backup, "error": describe_error(err)}
+        for pvc in [t["pvc"] for t in targets] or pvcs or ["*"]:
+            _emit("cbt-mover.restore.failed", target, pvc, why)
+        raise
+    finally:
+        deleted = discard_restore(kubeconfig, target, run_id, targets, failed)
+        log.info("run %s: deleted %s", run_id, deleted)
+    rows = [_row(t, w, f) for t, w, f in zip(targets, written, finished, strict=True)]
+    for row in rows:
+        _emit("cbt-mover.restore.completed", target, row["pvc"], {"run_id": run_id, **row})
+    _report(namespace, target, run_id, repo, selected["how"], rows)
+    log.info("restore %s done: %s", run_id, ", ".join(f"{r['pvc']} {r['written_bytes']} B" for r in rows))
+    return {"run_id": run_id, "namespace": namespace, "target_namespace": target, "selected": selected["how"],
+            "duration_s": round(time.monotonic() - t0, 3), "volumes": rows}  # fmt: skip
+
+
+def _row(target: dict[str, Any], written: dict[str, Any], finished: dict[str, Any]) -> dict[str, Any]:
+    seconds = written.get("duration_s") or 0.0
+    readback = written.get("readback") or {}
+    return {"pvc": target["pvc"], "volume": target["volume"], "backup_id": target["backup_id"],
+            "volume_mode": target["volume_mode"], "storage_class": target["storage_class"], "pv": finished["pv"],
+            "replaced": finished["replaced"], "written_bytes": written.get("written_bytes"),
+            "capacity_bytes": written.get("capacity_bytes"), "duration_s": seconds,
+            "mib_per_s": round(written.get("written_bytes", 0) / seconds / (1 << 20), 1) if seconds else None,
+            "readback_s": readback.get("duration_s"), "wall_s": written.get("wall_s")}  # fmt: skip
+
+
+def _report(namespace: str, target: str, run_id: str, repo: str, how: str, rows: list[dict[str, Any]]) -> None:
+    create_table_artifact(key=f"restore-{target}", table=[
+        {k: r[k] for k in ("pvc", "volume", "backup_id", "written_bytes", "duration_s", "mib_per_s", "readback_s",
+                           "volume_mode", "replaced")} for r in rows],
+        description=f"restore {run_id} of {namespace} into {target} from {repo}")  # fmt: skip
+    lines = "\n".join(
+        f"- `{target}/{r['pvc']}` ({r['volume_mode']}, class `{r['storage_class']}`, PV `{r['pv']}`"
+        f"{', replaced the existing claim' if r['replaced'] else ''}): backup `{r['backup_id']}` of `{r['volume']}`,"
+        f" {r['written_bytes']} bytes written in {r['duration_s']} s, read back identical" for r in rows)  # fmt: skip
+    create_markdown_artifact(key=f"restore-{target}-report", markdown=(
+        f"# Restore {run_id}\n\nFrom `{repo}`, {how}, namespace `{namespace}` into `{target}`:\n\n{lines}\n\n"
+        "Each claim is annotated `cbt-mover.io/restored-from=<volume>@<backup id>`.\n"))  # fmt: skip
