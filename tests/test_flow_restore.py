@@ -260,3 +260,27 @@ def test_missing_backup_creates_nothing_and_a_failing_writer_leaves_nothing(loca
                20, "the volumes of the deleted claims are reclaimed")  # fmt: skip
     _no_writer_pods(local_cluster, "broken", "shop-copy", "overwrite", "files-copy")
     _assert_events("cbt-mover.restore.failed", ["cbt-mover.volume.broken/data", "cbt-mover.volume.broken/logs"])
+
+
+def test_on_cancellation_deletes_what_the_run_created(local_cluster, backed_up):
+    import uuid
+    from types import SimpleNamespace
+
+    from flows.restore import on_cancellation, run_id_for
+
+    api = local_cluster.client
+    _namespace(local_cluster, "cancelled", backed_up["repo"])
+    flow_run = SimpleNamespace(id=uuid.uuid4(), parameters={"namespace": SRC, "target_namespace": "cancelled",
+                                                            "kubeconfig": str(local_cluster.kubeconfig)})  # fmt: skip
+    run_id = run_id_for(flow_run.id)
+    labels = m.run_labels(run_id, **{"cbt-mover.io/pvc": "data"})
+    k.create(api, m.block_pvc(f"data-{run_id}", "cancelled", "16Mi", None, labels))
+    k.create(api, m.block_pvc("unrelated", "cancelled", "16Mi"))
+    claim = k.wait_claim_bound(api, "cancelled", f"data-{run_id}", timeout=20)
+    k.merge_patch(api, "PersistentVolume", None, claim["spec"]["volumeName"], {"metadata": {"labels": labels}})
+
+    on_cancellation(None, flow_run, None)
+
+    assert _run_objects(local_cluster, "cancelled", run_id) == {"Pod": [], "PersistentVolumeClaim": [],
+                                                                "PersistentVolume": []}  # fmt: skip
+    assert [p["metadata"]["name"] for p in k.list_objects(api, "PersistentVolumeClaim", "cancelled")] == ["unrelated"]
