@@ -20,7 +20,9 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.policy import BackupPolicy, parse_policy
+from tasks import report
 from tasks.kube import cbt_audience, cleanup_run, discover_pvcs, keep_base_snapshots, move_volume, quiesce_and_snapshot
+from tasks.maintenance import forget_backups
 from tasks.repo import latest_base_handle, plan_member
 
 
@@ -58,6 +60,13 @@ def resolve_policy(policy_path: str | None, **overrides: Any) -> BackupPolicy:
     return parse_policy(data, policy_path)
 
 
+# manifest tags: which application run a volume backup belongs to (the restore flow finds runs by them)
+RUN_TAG, APP_TAG = "cbt-mover.io/run", "cbt-mover.io/app"
+
+# the flow parameters that override a policy's fields (see resolve_policy)
+POLICY_OVERRIDES = ("namespace", "selector", "repo", "repo_secret", "hooks", "image", "service_account", "parallelism")
+
+
 def run_id_for(flow_run_id: Any) -> str:
     """The run id (``cbt-mover.io/run`` label value) of a flow run: derived from its id only, so that
     the state hooks can recompute it."""
@@ -78,11 +87,13 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     run_id = run_id_for(flow_run_.id)
     try:
         policy = resolve_policy(params.get("policy_path"),
-                                **{key: v for key, v in params.items() if key not in ("policy_path", "kubeconfig")})
+                                **{key: v for key, v in params.items() if key in POLICY_OVERRIDES})
         ns, hooks, annotations = policy.namespace, policy.to_dict()["hooks"], policy.use_pod_annotations
+        app = policy.name
     except Exception as err:  # noqa: BLE001  (fall back to the raw parameters)
         log.warning("run %s (%s): cannot resolve the policy (%s); using the parameters", run_id, why, err)
         ns, hooks, annotations = params.get("namespace"), params.get("hooks"), False
+        app = ns
     if not ns:
         log.error("run %s (%s): no namespace known, nothing to thaw or clean up", run_id, why)
         return
@@ -104,6 +115,7 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
         log.info("run %s (%s): deleted %s", run_id, why, deleted)
     except Exception as err:  # noqa: BLE001
         log.error("run %s (%s): cleanup failed: %s", run_id, why, err)
+    report.emit("failed", ns, app, run_id, {"error": f"flow run {why}"})
 
 
 def on_cancellation(flow_: Any, flow_run_: Any, state: Any) -> None:
@@ -128,9 +140,15 @@ def backup_app(
     image: str | None = None,
     service_account: str | None = None,
     parallelism: int | None = None,
+    forget_expired: bool = True,
     kubeconfig: str | None = None,
 ) -> dict[str, Any]:
-    """Back up the PVCs ``selector`` matches in ``namespace`` (or the policy's) to ``repo``."""
+    """Back up the PVCs ``selector`` matches in ``namespace`` (or the policy's) to ``repo``.
+
+    Direct parameters override the policy file's. ``forget_expired``: after a successful run, expire
+    the backed-up volumes' backups by the policy's retention (manifests only; the maintenance flow
+    prunes the data). Emits ``cbt-mover.backup.completed`` or ``cbt-mover.backup.failed``.
+    """
     log = get_run_logger()
     policy = resolve_policy(policy_path, namespace=namespace, selector=selector, repo=repo, repo_secret=repo_secret,
                             hooks=hooks, image=image, service_account=service_account,
@@ -141,59 +159,85 @@ def backup_app(
     run_id = run_id_for(flow_run.id or uuid.uuid4())
     log.info("run %s: backing up %s (selector %s) to %s", run_id, ns, policy.pvc_selector, url)
     t0 = time.monotonic()
-    rows: list[dict[str, Any]] = []
     try:
-        pvcs = discover_pvcs(kubeconfig, ns, policy.pvc_selector)
-        if not pvcs:
-            raise ValueError(f"no PVC in {ns} matches {policy.pvc_selector}")
-        snap = quiesce_and_snapshot(kubeconfig, ns, policy.pvc_selector, [p["name"] for p in pvcs], run_id,
-                                    run_id, policy.to_dict()["hooks"], policy.use_pod_annotations,
-                                    policy.group_snapshot.class_name, policy.snapshot_class,
-                                    policy.group_snapshot.timeout)  # fmt: skip
-        members = snap["members"]
-        missing = {p["name"] for p in pvcs} - {x["pvc"] for x in members}
-        if missing:
-            raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(missing)}")
-        mover = policy.to_dict()["mover"]
-        audiences: dict[str, str | None] = {}
-        futures = []
-        # submit in waves of `parallelism` (the task runner has more threads than that)
-        for start in range(0, len(members), policy.parallelism):
-            wave = []
-            for member in members[start : start + policy.parallelism]:
-                volume_id = f"{ns}/{member['pvc']}"
-                if member["driver"] not in audiences:
-                    audiences[member["driver"]] = cbt_audience(kubeconfig, member["driver"])
-                base = latest_base_handle(url, volume_id)
-                plan = plan_member(volume_id, base, audiences[member["driver"]], policy.cbt.enabled)
-                fut = move_volume.submit(kubeconfig, ns, run_id, member, plan, mover,
-                                         policy.repository.credentials_secret, policy.timeouts.mover)  # fmt: skip
-                wave.append((member, plan, fut))
-            for member, plan, fut in wave:
-                futures.append((member, plan, fut.result()))
-        for member, plan, res in futures:
-            rows.append({"volume": f"{ns}/{member['pvc']}", "mode": res.get("mode"),
-                         "planned": plan["change_source"], "change_source": res.get("change_source"),
-                         "changed_bytes": res.get("changed_bytes"), "read_bytes": res.get("read_bytes"),
-                         "uploaded_bytes": res.get("stored_bytes"), "duration_s": res.get("duration_s"),
-                         "backup_id": res.get("backup_id")})  # fmt: skip
-            if res.get("change_source") != plan["change_source"]:
-                log.warning("%s: planned %s but the mover used %s (%s)", member["pvc"], plan["change_source"],
-                            res.get("change_source"), res.get("cbt_fallback", "no reason given"))  # fmt: skip
-        kept = [snap["group"]] if snap["group"] else [x["snapshot"] for x in members]
-        keep_base_snapshots(kubeconfig, ns, policy.name, snap["kind"], snap["group_version"], kept)
+        snap, rows = _snapshot_and_move(policy, run_id, kubeconfig)
+    except BaseException as err:
+        report.emit("failed", ns, policy.name, run_id, {"error": str(err)[:1000], "repository": url})
+        raise
     finally:
         deleted = cleanup_run(kubeconfig, ns, run_id)
         log.info("run %s: deleted %s", run_id, deleted)
-    create_table_artifact(key=f"backup-{policy.name}", table=rows,
+    expired = forget_backups_of(url, [r["volume"] for r in rows], policy) if forget_expired else None
+    create_table_artifact(key=f"backup-{policy.name}", table=report.display_rows(rows),
                           description=f"backup of {ns} ({run_id}) to {url}")  # fmt: skip
-    restore = "\n".join(
-        f"- `{r['volume']}`: `cbt-mover restore --repo {url} --volume {r['volume']} --backup {r['backup_id']}"
-        f" --device /dev/<target>`" for r in rows)  # fmt: skip
-    create_markdown_artifact(key=f"backup-{policy.name}-restore", markdown=(
-        f"# Backup {run_id} of `{ns}`\n\nRepository `{url}`. To restore a volume onto a block device or image file"
-        f" (from a Block-mode pod with the repository's credentials):\n\n{restore}\n"))  # fmt: skip
-    summary = {"run_id": run_id, "namespace": ns, "repository": url, "freeze_s": snap["freeze_s"],
-               "duration_s": round(time.monotonic() - t0, 3), "volumes": rows}  # fmt: skip
+    create_markdown_artifact(key=f"backup-{policy.name}-restore",
+                             markdown=report.restore_markdown(run_id, ns, policy.name, url, rows))  # fmt: skip
+    summary = {"run_id": run_id, "namespace": ns, "app": policy.name, "repository": url, "freeze_s": snap["freeze_s"],
+               "duration_s": round(time.monotonic() - t0, 3), "volumes": rows, "expired": expired}  # fmt: skip
+    report.emit("completed", ns, policy.name, run_id, {k: v for k, v in summary.items() if k != "volumes"} | {
+        "volumes": {r["volume"]: {"mode": r["mode"], "backup_id": r["backup_id"], "read_bytes": r["read_bytes"],
+                                  "uploaded_bytes": r["uploaded_bytes"]} for r in rows}},
+        [r["volume"] for r in rows])  # fmt: skip
     log.info("backup %s done: %s", run_id, ", ".join(f"{r['volume']} {r['mode']}" for r in rows))
     return summary
+
+
+def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
+                       ) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+    """Discover, quiesce + snapshot, move every member (``parallelism`` at a time), keep the new base
+    snapshots. Returns the snapshot task's result and one summary row per volume."""
+    log = get_run_logger()
+    ns, url = policy.namespace, policy.repository.url
+    pvcs = discover_pvcs(kubeconfig, ns, policy.pvc_selector)
+    if not pvcs:
+        raise ValueError(f"no PVC in {ns} matches {policy.pvc_selector}")
+    snap = quiesce_and_snapshot(kubeconfig, ns, policy.pvc_selector, [p["name"] for p in pvcs], run_id,
+                                run_id, policy.to_dict()["hooks"], policy.use_pod_annotations,
+                                policy.group_snapshot.class_name, policy.snapshot_class,
+                                policy.group_snapshot.timeout)  # fmt: skip
+    members = snap["members"]
+    missing = {p["name"] for p in pvcs} - {x["pvc"] for x in members}
+    if missing:
+        raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(missing)}")
+    by_name = {p["name"]: p for p in pvcs}
+    tags = {RUN_TAG: run_id, APP_TAG: policy.name}
+    members = [x | {"storage_class": by_name[x["pvc"]]["storage_class"],
+                    "volume_mode": by_name[x["pvc"]]["volume_mode"], "tags": tags} for x in members]  # fmt: skip
+    mover = policy.to_dict()["mover"]
+    audiences: dict[str, str | None] = {}
+    done: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = []
+    # submit in waves of `parallelism` (the task runner has more threads than that)
+    for start in range(0, len(members), policy.parallelism):
+        wave = []
+        for member in members[start : start + policy.parallelism]:
+            volume_id = f"{ns}/{member['pvc']}"
+            if member["driver"] not in audiences:
+                audiences[member["driver"]] = cbt_audience(kubeconfig, member["driver"])
+            base = latest_base_handle(url, volume_id)
+            plan = plan_member(volume_id, base, audiences[member["driver"]], policy.cbt.enabled)
+            fut = move_volume.submit(kubeconfig, ns, run_id, member, plan, mover,
+                                     policy.repository.credentials_secret, policy.timeouts.mover)  # fmt: skip
+            wave.append((member, plan, fut))
+        for member, plan, fut in wave:
+            done.append((member, plan, fut.result()))
+    rows = []
+    for member, plan, res in done:
+        rows.append(report.volume_row(f"{ns}/{member['pvc']}", plan, res))
+        if res.get("change_source") != plan["change_source"]:
+            log.warning("%s: planned %s but the mover used %s (%s)", member["pvc"], plan["change_source"],
+                        res.get("change_source"), res.get("cbt_fallback", "no reason given"))  # fmt: skip
+    kept = [snap["group"]] if snap["group"] else [x["snapshot"] for x in members]
+    keep_base_snapshots(kubeconfig, ns, policy.name, snap["kind"], snap["group_version"], kept)
+    return snap, rows
+
+
+def forget_backups_of(repo_url: str, volumes: list[str], policy: BackupPolicy) -> dict[str, Any] | None:
+    """Expire ``volumes``' backups by the policy's retention (None when the policy keeps everything)."""
+    r = policy.retention
+    rules = {"keep_last": r.keep_last, "keep_daily": r.keep_daily, "keep_weekly": r.keep_weekly,
+             "keep_monthly": r.keep_monthly}  # fmt: skip
+    rules = {key: n for key, n in rules.items() if n}
+    if not rules:
+        get_run_logger().info("retention: the policy keeps every backup")
+        return None
+    return forget_backups(repo_url, volumes, **rules)

@@ -90,6 +90,13 @@ class PermanentStoreError(StoreError):
     exit_code = EXIT_UNAVAILABLE
 
 
+class BucketNotFoundError(PermanentStoreError):
+    """The bucket (so the repository) does not exist: a configuration error, exit code 3 like any
+    repository that is not there."""
+
+    exit_code = EXIT_NOT_FOUND
+
+
 class AccessDeniedError(PermanentStoreError):
     """Credentials are missing, invalid or lack permission."""
 

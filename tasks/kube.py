@@ -15,11 +15,13 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
+from movers.errors import NotFoundError
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from tasks import retry_if_retriable
 
-# a member of the snapshot set as plain data: pvc, snapshot, content, handle, driver, restore_size, source_volume_mode
+# a member of the snapshot set as plain data: pvc, snapshot, content, handle, driver, restore_size, source_volume_mode;
+# the flow adds the PVC's storage_class and volume_mode and the manifest tags (run, app) before moving it
 Member = dict[str, Any]
 
 KEPT_LABEL = "cbt-mover.io/kept-for"  # a kept base snapshot (its run label removed): value = the app's name
@@ -188,7 +190,9 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
     k.create(api, m.pvc_from_snapshot(read_pvc, namespace, member["snapshot"], str(member["restore_size"]),
                                       None, labels))  # fmt: skip
     args = m.backup_args(volume=f"{namespace}/{pvc}", namespace=namespace, snapshot=member["snapshot"], pvc=pvc,
-                         base_handle=plan.get("base_handle"), extra=["--progress-interval", "1"])  # fmt: skip
+                         base_handle=plan.get("base_handle"), storage_class=member.get("storage_class"),
+                         volume_mode=member.get("volume_mode"), tags=member.get("tags"),
+                         extra=["--progress-interval", "1"])  # fmt: skip
     pod = m.mover_pod(read_pvc, namespace, image=mover["image"], args=args, pvc=read_pvc,
                       service_account=mover["service_account"], repo_secret=repo_secret,
                       cbt_audience=plan.get("audience"), resources=mover.get("resources"), labels=labels,
@@ -199,12 +203,57 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
         log.debug("%s: %s", pvc, line)
         progress.on_line(line)
 
-    res = k.run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
+    _clear_finished_pod(api, namespace, read_pvc)  # an earlier attempt's pod, so that a retry runs anew
+    try:
+        res = k.run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
+    except NotFoundError:
+        raise MoverPodFailed(f"mover pod {namespace}/{read_pvc} disappeared while running (deleted or evicted)",
+                             None) from None  # fmt: skip
     if not res.succeeded or not res.result:
-        raise k.KubeError(f"mover pod {namespace}/{read_pvc} failed (exit {res.exit_code}): {res.message.strip()}"
-                          f"\n" + "\n".join(res.log_tail))  # fmt: skip
+        raise MoverPodFailed(f"mover pod {namespace}/{read_pvc} failed (exit {res.exit_code}): {res.message.strip()}"
+                             f"\n" + "\n".join(res.log_tail), res.exit_code)  # fmt: skip
     progress.set(100.0)
     return res.result
+
+
+class MoverPodFailed(k.KubeError):
+    """A mover or writer pod did not succeed. Retriable unless its exit code says the input, the
+    repository or the credentials are wrong (exit codes 2-4 and 6-9: a retry would fail the same way);
+    killed, evicted, deleted, crashed and "storage unavailable" (5) pods are retried."""
+
+    PERMANENT_EXIT_CODES = frozenset({2, 3, 4, 6, 7, 8, 9})
+
+    def __init__(self, message: str, exit_code: int | None) -> None:
+        super().__init__(message)
+        self.exit_code_of_pod = exit_code
+        self.retriable = exit_code not in self.PERMANENT_EXIT_CODES
+
+
+def _clear_finished_pod(api, namespace: str, name: str, timeout: float = 60.0) -> None:
+    """Delete pod ``name`` if it exists and has finished, and wait until it is gone."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    try:
+        pod = core.read_namespaced_pod(name, namespace)
+    except client.exceptions.ApiException as err:
+        if err.status == 404:
+            return
+        raise
+    if pod.status is None or pod.status.phase not in ("Succeeded", "Failed"):
+        return
+    get_run_logger().info("deleting the finished pod %s/%s of an earlier attempt", namespace, name)
+    k.delete(api, "Pod", namespace, name)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            core.read_namespaced_pod(name, namespace)
+        except client.exceptions.ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        time.sleep(0.2)
+    raise k.KubeError(f"pod {namespace}/{name} of an earlier attempt was not deleted within {timeout:g} s")
 
 
 @task(name="cleanup-run")

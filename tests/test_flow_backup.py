@@ -10,19 +10,12 @@ import sys
 import pytest
 from kubernetes import client
 
-from localcluster.demo_app import pod_manifest as demo_pod
-from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
+from localcluster.kubelet.testing import wait_until
 from movers.kube import apply as k
 from movers.kube import manifests as m
+from tests.flowapp import HOOKS, SEL, app_states, backup_params, deploy_app
 
 NS = "flowapp"
-APP = ["python", "-m", "localcluster.demo_app"]
-SEL = {"matchLabels": {"app": "demo"}}
-HOOKS = {
-    "pre": [{"name": "freeze", "pod_selector": SEL, "container": "app", "command": [*APP, "freeze"], "timeout": 10}],
-    "post": [{"name": "thaw", "pod_selector": SEL, "container": "app", "command": [*APP, "thaw"], "timeout": 10,
-              "on_error": "continue"}],
-}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -38,43 +31,17 @@ def harness():
 @pytest.fixture(scope="module")
 def app(local_cluster):
     with pytest.MonkeyPatch.context() as mp:  # the flow reads the repository (latest backup) itself
-        yield _deploy(local_cluster, mp)
-
-
-def _deploy(cluster, mp, NS=NS, bucket="flow-backups"):  # noqa: N803
-    api = cluster.client
-    core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": NS}})
-    core.create_namespaced_service_account(NS, {"metadata": {"name": "mover"}})
-    for pvc in ("data", "logs"):
-        k.create(api, m.block_pvc(pvc, NS, "16Mi", None, {"app": "demo"}))
-    core.create_namespaced_pod(NS, demo_pod("app", {"data": "/dev/xvda", "logs": "/dev/xvdb"}, labels={"app": "demo"},
-                                            interval=0.02))  # fmt: skip
-    wait_pod(core, "app", phase_in("Running"), namespace=NS, timeout=30)
-    wait_until(lambda: core.read_namespaced_pod_log("app", NS).count("write seq=") >= 5, 30, "app writes")
-
-    cluster.s3.client().create_bucket(Bucket=bucket)
-    repo = f"s3://{bucket}/repo"
-    env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=env, capture_output=True)
-    core.create_namespaced_secret(NS, {"metadata": {"name": "repo"},
-                                       "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}})  # fmt: skip
-    for key, value in cluster.s3.env.items():
-        mp.setenv(key, value)
-    return {"repo": repo, "env": env}
+        yield deploy_app(local_cluster, mp.setenv, NS, "flow-backups")
 
 
 def _backup(cluster, repo, NS=NS):  # noqa: N803
     from flows.backup import backup_app
 
-    return backup_app(namespace=NS, selector=SEL, repo=repo, repo_secret="repo", hooks=HOOKS, image="cbt-mover",
-                      service_account="mover", parallelism=2, kubeconfig=str(cluster.kubeconfig))  # fmt: skip
+    return backup_app(**backup_params(cluster, repo, NS))
 
 
 def _app_state(core):
-    lines = core.read_namespaced_pod_log("app", NS).splitlines()
-    states = [line.split(" ", 1)[0] for line in lines if line.startswith(("frozen", "thawed"))]
-    return states
+    return app_states(core, NS)
 
 
 def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_path):
@@ -157,11 +124,13 @@ def test_on_cancellation_thaws_and_deletes_the_run(local_cluster, app, harness):
 
 
 def test_plan_is_said_and_selector_syntax():
+    from prefect.logging import disable_run_logger
+
     from tasks.kube import selector_string
     from tasks.repo import plan_member
 
     def plan(*args):
-        with __import__("unittest.mock").mock.patch("tasks.repo.get_run_logger"):
+        with disable_run_logger():
             return plan_member.fn(*args)["change_source"]
 
     assert plan("ns/a", "h1", "aud") == "cbt-delta"
@@ -176,7 +145,7 @@ def test_plan_is_said_and_selector_syntax():
 def test_without_group_snapshots_one_snapshot_per_pvc_while_frozen(make_local_cluster, harness, monkeypatch):
     cluster = make_local_cluster(group_snapshot_versions=())  # no group snapshot CRDs served
     ns = "nogroups"
-    deployed = _deploy(cluster, monkeypatch, ns, "flow-nogroups")
+    deployed = deploy_app(cluster, monkeypatch.setenv, ns, "flow-nogroups")
     first = _backup(cluster, deployed["repo"], ns)
     second = _backup(cluster, deployed["repo"], ns)
     assert [(r["mode"], r["change_source"]) for r in first["volumes"]] == [("full", "cbt-allocated")] * 2, first

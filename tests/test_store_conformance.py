@@ -19,6 +19,7 @@ from urllib3.exceptions import ProtocolError
 
 from movers.errors import (
     AccessDeniedError,
+    BucketNotFoundError,
     MoverError,
     NotFoundError,
     ObjectNotFound,
@@ -278,7 +279,7 @@ def offline_s3() -> S3Store:
         ("ServiceUnavailable", 503, TransientStoreError),
         ("InternalError", 500, TransientStoreError),
         ("RequestTimeout", 400, TransientStoreError),
-        ("NoSuchBucket", 404, PermanentStoreError),
+        ("NoSuchBucket", 404, BucketNotFoundError),
         ("InvalidArgument", 400, PermanentStoreError),
     ],
 )

@@ -33,6 +33,7 @@ from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
 from movers.errors import (
     AccessDeniedError,
+    BucketNotFoundError,
     MoverError,
     ObjectNotFound,
     PermanentStoreError,
@@ -225,7 +226,7 @@ class S3Store:
             status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
             detail = f"{code}: {error.get('Message') or 'no message'}"
             if code == "NoSuchBucket" or (key is None and (code in _NOT_FOUND_CODES or status == 404)):
-                cls, msg = PermanentStoreError, f"bucket {self.bucket} does not exist at {self.endpoint_url}"
+                cls, msg = BucketNotFoundError, f"bucket {self.bucket} does not exist at {self.endpoint_url}"
             elif code in _NOT_FOUND_CODES or status == 404:
                 cls, msg = ObjectNotFound, f"object {self._url(key)} not found at {self.endpoint_url}"
             elif code in _ACCESS_CODES or status in (401, 403):

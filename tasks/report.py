@@ -1,0 +1,114 @@
+"""What a backup run tells people and automations: summary rows, Prefect artifacts and events.
+
+Ratios, from the mover's result (``movers.pipeline.stats.BackupStats``):
+
+- dedup = non-zero bytes read / bytes of chunks new to the repository (``inf`` when everything read
+  was already stored, ``None`` when nothing was read);
+- compression = raw bytes of the new chunks / bytes uploaded for them (data objects only);
+- throughput = bytes read from the snapshot per second of the mover's run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EVENT_PREFIX = "cbt-mover.backup"
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    if numerator <= 0:
+        return None
+    return math.inf if denominator <= 0 else round(numerator / denominator, 2)
+
+
+def volume_row(volume: str, plan: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """One volume's summary (plain numbers) from its plan and the mover's result JSON."""
+    read, zero = int(result.get("read_bytes") or 0), int(result.get("zero_bytes") or 0)
+    new, stored = int(result.get("new_chunk_bytes") or 0), int(result.get("stored_bytes") or 0)
+    data_uploaded = stored - int(result.get("metadata_bytes") or 0)
+    duration = float(result.get("duration_s") or 0.0)
+    return {
+        "volume": volume,
+        "mode": result.get("mode"),
+        "planned": plan.get("change_source"),
+        "change_source": result.get("change_source"),
+        "changed_bytes": int(result.get("changed_bytes") or 0),
+        "read_bytes": read,
+        "uploaded_bytes": stored,
+        "dedup_ratio": _ratio(read - zero, new),
+        "compression_ratio": _ratio(new, data_uploaded) if new else None,
+        "duration_s": round(duration, 3),
+        "throughput_bps": int(read / duration) if duration > 0 else None,
+        "reused_packs": int(result.get("reused_packs") or 0),
+        "backup_id": result.get("backup_id"),
+    }
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _times(r: float | None) -> str:
+    return "-" if r is None else "all stored before" if math.isinf(r) else f"{r:.2f}x"
+
+
+def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The rows as people read them (sizes in KiB/MiB/GiB, ratios as ``1.25x``)."""
+    return [{"volume": r["volume"], "mode": r["mode"] or "-",
+             "change source": r["change_source"] if r["change_source"] == r["planned"]
+             else f"{r['change_source']} (planned {r['planned']})",
+             "changed": _size(r["changed_bytes"]), "read": _size(r["read_bytes"]),
+             "uploaded": _size(r["uploaded_bytes"]), "dedup": _times(r["dedup_ratio"]),
+             "compression": _times(r["compression_ratio"]), "duration": f"{r['duration_s']:.1f} s",
+             "throughput": "-" if r["throughput_bps"] is None else f"{_size(r['throughput_bps'])}/s",
+             "backup id": r["backup_id"] or "-"} for r in rows]  # fmt: skip
+
+
+def restore_markdown(run_id: str, namespace: str, app: str, repo_url: str, rows: list[dict[str, Any]]) -> str:
+    """What to run to restore this backup: the restore flow (whole app or one PVC) and the CLI."""
+    pvcs = ", ".join(f"`{r['volume'].split('/', 1)[1]}`" for r in rows)
+    cli = "\n".join(f"    cbt-mover restore --repo {repo_url} --volume {r['volume']} --backup {r['backup_id']}"
+                    " --device /dev/<target>" for r in rows)  # fmt: skip
+    return (
+        f"# Backup {run_id} of `{namespace}` ({app})\n\n"
+        f"Repository `{repo_url}`; volumes {pvcs}.\n\n"
+        "## Restore the application (Prefect)\n\n"
+        f"    prefect deployment run 'restore-app/restore' -p repo={repo_url} -p namespace={namespace}"
+        f" -p backup={run_id} -p target_namespace=<namespace>\n\n"
+        "Add `-p 'pvcs=[\"<pvc>\"]'` for one volume. Existing PVCs are never overwritten unless"
+        " `-p overwrite=true`.\n\n"
+        "## Restore one volume onto a block device or image file (CLI)\n\n"
+        "From a Block-mode pod (or host) with the repository's credentials:\n\n"
+        f"{cli}\n"
+    )
+
+
+def emit(kind: str, namespace: str, app: str, run_id: str, payload: dict[str, Any],
+         volumes: list[str] = ()) -> None:  # fmt: skip
+    """Emit ``cbt-mover.backup.<kind>`` (completed / failed) about the app, related to its volumes.
+
+    Best effort: an event that cannot be sent is logged, never fails the run.
+    """
+    from prefect.events import emit_event
+
+    try:
+        emit_event(
+            event=f"{EVENT_PREFIX}.{kind}",
+            resource={"prefect.resource.id": f"cbt-mover.app.{namespace}.{app}", "prefect.resource.name": app,
+                      "cbt-mover.namespace": namespace, "cbt-mover.run": run_id},  # fmt: skip
+            related=[{"prefect.resource.id": f"cbt-mover.volume.{v}", "prefect.resource.role": "volume"}
+                     for v in volumes],  # fmt: skip
+            payload=payload,
+        )
+    except Exception as err:  # noqa: BLE001
+        log.warning("could not emit %s.%s: %s", EVENT_PREFIX, kind, err)

@@ -1,0 +1,89 @@
+"""Shared set-up of the flow tests: a demo application on the local cluster with a repository.
+
+``deploy_app`` creates a namespace with a ``mover`` ServiceAccount, Block PVCs labelled ``app=demo``,
+the demo app pod writing to them (freeze/thaw through ``HOOKS``), a moto bucket with an initialised
+repository and the ``repo`` Secret the mover pods read. The flows read the repository themselves
+with the worker's environment, so the AWS_* variables are set through ``setenv``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+
+from kubernetes import client
+
+from localcluster.demo_app import pod_manifest as demo_pod
+from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
+from movers.kube import apply as k
+from movers.kube import manifests as m
+
+APP = ["python", "-m", "localcluster.demo_app"]
+SEL = {"matchLabels": {"app": "demo"}}
+HOOKS = {
+    "pre": [{"name": "freeze", "pod_selector": SEL, "container": "app", "command": [*APP, "freeze"], "timeout": 10}],
+    "post": [{"name": "thaw", "pod_selector": SEL, "container": "app", "command": [*APP, "thaw"], "timeout": 10,
+              "on_error": "continue"}],
+}  # fmt: skip
+
+
+def deploy_app(cluster, setenv: Callable[[str, str], None], ns: str, bucket: str, pvcs=("data", "logs"),
+               size: str = "16Mi", app_pod: bool = True) -> dict:  # fmt: skip
+    """The app, its repository (``s3://<bucket>/repo``) and Secret; returns ``{"repo", "env"}``."""
+    api = cluster.client
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
+    core.create_namespaced_service_account(ns, {"metadata": {"name": "mover"}})
+    for pvc in pvcs:
+        k.create(api, m.block_pvc(pvc, ns, size, None, {"app": "demo"}))
+    if app_pod:
+        devices = {pvc: f"/dev/xvd{chr(ord('a') + i)}" for i, pvc in enumerate(pvcs)}
+        core.create_namespaced_pod(ns, demo_pod("app", devices, labels={"app": "demo"}, interval=0.02))
+        wait_pod(core, "app", phase_in("Running"), namespace=ns, timeout=30)
+        wait_until(lambda: core.read_namespaced_pod_log("app", ns).count("write seq=") >= 5, 30, "app writes")
+    cluster.s3.client().create_bucket(Bucket=bucket)
+    repo = f"s3://{bucket}/repo"
+    env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=env, capture_output=True)
+    core.create_namespaced_secret(ns, {"metadata": {"name": "repo"},
+                                       "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}})  # fmt: skip
+    for key, value in cluster.s3.env.items():
+        setenv(key, value)
+    return {"repo": repo, "env": env}
+
+
+def backup_params(cluster, repo: str, ns: str, **overrides) -> dict:
+    """The ``backup_app`` parameters used by the tests (hooks of the demo app, 2 in parallel)."""
+    return {"namespace": ns, "selector": SEL, "repo": repo, "repo_secret": "repo", "hooks": HOOKS,
+            "image": "cbt-mover", "service_account": "mover", "parallelism": 2,
+            "kubeconfig": str(cluster.kubeconfig), **overrides}  # fmt: skip
+
+
+def app_states(core, ns: str) -> list[str]:
+    """``frozen`` / ``thawed`` in the order the demo app logged them."""
+    lines = core.read_namespaced_pod_log("app", ns).splitlines()
+    return [line.split(" ", 1)[0] for line in lines if line.startswith(("frozen", "thawed"))]
+
+
+def run_objects(api, ns: str, run_id: str) -> dict[str, list[str]]:
+    """Objects still labelled with the run, by kind (empty lists when the run cleaned up)."""
+    kinds = ("Pod", "PersistentVolumeClaim", "VolumeSnapshot", "VolumeGroupSnapshot")
+    found = {}
+    for kind in kinds:
+        try:
+            found[kind] = [o["metadata"]["name"] for o in k.list_objects(api, kind, ns, f"{m.RUN_LABEL}={run_id}")]
+        except Exception:  # noqa: BLE001  (a kind the cluster does not serve)
+            found[kind] = []
+    return found
+
+
+def any_run_objects(api, ns: str) -> dict[str, list[str]]:
+    """Objects of any backup run in ``ns`` (label ``cbt-mover.io/run`` present)."""
+    found = {}
+    for kind in ("Pod", "PersistentVolumeClaim", "VolumeSnapshot", "VolumeGroupSnapshot"):
+        try:
+            found[kind] = [o["metadata"]["name"] for o in k.list_objects(api, kind, ns, m.RUN_LABEL)]
+        except Exception:  # noqa: BLE001
+            found[kind] = []
+    return {kind: names for kind, names in found.items() if names}

@@ -1,0 +1,251 @@
+"""The ``backup-app`` flow when things go wrong, on the local cluster with Prefect's local API:
+a rejected CBT base, a failing mover, a failing pre-hook, a mover pod killed half-way, no CBT
+service, and a run driven by a policy file with retention. In every outcome the app is thawed,
+nothing labelled with the run is left, and the previous base snapshot survives a failed run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+from kubernetes import client
+
+from localcluster.kubelet.testing import wait_until
+from movers.kube import apply as k
+from tests.flowapp import HOOKS, SEL, any_run_objects, app_states, backup_params, deploy_app
+
+KEPT = "cbt-mover.io/kept-for"
+
+
+@pytest.fixture(scope="module")
+def harness():
+    from prefect.settings import PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with temporary_settings({PREFECT_SERVER_ANALYTICS_ENABLED: False}):
+        with prefect_test_harness(server_startup_timeout=90):
+            yield
+
+
+def _backup(cluster, repo, ns, **overrides):
+    from flows.backup import backup_app
+
+    return backup_app(**backup_params(cluster, repo, ns, **overrides))
+
+
+def _failed_run(cluster, repo, ns, **overrides):
+    """Run the flow expecting failure; returns (the failed state's message, the flow run id)."""
+    from flows.backup import backup_app
+
+    state = backup_app(**backup_params(cluster, repo, ns, **overrides), return_state=True)
+    assert state.is_failed(), state
+    return state.message or "", state.state_details.flow_run_id
+
+
+def _events(name: str, resource_id: str):
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    with get_client(sync_client=True) as prefect:
+        page = prefect.read_events(EventFilter(event=EventNameFilter(name=[name]),
+                                               resource=EventResourceFilter(id=[resource_id])), limit=50)  # fmt: skip
+    return page.events
+
+
+def _task_runs(flow_run_id, name: str):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, TaskRunFilter, TaskRunFilterName
+
+    with get_client(sync_client=True) as prefect:
+        return prefect.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+                                      task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_=name)))  # fmt: skip
+
+
+def _restore_verifies(env, repo, volume, tmp_path):
+    image = tmp_path / (volume.replace("/", "-") + ".img")
+    subprocess.run([sys.executable, "-m", "movers", "restore", "--repo", repo, "--volume", volume, "--device",
+                    str(image)], check=True, env=env, capture_output=True)  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, (volume, out.stdout, out.stderr)
+
+
+def _kept(api, ns):
+    return sorted(o["metadata"]["name"] for o in k.list_objects(api, "VolumeGroupSnapshot", ns, KEPT))
+
+
+def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(local_cluster, harness, monkeypatch,
+                                                                              tmp_path):  # fmt: skip
+    ns, api = "rejbase", local_cluster.client
+    core = client.CoreV1Api(api)
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-rejbase")
+    first = _backup(local_cluster, app["repo"], ns)
+    [kept] = _kept(api, ns)
+    assert kept == first["run_id"]
+
+    # the base snapshot disappears behind the flow's back: the service rejects the recorded handle
+    contents = [x["content"] for x in _members(api, ns, kept)]
+    k.delete(api, "VolumeGroupSnapshot", ns, kept)
+    wait_until(lambda: not any(_exists(api, "VolumeSnapshotContent", c) for c in contents), 30, "base contents gone")
+    second = _backup(local_cluster, app["repo"], ns)
+    got = [(r["planned"], r["change_source"], r["mode"]) for r in second["volumes"]]
+    assert got == [("cbt-delta", "scan", "incremental-scan")] * 2, second
+    for volume in (f"{ns}/data", f"{ns}/logs"):
+        _restore_verifies(app["env"], app["repo"], volume, tmp_path)
+
+    # a mover whose Secret names a repository that does not exist: exit 3 is not retried; the run
+    # cleans up and thaws
+    core.create_namespaced_secret(ns, {"metadata": {"name": "badrepo"}, "stringData": {
+        **local_cluster.s3.env, "CBT_MOVER_REPO": "s3://no-such-bucket/repo"}})  # fmt: skip
+    message, run = _failed_run(local_cluster, app["repo"], ns, repo_secret="badrepo")
+    assert "exit 3" in message, message
+    moves = _task_runs(run, "move-volume")
+    failed_counts = [t.run_count for t in moves if t.state.is_failed()]
+    assert failed_counts and set(failed_counts) == {1}, ("a permanent mover error is not retried", failed_counts)
+    assert any_run_objects(api, ns) == {}
+    assert app_states(core, ns)[-2:] == ["frozen", "thawed"]
+    assert _kept(api, ns) == [second["run_id"]], "a failed run must keep the previous base"
+    resource = f"cbt-mover.app.{ns}.{ns}"
+    failed = wait_until(lambda: _events("cbt-mover.backup.failed", resource), 20, "failed event")
+    assert "exit 3" in failed[0].payload["error"], failed[0].payload
+    assert local_cluster.s3.env["AWS_SECRET_ACCESS_KEY"] not in json.dumps(failed[0].payload)
+    done = wait_until(lambda: _events("cbt-mover.backup.completed", resource), 20, "completed events")
+    assert {e.resource["cbt-mover.run"] for e in done} == {first["run_id"], second["run_id"]}
+
+
+def _members(api, ns, group):
+    from tasks.kube import _member_of
+
+    vgs = k.get(api, "VolumeGroupSnapshot", ns, group, k.served_group_snapshot_version(api))
+    return [_member_of(api, ns, x.snapshot) for x in k.group_members(api, vgs)]
+
+
+def _exists(api, kind, name):
+    from movers.errors import NotFoundError
+
+    try:
+        k.get(api, kind, None, name)
+        return True
+    except NotFoundError:
+        return False
+
+
+def test_failing_pre_hook_thaws_and_snapshots_nothing(local_cluster, harness, monkeypatch):
+    ns, api = "badhook", local_cluster.client
+    core = client.CoreV1Api(api)
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-badhook")
+    hooks = {"pre": [*HOOKS["pre"], {"name": "flush", "pod_selector": SEL, "container": "app", "timeout": 10,
+                                     "command": ["python", "-c", "import sys; sys.exit(3)"]}],
+             "post": HOOKS["post"]}  # fmt: skip
+    message, _ = _failed_run(local_cluster, app["repo"], ns, hooks=hooks)
+    assert "flush" in message, message
+    assert app_states(core, ns)[-2:] == ["frozen", "thawed"]
+    assert any_run_objects(api, ns) == {}
+    assert k.list_objects(api, "VolumeGroupSnapshot", ns) == []
+    assert k.list_objects(api, "VolumeSnapshot", ns) == []
+
+
+def _fill_random(cluster, ns, pvc, size):
+    """Incompressible data on the PVC's volume (written to its backing image, as an app would)."""
+    claim = client.CoreV1Api(cluster.client).read_namespaced_persistent_volume_claim(pvc, ns)
+    pv = client.CoreV1Api(cluster.client).read_persistent_volume(claim.spec.volume_name)
+    with open(cluster.store.volume_path(pv.spec.csi.volume_handle), "r+b") as f:
+        for _ in range(size // (8 << 20)):
+            f.write(os.urandom(8 << 20))
+
+
+SIZE = 768 << 20  # large enough that the mover reports progress (every 1 s) before it is done
+
+
+def test_mover_pod_killed_half_way_is_retried_and_reuses_the_upload(local_cluster, harness, monkeypatch):
+    ns, api = "killed", local_cluster.client
+    core = client.CoreV1Api(api)
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-killed", pvcs=("big",), size=f"{SIZE >> 20}Mi",
+                     app_pod=False)  # fmt: skip
+    wait_until(lambda: core.read_namespaced_persistent_volume_claim("big", ns).spec.volume_name, 30, "PVC bound")
+    _fill_random(local_cluster, ns, "big", SIZE)
+    killed: list[str] = []
+    stop = threading.Event()
+
+    def kill_half_way():
+        """Delete the first mover pod once its log reports progress short of the total."""
+        while not stop.is_set() and not killed:
+            for pod in core.list_namespaced_pod(ns, label_selector="cbt-mover.io/pvc=big").items:
+                try:
+                    log = core.read_namespaced_pod_log(pod.metadata.name, ns)
+                except client.exceptions.ApiException:  # 400 until the container starts
+                    continue
+                for line in log.splitlines():
+                    if line.startswith("progress done="):  # the total is "?" while extents still arrive
+                        done = int(line.split()[1].split("=")[1])
+                        if (64 << 20) <= done < SIZE - (64 << 20):
+                            core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
+                            killed.append(line)
+                            return
+            stop.wait(0.05)
+
+    killer = threading.Thread(target=kill_half_way, daemon=True)
+    killer.start()
+    try:
+        from flows.backup import backup_app
+
+        state = backup_app(**backup_params(local_cluster, app["repo"], ns, hooks=None), return_state=True)
+    finally:
+        stop.set()
+        killer.join(10)
+    assert killed, "the mover finished before it could be killed half-way"
+    assert state.is_completed(), state
+    result = state.result()
+    [row] = result["volumes"]
+    assert row["mode"] == "full" and row["read_bytes"] == SIZE, row
+    [move] = _task_runs(state.state_details.flow_run_id, "move-volume")
+    assert move.run_count == 2, move
+    assert row["reused_packs"] > 0, ("the retry must reuse the packs the killed pod uploaded", killed, row)
+    assert any_run_objects(api, ns) == {}
+
+
+def test_without_a_cbt_service_every_backup_scans(make_local_cluster, harness, monkeypatch, tmp_path):
+    cluster = make_local_cluster(cbt=False)
+    ns = "nocbt"
+    app = deploy_app(cluster, monkeypatch.setenv, ns, "flow-nocbt")
+    first = _backup(cluster, app["repo"], ns)
+    second = _backup(cluster, app["repo"], ns)
+    assert [(r["planned"], r["change_source"], r["mode"]) for r in first["volumes"]] == [("scan", "scan", "full")] * 2
+    assert [(r["change_source"], r["mode"]) for r in second["volumes"]] == [("scan", "incremental-scan")] * 2
+    for volume in (f"{ns}/data", f"{ns}/logs"):
+        _restore_verifies(app["env"], app["repo"], volume, tmp_path)
+
+
+def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, monkeypatch, tmp_path):
+    import yaml
+
+    ns, api = "bypolicy", local_cluster.client
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-policy")
+    policy = tmp_path / "shop.yaml"
+    policy.write_text(yaml.safe_dump({
+        "name": "shop", "namespace": ns, "pvc_selector": SEL, "hooks": HOOKS, "parallelism": 1,
+        "repository": {"url": app["repo"], "credentials_secret": "repo"},
+        "mover": {"image": "cbt-mover", "service_account": "mover"},
+        "retention": {"keep_last": 1, "keep_daily": 0, "keep_weekly": 0, "keep_monthly": 0}}))  # fmt: skip
+    from flows.backup import backup_app
+
+    first = backup_app(policy_path=str(policy), kubeconfig=str(local_cluster.kubeconfig))
+    second = backup_app(policy_path=str(policy), kubeconfig=str(local_cluster.kubeconfig))
+    assert first["app"] == second["app"] == "shop"
+    ls = subprocess.run([sys.executable, "-m", "movers", "ls", "--repo", app["repo"], "--json"], check=True,
+                        env=app["env"], capture_output=True, text=True)  # fmt: skip
+    ids = sorted(b["backup_id"] for b in json.loads(ls.stdout)["backups"])
+    assert ids == sorted(r["backup_id"] for r in second["volumes"]), (ids, second["expired"])
+    assert sorted(o["metadata"]["name"] for o in k.list_objects(api, "VolumeGroupSnapshot", ns, f"{KEPT}=shop")) == [
+        second["run_id"]]  # fmt: skip
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as prefect:
+        table = [a for a in prefect.read_artifacts() if a.key == "backup-shop"]
+    assert len(table) == 2 and all(a.type == "table" for a in table)
+    rows = json.loads(table[0].data)
+    assert {"dedup", "compression", "throughput", "uploaded"} <= set(rows[0]), rows
