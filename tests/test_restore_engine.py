@@ -84,6 +84,20 @@ def test_read_back_checks_whole_and_clipped_chunks_and_holes(repo, tmp_path):
     assert stats.checked_bytes + stats.zero_bytes == 12 * MiB
     assert stats.refetched_bytes > 0, "the incremental clipped chunks of the full: those are fetched again"
 
+    scan = _backup(repo, image, "ns", "v")  # nothing changed: a scan incremental keeps the map (and digests)
+    write_blocks(image, [inside + 256 * 1024], seed=6)
+    scan = _backup(repo, image, "ns", "v")
+    assert scan.mode == "incremental-scan"
+    scanned = tmp_path / "scanned.img"
+    run_restore(repo, scan, str(scanned))
+    by_digest = verify_device(repo, scan, str(scanned))
+    assert by_digest.checked_bytes + by_digest.zero_bytes == 12 * MiB
+    assert by_digest.refetched_bytes == 0, "a scan clips at 64 KiB blocks whose digests are known: nothing re-fetched"
+    with open(scanned, "r+b") as f:
+        os.pwrite(f.fileno(), b"\x01", long_entry[0] + 5)  # in the clipped part the block digest checks
+    with pytest.raises(IntegrityError, match=f"at volume offset {long_entry[0]} differs from the backup"):
+        verify_device(repo, scan, str(scanned))
+
     with open(target, "r+b") as f:  # a lost write inside a chunk
         os.pwrite(f.fileno(), b"\x00" * 16, inside + 70 * 1024)
     with pytest.raises(IntegrityError, match=rf"at volume offset {inside + 12 * 1024} differs"):

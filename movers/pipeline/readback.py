@@ -6,12 +6,14 @@ reads the whole device once (``capacity`` bytes, after asking the kernel to drop
 the bytes come from the device) and checks:
 
 * every map entry that is a whole chunk: the sha256 of the device bytes is the chunk id (no fetch);
-* every entry that is part of a chunk (an incremental clipped it): the device bytes equal that part
-  of the chunk, fetched again (and verified) from the repository;
+* every entry that is part of a chunk (an incremental clipped it): the 64 KiB blocks it touches match
+  the page's block digests (``movers.repo.digests``) when all of them are known, otherwise the device
+  bytes equal that part of the chunk, fetched again (and verified) from the repository;
 * every byte no entry covers is zero.
 
 Cost: one sequential read of the device plus the hashing (about the restore's own write time on a
-local disk), plus re-fetching only the chunks used in part.
+local disk), plus re-fetching the chunks used in part whose blocks have no known digest (blocks a CBT
+incremental wrote only in part).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from itertools import repeat
 
 from movers import device
 from movers.errors import IntegrityError
@@ -29,6 +32,7 @@ from movers.pipeline.reader import MapReader
 from movers.pipeline.restore import holes
 from movers.pipeline.stats import ProgressFn
 from movers.pipeline.zeros import is_zero
+from movers.repo import digests as dg
 from movers.repo import volmap
 from movers.repo.manifest import Manifest
 from movers.repo.repository import Repository
@@ -62,8 +66,9 @@ def verify_device(repo: Repository, manifest: Manifest, target: str, *, workers:
         if size < capacity:
             raise IntegrityError(f"{target} has {size} bytes, less than the backup's {capacity}")
         _drop_cache(fd)
-        partial: set[bytes] = set()
+        partial: set[bytes] = set()  # chunks to fetch again
         whole: set[bytes] = set()
+        by_digest: set[int] = set()  # volume offsets of the partial entries checked by block digests
 
         def check_whole(entry: volmap.Entry) -> None:
             voff, length, cid, _coff = entry
@@ -73,20 +78,28 @@ def verify_device(repo: Repository, manifest: Manifest, target: str, *, workers:
                 stats.checked_bytes += length
 
         with ThreadPoolExecutor(max(1, workers), thread_name_prefix="readback") as pool:
-            for page_index, entries in repo.iter_map(manifest):
+            for page_index, (page_id, _n) in enumerate(repo.page_slots(manifest)):
+                entries, digests = repo.read_page_with_digests(page_id)
                 start = page_index * page_size
                 for off, length in holes(entries, start, min(start + page_size, capacity)):
                     _check_zeros(fd, off, length, target, manifest)
                     stats.zero_bytes += length
-                todo = []
+                todo, blocks = [], {}
                 for entry in entries:
                     loc = index.get(entry[2])
                     if entry[3] == 0 and loc is not None and entry[1] == loc.raw_len:
                         todo.append(entry)
                         whole.add(entry[2])
+                    elif (known := _known_blocks(entry, start, digests)) is not None:
+                        blocks.update(known)
+                        by_digest.add(entry[0])
+                        stats.checked_bytes += entry[1]
                     else:
                         partial.add(entry[2])
                 for _ in pool.map(check_whole, todo):
+                    pass
+                for _ in pool.map(_check_block, repeat(fd), blocks.items(), repeat(capacity), repeat(target),
+                                  repeat(manifest)):  # fmt: skip
                     pass
                 if progress:
                     progress(min(start + page_size, capacity), capacity)
@@ -95,8 +108,8 @@ def verify_device(repo: Repository, manifest: Manifest, target: str, *, workers:
 
             def sink(raw: bytes, uses: list[volmap.Entry]) -> None:
                 for voff, length, _cid, coff in uses:
-                    if coff == 0 and length == len(raw):
-                        continue  # checked by its hash in the first pass
+                    if (coff == 0 and length == len(raw)) or voff in by_digest:
+                        continue  # checked in the first pass
                     if device.pread_exact(fd, length, voff) != raw[coff : coff + length]:
                         raise _differs(target, manifest, voff, length)
                     with lock:
@@ -108,6 +121,26 @@ def verify_device(repo: Repository, manifest: Manifest, target: str, *, workers:
         os.close(fd)
     stats.duration_s = round(time.monotonic() - started, 3)
     return stats
+
+
+def _known_blocks(entry: volmap.Entry, page_start: int, digests: bytes) -> dict[int, bytes] | None:
+    """Block index -> digest for every 64 KiB block ``entry`` touches, or None if one is not known."""
+    first = page_start // dg.DIGEST_BLOCK
+    out = {}
+    for block in dg.blocks_touching(entry[0], entry[0] + entry[1]):
+        i = (block - first) * dg.DIGEST_LEN
+        digest = digests[i : i + dg.DIGEST_LEN]
+        if len(digest) != dg.DIGEST_LEN or digest == dg.UNKNOWN:
+            return None
+        out[block] = digest
+    return out
+
+
+def _check_block(fd: int, item: tuple[int, bytes], capacity: int, target: str, manifest: Manifest) -> None:
+    block, digest = item
+    start, end = dg.block_span(block, capacity)
+    if dg.block_digest(device.pread_exact(fd, end - start, start)) != digest:
+        raise _differs(target, manifest, start, end - start)
 
 
 def _drop_cache(fd: int) -> None:
