@@ -392,7 +392,7 @@ def test_s3_check(s3_bucket):
     make_s3(endpoint, bucket).check()
     with pytest.raises(PermanentStoreError) as info:
         make_s3(endpoint, f"{bucket}-nope").check()
-    assert type(info.value) is PermanentStoreError and f"{bucket}-nope" in str(info.value)
+    assert type(info.value) is BucketNotFoundError and f"{bucket}-nope" in str(info.value)
     dead = f"http://127.0.0.1:{closed_port()}"
     with pytest.raises(TransientStoreError, match=f"cannot reach S3 endpoint {dead}"):
         make_s3(dead, bucket).check()
