@@ -87,11 +87,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from movers.errors import IntegrityError, NotFoundError, ObjectNotFound
+from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
 from movers.repo import pack, volmap
 from movers.repo.index import INDEX_PREFIX, decode_index, encode_index
 from movers.repo.pack import PackEntry
@@ -136,11 +136,12 @@ def _clock(now: datetime | float | None) -> Callable[[], float]:
     return lambda: fixed
 
 
-def _mark(repo: Repository, report: PruneReport, progress=None) -> tuple[set[bytes], set[bytes]]:
-    """Referenced chunk ids and map object ids (pages and directories) of all manifests."""
+def _mark(repo: Repository, report: PruneReport, progress=None, skip: Collection[str] = ()
+          ) -> tuple[set[bytes], set[bytes]]:  # fmt: skip
+    """Referenced chunk ids and map object ids (pages and directories) of all manifests (but ``skip``)."""
     chunks: set[bytes] = set()
     maps: set[bytes] = set()
-    refs = repo.list_backups()
+    refs = [ref for ref in repo.list_backups() if ref.key not in skip]
     for n, ref in enumerate(refs, 1):
         if progress:
             progress(n - 1, len(refs))
@@ -169,13 +170,18 @@ def prune(
     dry_run: bool = False,
     now: datetime | float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    assume_forgotten: Collection[str] = (),
 ) -> PruneReport:
     """Delete what no backup references (after ``grace_s``) and rewrite the index; see the module doc.
 
     Raises (and deletes nothing) when a manifest or map object cannot be read: a prune that
     cannot see every reference must not sweep. ``dry_run`` reads everything and writes nothing.
     ``now`` freezes prune's clock (tests); ``progress(backups marked, backups)`` follows the mark.
+    ``assume_forgotten`` (manifest keys, dry runs only) are treated as gone: what a forget's dry run
+    plus this prune would free.
     """
+    if assume_forgotten and not dry_run:
+        raise UsageError("assume_forgotten is for dry runs: forget the backups, then prune")
     started = time.monotonic()
     clock = _clock(now)
     now_ts = clock()
@@ -203,7 +209,7 @@ def prune(
             report.unreadable_packs.append(present[pid])
     stale_index = any(pid not in present for pid in entries_of)
 
-    chunks, maps = _mark(repo, report, progress)
+    chunks, maps = _mark(repo, report, progress, frozenset(assume_forgotten))
     report.chunks_referenced = len(chunks)
 
     kept: dict[str, float | None] = {}  # None: first seen now (stamped when the state is written)

@@ -1,0 +1,159 @@
+"""The ``maintain-repo`` flow: expire backups by retention, prune what no kept backup references, verify.
+
+Retention comes from backup policies (each policy's ``retention`` applies to the volumes of its
+namespace: volume ids are ``<namespace>/<pvc>``) and/or explicit ``keep_*`` parameters, which
+override the policies' rules; without policies, explicit rules apply to every volume. A volume
+that several policies cover keeps what any of them keeps (the larger count per rule). Volumes no
+policy covers are left alone.
+
+Artifacts: the retention table (one row per backup: kept and why, or forgotten), the prune report,
+the verify result. Events ``cbt-mover.maintenance.completed`` / ``.failed`` about resource
+``cbt-mover.repository.<url>``. The run FAILS when verify finds damage, after the artifacts.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Literal
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.runtime import flow_run
+
+from movers.errors import IntegrityError, UsageError
+from movers.policy import BackupPolicy, load_policy
+from tasks import maintenance_report as report
+from tasks.maintenance import forget_backups, prune_repo, repo_volumes, verify_repo
+
+RULES = ("keep_last", "keep_daily", "keep_weekly", "keep_monthly")
+Groups = list[tuple[dict[str, int], list[str] | None]]  # (keep rules, volumes; None: every volume)
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd]?)$")
+
+
+def _run_name() -> str:
+    repo = report.public_url(str(flow_run.parameters.get("repo", "repo")))
+    return f"maintain-{repo}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def seconds(value: float | str) -> float:
+    """A duration: seconds, or a string with one unit (``0``, ``90s``, ``90m``, ``24h``, ``7d``)."""
+    m = _DURATION.match(str(value).strip().lower())
+    if not m:
+        raise UsageError(f"grace {value!r} is not a duration (e.g. 0, 90m, 24h, 7d)")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def retention_groups(repo_url: str, volumes: list[str], policies: list[BackupPolicy],
+                     overrides: dict[str, int | None]) -> tuple[Groups, list[str]]:  # fmt: skip
+    """``[(rules, volumes or None for all)]`` to forget with, and notes on what was left out (pure).
+
+    Each policy's rules, with the non-None ``overrides`` replacing them, apply to the volumes of
+    its namespace; a volume covered twice gets the larger count of each rule (what either keeps).
+    """
+    notes: list[str] = []
+    if not policies:
+        rules = {k: v for k, v in overrides.items() if v}
+        return ([(rules, None)] if rules else []), ([] if rules else ["no retention rule given: nothing expired"])
+    merged: dict[str, dict[str, int]] = {}
+    for policy in policies:
+        if policy.repository.url.rstrip("/") != repo_url.rstrip("/"):
+            notes.append(f"policy {policy.name}: its repository is {policy.repository.url}, not this one; skipped")
+            continue
+        rules = {k: (overrides[k] if overrides.get(k) is not None else getattr(policy.retention, k)) or 0
+                 for k in RULES}  # fmt: skip
+        covered = [v for v in volumes if v.startswith(f"{policy.namespace}/")]
+        if not covered:
+            notes.append(f"policy {policy.name}: no backups of namespace {policy.namespace}")
+        for v in covered:
+            merged[v] = {k: max(rules[k], merged.get(v, {}).get(k, 0)) for k in RULES}
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for v, rules in sorted(merged.items()):
+        if not any(rules.values()):
+            notes.append(f"{v}: the rules keep every backup; skipped")
+            continue
+        groups.setdefault(tuple(rules[k] for k in RULES), []).append(v)
+    return [({k: n for k, n in zip(RULES, key, strict=True) if n}, vols) for key, vols in groups.items()], notes
+
+
+@flow(name="maintain-repo", flow_run_name=_run_name, log_prints=True)
+def maintain_repo(
+    repo: str,
+    policy_paths: list[str] | None = None,
+    keep_last: int | None = None,
+    keep_daily: int | None = None,
+    keep_weekly: int | None = None,
+    keep_monthly: int | None = None,
+    prune: bool = True,
+    grace: float | str = "24h",
+    verify: Literal["sampled", "full", "off"] = "sampled",
+    sample: float = 0.05,
+    seed: int | None = None,
+    dry_run: bool = False,
+    lock_wait: float = 600.0,
+) -> dict[str, Any]:
+    """Forget expired backups of ``repo``, prune (grace ``grace``), then verify (``verify``, ``sample``).
+
+    ``dry_run``: say what would be forgotten and pruned, change nothing (verify still reads).
+    ``lock_wait``: seconds to wait for another run's prune of the same repository; then the prune
+    is skipped (reported), not failed. Raises ``IntegrityError`` when verify finds damage.
+    """
+    started = time.monotonic()
+    try:
+        summary = _maintain(repo, policy_paths, dict(zip(RULES, (keep_last, keep_daily, keep_weekly, keep_monthly),
+                                                         strict=True)), prune, grace, verify, sample, seed, dry_run,
+                            lock_wait)  # fmt: skip
+    except BaseException as err:
+        report.emit("failed", repo, {"repository": report.public_url(repo), "error": str(err)[:1000]})
+        raise
+    summary["duration_s"] = round(time.monotonic() - started, 3)
+    checked = summary["verify"]
+    if checked is not None and not checked["ok"]:
+        report.emit("failed", repo, {**summary, "error": f"verify found {len(checked['damage'])} damaged object(s)"})
+        raise IntegrityError(f"verify of {report.public_url(repo)} found damage: " + "; ".join(checked["errors"][:5]))
+    report.emit("completed", repo, summary)
+    return summary
+
+
+def _maintain(repo: str, policy_paths: list[str] | None, overrides: dict[str, int | None], prune: bool,
+              grace: float | str, verify: str, sample: float, seed: int | None, dry_run: bool,
+              lock_wait: float) -> dict[str, Any]:  # fmt: skip
+    log, public = get_run_logger(), report.public_url(repo)
+    grace_s = seconds(grace)
+    if not 0 <= sample <= 1:
+        raise UsageError(f"sample must be a fraction between 0 and 1, not {sample}")
+    for name, value in overrides.items():
+        if value is not None and value < 0:
+            raise UsageError(f"{name} must be >= 0, not {value}")
+    policies = [load_policy(p) for p in policy_paths or []]
+
+    groups, notes = retention_groups(repo, repo_volumes(repo), policies, overrides)
+    for note in notes:
+        log.info("retention: %s", note)
+    results = [(rules, forget_backups(repo, vols, dry_run=dry_run, **rules)) for rules, vols in groups]
+    rows = report.retention_rows(results)
+    create_table_artifact(key=report.artifact_key(repo, "retention"), table=rows or [{"note": "; ".join(notes)}],
+                          description=f"retention of {public}" + " (dry run)" * dry_run)  # fmt: skip
+    forgotten = sum(len(r["deleted"]) for _rules, r in results)
+
+    pruned = None
+    if prune:
+        would_forget = [key for _rules, r in results for key in r["deleted"]] if dry_run else None
+        pruned = prune_repo(repo, grace_s, dry_run, lock_wait, would_forget)
+        create_table_artifact(key=report.artifact_key(repo, "prune"), table=report.prune_rows(pruned),
+                              description=f"prune of {public} (grace {grace_s:.0f} s)")  # fmt: skip
+    checked = None
+    if verify != "off":
+        checked = verify_repo(repo, verify, sample, seed)
+        create_markdown_artifact(key=report.artifact_key(repo, "verify"), description="verify of " + public,
+                                 markdown=report.verify_markdown(repo, checked))  # fmt: skip
+    return {
+        "repository": public, "dry_run": dry_run, "notes": notes,
+        "forgotten": forgotten, "kept": sum(r["action"] == "keep" for r in rows),
+        "prune": None if pruned is None else {k: pruned.get(k) for k in (
+            "skipped", "packs_deleted", "map_objects_deleted", "bytes_deleted", "packs_in_grace", "dead_bytes",
+            "duration_s")},
+        "verify": None if checked is None else {k: checked[k] for k in (
+            "ok", "mode", "sample", "seed", "backups_checked", "packs_read", "fetched_bytes", "errors", "damage",
+            "warnings")},
+    }  # fmt: skip

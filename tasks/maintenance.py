@@ -1,0 +1,174 @@
+"""Thin Prefect tasks over repository maintenance: retention (forget), prune and verify.
+
+Inputs and results are plain data. Each task opens the repository from its URL itself (credentials
+from the environment, as for the CLI). Damage that verify finds is in its result, never raised:
+the caller decides (the ``maintain-repo`` flow fails after writing its artifacts). Only errors the
+movers mark retriable (a store that is unavailable for a while) are retried.
+
+Two prunes of one repository must not overlap (``movers.repo.prune``): ``prune_repo`` holds the
+repository's slot of a Prefect global concurrency limit (``prune_lock_name``, limit 1, created when
+missing) while it runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from prefect import get_run_logger, task
+
+from tasks import retry_if_retriable
+
+HOUR = 3600
+
+
+def _open(repo_url: str):
+    from movers.repo.repository import Repository
+    from movers.repo.store import open_store
+
+    return Repository.open(open_store(repo_url))
+
+
+def _log_progress(what: str, interval: float = 30.0) -> Callable[[int, int], None]:
+    """A ``progress(done, total)`` callback that logs at most once per ``interval`` seconds, and the end."""
+    log, last = get_run_logger(), [0.0]
+
+    def progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= interval or done >= total:
+            last[0] = now
+            log.info("%s: %d/%d", what, done, total)
+
+    return progress
+
+
+@task(name="repo-volumes", retries=2, retry_delay_seconds=5, retry_condition_fn=retry_if_retriable,
+      timeout_seconds=600)  # fmt: skip
+def repo_volumes(repo_url: str) -> list[str]:
+    """The ids of the volumes that have backups in the repository, sorted."""
+    return _open(repo_url).volumes()
+
+
+@task(name="forget-backups", retries=2, retry_delay_seconds=5, retry_condition_fn=retry_if_retriable,
+      timeout_seconds=1800)  # fmt: skip
+def forget_backups(repo_url: str, volumes: list[str] | None = None, keep_last: int | None = None,
+                   keep_daily: int | None = None, keep_weekly: int | None = None, keep_monthly: int | None = None,
+                   dry_run: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Expire backups by the keep rules, per volume (``volumes`` None: every volume of the repository).
+
+    Returns ``movers.repo.retention.ForgetReport.to_dict()`` (``dry_run``, ``deleted`` manifest keys,
+    ``volumes``: ``[{volume, kept: [{backup_id, created, reasons}], expired: [ids]}]``) plus
+    ``missing``: named volumes without backups (logged, not an error). No rule at all: ``UsageError``.
+    """
+    from movers.errors import NotFoundError
+    from movers.repo.retention import ForgetReport, forget
+
+    repo, rules = _open(repo_url), dict(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly,
+                                        keep_monthly=keep_monthly)  # fmt: skip
+    result, missing = ForgetReport(dry_run=dry_run), []
+    for volume in [None] if volumes is None else volumes:
+        try:
+            report = forget(repo, volume, dry_run=dry_run, **rules)
+        except NotFoundError:
+            missing.append(volume)
+            continue
+        result.volumes += report.volumes
+        result.deleted += report.deleted
+    for v in result.volumes:
+        get_run_logger().info("%s: keep %d, %s %d", v.volume, len(v.kept), "would forget" if dry_run else "forgot",
+                              len(v.expired))  # fmt: skip
+    if missing:
+        get_run_logger().warning("no backups of %s in %s: nothing to expire", ", ".join(missing), repo.describe())
+    return {**result.to_dict(), "missing": missing}
+
+
+def prune_lock_name(repo_url: str) -> str:
+    """The Prefect global concurrency limit that serialises the prunes of one repository."""
+    return f"cbt-mover-prune-{hashlib.sha256(repo_url.rstrip('/').encode()).hexdigest()[:16]}"
+
+
+def _ensure_limit(name: str) -> None:
+    """Create the limit (1 slot) unless it exists: a missing limit is silently not enforced by Prefect."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            try:
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
+            except ObjectAlreadyExists:
+                pass  # another run created it first
+
+
+@contextmanager
+def prune_lock(repo_url: str, wait_s: float) -> Iterator[bool]:
+    """Hold the repository's prune slot; yields True when held, False when another run held it for ``wait_s``.
+
+    If the Prefect API cannot create or grant the limit (an API without global concurrency limits, no
+    permission), it yields True with a warning: the run goes on unguarded rather than fail or hang.
+    """
+    from prefect.concurrency.sync import concurrency
+
+    name, log, entered = prune_lock_name(repo_url), get_run_logger(), False
+    try:
+        _ensure_limit(name)
+        with concurrency(name, occupy=1, timeout_seconds=wait_s, strict=True, raise_on_lease_renewal_failure=False):
+            entered = True
+            yield True
+    except TimeoutError:
+        if entered:
+            raise
+        log.warning("another run holds %s (prunes %s) for over %.0f s: not pruning now", name, repo_url, wait_s)
+        yield False
+    except Exception as err:  # noqa: BLE001  (the API could not give us the slot)
+        if entered:
+            raise
+        log.warning("no prune lock (%s: %s): pruning %s unguarded", name, err, repo_url)
+        yield True
+
+
+@task(name="prune-repo", retries=1, retry_delay_seconds=30, retry_condition_fn=retry_if_retriable,
+      timeout_seconds=12 * HOUR)  # fmt: skip
+def prune_repo(repo_url: str, grace_s: float = 86400, dry_run: bool = False, lock_wait_s: float = 600,
+               assume_forgotten: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Prune the repository under its prune lock: ``movers.repo.prune.PruneReport.to_dict()`` plus
+    ``skipped`` (None, or why nothing was done: another run held the lock for ``lock_wait_s``).
+    ``assume_forgotten``: with ``dry_run``, manifest keys a forget's dry run named (count them as gone)."""
+    from movers.repo.prune import prune
+
+    with prune_lock(repo_url, lock_wait_s) as held:
+        if not held:
+            return {"dry_run": dry_run, "skipped": f"another run was pruning {repo_url}"}
+        report = prune(_open(repo_url), grace_s=grace_s, dry_run=dry_run, progress=_log_progress("marked backups"),
+                       assume_forgotten=assume_forgotten or ())  # fmt: skip
+    get_run_logger().info("prune: %s", report)
+    return {**report.to_dict(), "skipped": None}
+
+
+@task(name="verify-repo", retries=2, retry_delay_seconds=30, retry_condition_fn=retry_if_retriable,
+      timeout_seconds=24 * HOUR)  # fmt: skip
+def verify_repo(repo_url: str, mode: str = "sampled", sample: float = 0.05, seed: int | None = None
+                ) -> dict[str, Any]:  # fmt: skip
+    """Verify every backup of the repository: ``mode`` "full" reads all referenced data, "sampled"
+    checks every map and reads about ``sample`` of the packs whole. ``VerifyReport.to_dict()``
+    (``ok``, ``errors``, ``damage`` with volume/backup/offset, ``warnings``, counters, ``seed``)."""
+    from movers.errors import UsageError
+    from movers.pipeline.verify import run_verify, run_verify_sampled
+
+    repo = _open(repo_url)
+    refs = repo.list_backups()
+    if mode == "full":
+        report = run_verify(repo, refs, progress=_log_progress("verified backups"))
+    elif mode == "sampled":
+        report = run_verify_sampled(repo, refs, sample, seed, progress=_log_progress("verify (backups, then bytes)"))
+    else:
+        raise UsageError(f"verify mode must be full or sampled, not {mode!r}")
+    get_run_logger().info("verify %s: %s, %d damaged, %d warning(s)", mode, "ok" if report.ok else "DAMAGED",
+                          len(report.errors), len(report.warnings))  # fmt: skip
+    return report.to_dict()

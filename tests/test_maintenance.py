@@ -1,0 +1,232 @@
+"""The ``maintain-repo`` flow and its tasks with Prefect's local API, on repositories in S3 (moto over
+HTTP) built with the engine: retention by policy, prune, verify (full and sampled), dry runs, the
+prune lock, artifacts and events."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from movers.pipeline.backup import run_backup
+from movers.pipeline.restore import run_restore
+from movers.repo import pack
+from movers.repo.config import RepoConfig
+from movers.repo.manifest import VolumeIdentity
+from movers.repo.repository import Repository
+from movers.repo.store import open_store
+from tests.volumes import make_image, sha256_file, write_blocks
+
+MiB = 1 << 20
+SIZE = 8 * MiB
+CONFIG = RepoConfig(page_size=4 * MiB, pack_target=1 * MiB)
+
+
+@pytest.fixture(scope="module")
+def harness():
+    from prefect.settings import PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with temporary_settings({PREFECT_SERVER_ANALYTICS_ENABLED: False}):
+        with prefect_test_harness(server_startup_timeout=90):
+            yield
+
+
+@pytest.fixture
+def repo_url(s3_bucket, moto_server, monkeypatch):
+    """An empty repository in a fresh bucket; the tasks find the S3 endpoint and keys in the environment."""
+    for key, value in moto_server.env.items():
+        monkeypatch.setenv(key, value)
+    url = f"s3://{s3_bucket[1]}/repo"
+    Repository.init(open_store(url), CONFIG)
+    return url
+
+
+def backups(url, tmp_path, plan: dict[str, int]) -> dict[str, tuple[str, str]]:
+    """``plan`` = {volume: number of backups}: a full then incrementals of changed blocks.
+    Returns {backup id: (volume, sha256 of the image it saved)}."""
+    repo, expected = Repository.open(open_store(url)), {}
+    for n, (volume, count) in enumerate(plan.items()):
+        image = tmp_path / f"{volume.replace('/', '-')}.img"
+        make_image(image, SIZE, seed=50 + n, data_fraction=0.8)
+        for r in range(count):
+            # the same blocks each round: an incremental's chunks are dead once a later one overwrote them
+            changes = None if r == 0 else write_blocks(image, [k * 509 % (SIZE // 4096) * 4096 for k in range(30)],
+                                                       seed=r + 10 * n, length=32768)  # fmt: skip
+            m = run_backup(repo, str(image), VolumeIdentity(volume), extents=changes, force_full=r == 0)
+            expected[m.backup_id] = (volume, sha256_file(image))
+    return expected
+
+
+def restores_exactly(url, expected, tmp_path) -> list[str]:
+    """Restore every backup left; each must be bit-exact. Returns their ids."""
+    repo = Repository.open(open_store(url))
+    left = []
+    for ref in repo.list_backups():
+        out = tmp_path / "restored.img"
+        run_restore(repo, repo.read_manifest(ref.volume, ref.backup_id), str(out))
+        assert sha256_file(out) == expected[ref.backup_id][1], ref
+        out.unlink()
+        left.append(ref.backup_id)
+    return left
+
+
+def policy_file(tmp_path, url, namespace, **retention):
+    path = tmp_path / f"{namespace}.yaml"
+    rules = {"keep_last": 0, "keep_daily": 0, "keep_weekly": 0, "keep_monthly": 0, **retention}
+    path.write_text(json.dumps({"name": namespace, "namespace": namespace, "pvc_selector": {"matchLabels": {"a": "b"}},
+                                "repository": {"url": url}, "retention": rules}))  # fmt: skip
+    return str(path)
+
+
+def artifacts(key):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as prefect:
+        return prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+
+
+def events(name, url):
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    from tasks.maintenance_report import public_url
+
+    with get_client(sync_client=True) as prefect:
+        page = prefect.read_events(EventFilter(event=EventNameFilter(name=[name]), resource=EventResourceFilter(
+            id=[f"cbt-mover.repository.{public_url(url)}"])), limit=50)  # fmt: skip
+    return page.events
+
+
+def test_policy_retention_then_prune_and_full_verify(repo_url, harness, tmp_path):
+    from flows.maintenance import maintain_repo
+    from localcluster.kubelet.testing import wait_until
+    from tasks.maintenance_report import artifact_key
+
+    expected = backups(repo_url, tmp_path, {"shop/db": 4, "shop/logs": 3, "other/x": 2})
+    policy = policy_file(tmp_path, repo_url, "shop", keep_last=2)
+    store = open_store(repo_url)
+    before = set(store.list())
+
+    dry = maintain_repo(repo=repo_url, policy_paths=[policy], grace=0, verify="off", dry_run=True)
+    assert set(store.list()) == before, "a dry run deletes nothing"
+    assert dry["forgotten"] == 3 and dry["prune"]["packs_deleted"] + dry["prune"]["map_objects_deleted"] > 0
+    [table] = artifacts(artifact_key(repo_url, "retention"))
+    assert {row["action"] for row in json.loads(table.data)} == {"keep", "would forget"}
+
+    done = maintain_repo(repo=repo_url, policy_paths=[policy], grace="0s", verify="full")
+    assert done["forgotten"] == 3 and done["verify"]["ok"] and done["verify"]["mode"] == "full"
+    assert done["prune"]["bytes_deleted"] > 0 and done["prune"]["skipped"] is None
+    repo = Repository.open(store)
+    by_volume = {v: [r.backup_id for r in repo.list_backups(v)] for v in ("shop/db", "shop/logs", "other/x")}
+    made = {v: sorted(b for b, (vol, _) in expected.items() if vol == v) for v in by_volume}
+    # the newest two of each volume of the policy's namespace; other namespaces untouched
+    assert by_volume == {"shop/db": made["shop/db"][-2:], "shop/logs": made["shop/logs"][-2:],
+                         "other/x": made["other/x"]}  # fmt: skip
+    assert sum(1 for k in store.list(pack.PACK_PREFIX)) < sum(1 for k in before if k.startswith(pack.PACK_PREFIX))
+    assert len(restores_exactly(repo_url, expected, tmp_path)) == 6
+
+    latest = {what: max(artifacts(artifact_key(repo_url, what)), key=lambda a: a.created)
+              for what in ("retention", "prune", "verify")}
+    rows = json.loads(latest["retention"].data)
+    assert sorted(r["backup"] for r in rows if r["action"] == "forget") == sorted(
+        made["shop/db"][:2] + made["shop/logs"][:1])  # fmt: skip
+    [prune_row] = json.loads(latest["prune"].data)
+    assert prune_row["result"] == "done" and int(prune_row["packs deleted"]) == done["prune"]["packs_deleted"]
+    assert "OK" in latest["verify"].data
+    completed = wait_until(lambda: events("cbt-mover.maintenance.completed", repo_url), 20, "completed event")
+    assert any(e.payload.get("forgotten") == 3 for e in completed), [e.payload for e in completed]
+    assert all("AWS_SECRET" not in json.dumps(e.payload) for e in completed)
+
+
+def test_sampled_verify_finds_a_flipped_byte_and_the_flow_fails_after_its_artifacts(repo_url, harness, tmp_path):
+    from flows.maintenance import maintain_repo
+    from localcluster.kubelet.testing import wait_until
+    from tasks.maintenance import verify_repo
+    from tasks.maintenance_report import artifact_key
+
+    expected = backups(repo_url, tmp_path, {"app/data": 2})
+    store = open_store(repo_url)
+    repo = Repository.open(store)
+    ref = repo.list_backups()[-1]
+    entries = next(e for _p, e in repo.iter_map(repo.read_manifest(ref.volume, ref.backup_id)) if e)
+    voff, _n, cid, _c = entries[len(entries) // 2]
+    loc = repo.index().get(cid)
+    key = pack.pack_key(loc.pack_id)
+    data = bytearray(store.get(key))
+    data[loc.offset + 5] ^= 0x01
+    store.put(key, bytes(data))
+    first = min((b, o) for b in expected for _p, es in repo.iter_map(repo.read_manifest("app/data", b))
+                for o, _n, c, _c in es if c == cid)  # fmt: skip
+
+    clean_maps = verify_repo(repo_url, "sampled", 0.0, 1)
+    assert clean_maps["ok"] and clean_maps["packs_read"] == 0  # the maps are fine: the damage is in the data
+    found = verify_repo(repo_url, "sampled", 1.0, 1)
+    assert not found["ok"] and [(d["volume"], d["backup_id"], d["offset"]) for d in found["damage"]] == [
+        ("app/data", *first)]  # fmt: skip
+    assert voff >= first[1] or first[0] < ref.backup_id
+
+    state = maintain_repo(repo=repo_url, prune=False, verify="sampled", sample=1.0, return_state=True)
+    assert state.is_failed() and "found damage" in (state.message or ""), state
+    [markdown] = artifacts(artifact_key(repo_url, "verify"))
+    assert "DAMAGED" in markdown.data and f"| {first[1]} |" in markdown.data, markdown.data
+    failed = wait_until(lambda: events("cbt-mover.maintenance.failed", repo_url), 20, "failed event")
+    assert failed[0].payload["verify"]["damage"][0]["offset"] == first[1]
+    assert not artifacts(artifact_key(repo_url, "prune")), "prune=False runs no prune"
+
+
+def test_prune_waits_for_the_repository_lock_then_skips_and_forget_reports_missing_volumes(repo_url, harness,
+                                                                                           tmp_path):  # fmt: skip
+    from prefect.client.orchestration import get_client
+    from prefect.concurrency.sync import concurrency
+
+    from flows.maintenance import maintain_repo
+    from tasks.maintenance import forget_backups, prune_lock_name, prune_repo
+
+    expected = backups(repo_url, tmp_path, {"ns/a": 3})
+    name = prune_lock_name(repo_url)
+    first = prune_repo(repo_url, 0, True)  # the limit does not exist yet: created, not a hang or a failure
+    assert first["skipped"] is None and first["dry_run"]
+    with get_client(sync_client=True) as prefect:
+        assert prefect.read_global_concurrency_limit_by_name(name).limit == 1
+
+    before = set(open_store(repo_url).list())
+    with concurrency(name, occupy=1, strict=True):  # another run is pruning this repository
+        skipped = prune_repo(repo_url, 0, False, 1.0)
+        summary = maintain_repo(repo=repo_url, keep_last=1, grace=0, verify="off", lock_wait=1.0)
+    assert "another run" in skipped["skipped"] and "another run" in summary["prune"]["skipped"]
+    assert summary["forgotten"] == 2
+    packs_before = {k for k in before if k.startswith(pack.PACK_PREFIX)}
+    assert set(open_store(repo_url).list(pack.PACK_PREFIX)) == packs_before, "nothing pruned under another's lock"
+    assert prune_repo(repo_url, 0, False, 1.0)["packs_deleted"] > 0  # released: the next run prunes
+    assert len(restores_exactly(repo_url, expected, tmp_path)) == 1
+
+    result = forget_backups(repo_url, ["ns/a", "ns/gone"], keep_last=1)
+    assert result["missing"] == ["ns/gone"] and [v["volume"] for v in result["volumes"]] == ["ns/a"]
+
+
+def test_retention_groups_merge_policies_apply_overrides_and_skip_other_repositories(tmp_path):
+    from flows.maintenance import retention_groups, seconds
+    from movers.errors import UsageError
+    from movers.policy import load_policy
+
+    url = "s3://bucket/repo"
+    volumes = ["shop/db", "shop/logs", "web/x", "lonely/y"]
+    for sub in ("a", "b", "o"):
+        (tmp_path / sub).mkdir()
+    a = load_policy(policy_file(tmp_path / "a", url, "shop", keep_last=3))
+    b = load_policy(policy_file(tmp_path / "b", url, "shop", keep_daily=7))
+    other = load_policy(policy_file(tmp_path / "o", "s3://elsewhere/repo", "web", keep_last=1))
+    no_overrides = dict.fromkeys(("keep_last", "keep_daily", "keep_weekly", "keep_monthly"))
+    groups, notes = retention_groups(url, volumes, [a, b, other], no_overrides)
+    assert groups == [({"keep_last": 3, "keep_daily": 7}, ["shop/db", "shop/logs"])]
+    assert any("elsewhere" in n for n in notes)
+    groups, _ = retention_groups(url, volumes, [a], {"keep_last": 1, "keep_daily": None, "keep_weekly": 2,
+                                                     "keep_monthly": None})  # fmt: skip
+    assert groups == [({"keep_last": 1, "keep_weekly": 2}, ["shop/db", "shop/logs"])]
+    assert retention_groups(url, volumes, [], {"keep_last": 2})[0] == [({"keep_last": 2}, None)]
+    assert retention_groups(url, volumes, [], {"keep_last": None})[0] == []
+    assert [seconds(x) for x in (0, "90m", "24h", "7d", "1.5s")] == [0, 5400, 86400, 604800, 1.5]
+    with pytest.raises(UsageError):
+        seconds("soon")
