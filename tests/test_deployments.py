@@ -13,11 +13,9 @@ import inspect
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -100,6 +98,18 @@ def test_targets_pair_each_pool_with_its_pull_step():
     assert k8s_pull[step]["directory"] == dockerfile_instructions()["WORKDIR"][-1]
 
 
+def parameter_sets(deployment: dict) -> list[dict]:
+    """The parameters a run of the deployment starts with: the deployment's, and each schedule's on top."""
+    params = deployment.get("parameters") or {}
+    return [params] + [{**params, **s["parameters"]} for s in deployment.get("schedules") or [] if s.get("parameters")]
+
+
+def named_paths(params: dict) -> set[str]:
+    """The project files (``configs/...``) that parameter values name."""
+    values = [v for value in params.values() for v in (value if isinstance(value, list) else [value])]
+    return {v for v in values if isinstance(v, str) and v.startswith("configs/")}
+
+
 @pytest.mark.parametrize("name", sorted(FLOW_NAMES))
 def test_entrypoint_loads_and_parameters_fit_the_flow(name):
     from prefect.utilities.callables import parameter_schema
@@ -107,23 +117,21 @@ def test_entrypoint_loads_and_parameters_fit_the_flow(name):
     deployment = deployments()[name]
     flow = load_flow(deployment)
     assert flow.name == FLOW_NAMES[name]
-    params = deployment.get("parameters") or {}
     accepted = set(inspect.signature(flow.fn).parameters)
-    assert set(params) <= accepted, f"{name}: {sorted(set(params) - accepted)} are not parameters of {flow.name}"
     required = set(parameter_schema(flow).required or [])
-    run_params = {**{key: EXAMPLE_VALUES[key] for key in required - set(params)}, **params}
-    flow.validate_parameters(run_params)  # raises ParameterTypeError / SignatureMismatchError
-    # the same check rejects a wrong type, so the line above can fail
-    wrong = dict(run_params)
-    key = next(iter(params), None) or next(iter(required), None)
-    if key is not None:
-        wrong[key] = {"not": "valid"}
-        with pytest.raises(Exception, match=key):
-            flow.validate_parameters(wrong)
-    for value in params.values():  # policy paths name files that exist, relative to the project
-        for path in value if isinstance(value, list) else [value]:
-            if isinstance(path, str) and path.startswith("configs/"):
-                assert (ROOT / path).is_file(), path
+    for params in parameter_sets(deployment):
+        assert set(params) <= accepted, f"{name}: {sorted(set(params) - accepted)} are not parameters of {flow.name}"
+        run_params = {**{key: EXAMPLE_VALUES[key] for key in required - set(params)}, **params}
+        flow.validate_parameters(run_params)  # raises ParameterTypeError / SignatureMismatchError
+        # the same check rejects a wrong type, so the line above can fail
+        key = next(iter(params), None) or next(iter(required), None)
+        if key is not None:
+            with pytest.raises(Exception, match=key):
+                flow.validate_parameters({**run_params, key: {"not": "valid"}})
+        for path in named_paths(params):
+            assert (ROOT / path).is_file(), path
+    if len(parameter_sets(deployment)) > 1:  # scheduled runs get everything they need from their schedule
+        assert all(required <= set(params) for params in parameter_sets(deployment)[1:]), name
 
 
 def test_each_policy_has_a_backup_deployment_on_its_schedule():
@@ -145,20 +153,28 @@ def test_each_policy_has_a_backup_deployment_on_its_schedule():
     assert not by_policy, f"backup deployments of no policy: {sorted(by_policy)}"
 
 
-def test_maintenance_is_weekly_for_every_policy_and_restore_on_demand():
+def test_maintenance_is_weekly_for_every_repository_and_restore_on_demand():
     from cronsim import CronSim
+
+    from movers.policy import load_policies
 
     found = deployments()
     maintenance = found["maintenance"]
-    (schedule,) = maintenance["schedules"]
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    it = CronSim(schedule["cron"], start)
-    runs = [next(it) for _ in range(6)]
-    assert {b - a for a, b in zip(runs, runs[1:], strict=False)} == {timedelta(days=7)}, runs
-    assert schedule["timezone"] == "UTC"
-    paths = maintenance["parameters"]["policy_paths"]
-    assert paths == sorted(p.relative_to(ROOT).as_posix() for p in POLICIES.glob("*.y*ml"))
-    assert maintenance["concurrency_limit"]["limit"] == 1
+    by_repo: dict[str, list[str]] = {}
+    for policy in load_policies(POLICIES):
+        by_repo.setdefault(policy.repository.url, []).append(Path(policy.source).resolve().relative_to(ROOT).as_posix())
+    schedules = maintenance["schedules"]
+    assert len({s["slug"] for s in schedules}) == len(schedules)
+    # one schedule per repository, with the policies whose retention applies to it
+    assert {s["parameters"]["repo"]: sorted(s["parameters"]["policy_paths"]) for s in schedules} == {
+        repo: sorted(paths) for repo, paths in by_repo.items()}  # fmt: skip
+    assert len(schedules) == len(by_repo)
+    for schedule in schedules:
+        it = CronSim(schedule["cron"], datetime(2026, 1, 1, tzinfo=UTC))
+        runs = [next(it) for _ in range(6)]
+        assert {b - a for a, b in zip(runs, runs[1:], strict=False)} == {timedelta(days=7)}, runs
+        assert schedule["timezone"] == "UTC"
+    assert maintenance["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
     assert found["restore"]["schedules"] == []
     assert "concurrency_limit" not in found["restore"]
 
@@ -200,10 +216,7 @@ def test_dockerfile_builds_what_the_deployments_need():
     needed = {"prefect.yaml"}
     for deployment in deployments().values():
         needed.add(deployment["entrypoint"].split("/", 1)[0])
-        for value in (deployment.get("parameters") or {}).values():
-            for path in value if isinstance(value, list) else [value]:
-                if isinstance(path, str) and "/" in path:
-                    needed.add(path.split("/", 1)[0])
+        needed |= {path.split("/", 1)[0] for params in parameter_sets(deployment) for path in named_paths(params)}
     # and every first-party package that the flows import
     first_party = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
     for path in [*(ROOT / "flows").glob("*.py"), *(ROOT / "tasks").glob("*.py")]:
@@ -267,24 +280,33 @@ def _stop_group(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-@pytest.fixture(scope="module")
-def prefect_api(tmp_path_factory):
-    """A Prefect server on a free loopback port with its own PREFECT_HOME (no UI, no background
-    services: nothing is scheduled behind the test's back). Yields ``{"url", "env"}``."""
+@pytest.fixture(scope="module", autouse=True)
+def _prefect_server(request, tmp_path_factory):
+    """Start a Prefect server on a free loopback port with its own PREFECT_HOME (no UI, no background
+    services: nothing is scheduled behind the tests' backs) as soon as the module starts, when any
+    selected test needs it: it boots while the static tests run. Stopped when the module ends."""
+    if not any("prefect_api" in item.fixturenames for item in request.session.items if item.module is request.module):
+        yield None
+        return
     home = tmp_path_factory.mktemp("prefect-home")
     port = free_port()
-    log_path = home / "server.log"
-    with open(log_path, "wb") as log:
+    with open(home / "server.log", "wb") as log:
         proc = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
                                  "--no-services", "--no-ui"], env=_clean_env(PREFECT_HOME=str(home)), stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         try:
-            url = f"http://127.0.0.1:{port}/api"
-            if not wait_http(f"{url}/health", 120, proc):
-                raise RuntimeError(f"prefect server did not start: {log_path.read_text()[-2000:]}")
-            yield {"url": url, "env": _clean_env(PREFECT_HOME=str(home), PREFECT_API_URL=url)}
+            yield {"proc": proc, "home": home, "url": f"http://127.0.0.1:{port}/api"}
         finally:
             _stop_group(proc)
+
+
+@pytest.fixture(scope="module")
+def prefect_api(_prefect_server):
+    """The running server: ``{"url", "env"}`` (``env``: for Prefect subprocesses that should use it)."""
+    url, home = _prefect_server["url"], _prefect_server["home"]
+    if not wait_http(f"{url}/health", 120, _prefect_server["proc"]):
+        raise RuntimeError(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
+    return {"url": url, "env": _clean_env(PREFECT_HOME=str(home), PREFECT_API_URL=url)}
 
 
 @contextlib.contextmanager
@@ -320,6 +342,7 @@ def deployed(prefect_api):
     return {"pools": (first, again, image), "missing": missing}
 
 
+@pytest.mark.slow
 def test_pools_are_created_once_and_updated_in_place(prefect_api, deployed):
     from flows.pools import K8S_POOL, LOCAL_POOL, k8s_job_template
 
@@ -334,24 +357,26 @@ def test_pools_are_created_once_and_updated_in_place(prefect_api, deployed):
     assert k8s.base_job_template["variables"]["properties"]["service_account_name"]["default"] == "cbt-mover-controller"
 
 
-def test_pools_cli_refuses_without_api_url_and_a_pool_of_another_type(prefect_api, deployed):
+@pytest.mark.slow
+def test_pools_cli_refuses_without_api_url_and_a_pool_of_another_type(prefect_api, deployed, capsys):
     from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.pools import PoolError, ensure_pool
+    from flows.pools import PoolError, ensure_pool, main
 
-    env = _clean_env(PREFECT_HOME=tempfile.mkdtemp())
-    try:
-        out = subprocess.run([sys.executable, "-m", "flows.pools"], cwd=ROOT, env=env, capture_output=True, text=True,
-                             timeout=120)  # fmt: skip
-    finally:
-        shutil.rmtree(env["PREFECT_HOME"], ignore_errors=True)
-    assert out.returncode == 2 and "PREFECT_API_URL is not set" in out.stderr, out.stderr
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        assert main([]) == 2
+    assert "PREFECT_API_URL is not set" in capsys.readouterr().err
     with _client(prefect_api) as client:
         client.create_work_pool(WorkPoolCreate(name="cbt-mover-other", type="process"))
         with pytest.raises(PoolError, match="exists with type 'process', not 'kubernetes'"):
             ensure_pool(client, "cbt-mover-other", "kubernetes", {}, "x")
+    with temporary_settings({PREFECT_API_URL: prefect_api["url"]}):
+        assert main(["--only", "local"]) == 0
+    assert "work pool cbt-mover-local: unchanged" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_deploy_registers_schedules_parameters_and_pull_steps(prefect_api, deployed):
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 
@@ -366,7 +391,10 @@ def test_deploy_registers_schedules_parameters_and_pull_steps(prefect_api, deplo
         assert flows[name] == FLOW_NAMES[name]
         assert got.work_pool_name == spec["work_pool"]["name"]
         assert got.parameters == spec["parameters"], name
-        assert [{"cron": s.schedule.cron, "timezone": s.schedule.timezone} for s in got.schedules] == spec["schedules"]
+        assert sorted(({"cron": s.schedule.cron, "timezone": s.schedule.timezone, "slug": s.slug,
+                        "parameters": s.parameters} for s in got.schedules), key=json.dumps) == sorted(
+            ({"cron": s["cron"], "timezone": s["timezone"], "slug": s.get("slug"),
+              "parameters": s.get("parameters", {})} for s in spec["schedules"]), key=json.dumps), name  # fmt: skip
         assert all(s.active for s in got.schedules)
         assert got.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}]
         assert got.enforce_parameter_schema is True
@@ -379,9 +407,11 @@ def test_deploy_registers_schedules_parameters_and_pull_steps(prefect_api, deplo
         pytest.skip(f"registered all but {deployed['missing']} (not in the tree yet)")
 
 
+@pytest.mark.slow
 def test_a_process_worker_runs_the_maintenance_deployment(prefect_api, deployed, moto_server, tmp_path):
-    """The local target end to end: a flow run of the deployment, picked up by ``prefect worker start
-    --run-once`` on the process pool, pulled into the checkout, run against a repository in moto S3."""
+    """The local target end to end: a run of the maintenance deployment, picked up by ``prefect worker
+    start --run-once`` on the process pool, pulled into the checkout, expires the older of two backups
+    in a moto S3 repository by its policy's retention (the demo policy with keep_last 1)."""
     from flows.pools import LOCAL_POOL
 
     if "flows/maintenance.py:maintain_repo" in deployed["missing"]:
@@ -390,15 +420,32 @@ def test_a_process_worker_runs_the_maintenance_deployment(prefect_api, deployed,
     moto_server.client().create_bucket(Bucket=bucket)
     repo = f"s3://{bucket}/repo"
     s3_env = {**moto_server.env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=s3_env,
-                   capture_output=True, timeout=60)  # fmt: skip
+
+    def cli(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "movers", *args, "--repo", repo], check=True, env=s3_env,
+                              capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+
+    def backups() -> list[str]:
+        return [b["backup_id"] for b in json.loads(cli("ls", "--volume", "demo/data", "--json"))["backups"]]
+
+    cli("init")
+    image = tmp_path / "data.img"
+    for i in range(2):
+        image.write_bytes(bytes([i]) * 4096 + os.urandom(60_000))
+        cli("backup", "--volume", "demo/data", "--device", str(image), "--scan")
+    before = backups()
+    assert len(before) == 2
     policy = yaml.safe_load((POLICIES / "demo.yaml").read_text())
+    assert policy["namespace"] == "demo"
     policy["repository"]["url"] = repo
+    policy["retention"] = {"keep_last": 1}
     policy_path = tmp_path / "policy.yaml"
     policy_path.write_text(yaml.safe_dump(policy))
+
     with _client(prefect_api) as client:
         deployment = client.read_deployment_by_name("maintain-repo/maintenance")
-        run = client.create_flow_run_from_deployment(deployment.id, parameters={"policy_paths": [str(policy_path)]})
+        run = client.create_flow_run_from_deployment(deployment.id, parameters={
+            "repo": repo, "policy_paths": [str(policy_path)]})  # fmt: skip
     log_path = tmp_path / "worker.log"
     with open(log_path, "wb") as log:
         worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", LOCAL_POOL, "--run-once"], cwd=tmp_path,
@@ -410,6 +457,9 @@ def test_a_process_worker_runs_the_maintenance_deployment(prefect_api, deployed,
             _stop_group(worker)
     with _client(prefect_api) as client:
         state = client.read_flow_run(run.id).state
+        keys = {a.key for a in client.read_artifacts()}
     output = log_path.read_text(errors="replace")
     assert state is not None and state.is_completed(), f"{state}\n{output[-4000:]}"
     assert "Executing deployment step: set_working_directory" in output, output[-4000:]
+    assert sorted(backups()) == sorted(before)[1:], (before, backups())  # ids sort by creation time: oldest gone
+    assert any(key.endswith("-retention") for key in keys) and any(key.endswith("-verify") for key in keys), keys
