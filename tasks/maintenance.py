@@ -7,7 +7,7 @@ movers mark retriable (a store that is unavailable for a while) are retried.
 
 Two prunes of one repository must not overlap (``movers.repo.prune``): ``prune_repo`` holds the
 repository's slot of a Prefect global concurrency limit (``prune_lock_name``, limit 1, created when
-missing) while it runs.
+missing) while it runs, and skips (reports why) when it cannot get it.
 """
 
 from __future__ import annotations
@@ -107,30 +107,29 @@ def _ensure_limit(name: str) -> None:
 
 
 @contextmanager
-def prune_lock(repo_url: str, wait_s: float) -> Iterator[bool]:
-    """Hold the repository's prune slot; yields True when held, False when another run held it for ``wait_s``.
+def prune_lock(repo_url: str, wait_s: float) -> Iterator[str | None]:
+    """Hold the repository's prune slot; yields None when held, else why not (then do not prune).
 
-    If the Prefect API cannot create or grant the limit (an API without global concurrency limits, no
-    permission), it yields True with a warning: the run goes on unguarded rather than fail or hang.
+    Not held: another run held it for ``wait_s`` seconds, or the Prefect API could not create or
+    grant the limit. Either way the caller skips its prune (the next run prunes) rather than block,
+    fail, or prune unguarded next to another prune.
     """
     from prefect.concurrency.sync import concurrency
 
-    name, log, entered = prune_lock_name(repo_url), get_run_logger(), False
+    name, entered = prune_lock_name(repo_url), False
     try:
         _ensure_limit(name)
         with concurrency(name, occupy=1, timeout_seconds=wait_s, strict=True, raise_on_lease_renewal_failure=False):
             entered = True
-            yield True
+            yield None
     except TimeoutError:
         if entered:
             raise
-        log.warning("another run holds %s (prunes %s) for over %.0f s: not pruning now", name, repo_url, wait_s)
-        yield False
+        yield f"another run held the prune lock {name} for over {wait_s:.0f} s"
     except Exception as err:  # noqa: BLE001  (the API could not give us the slot)
         if entered:
             raise
-        log.warning("no prune lock (%s: %s): pruning %s unguarded", name, err, repo_url)
-        yield True
+        yield f"no prune lock {name}: {type(err).__name__}: {err}"
 
 
 @task(name="prune-repo", retries=1, retry_delay_seconds=30, retry_condition_fn=retry_if_retriable,
@@ -142,9 +141,10 @@ def prune_repo(repo_url: str, grace_s: float = 86400, dry_run: bool = False, loc
     ``assume_forgotten``: with ``dry_run``, manifest keys a forget's dry run named (count them as gone)."""
     from movers.repo.prune import prune
 
-    with prune_lock(repo_url, lock_wait_s) as held:
-        if not held:
-            return {"dry_run": dry_run, "skipped": f"another run was pruning {repo_url}"}
+    with prune_lock(repo_url, lock_wait_s) as not_held:
+        if not_held:
+            get_run_logger().warning("not pruning %s now: %s", repo_url, not_held)
+            return {"dry_run": dry_run, "skipped": not_held}
         report = prune(_open(repo_url), grace_s=grace_s, dry_run=dry_run, progress=_log_progress("marked backups"),
                        assume_forgotten=assume_forgotten or ())  # fmt: skip
     get_run_logger().info("prune: %s", report)
