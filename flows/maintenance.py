@@ -27,6 +27,7 @@ from tasks import maintenance_report as report
 from tasks.maintenance import forget_backups, prune_repo, repo_volumes, verify_repo
 
 RULES = ("keep_last", "keep_daily", "keep_weekly", "keep_monthly")
+SHOWN = 20  # damage entries carried in the result and the events (all are in the verify artifact)
 Groups = list[tuple[dict[str, int], list[str] | None]]  # (keep rules, volumes; None: every volume)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd]?)$")
 
@@ -109,7 +110,7 @@ def maintain_repo(
     summary["duration_s"] = round(time.monotonic() - started, 3)
     checked = summary["verify"]
     if checked is not None and not checked["ok"]:
-        report.emit("failed", repo, {**summary, "error": f"verify found {len(checked['damage'])} damaged object(s)"})
+        report.emit("failed", repo, {**summary, "error": f"verify found {checked['damaged']} damaged object(s)"})
         raise IntegrityError(f"verify of {report.public_url(repo)} found damage: " + "; ".join(checked["errors"][:5]))
     report.emit("completed", repo, summary)
     return summary
@@ -153,7 +154,8 @@ def _maintain(repo: str, policy_paths: list[str] | None, overrides: dict[str, in
         "prune": None if pruned is None else {k: pruned.get(k) for k in (
             "skipped", "packs_deleted", "map_objects_deleted", "bytes_deleted", "packs_in_grace", "dead_bytes",
             "duration_s")},
-        "verify": None if checked is None else {k: checked[k] for k in (
-            "ok", "mode", "sample", "seed", "backups_checked", "packs_read", "fetched_bytes", "errors", "damage",
-            "warnings")},
+        "verify": None if checked is None else {
+            **{k: checked[k] for k in ("ok", "mode", "sample", "seed", "backups_checked", "packs_read",
+                                       "fetched_bytes")},
+            **{k: checked[k][:SHOWN] for k in ("errors", "damage", "warnings")}, "damaged": len(checked["damage"])},
     }  # fmt: skip
