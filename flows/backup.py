@@ -73,6 +73,16 @@ def run_id_for(flow_run_id: Any) -> str:
     return f"backup-{uuid.UUID(str(flow_run_id)).hex[:16]}"
 
 
+def _hook_logger(flow_run_: Any) -> logging.Logger | logging.LoggerAdapter:
+    """The run's own logger (its logs reach the API and the UI even from the runner's process)."""
+    try:
+        from prefect.logging.loggers import flow_run_logger
+
+        return flow_run_logger(flow_run_)
+    except Exception:  # noqa: BLE001  (not a real FlowRun, or no API)
+        return logging.getLogger(__name__)
+
+
 def _abandon_run(flow_run_: Any, why: str) -> None:
     """Best effort after a cancelled/crashed run: the policy's post hooks (thaw), then delete everything
     labelled with the run. Never raises (errors are logged)."""
@@ -81,7 +91,7 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     from movers.kube import manifests as m
     from tasks.kube import api_client
 
-    log = logging.getLogger(__name__)
+    log = _hook_logger(flow_run_)
     params = dict(getattr(flow_run_, "parameters", None) or {})
     kubeconfig = params.get("kubeconfig")
     run_id = run_id_for(flow_run_.id)
@@ -118,14 +128,15 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     report.emit("failed", ns, app, run_id, {"error": f"flow run {why}"})
 
 
-def on_cancellation(flow_: Any, flow_run_: Any, state: Any) -> None:
+# Prefect calls state hooks with the keywords flow, flow_run and state (the runner does, by name)
+def on_cancellation(flow: Any, flow_run: Any, state: Any) -> None:
     """Flow state hook: thaw the app and delete the run's objects after a cancellation."""
-    _abandon_run(flow_run_, "cancelled")
+    _abandon_run(flow_run, "cancelled")
 
 
-def on_crashed(flow_: Any, flow_run_: Any, state: Any) -> None:
+def on_crashed(flow: Any, flow_run: Any, state: Any) -> None:
     """Flow state hook: thaw the app and delete the run's objects after a crash."""
-    _abandon_run(flow_run_, "crashed")
+    _abandon_run(flow_run, "crashed")
 
 
 @flow(name="backup-app", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=8), log_prints=True,

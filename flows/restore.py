@@ -89,14 +89,15 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
         _emit("cbt-mover.restore.failed", ns or "?", pvc, {"run_id": run_id, "error": f"run {why}"})
 
 
-def on_cancellation(flow_: Any, flow_run_: Any, state: Any) -> None:
+# Prefect's runner calls state hooks by keyword: flow, flow_run, state
+def on_cancellation(flow: Any, flow_run: Any, state: Any) -> None:
     """Flow state hook: delete the run's objects after a cancellation."""
-    _abandon_run(flow_run_, "cancelled")
+    _abandon_run(flow_run, "cancelled")
 
 
-def on_crashed(flow_: Any, flow_run_: Any, state: Any) -> None:
+def on_crashed(flow: Any, flow_run: Any, state: Any) -> None:
     """Flow state hook: delete the run's objects after a crash."""
-    _abandon_run(flow_run_, "crashed")
+    _abandon_run(flow_run, "crashed")
 
 
 def check_parameters(namespace: str, pvcs: list[str] | None, backup: str, target: str, parallelism: int,

@@ -116,7 +116,7 @@ def test_on_cancellation_thaws_and_deletes_the_run(local_cluster, app, harness):
     run_hooks(api, NS, hookset_from_policy(HOOKS).pre)
     wait_until(lambda: _app_state(core)[-1:] == ["frozen"], 10, "app frozen")
 
-    on_cancellation(None, flow_run, None)
+    on_cancellation(flow=None, flow_run=flow_run, state=None)
 
     wait_until(lambda: _app_state(core)[-2:] == ["frozen", "thawed"], 10, "app thawed")
     assert k.list_objects(api, "PersistentVolumeClaim", NS, f"{m.RUN_LABEL}={run_id}") == []

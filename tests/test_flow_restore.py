@@ -279,7 +279,7 @@ def test_on_cancellation_deletes_what_the_run_created(local_cluster, backed_up):
     claim = k.wait_claim_bound(api, "cancelled", f"data-{run_id}", timeout=20)
     k.merge_patch(api, "PersistentVolume", None, claim["spec"]["volumeName"], {"metadata": {"labels": labels}})
 
-    on_cancellation(None, flow_run, None)
+    on_cancellation(flow=None, flow_run=flow_run, state=None)
 
     assert _run_objects(local_cluster, "cancelled", run_id) == {"Pod": [], "PersistentVolumeClaim": [],
                                                                 "PersistentVolume": []}  # fmt: skip
