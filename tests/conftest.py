@@ -4,6 +4,9 @@
 * ``local_cluster`` (module scope): the whole local cluster (``localcluster.cluster.LocalCluster``)
   with default settings; ``make_local_cluster(**settings)`` starts one with other settings (no
   CBT, no group snapshots, older served versions) that is stopped when the test ends.
+* ``prefect_api`` (session scope): Prefect's local API (``prefect_test_harness``: a temporary
+  database and server) for the flow tests; yields its URL. One server for the whole session,
+  because each start costs 15-60 s on 2 cores; tests keep apart by namespace and artifact keys.
 """
 
 import pytest
@@ -35,3 +38,13 @@ def make_local_cluster(tmp_path):
     finally:
         for cluster in reversed(started):
             cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with temporary_settings({PREFECT_SERVER_ANALYTICS_ENABLED: False}):
+        with prefect_test_harness(server_startup_timeout=120):
+            yield PREFECT_API_URL.value()

@@ -22,13 +22,8 @@ NS = "cancelme"
 
 
 @pytest.fixture(scope="module")
-def api_url():
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    with temporary_settings({PREFECT_SERVER_ANALYTICS_ENABLED: False}):
-        with prefect_test_harness(server_startup_timeout=90):
-            yield PREFECT_API_URL.value()
+def api_url(prefect_api):
+    return prefect_api
 
 
 def _serve(params: dict, env: dict, log: Path) -> subprocess.Popen:

@@ -31,13 +31,8 @@ MOVER = {"image": "cbt-mover", "service_account": "mover", "repo_secret": "repo"
 
 
 @pytest.fixture(scope="module")
-def harness():
-    from prefect.settings import PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    with temporary_settings({PREFECT_SERVER_ANALYTICS_ENABLED: False}):
-        with prefect_test_harness(server_startup_timeout=90):
-            yield
+def harness(prefect_api):
+    return prefect_api
 
 
 @pytest.fixture(scope="module")
