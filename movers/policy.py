@@ -23,6 +23,7 @@ A policy is one YAML file (examples in ``configs/policies/``)::
       service_account: cbt-mover       # in `namespace`; see configs/rbac/mover.yaml
       resources: {requests: {cpu: 500m, memory: 512Mi}, limits: {memory: 1Gi}}
       node_selector: {kubernetes.io/os: linux}
+      progress_interval: 1s            # between progress lines: the progress artifacts in the UI
     cbt: {enabled: auto, max_results: 4096}    # auto: use CBT when the driver serves it; off: always scan
     group_snapshot: {class: null, timeout: 300}  # class null: the cluster's default VolumeGroupSnapshotClass
     snapshot_class: null               # per-PVC fallback when the driver has no group snapshots
@@ -136,6 +137,7 @@ class MoverSettings:
     )
     # block volumes attach to Linux nodes only; a user's selector is merged over this
     node_selector: dict[str, str] = field(default_factory=lambda: dict(LINUX_NODE_SELECTOR))
+    progress_interval: float = 1.0  # seconds between the mover's progress lines (the UI's progress artifacts)
 
 
 @dataclass(frozen=True)
@@ -270,7 +272,7 @@ def parse_policy(data: Any, source: str | Path | None = None) -> BackupPolicy:
 
     mv = v.mapping(top.get("mover"), "mover")
     mdef = MoverSettings()
-    v.known(mv, "mover", {"image", "service_account", "resources", "node_selector"})
+    v.known(mv, "mover", {"image", "service_account", "resources", "node_selector", "progress_interval"})
     node_selector = {**LINUX_NODE_SELECTOR, **v.string_map(mv.get("node_selector"), "mover.node_selector")}
     if node_selector["kubernetes.io/os"] != "linux":
         raise PolicyError(source, "mover.node_selector", "kubernetes.io/os must be linux: block volumes cannot "
@@ -280,6 +282,7 @@ def parse_policy(data: Any, source: str | Path | None = None) -> BackupPolicy:
         service_account=v.dns_subdomain(mv.get("service_account", mdef.service_account), "mover.service_account"),
         resources=v.resources(mv.get("resources", mdef.resources), "mover.resources"),
         node_selector=node_selector,
+        progress_interval=v.duration(mv.get("progress_interval", mdef.progress_interval), "mover.progress_interval"),
     )
 
     cb = v.mapping(top.get("cbt"), "cbt")

@@ -192,7 +192,7 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
     args = m.backup_args(volume=f"{namespace}/{pvc}", namespace=namespace, snapshot=member["snapshot"], pvc=pvc,
                          base_handle=plan.get("base_handle"), storage_class=member.get("storage_class"),
                          volume_mode=member.get("volume_mode"), tags=member.get("tags"),
-                         extra=["--progress-interval", "1"])  # fmt: skip
+                         extra=["--progress-interval", f"{mover.get('progress_interval', 1.0):g}"])  # fmt: skip
     pod = m.mover_pod(read_pvc, namespace, image=mover["image"], args=args, pvc=read_pvc,
                       service_account=mover["service_account"], repo_secret=repo_secret,
                       cbt_audience=plan.get("audience"), resources=mover.get("resources"), labels=labels,

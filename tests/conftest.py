@@ -42,9 +42,16 @@ def make_local_cluster(tmp_path):
 
 @pytest.fixture(scope="session")
 def prefect_api():
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW,
+        PREFECT_SERVER_ANALYTICS_ENABLED,
+        temporary_settings,
+    )
     from prefect.testing.utilities import prefect_test_harness
 
-    with temporary_settings({PREFECT_SERVER_ANALYTICS_ENABLED: False}):
+    # tasks called on their own (tests/test_maintenance.py) log without a flow run: not worth a warning
+    quiet = {PREFECT_SERVER_ANALYTICS_ENABLED: False, PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW: "ignore"}
+    with temporary_settings(quiet):
         with prefect_test_harness(server_startup_timeout=120):
             yield PREFECT_API_URL.value()

@@ -153,10 +153,10 @@ def _fill_random(cluster, ns, pvc, size):
             f.write(os.urandom(8 << 20))
 
 
-SIZE = 768 << 20  # large enough that the mover reports progress (every 1 s) before it is done
+SIZE = 384 << 20  # the mover reports progress every 0.2 s (policy mover.progress_interval), twice or more by half-way
 
 
-def test_mover_pod_killed_half_way_is_retried_and_reuses_the_upload(local_cluster, harness, monkeypatch):
+def test_mover_pod_killed_half_way_is_retried_and_reuses_the_upload(local_cluster, harness, monkeypatch, tmp_path):
     ns, api = "killed", local_cluster.client
     core = client.CoreV1Api(api)
     app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-killed", pvcs=("big",), size=f"{SIZE >> 20}Mi",
@@ -177,18 +177,25 @@ def test_mover_pod_killed_half_way_is_retried_and_reuses_the_upload(local_cluste
                 for line in log.splitlines():
                     if line.startswith("progress done="):  # the total is "?" while extents still arrive
                         done = int(line.split()[1].split("=")[1])
-                        if (64 << 20) <= done < SIZE - (64 << 20):
+                        if (64 << 20) <= done <= SIZE // 2:
                             core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
                             killed.append(line)
                             return
             stop.wait(0.05)
 
+    import yaml
+
+    policy = tmp_path / "killed.yaml"
+    policy.write_text(yaml.safe_dump({
+        "name": "killed", "namespace": ns, "pvc_selector": SEL,
+        "repository": {"url": app["repo"], "credentials_secret": "repo"},
+        "mover": {"image": "cbt-mover", "service_account": "mover", "progress_interval": 0.2}}))  # fmt: skip
     killer = threading.Thread(target=kill_half_way, daemon=True)
     killer.start()
     try:
         from flows.backup import backup_app
 
-        state = backup_app(**backup_params(local_cluster, app["repo"], ns, hooks=None), return_state=True)
+        state = backup_app(policy_path=str(policy), kubeconfig=str(local_cluster.kubeconfig), return_state=True)
     finally:
         stop.set()
         killer.join(10)
