@@ -219,6 +219,8 @@ def main() -> int:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     if not os.environ.get("PREFECT_API_URL"):  # a throwaway local API, not the user's ~/.prefect
         os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="cbt-mover-demo-prefect-")
+        # its first start creates the database: well over Prefect's 20 s default on a busy 2-core machine
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     try:
         run()
     except Exception as err:  # noqa: BLE001  (the demo's contract: one last line saying why)
