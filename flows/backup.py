@@ -87,7 +87,7 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     """Best effort after a cancelled/crashed run: the policy's post hooks (thaw), then delete everything
     labelled with the run. Never raises (errors are logged)."""
     from movers.hooks import annotation_hooks, hookset_from_policy, run_hooks
-    from movers.kube import apply as k
+    from movers.kube import cleanup
     from movers.kube import manifests as m
     from tasks.kube import api_client
 
@@ -121,7 +121,7 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     except Exception as err:  # noqa: BLE001  (best effort: still clean up)
         log.error("run %s (%s): post hooks failed: %s", run_id, why, err)
     try:
-        deleted = k.delete_by_label(api, ns, f"{m.RUN_LABEL}={run_id}", wait=True)
+        deleted = cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}={run_id}", wait=True)
         log.info("run %s (%s): deleted %s", run_id, why, deleted)
     except Exception as err:  # noqa: BLE001
         log.error("run %s (%s): cleanup failed: %s", run_id, why, err)

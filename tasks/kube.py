@@ -17,6 +17,7 @@ from prefect import get_run_logger, task
 
 from movers.errors import NotFoundError
 from movers.kube import apply as k
+from movers.kube import cleanup, pods, snapshots
 from movers.kube import manifests as m
 from tasks import retry_if_retriable
 
@@ -91,28 +92,29 @@ def quiesce_and_snapshot(kubeconfig: str | None, namespace: str, selector: dict[
         hookset = hookset + annotation_hooks(api, namespace)
     labels = m.run_labels(run_id)
     version = k.served_group_snapshot_version(api)
-    snapshots: list[str] = []
+    snapshot_names: list[str] = []
     # frozen only until the point in time is cut (creationTime); readiness is awaited after the thaw
     with quiesced(api, namespace, hookset) as q:
         if version:
             k.create(api, m.volume_group_snapshot(name, namespace, selector, group_class, version, labels))
-            k.wait_snapshot_ready(api, "VolumeGroupSnapshot", namespace, name, timeout, version, until="cut")
+            snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", namespace, name, timeout, version, until="cut")
         else:
             log.warning("the cluster serves no VolumeGroupSnapshot API: one VolumeSnapshot per PVC while frozen")
             for pvc in pvcs:
                 snap = f"{name}-{pvc}"[:253]
                 k.create(api, m.volume_snapshot(snap, namespace, pvc, snapshot_class, labels))
-                snapshots.append(snap)
-            for snap in snapshots:
-                k.wait_snapshot_ready(api, "VolumeSnapshot", namespace, snap, timeout=timeout, until="cut")
+                snapshot_names.append(snap)
+            for snap in snapshot_names:
+                snapshots.wait_snapshot_ready(api, "VolumeSnapshot", namespace, snap, timeout=timeout, until="cut")
     if version:
-        vgs = k.wait_snapshot_ready(api, "VolumeGroupSnapshot", namespace, name, timeout=timeout, version=version)
+        vgs = snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", namespace, name, timeout=timeout,
+                                            version=version)  # fmt: skip
     else:
-        for snap in snapshots:
-            k.wait_snapshot_ready(api, "VolumeSnapshot", namespace, snap, timeout=timeout)
+        for snap in snapshot_names:
+            snapshots.wait_snapshot_ready(api, "VolumeSnapshot", namespace, snap, timeout=timeout)
     if version:
-        snapshots = [x.snapshot for x in k.group_members(api, vgs)]
-    members = [_member_of(api, namespace, s) for s in snapshots]
+        snapshot_names = [x.snapshot for x in snapshots.group_members(api, vgs)]
+    members = [_member_of(api, namespace, s) for s in snapshot_names]
     done = [r.describe() for r in q.pre_results + q.post_results]
     for line in done:
         log.info(line)
@@ -185,7 +187,7 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
     api = api_client(kubeconfig)
     pvc, labels = member["pvc"], m.run_labels(run_id, **{"cbt-mover.io/pvc": member["pvc"]})
     if member.get("source_volume_mode") == "Filesystem":
-        k.patch_content_annotation(api, member["content"])
+        snapshots.patch_content_annotation(api, member["content"])
     read_pvc = f"{run_id}-{pvc}"[:63].rstrip("-")
     k.create(api, m.pvc_from_snapshot(read_pvc, namespace, member["snapshot"], str(member["restore_size"]),
                                       None, labels))  # fmt: skip
@@ -205,7 +207,7 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
 
     _clear_finished_pod(api, namespace, read_pvc)  # an earlier attempt's pod, so that a retry runs anew
     try:
-        res = k.run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
+        res = pods.run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
     except NotFoundError:
         raise MoverPodFailed(f"mover pod {namespace}/{read_pvc} disappeared while running (deleted or evicted)",
                              None) from None  # fmt: skip
@@ -259,7 +261,8 @@ def _clear_finished_pod(api, namespace: str, name: str, timeout: float = 60.0) -
 @task(name="cleanup-run")
 def cleanup_run(kubeconfig: str | None, namespace: str, run_id: str, timeout: float = 60.0) -> dict[str, list[str]]:
     """Delete everything labelled with the run (pods, PVCs, snapshots); what was deleted."""
-    return k.delete_by_label(api_client(kubeconfig), namespace, f"{m.RUN_LABEL}={run_id}", wait=True, timeout=timeout)
+    return cleanup.delete_by_label(api_client(kubeconfig), namespace, f"{m.RUN_LABEL}={run_id}", wait=True,
+                                   timeout=timeout)  # fmt: skip
 
 
 @task(name="keep-base-snapshots")

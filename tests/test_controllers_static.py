@@ -1,4 +1,4 @@
-"""Static, pre-bound volumes in the local cluster's driver, and ``movers.kube.apply.rebind_volume`` handing a
+"""Static, pre-bound volumes in the local cluster's driver, and ``movers.kube.volumes.rebind_volume`` handing a
 restored Block volume to a Filesystem claim of another name: same storage, no copy, nothing deleted early."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from localcluster.controllers import names as n
 from localcluster.controllers.kube import PV, PVC
 from movers.kube import apply as k
 from movers.kube import manifests as m
+from movers.kube import volumes
 from tests.test_controllers_helpers import (
     NS,
     bound,
@@ -34,8 +35,8 @@ def test_rebind_hands_the_storage_to_a_filesystem_claim_and_honours_the_policy_a
     write_volume(c, handle, [(4096, b"restored bytes")])
     labels = m.run_labels("restore-1")
 
-    got = k.rebind_volume(c.served.client, NS, "restored-tmp", "data", "Filesystem", labels=labels,
-                          annotations={"note": "x"}, timeout=20)  # fmt: skip
+    got = volumes.rebind_volume(c.served.client, NS, "restored-tmp", "data", "Filesystem", labels=labels,
+                                annotations={"note": "x"}, timeout=20)  # fmt: skip
 
     assert (got.claim, got.volume_handle, got.replaced) == ("data", handle, False)
     new_claim = c.kube.get(PVC, "data", NS)
@@ -62,10 +63,10 @@ def test_rebind_refuses_an_existing_claim_unless_replacing(cluster):
     make_bound_claim(c, "old-data")
     _, pv = make_bound_claim(c, "new-tmp")
     with pytest.raises(k.ConflictError, match="already exists"):
-        k.rebind_volume(c.served.client, NS, "new-tmp", "old-data", "Block", timeout=20)
+        volumes.rebind_volume(c.served.client, NS, "new-tmp", "old-data", "Block", timeout=20)
     assert c.kube.get(PV, pv["metadata"]["name"])["spec"]["persistentVolumeReclaimPolicy"] == "Delete", "untouched"
 
-    got = k.rebind_volume(c.served.client, NS, "new-tmp", "old-data", "Block", replace_existing=True, timeout=20)
+    got = volumes.rebind_volume(c.served.client, NS, "new-tmp", "old-data", "Block", replace_existing=True, timeout=20)
     assert got.replaced and got.volume_handle == pv["spec"]["csi"]["volumeHandle"]
     assert c.kube.get(PVC, "old-data", NS)["spec"]["volumeName"] == got.volume
 

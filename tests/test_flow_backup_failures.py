@@ -16,6 +16,7 @@ from kubernetes import client
 
 from localcluster.kubelet.testing import wait_until
 from movers.kube import apply as k
+from movers.kube import snapshots
 from tests.flowapp import HOOKS, SEL, any_run_objects, app_states, backup_params, deploy_app
 
 KEPT = "cbt-mover.io/kept-for"
@@ -116,7 +117,7 @@ def _members(api, ns, group):
     from tasks.kube import _member_of
 
     vgs = k.get(api, "VolumeGroupSnapshot", ns, group, k.served_group_snapshot_version(api))
-    return [_member_of(api, ns, x.snapshot) for x in k.group_members(api, vgs)]
+    return [_member_of(api, ns, x.snapshot) for x in snapshots.group_members(api, vgs)]
 
 
 def _exists(api, kind, name):

@@ -17,6 +17,7 @@ from localcluster.kubelet.testing import phase_in, pod_manifest, wait_pod, wait_
 from movers.errors import NotFoundError
 from movers.kube import apply as k
 from movers.kube import manifests as m
+from movers.kube import volumes
 from movers.kube.restore import RestoreRefused
 
 SRC = "shop"
@@ -271,7 +272,7 @@ def test_on_cancellation_deletes_what_the_run_created(local_cluster, backed_up):
     labels = m.run_labels(run_id, **{"cbt-mover.io/pvc": "data"})
     k.create(api, m.block_pvc(f"data-{run_id}", "cancelled", "16Mi", None, labels))
     k.create(api, m.block_pvc("unrelated", "cancelled", "16Mi"))
-    claim = k.wait_claim_bound(api, "cancelled", f"data-{run_id}", timeout=20)
+    claim = volumes.wait_claim_bound(api, "cancelled", f"data-{run_id}", timeout=20)
     k.merge_patch(api, "PersistentVolume", None, claim["spec"]["volumeName"], {"metadata": {"labels": labels}})
 
     on_cancellation(flow=None, flow_run=flow_run, state=None)

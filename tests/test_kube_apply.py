@@ -1,6 +1,6 @@
 """``movers.kube`` on the local cluster: the builders' manifests are accepted, a group snapshot's
 members map back to their PVCs, a mover pod built by ``mover_pod`` backs a snapshot up into S3 and
-reports through its termination message, and ``delete_by_label`` removes what a run made."""
+reports through its termination message, and ``cleanup.delete_by_label`` removes what a run made."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from kubernetes import client
 from localcluster.kubelet.testing import wait_until
 from movers.cbt.discovery import resolve_snapshot, snapshot_metadata_service
 from movers.kube import apply as k
+from movers.kube import cleanup, pods, snapshots
 from movers.kube import manifests as m
 
 MiB = 1 << 20
@@ -39,10 +40,10 @@ def test_manifests_accepted_and_cleaned_up(local_cluster, ns):
     k.create(api, m.block_pvc("data", ns, "8Mi", None, labels))
     vs = k.create(api, m.volume_snapshot("snap", ns, "data", None, labels))
     assert vs["spec"]["source"]["persistentVolumeClaimName"] == "data"
-    vs = k.wait_snapshot_ready(api, "VolumeSnapshot", ns, "snap", timeout=20)
+    vs = snapshots.wait_snapshot_ready(api, "VolumeSnapshot", ns, "snap", timeout=20)
     k.create(api, m.pvc_from_snapshot("read", ns, "snap", "8Mi", "local-block", labels))
     content = vs["status"]["boundVolumeSnapshotContentName"]
-    patched = k.patch_content_annotation(api, content)
+    patched = snapshots.patch_content_annotation(api, content)
     assert patched["metadata"]["annotations"][m.ALLOW_VOLUME_MODE_CHANGE] == "true"
     k.create(api, m.volume_group_snapshot("group", ns, {"matchLabels": {"app": "shop"}}, None, version, labels))
     pod = m.mover_pod("mover", ns, image="cbt-mover", args=["--help"], pvc="read", service_account="mover",
@@ -54,7 +55,7 @@ def test_manifests_accepted_and_cleaned_up(local_cluster, ns):
     with pytest.raises(k.ConflictError):
         k.create(api, m.block_pvc("data", ns, "8Mi", None, None))
 
-    deleted = k.delete_by_label(api, ns, f"{m.RUN_LABEL}=r1", wait=True, timeout=30)
+    deleted = cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}=r1", wait=True, timeout=30)
     assert deleted == {"Pod": ["mover"], "PersistentVolumeClaim": ["data", "read"], "VolumeGroupSnapshot": ["group"],
                        "VolumeSnapshot": ["snap"]}  # fmt: skip
     for kind in ("Pod", "PersistentVolumeClaim", "VolumeSnapshot"):
@@ -72,8 +73,8 @@ def test_group_snapshot_members_map_to_pvcs(local_cluster, ns):
     wait_until(lambda: all(core.read_namespaced_persistent_volume_claim(p, ns).status.phase == "Bound"
                            for p in ("db", "logs")), 30, "PVCs bound")  # fmt: skip
     k.create(api, m.volume_group_snapshot("g1", ns, {"matchLabels": {"app": "shop"}}, None, version, _labels("r2")))
-    vgs = k.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "g1", timeout=30)
-    members = k.group_members(api, vgs)
+    vgs = snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "g1", timeout=30)
+    members = snapshots.group_members(api, vgs)
     assert [x.pvc for x in members] == ["db", "logs"]
     assert all(x.ready and x.handle and x.content and x.volume_handle for x in members)
     assert members[0].restore_size == 8 * MiB and len({x.handle for x in members}) == 2
@@ -82,9 +83,9 @@ def test_group_snapshot_members_map_to_pvcs(local_cluster, ns):
 
     with pytest.raises(k.SnapshotNotReadyError, match="not ready after"):
         k.create(api, m.volume_snapshot("nosource", ns, "missing-pvc", None, _labels("r2")))
-        k.wait_snapshot_ready(api, "VolumeSnapshot", ns, "nosource", timeout=1)
-    k.delete_by_label(api, ns, f"{m.RUN_LABEL}=r2", wait=True, timeout=30)
-    assert k.group_members(api, vgs) == []
+        snapshots.wait_snapshot_ready(api, "VolumeSnapshot", ns, "nosource", timeout=1)
+    cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}=r2", wait=True, timeout=30)
+    assert snapshots.group_members(api, vgs) == []
 
 
 def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
@@ -98,9 +99,9 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
                    "import os; f=os.open('/dev/xvda', os.O_WRONLY); os.pwrite(f, b'x'*(1<<20), 4<<20); os.close(f)"],
                    "volumeDevices": [{"name": "d", "devicePath": "/dev/xvda"}]}],
                    "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}  # fmt: skip
-    assert k.run_pod_to_completion(api, pvc_pod, timeout=30).succeeded
+    assert pods.run_pod_to_completion(api, pvc_pod, timeout=30).succeeded
     k.create(api, m.volume_snapshot("snap", ns, "data", None, labels))
-    k.wait_snapshot_ready(api, "VolumeSnapshot", ns, "snap", timeout=20)
+    snapshots.wait_snapshot_ready(api, "VolumeSnapshot", ns, "snap", timeout=20)
     ref = resolve_snapshot(api, ns, "snap")
     audience = snapshot_metadata_service(api, ref.driver).audience
     k.create(api, m.pvc_from_snapshot("snap-read", ns, "snap", "16Mi", None, labels))
@@ -119,7 +120,7 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
                       repo_secret="repo", cbt_audience=audience, labels=labels,
                       active_deadline_seconds=120)  # fmt: skip
     seen: list[str] = []
-    res = k.run_pod_to_completion(api, pod, timeout=60, on_log_line=seen.append)
+    res = pods.run_pod_to_completion(api, pod, timeout=60, on_log_line=seen.append)
     assert res.succeeded, (res.message, res.log_tail)
     assert res.result["change_source"] == "cbt-allocated" and res.result["mode"] == "full"
     assert res.result["snapshot_handle"] == ref.handle and res.result["volume"] == f"{ns}/data"
@@ -127,7 +128,7 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
     assert any(line.startswith("progress done=") for line in seen), seen
     assert any(line.startswith("progress done=") for line in res.log_tail)
 
-    deleted = k.delete_by_label(api, ns, f"{m.RUN_LABEL}=r3", wait=True, timeout=30)
+    deleted = cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}=r3", wait=True, timeout=30)
     assert deleted == {"Pod": ["mover"], "PersistentVolumeClaim": ["snap-read"], "VolumeSnapshot": ["snap"]}
     assert [p.metadata.name for p in core.list_namespaced_persistent_volume_claim(ns).items] == ["data"]
 
@@ -140,14 +141,14 @@ def test_failed_pod_reports_exit_code_and_log_tail(local_cluster, ns):
     args = m.restore_args(volume="v", repo="file:///nonexistent/repo")
     pod = m.mover_pod("bad", ns, image="cbt-mover", args=args, pvc="data", service_account="mover",
                       repo_secret="repo", labels=_labels("r4"))  # fmt: skip
-    res = k.run_pod_to_completion(api, pod, timeout=30)
+    res = pods.run_pod_to_completion(api, pod, timeout=30)
     assert res.phase == "Failed" and res.exit_code not in (0, None) and not res.succeeded
     assert "cbt-mover: error" in res.message and res.result is None, res.message
     assert any("cbt-mover: error" in line for line in res.log_tail)
-    with pytest.raises(k.PodTimeoutError, match="CreateContainerConfigError"):
-        k.run_pod_to_completion(api, {**pod, "metadata": {**pod["metadata"], "name": "nosecret"},
-                                      "spec": {**pod["spec"], "containers": [{**pod["spec"]["containers"][0],
-                                      "env": m._repo_env("absent")}]}}, timeout=3)  # fmt: skip
+    with pytest.raises(pods.PodTimeoutError, match="CreateContainerConfigError"):
+        pods.run_pod_to_completion(api, {**pod, "metadata": {**pod["metadata"], "name": "nosecret"},
+                                   "spec": {**pod["spec"], "containers": [{**pod["spec"]["containers"][0],
+                                   "env": m._repo_env("absent")}]}}, timeout=3)  # fmt: skip
 
 
 def test_older_group_snapshot_version_is_detected_and_used(make_local_cluster):
@@ -158,14 +159,14 @@ def test_older_group_snapshot_version_is_detected_and_used(make_local_cluster):
     assert version == "v1beta2"
     k.create(api, m.block_pvc("db", ns, "8Mi", None, {"app": "shop"}))
     k.create(api, m.volume_group_snapshot("g", ns, {"matchLabels": {"app": "shop"}}, None, version, _labels("r5")))
-    vgs = k.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "g", timeout=30)
+    vgs = snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "g", timeout=30)
     assert vgs["apiVersion"].endswith("/v1beta2")
-    assert [x.pvc for x in k.group_members(api, vgs)] == ["db"]
+    assert [x.pvc for x in snapshots.group_members(api, vgs)] == ["db"]
     k.create(api, m.volume_snapshot("bad", ns, "missing-pvc", None, _labels("r5")))
     with pytest.raises(k.SnapshotNotReadyError) as info:
-        k.wait_snapshot_ready(api, "VolumeSnapshot", ns, "bad", timeout=1.5)
+        snapshots.wait_snapshot_ready(api, "VolumeSnapshot", ns, "bad", timeout=1.5)
     assert "bad not ready after 1.5 s: " in str(info.value) and "missing-pvc" in str(info.value), "controller's error"
     assert info.value.retriable
-    assert k.delete_by_label(api, ns, f"{m.RUN_LABEL}=r5", wait=True, timeout=30) == {
+    assert cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}=r5", wait=True, timeout=30) == {
         "VolumeGroupSnapshot": ["g"], "VolumeSnapshot": ["bad"]}  # fmt: skip
     assert k.list_objects(api, "VolumeSnapshot", ns) == []

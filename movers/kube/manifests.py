@@ -2,9 +2,9 @@
 
 Every function returns a fresh ``dict`` (JSON-serialisable, no client models) and has no side
 effects: the same arguments give the same manifest, which ``tests/golden/`` pins down. Applying
-them is ``movers.kube.apply``'s job. ``labels`` are copied into ``metadata.labels`` as given;
-callers put the run label (``run_labels``) there so that ``delete_by_label`` finds everything a
-run created and a retried run recognises its own objects.
+them is the job of ``movers.kube.apply`` and the modules built on it. ``labels`` are copied into
+``metadata.labels`` as given; callers put the run label (``run_labels``) there so that
+``cleanup.delete_by_label`` finds everything a run created and a retried run recognises its own objects.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ from movers import errors
 from movers.errors import MoverError, NotFoundError, UsageError
 from movers.kube import apply as k
 from movers.kube import manifests as m
+from movers.kube.pods import pods_using_claim, run_pod_to_completion
+from movers.kube.volumes import default_storage_class, rebind_volume, wait_claim_bound
 
 PVC_LABEL = "cbt-mover.io/pvc"
 
@@ -85,7 +87,7 @@ def plan_targets(api, namespace: str, volumes: Sequence[Mapping[str, Any]], run_
     for kind, name in (("ServiceAccount", service_account), ("Secret", repo_secret)):
         if k.find(api, kind, namespace, name) is None:
             problems.append(f"{kind} {namespace}/{name} does not exist (the writer pods need it)")
-    default_class = k.default_storage_class(api)
+    default_class = default_storage_class(api)
     classes: dict[str, bool] = {}
     targets = []
     for vol in volumes:
@@ -107,7 +109,7 @@ def plan_targets(api, namespace: str, volumes: Sequence[Mapping[str, Any]], run_
         if existing is not None and not overwrite:
             problems.append(f"PersistentVolumeClaim {namespace}/{pvc} exists: pass overwrite to replace it")
         elif existing is not None:
-            users = k.pods_using_claim(api, namespace, pvc)
+            users = pods_using_claim(api, namespace, pvc)
             if users:
                 problems.append(f"PersistentVolumeClaim {namespace}/{pvc} is used by pod(s) {', '.join(users)}:"
                                 " stop them before overwriting it")  # fmt: skip
@@ -133,7 +135,7 @@ def write_volume(api, namespace: str, run_id: str, target: Target, *, image: str
     labels = labels_of(run_id, target.pvc)
     k.create(api, m.block_pvc(target.write_claim, namespace, m.quantity(target.capacity_bytes),
                               target.storage_class or None, labels))  # fmt: skip
-    k.wait_claim_bound(api, namespace, target.write_claim, timeout=min(timeout, 300.0))
+    wait_claim_bound(api, namespace, target.write_claim, timeout=min(timeout, 300.0))
     extra = ["--progress-interval", "1", *(["--verify-device"] if verify_device else [])]
     args = m.restore_args(volume=target.volume, backup=target.backup_id, extra=extra)
     name = pod_name(run_id, target.pvc)
@@ -142,7 +144,7 @@ def write_volume(api, namespace: str, run_id: str, target: Target, *, image: str
                       labels=labels, node_selector=node_selector, active_deadline_seconds=int(timeout))  # fmt: skip
     k.delete_and_wait(api, "Pod", namespace, name)  # a failed attempt's pod
     try:
-        res = k.run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
+        res = run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
     finally:
         k.delete_and_wait(api, "Pod", namespace, name)
     if not res.succeeded or not isinstance(res.result, dict):
@@ -154,7 +156,7 @@ def write_volume(api, namespace: str, run_id: str, target: Target, *, image: str
 def finish_volume(api, namespace: str, run_id: str, target: Target, timeout: float = 120.0) -> dict[str, Any]:
     """Give the written volume its final claim and mark it restored; ``{"pvc", "pv", "replaced"}``.
 
-    A temporary claim is handed over (``apply.rebind_volume``) to ``target.pvc`` in ``target.volume_mode``,
+    A temporary claim is handed over (``volumes.rebind_volume``) to ``target.pvc`` in ``target.volume_mode``,
     replacing an existing claim when ``target.replace``. The ``RESTORED_FROM`` annotation is set last: a
     claim without it is not a complete restore.
     """
@@ -162,9 +164,9 @@ def finish_volume(api, namespace: str, run_id: str, target: Target, timeout: flo
     if target.write_claim == target.pvc:
         claim = k.merge_patch(api, "PersistentVolumeClaim", namespace, target.pvc, patch)
         return {"pvc": target.pvc, "pv": claim["spec"].get("volumeName"), "replaced": False}
-    got = k.rebind_volume(api, namespace, target.write_claim, target.pvc, target.volume_mode,
-                          labels=labels_of(run_id, target.pvc), replace_existing=target.replace,
-                          timeout=timeout)  # fmt: skip
+    got = rebind_volume(api, namespace, target.write_claim, target.pvc, target.volume_mode,
+                        labels=labels_of(run_id, target.pvc), replace_existing=target.replace,
+                        timeout=timeout)  # fmt: skip
     k.merge_patch(api, "PersistentVolumeClaim", namespace, target.pvc, patch)
     return {"pvc": got.claim, "pv": got.volume, "replaced": got.replaced}
 

@@ -1,0 +1,160 @@
+"""Pods of a run: ``run_pod_to_completion`` creates a pod, follows its log and waits for Succeeded/Failed.
+
+* ``run_pod_to_completion``: returns a ``PodResult`` (exit code, termination message, parsed
+  JSON result, log tail); a pod not finished in time raises ``PodTimeoutError`` and is left for
+  ``cleanup.delete_by_label``.
+* ``pods_using_claim``: the unfinished pods that mount a claim.
+
+Errors are ``apply.KubeError`` subclasses, as in ``movers.kube.apply``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from movers.kube.apply import KubeError, _api_error, create, list_objects
+
+
+class PodTimeoutError(KubeError):
+    """A pod did not finish in time (it is left for ``delete_by_label``)."""
+
+
+@dataclass
+class PodResult:
+    name: str
+    phase: str  # Succeeded or Failed
+    exit_code: int | None
+    message: str  # the termination message (or log tail under FallbackToLogsOnError)
+    result: Any  # the message parsed as JSON, None when it is not JSON
+    log_tail: list[str] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.phase == "Succeeded" and self.exit_code == 0
+
+
+def run_pod_to_completion(api_client, pod: Mapping[str, Any], timeout: float,
+                          on_log_line: Callable[[str], None] | None = None, tail: int = 20) -> PodResult:  # fmt: skip
+    """Create ``pod`` (tolerating the same run's pod), follow its log, wait until Succeeded/Failed.
+
+    ``on_log_line`` is called with each log line (e.g. ``progress done=N total=N``) from a helper
+    thread, while the pod runs. Returns the first container's exit code, its termination message
+    (parsed as JSON into ``result`` when it is JSON) and the last ``tail`` log lines. A pod not
+    finished after ``timeout`` s raises ``PodTimeoutError`` with its waiting reason; the pod is
+    not deleted (``delete_by_label`` cleans up).
+    """
+    from kubernetes import client, watch
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api_client)
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    create(api_client, pod)
+    lines: collections.deque[str] = collections.deque(maxlen=tail)
+    done = threading.Event()
+    follower = threading.Thread(target=_follow_log, args=(core, namespace, name, lines, on_log_line, done),
+                                name=f"log-{name}", daemon=True)  # fmt: skip
+    follower.start()
+    deadline = time.monotonic() + timeout
+    try:
+        current = core.read_namespaced_pod(name, namespace)
+        while not _terminal(current):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                why = _waiting_reason(current)
+                raise PodTimeoutError(f"pod {namespace}/{name} not finished after {timeout:g} s"
+                                      f" (phase {current.status.phase if current.status else '?'}"
+                                      f"{', ' + why if why else ''})")  # fmt: skip
+            w = watch.Watch()
+            try:
+                for event in w.stream(core.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}",
+                                      timeout_seconds=max(1, int(min(left, 10)))):  # fmt: skip
+                    if _terminal(event["object"]):
+                        break
+            finally:
+                w.stop()
+            current = core.read_namespaced_pod(name, namespace)
+    except ApiException as err:
+        raise _api_error(err, f"pod {namespace}/{name}") from None
+    finally:
+        done.set()
+    follower.join(timeout=5)
+    exit_code, message = None, ""
+    for cs in current.status.container_statuses or []:
+        if cs.state and cs.state.terminated:
+            exit_code, message = cs.state.terminated.exit_code, cs.state.terminated.message or ""
+            break
+    try:
+        result = json.loads(message) if message.strip() else None
+    except ValueError:
+        result = None
+    return PodResult(name, current.status.phase, exit_code, message, result, list(lines))
+
+
+def _terminal(pod) -> bool:
+    return pod.status is not None and pod.status.phase in ("Succeeded", "Failed")
+
+
+def _waiting_reason(pod) -> str:
+    for cs in (pod.status.container_statuses or []) if pod.status else []:
+        if cs.state and cs.state.waiting:
+            return f"{cs.state.waiting.reason}: {cs.state.waiting.message or ''}".strip(": ")
+    return ""
+
+
+def _follow_log(core, namespace, name, lines, on_log_line, done: threading.Event) -> None:
+    """Stream the pod's log (retrying until the container has started); one call per line."""
+    from kubernetes.client.exceptions import ApiException
+
+    seen = 0
+    while True:
+        try:
+            resp = core.read_namespaced_pod_log(name, namespace, follow=True, _preload_content=False)
+        except ApiException:  # 400 while the container is being created
+            if done.wait(0.2):
+                return
+            continue
+        try:
+            index = 0
+            for raw in _iter_lines(resp):
+                index += 1
+                if index <= seen:  # a re-follow starts from the beginning
+                    continue
+                seen = index
+                lines.append(raw)
+                if on_log_line is not None:
+                    on_log_line(raw)
+            return
+        except Exception:  # noqa: BLE001  (connection dropped: re-follow unless the pod is done)
+            if done.is_set():
+                return
+        finally:
+            resp.release_conn()
+
+
+def _iter_lines(resp):
+    pending = b""
+    for chunk in resp.stream(4096):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            yield line.decode("utf-8", "replace")
+    if pending:
+        yield pending.decode("utf-8", "replace")
+
+
+def pods_using_claim(api_client, namespace: str, claim: str) -> list[str]:
+    """Names of the pods of ``namespace`` that are not finished and have a volume of claim ``claim``."""
+    users = []
+    for pod in list_objects(api_client, "Pod", namespace):
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        if any((v.get("persistentVolumeClaim") or {}).get("claimName") == claim
+               for v in (pod.get("spec") or {}).get("volumes") or []):  # fmt: skip
+            users.append(pod["metadata"]["name"])
+    return sorted(users)

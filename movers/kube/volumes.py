@@ -1,0 +1,103 @@
+"""Claims and volumes for a restore: the default StorageClass, waiting for a claim to bind, and
+``rebind_volume``, which hands the volume of one claim to a new claim of another volume mode.
+
+Errors are ``apply.KubeError`` / ``apply.ConflictError``; ``wait_claim_bound`` names the last
+Warning event about a claim that did not bind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from movers.kube.apply import ConflictError, KubeError, create, delete_and_wait, find, get, list_objects, merge_patch
+
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+
+
+def default_storage_class(api_client) -> str | None:
+    """The cluster's default StorageClass (the newest one annotated default, as admission picks), or None."""
+    classes = [c for c in list_objects(api_client, "StorageClass", None)
+               if (c["metadata"].get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true"]  # fmt: skip
+    classes.sort(key=lambda c: c["metadata"].get("creationTimestamp") or "")
+    return classes[-1]["metadata"]["name"] if classes else None
+
+
+def _warning_about(api_client, namespace: str, name: str) -> str:
+    events = [e for e in list_objects(api_client, "Event", namespace)
+              if (e.get("involvedObject") or {}).get("name") == name and e.get("type") == "Warning"]  # fmt: skip
+    events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return f": {events[-1].get('reason')}: {events[-1].get('message')}" if events else ""
+
+
+def wait_claim_bound(api_client, namespace: str, name: str, timeout: float = 120.0, interval: float = 0.2) -> dict:
+    """Poll PVC ``name`` until Bound; return it. On timeout a ``KubeError`` (retriable) names the claim's
+    phase and the last Warning event about it (e.g. the provisioner's ProvisioningFailed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pvc = get(api_client, "PersistentVolumeClaim", namespace, name)
+        phase = (pvc.get("status") or {}).get("phase")
+        if phase == "Bound" and (pvc.get("spec") or {}).get("volumeName"):
+            return pvc
+        if time.monotonic() >= deadline:
+            raise KubeError(f"PersistentVolumeClaim {namespace}/{name} not bound after {timeout:g} s (phase {phase})"
+                            f"{_warning_about(api_client, namespace, name)}")  # fmt: skip
+        time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class Rebound:
+    claim: str  # the new claim (Bound)
+    volume: str  # its new PV
+    volume_handle: str
+    replaced: bool  # an existing claim of that name was deleted first
+
+
+def rebind_volume(api_client, namespace: str, claim: str, new_claim: str, volume_mode: str, *,
+                  labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
+                  replace_existing: bool = False, fs_type: str = "ext4",
+                  timeout: float = 120.0) -> Rebound:  # fmt: skip
+    """Hand the volume of Bound claim ``claim`` to a new claim ``new_claim`` of ``volume_mode`` (same namespace).
+
+    A PV's ``volumeMode`` is immutable and a PV binds one claim for life, so, in this order (each step
+    leaves the data on a PV whose policy keeps it):
+
+    1. the PV gets reclaim policy Retain (and ``labels``, so a failed run finds it);
+    2. ``replace_existing``: an existing claim ``new_claim`` is deleted (the caller checked that no pod
+       uses it; its own volume follows its reclaim policy). Without it an existing claim is a
+       ``ConflictError`` before anything changed;
+    3. ``claim`` is deleted (its PV turns Released, the storage stays);
+    4. a new PV (``manifests.rebound_pv``, name ``<old PV>-<mode>``) pre-bound to ``new_claim``;
+    5. ``new_claim`` (``manifests.prebound_pvc``, the PV's class and capacity), waited for until Bound;
+    6. the old PV object is deleted (Retain: the storage stays, now under the new PV);
+    7. the new PV gets the old PV's original reclaim policy back.
+
+    Any error leaves the objects as they are (all labelled) for the caller's cleanup.
+    """
+    from movers.kube.manifests import prebound_pvc, rebound_pv, reclaim_policy_patch
+
+    if find(api_client, "PersistentVolumeClaim", namespace, new_claim) is not None and not replace_existing:
+        raise ConflictError(f"PersistentVolumeClaim {namespace}/{new_claim} already exists", 409)
+    source = get(api_client, "PersistentVolumeClaim", namespace, claim)
+    old_name = (source.get("spec") or {}).get("volumeName")
+    if not old_name or (source.get("status") or {}).get("phase") != "Bound":
+        raise KubeError(f"PersistentVolumeClaim {namespace}/{claim} is not bound to a volume", 409)
+    old = get(api_client, "PersistentVolume", None, old_name)
+    policy = (old.get("spec") or {}).get("persistentVolumeReclaimPolicy") or "Delete"
+    merge_patch(api_client, "PersistentVolume", None, old_name,
+                {**reclaim_policy_patch("Retain"), "metadata": {"labels": dict(labels or {})}})  # fmt: skip
+    replaced = replace_existing and delete_and_wait(api_client, "PersistentVolumeClaim", namespace, new_claim,
+                                                    timeout)  # fmt: skip
+    delete_and_wait(api_client, "PersistentVolumeClaim", namespace, claim, timeout)
+    new_pv = rebound_pv(f"{old_name}-{volume_mode.lower()}"[:253], old, namespace, new_claim, volume_mode,
+                        fs_type=fs_type, labels=labels)  # fmt: skip
+    create(api_client, new_pv)
+    spec = new_pv["spec"]
+    create(api_client, prebound_pvc(new_claim, namespace, new_pv["metadata"]["name"], spec["capacity"]["storage"],
+                                    spec["storageClassName"], volume_mode, spec["accessModes"], labels,
+                                    annotations))  # fmt: skip
+    wait_claim_bound(api_client, namespace, new_claim, timeout)
+    delete_and_wait(api_client, "PersistentVolume", None, old_name, timeout)
+    merge_patch(api_client, "PersistentVolume", None, new_pv["metadata"]["name"], reclaim_policy_patch(policy))
+    return Rebound(new_claim, new_pv["metadata"]["name"], spec["csi"]["volumeHandle"], bool(replaced))
