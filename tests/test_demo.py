@@ -1,0 +1,23 @@
+"""``make demo``'s job, as a fresh machine runs it: its own local cluster and a throwaway Prefect API
+(no PREFECT_API_URL), ending with ``demo: ok`` and exit status 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_demo_runs_the_whole_story_and_says_ok():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_", "KUBECONFIG"))}
+    out = subprocess.run([sys.executable, "-m", "localcluster.demo"], cwd=REPO_ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    lines = out.stdout.strip().splitlines()
+    assert out.returncode == 0 and lines[-1] == "demo: ok", (out.stdout[-3000:], out.stderr[-3000:])
+    table = "\n".join(lines)
+    assert table.count("incremental-cbt / cbt-delta") == 2, table
+    assert table.count("full / cbt-allocated") == 2, table
+    assert "verify full: ok" in table, table
