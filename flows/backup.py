@@ -9,7 +9,6 @@ base of the next CBT delta, and the one it replaces is deleted.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from typing import Any
@@ -20,7 +19,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.policy import BackupPolicy, parse_policy
-from tasks import report
+from tasks import report, state_hook_logger
 from tasks.kube import cbt_audience, cleanup_run, discover_pvcs, keep_base_snapshots, move_volume, quiesce_and_snapshot
 from tasks.maintenance import forget_backups
 from tasks.repo import latest_base_handle, plan_member
@@ -73,16 +72,6 @@ def run_id_for(flow_run_id: Any) -> str:
     return f"backup-{uuid.UUID(str(flow_run_id)).hex[:16]}"
 
 
-def _hook_logger(flow_run_: Any) -> logging.Logger | logging.LoggerAdapter:
-    """The run's own logger (its logs reach the API and the UI even from the runner's process)."""
-    try:
-        from prefect.logging.loggers import flow_run_logger
-
-        return flow_run_logger(flow_run_)
-    except Exception:  # noqa: BLE001  (not a real FlowRun, or no API)
-        return logging.getLogger(__name__)
-
-
 def _abandon_run(flow_run_: Any, why: str) -> None:
     """Best effort after a cancelled/crashed run: the policy's post hooks (thaw), then delete everything
     labelled with the run. Never raises (errors are logged)."""
@@ -91,7 +80,7 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     from movers.kube import manifests as m
     from tasks.kube import api_client
 
-    log = _hook_logger(flow_run_)
+    log = state_hook_logger(flow_run_, __name__)
     params = dict(getattr(flow_run_, "parameters", None) or {})
     kubeconfig = params.get("kubeconfig")
     run_id = run_id_for(flow_run_.id)

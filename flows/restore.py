@@ -27,7 +27,6 @@ the failure came before the volumes were known).
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 import uuid
@@ -41,6 +40,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.errors import UsageError
 from movers.policy import DEFAULT_IMAGE, DEFAULT_SERVICE_ACCOUNT
+from tasks import events, state_hook_logger
 from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -62,13 +62,8 @@ def run_id_for(flow_run_id: Any) -> str:
 
 
 def _emit(event: str, namespace: str, pvc: str, payload: dict[str, Any]) -> None:
-    from prefect.events import emit_event
-
-    try:
-        emit_event(event=event, resource={"prefect.resource.id": f"cbt-mover.volume.{namespace}/{pvc}",
-                                          "prefect.resource.name": f"{namespace}/{pvc}"}, payload=payload)  # fmt: skip
-    except Exception as err:  # noqa: BLE001  (an event is a notification, never the reason a restore fails)
-        logging.getLogger(__name__).warning("cannot emit %s for %s/%s: %s", event, namespace, pvc, err)
+    events.emit(event, {"prefect.resource.id": f"cbt-mover.volume.{namespace}/{pvc}",
+                        "prefect.resource.name": f"{namespace}/{pvc}"}, payload)  # fmt: skip
 
 
 def _abandon_run(flow_run_: Any, why: str) -> None:
@@ -77,7 +72,7 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     from movers.kube import restore as r
     from tasks.kube import api_client
 
-    log = logging.getLogger(__name__)
+    log = state_hook_logger(flow_run_, __name__)
     params = dict(getattr(flow_run_, "parameters", None) or {})
     ns, run_id = params.get("target_namespace") or params.get("namespace"), run_id_for(flow_run_.id)
     try:

@@ -19,6 +19,7 @@ from typing import Any
 
 from movers import errors
 from movers.errors import MoverError, UsageError
+from movers.units import human_bytes
 
 log = logging.getLogger("movers")
 
@@ -464,13 +465,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def _mib(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+    return human_bytes(n, missing="?")
 
 
 COMMANDS = {

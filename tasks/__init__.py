@@ -1,5 +1,7 @@
 """Thin Prefect tasks over ``movers`` (5-20 lines each); they return small serialisable results."""
 
+import logging
+
 
 def retry_if_retriable(task, task_run, state) -> bool:
     """A ``retry_condition_fn``: retry only errors the movers mark retriable (transient store errors,
@@ -9,3 +11,14 @@ def retry_if_retriable(task, task_run, state) -> bool:
     except Exception as err:  # noqa: BLE001
         return bool(getattr(err, "retriable", False))
     return False
+
+
+def state_hook_logger(flow_run, fallback: str) -> logging.Logger | logging.LoggerAdapter:
+    """The logger of a flow run for its state hooks: its logs reach the API and the UI even from the
+    runner's process; the ``fallback`` module logger when ``flow_run`` is not a real FlowRun."""
+    try:
+        from prefect.logging.loggers import flow_run_logger
+
+        return flow_run_logger(flow_run)
+    except Exception:  # noqa: BLE001  (not a real FlowRun, or no API)
+        return logging.getLogger(fallback)

@@ -233,29 +233,11 @@ class MoverPodFailed(k.KubeError):
 
 def _clear_finished_pod(api, namespace: str, name: str, timeout: float = 60.0) -> None:
     """Delete pod ``name`` if it exists and has finished, and wait until it is gone."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api)
-    try:
-        pod = core.read_namespaced_pod(name, namespace)
-    except client.exceptions.ApiException as err:
-        if err.status == 404:
-            return
-        raise
-    if pod.status is None or pod.status.phase not in ("Succeeded", "Failed"):
+    pod = k.find(api, "Pod", namespace, name)
+    if pod is None or (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
         return
     get_run_logger().info("deleting the finished pod %s/%s of an earlier attempt", namespace, name)
-    k.delete(api, "Pod", namespace, name)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            core.read_namespaced_pod(name, namespace)
-        except client.exceptions.ApiException as err:
-            if err.status == 404:
-                return
-            raise
-        time.sleep(0.2)
-    raise k.KubeError(f"pod {namespace}/{name} of an earlier attempt was not deleted within {timeout:g} s")
+    k.delete_and_wait(api, "Pod", namespace, name, timeout)
 
 
 @task(name="cleanup-run")

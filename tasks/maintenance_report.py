@@ -6,11 +6,11 @@ Pure functions over the plain results of ``tasks.maintenance`` (no Prefect calls
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 from typing import Any
 
-log = logging.getLogger(__name__)
+from movers.units import human_bytes as size
+from tasks import events
 
 EVENT_PREFIX = "cbt-mover.maintenance"
 MAX_DAMAGE_ROWS = 200
@@ -25,17 +25,6 @@ def artifact_key(url: str, what: str) -> str:
     """An artifact key (lowercase letters, digits, dashes) naming the repository and what it shows."""
     slug = re.sub(r"[^a-z0-9]+", "-", public_url(url).lower()).strip("-")[:40].strip("-")
     return f"maintenance-{slug}-{hashlib.sha256(public_url(url).encode()).hexdigest()[:6]}-{what}"
-
-
-def size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return str(n)
 
 
 def retention_rows(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, str]]:
@@ -108,12 +97,6 @@ def verify_markdown(url: str, report: dict[str, Any]) -> str:
 
 def emit(kind: str, url: str, payload: dict[str, Any]) -> None:
     """Emit ``cbt-mover.maintenance.<kind>`` about the repository. Best effort: never fails the run."""
-    from prefect.events import emit_event
-
     public = public_url(url)
-    try:
-        emit_event(event=f"{EVENT_PREFIX}.{kind}",
-                   resource={"prefect.resource.id": f"cbt-mover.repository.{public}", "prefect.resource.name": public},
-                   payload=payload)  # fmt: skip
-    except Exception as err:  # noqa: BLE001
-        log.warning("could not emit %s.%s: %s", EVENT_PREFIX, kind, err)
+    events.emit(f"{EVENT_PREFIX}.{kind}", {"prefect.resource.id": f"cbt-mover.repository.{public}",
+                                           "prefect.resource.name": public}, payload)  # fmt: skip

@@ -10,11 +10,11 @@ Ratios, from the mover's result (``movers.pipeline.stats.BackupStats``):
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import Any
 
-log = logging.getLogger(__name__)
+from movers.units import human_bytes
+from tasks import events
 
 EVENT_PREFIX = "cbt-mover.backup"
 
@@ -48,16 +48,6 @@ def volume_row(volume: str, plan: dict[str, Any], result: dict[str, Any]) -> dic
     }
 
 
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def _times(r: float | None) -> str:
     return "-" if r is None else "all stored before" if math.isinf(r) else f"{r:.2f}x"
 
@@ -67,10 +57,10 @@ def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
     return [{"volume": r["volume"], "mode": r["mode"] or "-",
              "change source": r["change_source"] if r["change_source"] == r["planned"]
              else f"{r['change_source']} (planned {r['planned']})",
-             "changed": _size(r["changed_bytes"]), "read": _size(r["read_bytes"]),
-             "uploaded": _size(r["uploaded_bytes"]), "dedup": _times(r["dedup_ratio"]),
+             "changed": human_bytes(r["changed_bytes"]), "read": human_bytes(r["read_bytes"]),
+             "uploaded": human_bytes(r["uploaded_bytes"]), "dedup": _times(r["dedup_ratio"]),
              "compression": _times(r["compression_ratio"]), "duration": f"{r['duration_s']:.1f} s",
-             "throughput": "-" if r["throughput_bps"] is None else f"{_size(r['throughput_bps'])}/s",
+             "throughput": "-" if r["throughput_bps"] is None else f"{human_bytes(r['throughput_bps'])}/s",
              "backup id": r["backup_id"] or "-"} for r in rows]  # fmt: skip
 
 
@@ -99,16 +89,8 @@ def emit(kind: str, namespace: str, app: str, run_id: str, payload: dict[str, An
 
     Best effort: an event that cannot be sent is logged, never fails the run.
     """
-    from prefect.events import emit_event
-
-    try:
-        emit_event(
-            event=f"{EVENT_PREFIX}.{kind}",
-            resource={"prefect.resource.id": f"cbt-mover.app.{namespace}.{app}", "prefect.resource.name": app,
-                      "cbt-mover.namespace": namespace, "cbt-mover.run": run_id},  # fmt: skip
-            related=[{"prefect.resource.id": f"cbt-mover.volume.{v}", "prefect.resource.role": "volume"}
-                     for v in volumes],  # fmt: skip
-            payload=payload,
-        )
-    except Exception as err:  # noqa: BLE001
-        log.warning("could not emit %s.%s: %s", EVENT_PREFIX, kind, err)
+    events.emit(f"{EVENT_PREFIX}.{kind}",
+                {"prefect.resource.id": f"cbt-mover.app.{namespace}.{app}", "prefect.resource.name": app,
+                 "cbt-mover.namespace": namespace, "cbt-mover.run": run_id}, payload,
+                [{"prefect.resource.id": f"cbt-mover.volume.{v}", "prefect.resource.role": "volume"}
+                 for v in volumes])  # fmt: skip

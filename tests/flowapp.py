@@ -66,18 +66,6 @@ def app_states(core, ns: str) -> list[str]:
     return [line.split(" ", 1)[0] for line in lines if line.startswith(("frozen", "thawed"))]
 
 
-def run_objects(api, ns: str, run_id: str) -> dict[str, list[str]]:
-    """Objects still labelled with the run, by kind (empty lists when the run cleaned up)."""
-    kinds = ("Pod", "PersistentVolumeClaim", "VolumeSnapshot", "VolumeGroupSnapshot")
-    found = {}
-    for kind in kinds:
-        try:
-            found[kind] = [o["metadata"]["name"] for o in k.list_objects(api, kind, ns, f"{m.RUN_LABEL}={run_id}")]
-        except Exception:  # noqa: BLE001  (a kind the cluster does not serve)
-            found[kind] = []
-    return found
-
-
 def any_run_objects(api, ns: str) -> dict[str, list[str]]:
     """Objects of any backup run in ``ns`` (label ``cbt-mover.io/run`` present)."""
     found = {}

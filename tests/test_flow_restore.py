@@ -19,15 +19,9 @@ from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import volumes
 from movers.kube.restore import RestoreRefused
+from tests.flowapp import APP, HOOKS, SEL
 
 SRC = "shop"
-APP = ["python", "-m", "localcluster.demo_app"]
-SEL = {"matchLabels": {"app": "demo"}}
-HOOKS = {
-    "pre": [{"name": "freeze", "pod_selector": SEL, "container": "app", "command": [*APP, "freeze"], "timeout": 10}],
-    "post": [{"name": "thaw", "pod_selector": SEL, "container": "app", "command": [*APP, "thaw"], "timeout": 10,
-              "on_error": "continue"}],
-}  # fmt: skip
 MOVER = {"image": "cbt-mover", "service_account": "mover", "repo_secret": "repo"}
 
 
