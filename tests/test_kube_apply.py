@@ -170,3 +170,35 @@ def test_older_group_snapshot_version_is_detected_and_used(make_local_cluster):
     assert cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}=r5", wait=True, timeout=30) == {
         "VolumeGroupSnapshot": ["g"], "VolumeSnapshot": ["bad"]}  # fmt: skip
     assert k.list_objects(api, "VolumeSnapshot", ns) == []
+
+
+def test_log_follower_reads_once_more_after_the_pod_finished():
+    """A pod that ends before the follower's first successful read (the container was still being
+    created) still has its log lines in the result: the follower reads once more after ``done``."""
+    import threading
+
+    from kubernetes.client.exceptions import ApiException
+
+    class Logs:
+        def __init__(self, lines):
+            self.lines = lines
+
+        def stream(self, _size):
+            yield from self.lines
+
+        def release_conn(self):
+            pass
+
+    class Core:  # answers like the API: 400 while the container is created, then the finished log
+        calls = 0
+
+        def read_namespaced_pod_log(self, name, namespace, follow, _preload_content):
+            self.calls += 1
+            if self.calls == 1:
+                raise ApiException(status=400, reason="ContainerCreating")
+            return Logs([b"progress done=0 total=?\n", b"cbt-mover: error: repository not found\n"])
+
+    done, lines = threading.Event(), []
+    done.set()  # the pod finished while the first read was refused
+    pods._follow_log(Core(), "ns", "mover", lines, None, done)
+    assert lines == ["progress done=0 total=?", "cbt-mover: error: repository not found"]

@@ -108,16 +108,20 @@ def _waiting_reason(pod) -> str:
 
 
 def _follow_log(core, namespace, name, lines, on_log_line, done: threading.Event) -> None:
-    """Stream the pod's log (retrying until the container has started); one call per line."""
+    """Stream the pod's log (retrying until the container has started); one call per line.
+
+    Once ``done`` is set (the pod has finished, its log is complete) one more read is made, so that a
+    pod that ends before its first successful read still has its lines seen."""
     from kubernetes.client.exceptions import ApiException
 
-    seen = 0
+    seen, last_try = 0, False
     while True:
         try:
             resp = core.read_namespaced_pod_log(name, namespace, follow=True, _preload_content=False)
         except ApiException:  # 400 while the container is being created
-            if done.wait(0.2):
+            if last_try:
                 return
+            last_try = done.wait(0.2)
             continue
         try:
             index = 0
@@ -130,9 +134,10 @@ def _follow_log(core, namespace, name, lines, on_log_line, done: threading.Event
                 if on_log_line is not None:
                     on_log_line(raw)
             return
-        except Exception:  # noqa: BLE001  (connection dropped: re-follow unless the pod is done)
-            if done.is_set():
+        except Exception:  # noqa: BLE001  (connection dropped: re-follow, once more after the pod is done)
+            if last_try:
                 return
+            last_try = done.is_set()
         finally:
             resp.release_conn()
 
