@@ -3,8 +3,9 @@ member up to the repository from a Block-mode mover pod (CBT delta / CBT allocat
 
 Parameters come from a policy file (``configs/policies/``) or directly; direct parameters override
 the policy's. Everything the run creates in the cluster carries ``cbt-mover.io/run=<run id>`` and is
-deleted in ``finally``; the group snapshot of a successful run is kept (run label removed) as the
-base of the next CBT delta, and the one it replaces is deleted.
+deleted in every outcome (after a failure, a cleanup error is logged and the run's own error raised);
+the group snapshot of a successful run is kept (run label removed) as the base of the next CBT delta,
+and the one it replaces is deleted.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -159,14 +161,20 @@ def backup_app(
     run_id = run_id_for(flow_run.id or uuid.uuid4())
     log.info("run %s: backing up %s (selector %s) to %s", run_id, ns, policy.pvc_selector, url)
     t0 = time.monotonic()
+    failed = True
     try:
         snap, rows = _snapshot_and_move(policy, run_id, kubeconfig)
+        failed = False
     except BaseException as err:
         report.emit("failed", ns, policy.name, run_id, {"error": str(err)[:1000], "repository": url})
         raise
     finally:
-        deleted = cleanup_run(kubeconfig, ns, run_id)
-        log.info("run %s: deleted %s", run_id, deleted)
+        try:
+            log.info("run %s: deleted %s", run_id, cleanup_run(kubeconfig, ns, run_id))
+        except Exception as cleanup_err:  # noqa: BLE001
+            if not failed:
+                raise
+            log.error("run %s: cleanup after the failure failed too: %s", run_id, cleanup_err)  # not masking it
     expired = forget_backups_of(url, [r["volume"] for r in rows], policy) if forget_expired else None
     create_table_artifact(key=f"backup-{policy.name}", table=report.display_rows(rows),
                           description=f"backup of {ns} ({run_id}) to {url}")  # fmt: skip
@@ -218,6 +226,7 @@ def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
             fut = move_volume.submit(kubeconfig, ns, run_id, member, plan, mover,
                                      policy.repository.credentials_secret, policy.timeouts.mover)  # fmt: skip
             wave.append((member, plan, fut))
+        wait([fut for _, _, fut in wave])  # all of the wave has ended before a failure triggers the cleanup
         for member, plan, fut in wave:
             done.append((member, plan, fut.result()))
     rows = []

@@ -168,8 +168,12 @@ def restore_app(
             _emit("cbt-mover.restore.failed", target, pvc, why)
         raise
     finally:
-        deleted = discard_restore(kubeconfig, target, run_id, targets, failed)
-        log.info("run %s: deleted %s", run_id, deleted)
+        try:
+            log.info("run %s: deleted %s", run_id, discard_restore(kubeconfig, target, run_id, targets, failed))
+        except Exception as cleanup_err:  # noqa: BLE001
+            if not failed:
+                raise
+            log.error("run %s: cleanup after the failure failed too: %s", run_id, cleanup_err)  # not masking it
     rows = [_row(t, w, f) for t, w, f in zip(targets, written, finished, strict=True)]
     for row in rows:
         _emit("cbt-mover.restore.completed", target, row["pvc"], {"run_id": run_id, **row})
