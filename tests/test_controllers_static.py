@@ -87,4 +87,6 @@ def test_retain_drops_the_provisioner_finalizer_and_mismatched_static_claims_wai
     c.kube.create(PVC, m.prebound_pvc("wrong-mode", NS, "static-fs", "16Mi", "local-block", "Block"), NS)
     assert "volumeMode" in wait_event(c.kube, "wrong-mode", "VolumeMismatch")["message"]
     assert c.kube.get(PVC, "wrong-mode", NS)["status"].get("phase") != "Bound"
-    assert c.kube.get(PV, "static-fs")["status"]["phase"] == "Available"
+    # the PV controller marks a new PV Available on its own sync, not before it reports the claim's mismatch
+    wait_for(c.kube, PV, "static-fs", lambda o: o is not None and (o.get("status") or {}).get("phase") == "Available",
+             namespace=None)  # fmt: skip
