@@ -105,8 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backup", default="latest", help="backup id or latest (default)")
     p.add_argument("--device", required=True, help="target block device or image file")
     p.add_argument("--assume-zeroed", action="store_true", help="the target reads as zeros: skip zeroing holes")
-    p.add_argument("--verify-device", action="store_true",
-                   help="after writing, read the target back and compare it with the backup (one more full read)")
+    p.add_argument(
+        "--verify-device",
+        action="store_true",
+        help="after writing, read the target back and compare it with the backup (one more full read)",
+    )
     p.add_argument("--workers", type=int, default=4)
 
     p = sub.add_parser("ls", help="list backups")
@@ -480,6 +483,15 @@ COMMANDS = {
 }
 
 
+def _api_refusal(err: Exception) -> str | None:
+    """The one line for a Kubernetes ``ApiException`` 401/403 (the API's message), else None."""
+    if type(err).__name__ != "ApiException" or getattr(err, "status", None) not in (401, 403):
+        return None
+    from movers.kube.apply import api_message
+
+    return f"the Kubernetes API refused a call ({err.status}): {api_message(err)}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -497,6 +509,10 @@ def main(argv: list[str] | None = None) -> int:
         print("cbt-mover: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # a bug: keep the one-line contract, log the traceback at DEBUG
+        refused = _api_refusal(err)
+        if refused:  # a Kubernetes call no wrapper mapped: still the access exit code
+            print(f"cbt-mover: error: {refused}", file=sys.stderr)
+            return errors.EXIT_ACCESS
         log.debug("internal error", exc_info=True)
         print(f"cbt-mover: internal error: {type(err).__name__}: {err}", file=sys.stderr)
         return errors.EXIT_INTERNAL

@@ -166,3 +166,14 @@ def test_old_cluster_with_a_v1alpha1_service_is_found_with_the_caveat(tmp_path, 
         sms = discovery.snapshot_metadata_service(kube.client, DRIVER)
     assert sms.version == "v1alpha1" and sms.legacy and sms.address == "sms.example:6443"
     assert "read the delta base as a snapshot name" in caplog.text
+
+
+def test_a_refused_kubernetes_call_is_exit_code_6_with_the_apis_message(cluster, tmp_path):
+    kube, *_ = cluster
+    bad = tmp_path / "bad-kubeconfig"
+    bad.write_text(kube.kubeconfig.read_text().replace(kube.api.token, "revoked-token"))
+    args = ["--kube", "--kubeconfig", bad, "--namespace", NS, "--snapshot", "snap-1", "--service-account", "backup/m"]
+    proc = cli(kube, "extents", *args, check=6)
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("cbt-mover: error: reading VolumeSnapshot apps/snap-1 was refused (401): "), line
+    assert "revoked-token" not in proc.stderr

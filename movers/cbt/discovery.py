@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from movers.errors import CbtUnavailableError, MoverError, NotFoundError, UsageError
+from movers.errors import CbtUnavailableError, KubeAccessDenied, MoverError, NotFoundError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +64,13 @@ def _custom(api_client):
 
 
 def _api_error(err, what: str) -> MoverError:
+    from movers.kube.apply import api_message
+
     if err.status == 404:
         return NotFoundError(f"{what} not found")
     if err.status in (401, 403):
-        return UsageError(f"access to {what} denied ({err.status}): check the ServiceAccount's RBAC")
-    return MoverError(f"reading {what} failed: {err.status} {err.reason}")
+        return KubeAccessDenied(f"reading {what} was refused ({err.status}): {api_message(err)}")
+    return MoverError(f"reading {what} failed: {err.status} {api_message(err)}")
 
 
 def snapshot_metadata_service(api_client, driver: str) -> MetadataService:
@@ -139,6 +141,7 @@ def resolve_snapshot(api_client, namespace: str, name: str) -> SnapshotRef:
 def wait_snapshot_ready(api_client, namespace: str, name: str, timeout: float = 300.0) -> SnapshotRef:
     """Wait until the VolumeSnapshot and its content are ready with a snapshot handle."""
     from kubernetes import watch
+    from kubernetes.client.exceptions import ApiException
 
     deadline = time.monotonic() + timeout
     ref = resolve_snapshot(api_client, namespace, name)
@@ -156,6 +159,8 @@ def wait_snapshot_ready(api_client, namespace: str, name: str, timeout: float = 
                 ref = resolve_snapshot(api_client, namespace, name)
                 if ref.ready:
                     break
+        except ApiException as err:
+            raise _api_error(err, f"watching VolumeSnapshot {namespace}/{name}") from None
         finally:
             w.stop()
         ref = resolve_snapshot(api_client, namespace, name)
