@@ -55,8 +55,9 @@ def validate(manifest: Mapping[str, Any], version: str = VERSION) -> list[str]:
     try:
         validator = _validator(schema_file, folder, version)
     except FileNotFoundError:
-        raise kubernetes_validate.SchemaNotFoundError(str(manifest.get("kind")), version,
-                                                      str(manifest.get("apiVersion"))) from None  # fmt: skip
+        raise kubernetes_validate.SchemaNotFoundError(
+            str(manifest.get("kind")), version, str(manifest.get("apiVersion"))
+        ) from None
     meta = manifest.get("metadata") or {}
     name = f"{str(manifest.get('kind')).lower()}/{meta.get('name') or meta.get('generateName') or '?'}"
     errors = sorted(validator.iter_errors(dict(manifest)), key=lambda e: [str(p) for p in e.absolute_path])

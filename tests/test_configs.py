@@ -259,12 +259,16 @@ def test_job_template_renders_a_job_that_strict_validation_accepts():
     from tests import k8svalidate
 
     template = json.loads((CONFIGS / "k8s-job-template.json").read_text())
-    job = render_job_manifest(template, {
-        "name": "backup-app-1", "labels": {"prefect.io/flow-run-id": "0b4d2a3c-1111-4a5b-9c8d-0123456789ab"},
-        "command": "prefect flow-run execute 0b4d2a3c-1111-4a5b-9c8d-0123456789ab",
-        "env": {"PYTHONUNBUFFERED": "1", "PREFECT_API_URL": "http://prefect.cbt-mover-system:4200/api"},
-        "job_watch_timeout_seconds": 600,
-    })  # fmt: skip
+    job = render_job_manifest(
+        template,
+        {
+            "name": "backup-app-1",
+            "labels": {"prefect.io/flow-run-id": "0b4d2a3c-1111-4a5b-9c8d-0123456789ab"},
+            "command": "prefect flow-run execute 0b4d2a3c-1111-4a5b-9c8d-0123456789ab",
+            "env": {"PYTHONUNBUFFERED": "1", "PREFECT_API_URL": "http://prefect.cbt-mover-system:4200/api"},
+            "job_watch_timeout_seconds": 600,
+        },
+    )
     assert "{{" not in json.dumps(job), job
     assert k8svalidate.validate(job) == [], f"against Kubernetes {k8svalidate.VERSION}"
     assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (1, 1)

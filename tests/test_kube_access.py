@@ -25,8 +25,10 @@ def test_a_403_is_an_access_error_with_the_apis_message(tmp_path):
         err = info.value
         assert (err.exit_code, err.status, err.retriable) == (errors.EXIT_ACCESS, 403, False)
         assert isinstance(err, errors.KubeAccessDenied) and "\n" not in str(err)
-        assert str(err) == ("creating Secret closing/x: 403 secrets is forbidden: unable to create new content in"
-                            " namespace closing because it is being terminated")  # fmt: skip
+        assert str(err) == (
+            "creating Secret closing/x: 403 secrets is forbidden: unable to create new content in"
+            " namespace closing because it is being terminated"
+        )
     assert k.ForbiddenError("m", 403).exit_code == 6 and k.KubeError("m", 403).exit_code == errors.EXIT_INTERNAL
 
 
@@ -42,8 +44,10 @@ def test_a_rejected_token_is_an_access_error(tmp_path):
                 k.list_objects(api, "PersistentVolumeClaim", "default")
             with pytest.raises(errors.KubeAccessDenied):
                 access.denied(api, [("get", "", "pods", "", "default")])
-            for call in (lambda: k.patch_labels(api, "Secret", "default", "x", {"a": "b"}),  # raised ApiException
-                         lambda: k.delete(api, "Secret", "default", "x")):  # fmt: skip
+            for call in (
+                lambda: k.patch_labels(api, "Secret", "default", "x", {"a": "b"}),  # raised ApiException
+                lambda: k.delete(api, "Secret", "default", "x"),
+            ):
                 with pytest.raises(k.ForbiddenError, match=": 401 "):
                     call()
         finally:
@@ -67,13 +71,17 @@ def test_denied_asks_one_review_per_distinct_check(tmp_path):
     assert [r["body"] for r in reviews] == [
         {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {"resourceAttributes": a}}
         for a in (
-            {"verb": "create", "group": "groupsnapshot.storage.k8s.io", "resource": "volumegroupsnapshots",
-             "namespace": "shop"},
+            {
+                "verb": "create",
+                "group": "groupsnapshot.storage.k8s.io",
+                "resource": "volumegroupsnapshots",
+                "namespace": "shop",
+            },
             {"verb": "create", "resource": "pods", "subresource": "exec", "namespace": "shop"},
             {"verb": "get", "resource": "secrets", "namespace": "shop", "name": "cbt-mover-repo"},
             {"verb": "list", "group": "storage.k8s.io", "resource": "storageclasses"},
         )
-    ]  # fmt: skip
+    ]
 
 
 def test_refusal_lines_are_readable():

@@ -38,8 +38,14 @@ class Check:
 
     def attributes(self) -> dict[str, str]:
         """``spec.resourceAttributes`` of the review: the non-empty fields."""
-        attrs = {"verb": self.verb, "group": self.group, "resource": self.resource, "subresource": self.subresource,
-                 "namespace": self.namespace or "", "name": self.name or ""}  # fmt: skip
+        attrs = {
+            "verb": self.verb,
+            "group": self.group,
+            "resource": self.resource,
+            "subresource": self.subresource,
+            "namespace": self.namespace or "",
+            "name": self.name or "",
+        }
         return {k: v for k, v in attrs.items() if v or k in ("verb", "resource")}
 
     def describe(self) -> str:
@@ -61,8 +67,11 @@ def refusal_line(check: Check, status: Mapping[str, Any]) -> str | None:
 
 
 def review_body(check: Check) -> dict[str, Any]:
-    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": check.attributes()}}  # fmt: skip
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": check.attributes()},
+    }
 
 
 def denied(api, checks: Iterable[Check | tuple]) -> list[str]:

@@ -191,8 +191,13 @@ def patch_labels(api_client, kind: str, namespace: str | None, name: str, labels
 
     path = _path(kind, version or _default_version(api_client, kind), namespace, name)
     try:
-        return _call(api_client, "PATCH", path, body={"metadata": {"labels": dict(labels)}},
-                     content_type="application/merge-patch+json")  # fmt: skip
+        return _call(
+            api_client,
+            "PATCH",
+            path,
+            body={"metadata": {"labels": dict(labels)}},
+            content_type="application/merge-patch+json",
+        )
     except ApiException as err:
         raise _api_error(err, f"patching the labels of {kind} {namespace + '/' if namespace else ''}{name}") from None
 
