@@ -123,6 +123,12 @@ class CbtUnavailableError(CbtError):
     exit_code = EXIT_CBT_UNAVAILABLE
 
 
+class CbtBaseRejectedError(CbtUnavailableError):
+    """GetMetadataDelta refused the base snapshot: INVALID_ARGUMENT (e.g. "snapshots don't belong to the
+    same Volume") or NOT_FOUND (the base is gone). A backup falls back to a full one from the allocated
+    blocks (GetMetadataAllocated) instead of a scan."""
+
+
 class CbtAuthError(CbtError):
     """The service rejected the token (UNAUTHENTICATED / PERMISSION_DENIED). Not retriable."""
 

@@ -6,7 +6,8 @@
   *name*; a v1alpha1 service therefore gets ``legacy=True`` and callers must not trust deltas
   from it without knowing the sidecar version.
 * ``resolve_snapshot(api, namespace, name)``: VolumeSnapshot -> VolumeSnapshotContent ->
-  driver, ``status.snapshotHandle`` (the base of the next delta), restore size, group.
+  driver, ``status.snapshotHandle`` (the base of the next delta), restore size, group, and the
+  source volume's CSI handle (``spec.source.volumeHandle``; None for a pre-provisioned content).
 * ``wait_snapshot_ready(api, namespace, name, timeout)``: watches until the snapshot and its
   content are ready with a handle (the sidecar answers UNAVAILABLE before that), or raises
   with the controller's error message.
@@ -55,6 +56,7 @@ class SnapshotRef:
     group_snapshot: str | None
     group_snapshot_handle: str | None
     error: str | None
+    source_volume_handle: str | None = None  # the content's spec.source.volumeHandle: the snapshot's volume
 
 
 def _custom(api_client):
@@ -135,6 +137,7 @@ def resolve_snapshot(api_client, namespace: str, name: str) -> SnapshotRef:
         group_snapshot=status.get("volumeGroupSnapshotName"),
         group_snapshot_handle=cstatus.get("volumeGroupSnapshotHandle"),
         error=vs_error or (cstatus.get("error") or {}).get("message"),
+        source_volume_handle=((vsc.get("spec") or {}).get("source") or {}).get("volumeHandle"),
     )
 
 
