@@ -195,8 +195,11 @@ def test_kube_backup_of_a_snapshot_of_another_volume_is_full(cluster, tmp_path):
     add_snapshot(kube, "snap-new-volume", "handle-3", volume_handle="vol-handle-2")
     common = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
     cli(kube, *common, "--device", base_img, *kube_args(kube, "snap-1"))
-    doc = json.loads(cli(kube, *common, "--device", target_img, *kube_args(kube, "snap-new-volume"),
-                         "--base-handle", "handle-1").stdout)  # fmt: skip
+    doc = json.loads(
+        cli(
+            kube, *common, "--device", target_img, *kube_args(kube, "snap-new-volume"), "--base-handle", "handle-1"
+        ).stdout
+    )
     assert (doc["mode"], doc["change_source"], doc["pv_volume_handle"]) == ("full", "cbt-allocated", "vol-handle-2")
     assert "volume handle vol-handle-2, the base's vol-handle-1" in doc["cbt_fallback"]
     assert server.calls.get("GetMetadataDelta", 0) == 0 and server.calls["GetMetadataAllocated"] == 2

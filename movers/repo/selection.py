@@ -263,8 +263,11 @@ def _latest_app(repo, namespace, volumes, allow_partial: bool) -> Selection:
     newest = max(heads.values(), key=lambda m: m.backup_id)
     run = newest.tags.get(RUN_TAG)
     if run is None:
-        return Selection([Selected(p, m) for p, m in sorted(heads.items())],
-                         "each PVC's latest backup (the newest backup carries no run tag)", None)  # fmt: skip
+        return Selection(
+            [Selected(p, m) for p, m in sorted(heads.items())],
+            "each PVC's latest backup (the newest backup carries no run tag)",
+            None,
+        )
     in_heads = {p: m for p, m in heads.items() if m.tags.get(RUN_TAG) == run}
     status = run_status(run, in_heads)
     if status.members is None:  # a run from before member lists: complete by definition, as before
