@@ -89,7 +89,7 @@ def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(lo
     wait_until(lambda: not any(_exists(api, "VolumeSnapshotContent", c) for c in contents), 30, "base contents gone")
     second = _backup(local_cluster, app["repo"], ns)
     got = [(r["planned"], r["change_source"], r["mode"]) for r in second["volumes"]]
-    assert got == [("cbt-delta", "scan", "incremental-scan")] * 2, second
+    assert got == [("cbt-delta", "cbt-allocated", "full")] * 2, second  # a refused base: full from allocated
     for volume in (f"{ns}/data", f"{ns}/logs"):
         _restore_verifies(app["env"], app["repo"], volume, tmp_path)
 
