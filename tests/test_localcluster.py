@@ -13,6 +13,7 @@ from kubernetes.stream import stream
 
 from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
 
 NS = "shop"
 MiB = 1 << 20
@@ -37,7 +38,7 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
     cluster = local_cluster
     core, custom = client.CoreV1Api(cluster.client), client.CustomObjectsApi(cluster.client)
     core.create_namespace({"metadata": {"name": NS}})
-    core.create_namespaced_service_account(NS, {"metadata": {"name": "mover"}})
+    apply_mover_rbac(cluster, [NS])  # the mover pod reads its snapshot and CBT service as cbt-mover
     core.create_namespaced_persistent_volume_claim(NS, block_pvc("data"))
     core.create_namespaced_pod(NS, demo_pod("app", {"data": "/dev/xvda"}))
     wait_pod(core, "app", phase_in("Running"), namespace=NS, timeout=30)
@@ -67,7 +68,7 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
     aws_env = [{"name": k, "value": v} for k, v in cluster.s3.env.items()]
     core.create_namespaced_pod(NS, {
         "metadata": {"name": "mover"},
-        "spec": {"serviceAccountName": "mover", "restartPolicy": "Never", "containers": [{
+        "spec": {"serviceAccountName": MOVER_SERVICE_ACCOUNT, "restartPolicy": "Never", "containers": [{
             "name": "mover", "image": "cbt-mover", "env": aws_env,
             "args": ["backup", "--repo", "s3://backups/repo", "--volume", f"{NS}/data", "--device", "/dev/xvdb",
                      "--kube", "--namespace", NS, "--snapshot", "snap-1", "--json"],
