@@ -166,15 +166,15 @@ class Rest(DeletionMixin):
         rbac_objects.defaults(rt, obj)
         with self.store.lock:
             self._check_namespace(rt, namespace)
+            serviceaccount_admission.admit(self.store, self.registry, rt, obj, namespace)
+            if admit is not None:
+                admit(obj, None)
             if not md.get("name") and md.get("generateName"):
                 for _ in range(100):
                     name = md["generateName"] + "".join(random.choices(_NAME_CHARS, k=5))
                     if self.store.find(rt, namespace, name) is None:
                         md["name"] = name
                         break
-            serviceaccount_admission.admit(self.store, self.registry, rt, obj, namespace)
-            if admit is not None:
-                admit(obj, None)
             self.validate(rt, version, obj, None)
             if self.store.find(rt, namespace, md["name"]) is not None:
                 raise already_exists(rt.plural, rt.group, md["name"])
