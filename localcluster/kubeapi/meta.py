@@ -2,7 +2,8 @@
 
 - ``rfc3339(t)`` formats timestamps as the API server does (seconds, ``Z``).
 - ``metadata_errors(rt, obj)``: name (or generateName) present and a DNS subdomain (a DNS label for
-  namespaces), label keys and values well formed.
+  namespaces, a path segment for RBAC kinds: ``system:basic-user`` is valid), label keys and values
+  well formed.
 - ``defaults(rt, obj)``: what the real API server sets on create (pod phase Pending and container
   defaults, PVC/PV phase Pending and volumeMode, namespace phase Active, secret type Opaque and
   ``stringData`` folded into base64 ``data``).
