@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from localcluster.kubeapi.rbac import request_attributes
+from localcluster.kubeapi.requestinfo import request_attributes
 from localcluster.kubeapi.testing import serve
 
 RBAC = "rbac.authorization.k8s.io"

@@ -16,6 +16,9 @@ members of ``system:masters``, who may grant anything):
 - An update that only changes ownerReferences or finalizers is always allowed (the garbage
   collector's writes).
 
+The comparison is component-helpers' policy comparator: each rule broken down to one verb, group,
+resource and name (or URL), every piece covered by one rule the user holds (``*``, ``*/sub``).
+
 A refusal is 403: ``roles.rbac.authorization.k8s.io "r" is forbidden: user "u" (groups=["g"]) is
 attempting to grant RBAC permissions not currently held:`` and one line per missing rule
 (``{APIGroups:[""], Resources:["pods"], Verbs:["list"]}``), as ``ConfirmNoEscalation`` writes it.
@@ -24,22 +27,122 @@ attempting to grant RBAC permissions not currently held:`` and one line per miss
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from localcluster.kubeapi.errors import ApiError, not_found
-from localcluster.kubeapi.rbac import (
-    GROUP,
-    MASTERS,
-    Attributes,
-    Authorizer,
-    escalation_message,
-    forbidden_error,
-    uncovered,
-)
+from localcluster.kubeapi.rbac import GROUP, MASTERS, Attributes, Authorizer, aggregate, forbidden_error
 from localcluster.kubeapi.resources import Obj, ResourceType
 
 FULL_AUTHORITY = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}, {"verbs": ["*"], "nonResourceURLs": ["*"]}]
+
+
+# ---- policy comparator (component-helpers/auth/rbac/validation/policy_comparator.go) ---------------
+
+
+def breakdown(rule: Obj) -> list[Obj]:
+    """A rule as rules of one verb, one group, one resource and at most one name (or one URL)."""
+    out: list[Obj] = []
+    verbs = rule.get("verbs") or []
+    for group in rule.get("apiGroups") or []:
+        for resource in rule.get("resources") or []:
+            for verb in verbs:
+                names = rule.get("resourceNames") or []
+                if names:
+                    out += [
+                        {"apiGroups": [group], "resources": [resource], "verbs": [verb], "resourceNames": [n]}
+                        for n in names
+                    ]
+                else:
+                    out.append({"apiGroups": [group], "resources": [resource], "verbs": [verb]})
+    for url in rule.get("nonResourceURLs") or []:
+        out += [{"nonResourceURLs": [url], "verbs": [verb]} for verb in verbs]
+    return out
+
+
+def _resources_cover(owned: list[str], wanted: list[str]) -> bool:
+    if "*" in owned or set(wanted) <= set(owned):
+        return True
+    for path in wanted:
+        if path in owned:
+            continue
+        if "/" not in path or "*/" + path.split("/", 1)[1] not in owned:
+            return False
+    return True
+
+
+def _urls_cover(owned: list[str], wanted: list[str]) -> bool:
+    return all(any(o == w or (o.endswith("*") and w.startswith(o.rstrip("*"))) for o in owned) for w in wanted)
+
+
+def _rule_covers(owner: Obj, sub: Obj) -> bool:
+    verbs, groups = owner.get("verbs") or [], owner.get("apiGroups") or []
+    names, sub_names = owner.get("resourceNames") or [], sub.get("resourceNames") or []
+    return (
+        ("*" in verbs or set(sub.get("verbs") or []) <= set(verbs))
+        and ("*" in groups or set(sub.get("apiGroups") or []) <= set(groups))
+        and _resources_cover(owner.get("resources") or [], sub.get("resources") or [])
+        and (not names if not sub_names else (not names or set(sub_names) <= set(names)))
+        and _urls_cover(owner.get("nonResourceURLs") or [], sub.get("nonResourceURLs") or [])
+    )
+
+
+def uncovered(owner_rules: Sequence[Obj], rules: Sequence[Obj]) -> list[Obj]:
+    """The broken-down rules of ``rules`` that no rule of ``owner_rules`` covers (empty: covered)."""
+    return [sub for rule in rules for sub in breakdown(rule) if not any(_rule_covers(o, sub) for o in owner_rules)]
+
+
+def compact(rules: Sequence[Obj]) -> list[Obj]:
+    """CompactRules: simple rules (one group, one resource, at most one name) merged across verbs."""
+    out: list[Obj] = []
+    simple: dict[tuple, Obj] = {}
+    for rule in rules:
+        names = rule.get("resourceNames") or []
+        keys = set(rule) - {"apiGroups", "resources", "verbs", "resourceNames"}
+        groups, resources = rule.get("apiGroups") or [], rule.get("resources") or []
+        if len(names) > 1 or rule.get("nonResourceURLs") or keys or len(groups) != 1 or len(resources) != 1:
+            out.append(rule)
+            continue
+        key = (groups[0], resources[0], tuple(names))
+        if key in simple:
+            simple[key]["verbs"] += [v for v in rule.get("verbs") or [] if v not in simple[key]["verbs"]]
+        else:
+            simple[key] = {**rule, "verbs": list(rule.get("verbs") or [])}
+    return out + list(simple.values())
+
+
+def _go_list(values: Sequence[str]) -> str:
+    return "[" + " ".join(json.dumps(v) for v in values) + "]"
+
+
+def compact_string(rule: Obj) -> str:
+    """rbacv1helpers.CompactString: ``{APIGroups:["g"], Resources:["r"], Verbs:["get" "list"]}``."""
+    parts = [
+        f"{label}:{_go_list(rule[key])}"
+        for label, key in (
+            ("APIGroups", "apiGroups"),
+            ("Resources", "resources"),
+            ("NonResourceURLs", "nonResourceURLs"),
+            ("ResourceNames", "resourceNames"),
+            ("Verbs", "verbs"),
+        )
+        if rule.get(key)
+    ]
+    return "{" + ", ".join(parts) + "}"
+
+
+def escalation_message(user: Mapping[str, Any], missing: Sequence[Obj], errors: Sequence[str]) -> str:
+    """ConfirmNoEscalation's error text for the rules ``missing``."""
+    lines = sorted({compact_string(r) for r in compact(missing)})
+    groups = _go_list(list(user.get("groups") or []))
+    msg = (
+        f"user {json.dumps(user.get('username', ''))} (groups={groups}) is attempting to grant RBAC permissions"
+        " not currently held:\n" + "\n".join(lines)
+    )
+    if errors:
+        msg += f"; resolution errors: [{aggregate(errors)}]"
+    return msg
 
 
 def _only_gc_fields(new: Obj, old: Obj | None) -> bool:
