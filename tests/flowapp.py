@@ -1,6 +1,8 @@
 """Shared set-up of the flow tests: a demo application on the local cluster with a repository.
 
-``deploy_app`` creates a namespace with a ``mover`` ServiceAccount, Block PVCs labelled ``app=demo``,
+``deploy_app`` creates a namespace with the shipped mover identity (configs/rbac/mover.yaml applied
+for it: ServiceAccount ``cbt-mover``, its Role and RoleBinding, a subject in the ClusterRoleBinding),
+Block PVCs labelled ``app=demo``,
 the demo app pod writing to them (freeze/thaw through ``HOOKS``), a moto bucket with an initialised
 repository and the ``repo`` Secret the mover pods read. The flows read the repository themselves
 with the worker's environment, so the AWS_* variables are set through ``setenv``.
@@ -16,6 +18,7 @@ from kubernetes import client
 
 from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
 from movers.kube import apply as k
 from movers.kube import manifests as m
 
@@ -34,7 +37,7 @@ def deploy_app(cluster, setenv: Callable[[str, str], None], ns: str, bucket: str
     api = cluster.client
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
-    core.create_namespaced_service_account(ns, {"metadata": {"name": "mover"}})
+    apply_mover_rbac(cluster, [ns])
     for pvc in pvcs:
         k.create(api, m.block_pvc(pvc, ns, size, None, {"app": "demo"}))
     if app_pod:
@@ -56,7 +59,7 @@ def deploy_app(cluster, setenv: Callable[[str, str], None], ns: str, bucket: str
 def backup_params(cluster, repo: str, ns: str, **overrides) -> dict:
     """The ``backup_app`` parameters used by the tests (hooks of the demo app, 2 in parallel)."""
     return {"namespace": ns, "selector": SEL, "repo": repo, "repo_secret": "repo", "hooks": HOOKS,
-            "image": "cbt-mover", "service_account": "mover", "parallelism": 2,
+            "image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT, "parallelism": 2,
             "kubeconfig": str(cluster.kubeconfig), **overrides}  # fmt: skip
 
 

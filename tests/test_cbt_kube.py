@@ -65,6 +65,9 @@ def cluster(tmp_path):
         kube.core.create_namespace({"metadata": {"name": NS}})
         kube.core.create_namespace({"metadata": {"name": "backup"}})
         kube.core.create_namespaced_service_account("backup", {"metadata": {"name": "mover"}})
+        # what the metadata server's SubjectAccessReview checks for the mover's token
+        kube.grant(NS, "backup/mover", [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"],
+                                         "verbs": ["get"]}])  # fmt: skip
         base_img, target_img = tmp_path / "base.img", tmp_path / "target.img"
         make_image(base_img, 16 * MiB, seed=31)
         shutil.copy(base_img, target_img)

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from localcluster.kubelet.testing import wait_until
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT
 from movers.kube import apply as k
 from movers.kube import snapshots
 from tests.flowapp import HOOKS, SEL, any_run_objects, app_states, backup_params, deploy_app
@@ -190,7 +191,8 @@ def test_mover_pod_killed_half_way_is_retried_and_reuses_the_upload(local_cluste
     policy.write_text(yaml.safe_dump({
         "name": "killed", "namespace": ns, "pvc_selector": SEL,
         "repository": {"url": app["repo"], "credentials_secret": "repo"},
-        "mover": {"image": "cbt-mover", "service_account": "mover", "progress_interval": 0.2}}))  # fmt: skip
+        "mover": {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT,
+                  "progress_interval": 0.2}}))  # fmt: skip
     killer = threading.Thread(target=kill_half_way, daemon=True)
     killer.start()
     try:
@@ -232,7 +234,7 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
     policy.write_text(yaml.safe_dump({
         "name": "shop", "namespace": ns, "pvc_selector": SEL, "hooks": HOOKS, "parallelism": 1,
         "repository": {"url": app["repo"], "credentials_secret": "repo"},
-        "mover": {"image": "cbt-mover", "service_account": "mover"},
+        "mover": {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT},
         "retention": {"keep_last": 1, "keep_daily": 0, "keep_weekly": 0, "keep_monthly": 0}}))  # fmt: skip
     from flows.backup import backup_app
 

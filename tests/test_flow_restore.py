@@ -14,6 +14,7 @@ from kubernetes import client
 
 from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, pod_manifest, wait_pod, wait_until
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
 from movers.errors import NotFoundError
 from movers.kube import apply as k
 from movers.kube import manifests as m
@@ -22,7 +23,7 @@ from movers.kube.restore import RestoreRefused
 from tests.flowapp import APP, HOOKS, SEL
 
 SRC = "shop"
-MOVER = {"image": "cbt-mover", "service_account": "mover", "repo_secret": "repo"}
+MOVER = {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT, "repo_secret": "repo"}
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +56,15 @@ def backed_up(local_cluster, harness):
         wait_pod(core, "app", phase_in("Running"), namespace=SRC, timeout=30)
         wait_until(lambda: core.read_namespaced_pod_log("app", SRC).count("write seq=") >= 5, 30, "app writes")
         app = backup_app(namespace=SRC, selector=SEL, repo=repo, repo_secret="repo", hooks=HOOKS, image="cbt-mover",
-                         service_account="mover", parallelism=3, kubeconfig=str(cluster.kubeconfig))  # fmt: skip
+                         service_account=MOVER_SERVICE_ACCOUNT, parallelism=3,
+                         kubeconfig=str(cluster.kubeconfig))  # fmt: skip
         yield {"repo": repo, "app": app, "backups": {r["volume"].split("/")[1]: r["backup_id"] for r in app["volumes"]}}
 
 
 def _namespace(cluster, name, repo, secret=None):
     core = client.CoreV1Api(cluster.client)
     core.create_namespace({"metadata": {"name": name}})
-    core.create_namespaced_service_account(name, {"metadata": {"name": "mover"}})
+    apply_mover_rbac(cluster, [name])
     data = secret or {**cluster.s3.env, "CBT_MOVER_REPO": repo}
     core.create_namespaced_secret(name, {"metadata": {"name": "repo"}, "stringData": data})
 

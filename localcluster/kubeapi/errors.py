@@ -29,7 +29,7 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
-        if self.details:
+        if self.details is not None:  # upstream writes "details": {} too (Forbidden, unknown paths)
             out["details"] = self.details
         return out
 

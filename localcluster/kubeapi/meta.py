@@ -2,7 +2,8 @@
 
 - ``rfc3339(t)`` formats timestamps as the API server does (seconds, ``Z``).
 - ``metadata_errors(rt, obj)``: name (or generateName) present and a DNS subdomain (a DNS label for
-  namespaces), label keys and values well formed.
+  namespaces, a path segment for RBAC kinds: ``system:basic-user`` is valid), label keys and values
+  well formed.
 - ``defaults(rt, obj)``: what the real API server sets on create (pod phase Pending and container
   defaults, PVC/PV phase Pending and volumeMode, namespace phase Active, secret type Opaque and
   ``stringData`` folded into base64 ``data``).
@@ -42,7 +43,9 @@ def metadata_errors(rt: ResourceType, obj: Obj) -> list[tuple[str, str]]:
     if not name and not meta.get("generateName"):
         out.append(("metadata.name", "Required value: name or generateName is required"))
     elif name:
-        if rt.key in _LABEL_NAMED:
+        if rt.group == "rbac.authorization.k8s.io":  # RBAC names are path segments ("system:masters")
+            out += [("metadata.name", f'Invalid value: "{name}": {msg}') for msg in path_segment_errors(name)]
+        elif rt.key in _LABEL_NAMED:
             if not _LABEL.match(name) or len(name) > 63:
                 out.append(("metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of'
                                              " lower case alphanumeric characters or '-'"))  # fmt: skip
@@ -59,6 +62,13 @@ def metadata_errors(rt: ResourceType, obj: Obj) -> list[tuple[str, str]]:
         if not isinstance(value, str):
             out.append((f"metadata.annotations[{key}]", "Invalid value: annotation values must be strings"))
     return out
+
+
+def path_segment_errors(name: str) -> list[str]:
+    """path.IsValidPathSegmentName."""
+    if name in (".", ".."):
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
 
 
 def defaults(rt: ResourceType, obj: Obj) -> None:

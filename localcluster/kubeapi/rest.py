@@ -11,7 +11,10 @@ stored in the storage version. What it does like the real server:
 - no-op updates change nothing (no new resourceVersion, no event);
 - deletion and garbage collection (``deletion.py``); no new finalizers once ``deletionTimestamp``
   is set, and the object goes when an update removes the last finalizer;
-- validation (422): metadata and built-in-kind rules (``meta.py``), CRD schemas (``schema.py``);
+- validation (422): metadata and built-in-kind rules (``meta.py``), RBAC kinds (``rbac_objects.py``,
+  which also defaults them), CRD schemas (``schema.py``);
+- admission before validation: pods naming a missing ServiceAccount (``serviceaccount_admission.py``),
+  and the caller's ``admit(obj, old)`` callback (the server's RBAC escalation checks);
 - dryRun=All: everything but the write.
 Subresources other than status (tokens, reviews, binding) are in ``authn.py`` and ``Rest.bind``.
 """
@@ -24,13 +27,17 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from localcluster.kubeapi import meta, patching
+from localcluster.kubeapi import meta, patching, rbac_objects, serviceaccount_admission
 from localcluster.kubeapi.deletion import DeletionMixin
 from localcluster.kubeapi.errors import already_exists, bad_request, conflict, forbidden, invalid, not_found
 from localcluster.kubeapi.resources import Obj, Registry, ResourceType
 from localcluster.kubeapi.schema import SchemaValidator
 from localcluster.kubeapi.selectors import parse_field_selector, parse_label_selector
 from localcluster.kubeapi.store import Store
+
+Admit = Callable[[Obj, "Obj | None"], None]
+"""A check of the request's object (and the stored one on update) before validation: raises ApiError
+(the server's RBAC escalation checks, which need the requesting user)."""
 
 _SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
                 "generation", "selfLink", "managedFields")  # fmt: skip
@@ -60,7 +67,7 @@ class Rest(DeletionMixin):
         return self._validators[key]
 
     def validate(self, rt: ResourceType, version: str, obj: Obj, old: Obj | None) -> None:
-        causes = meta.metadata_errors(rt, obj) + meta.kind_errors(rt, obj, old)
+        causes = meta.metadata_errors(rt, obj) + meta.kind_errors(rt, obj, old) + rbac_objects.errors(rt, obj, old)
         validator = self._validator(rt, version)
         if validator is not None and not causes:
             causes = validator.errors(obj, old)
@@ -138,7 +145,15 @@ class Rest(DeletionMixin):
             raise forbidden(f"{rt.plural} is forbidden: unable to create new content in namespace {namespace}"
                             " because it is being terminated")  # fmt: skip
 
-    def create(self, rt: ResourceType, version: str, namespace: str, body: Any, dry_run: bool = False) -> Obj:
+    def create(
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str,
+        body: Any,
+        dry_run: bool = False,
+        admit: Admit | None = None,
+    ) -> Obj:
         obj = self._check_body(rt, version, body, namespace)
         md = obj["metadata"]
         if md.get("resourceVersion"):
@@ -148,8 +163,12 @@ class Rest(DeletionMixin):
         if rt.crd and rt.has_status:
             obj.pop("status", None)
         meta.defaults(rt, obj)
+        rbac_objects.defaults(rt, obj)
         with self.store.lock:
             self._check_namespace(rt, namespace)
+            serviceaccount_admission.admit(self.store, self.registry, rt, obj, namespace)
+            if admit is not None:
+                admit(obj, None)
             if not md.get("name") and md.get("generateName"):
                 for _ in range(100):
                     name = md["generateName"] + "".join(random.choices(_NAME_CHARS, k=5))
@@ -178,7 +197,7 @@ class Rest(DeletionMixin):
 
     def update(
         self, rt: ResourceType, version: str, namespace: str, name: str, body: Any, subresource: str | None = None,
-        dry_run: bool = False,
+        dry_run: bool = False, admit: Admit | None = None,
     ) -> Obj:  # fmt: skip
         obj = self._check_body(rt, version, body, namespace)
         if obj["metadata"].get("name") not in (None, name):
@@ -189,11 +208,11 @@ class Rest(DeletionMixin):
             old = self.store.find(rt, namespace, name)
             if old is None:
                 raise not_found(rt.plural, rt.group, name)
-            return self._update(rt, version, old, obj, subresource, dry_run)
+            return self._update(rt, version, old, obj, subresource, dry_run, admit)
 
     def patch(
         self, rt: ResourceType, version: str, namespace: str, name: str, content_type: str, body: Any,
-        subresource: str | None = None, dry_run: bool = False,
+        subresource: str | None = None, dry_run: bool = False, admit: Admit | None = None,
     ) -> Obj:  # fmt: skip
         with self.store.lock:
             old = self.store.find(rt, namespace, name)
@@ -207,9 +226,18 @@ class Rest(DeletionMixin):
             if pmeta.get("name", name) != name:
                 raise bad_request("the patch may not change the name")
             obj = self._check_body(rt, version, patched, namespace)
-            return self._update(rt, version, old, obj, subresource, dry_run)
+            return self._update(rt, version, old, obj, subresource, dry_run, admit)
 
-    def _update(self, rt: ResourceType, version: str, old: Obj, obj: Obj, sub: str | None, dry_run: bool) -> Obj:
+    def _update(
+        self,
+        rt: ResourceType,
+        version: str,
+        old: Obj,
+        obj: Obj,
+        sub: str | None,
+        dry_run: bool,
+        admit: Admit | None = None,
+    ) -> Obj:
         """Caller holds the lock; ``old`` is stored (storage version), ``obj`` in ``version``."""
         md, old_md = obj["metadata"], old["metadata"]
         name = old_md["name"]
@@ -228,6 +256,7 @@ class Rest(DeletionMixin):
                 new.pop("status", None)
         else:
             new = obj
+            rbac_objects.defaults(rt, new)
             if rt.key == ("", "secrets"):
                 meta.fold_string_data(new)
             if rt.has_status:
@@ -250,6 +279,8 @@ class Rest(DeletionMixin):
                                                              f" new finalizers {sorted(added)}")])  # fmt: skip
             if _spec_of(new, rt) != _spec_of(old_v, rt):
                 nmd["generation"] = int(old_md.get("generation") or 1) + 1
+        if admit is not None:
+            admit(new, old_v)
         if _same(new, old_v):
             return old_v  # a no-op: no new resourceVersion, no event
         self.validate(rt, version, new, old_v)
