@@ -195,8 +195,9 @@ def run() -> None:
         from flows.backup import backup_app
         from flows.maintenance import maintain_repo
         from flows.restore import restore_app
+        from localcluster.shipped_rbac import controller_kubeconfig
 
-        kubeconfig = str(cluster.kubeconfig)
+        kubeconfig = str(controller_kubeconfig(cluster))  # the flows run as the shipped controller identity
         _say(f"backup 1 of {policy.namespace} from {POLICY.relative_to(REPO_ROOT)} (full)")
         full = backup_app(policy_path=str(POLICY), kubeconfig=kubeconfig)
         seen = _writes(cluster, policy.namespace)

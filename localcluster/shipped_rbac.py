@@ -75,3 +75,18 @@ def apply_mover_rbac(cluster, namespaces: Iterable[str]) -> list[str]:
     objs = mover_objects(covered)
     cluster.apply([o for o in objs if o["metadata"].get("namespace") in (None, *namespaces)])
     return covered
+
+
+CONTROLLER_NAMESPACE = "cbt-mover-system"
+CONTROLLER_SERVICE_ACCOUNT = "cbt-mover-controller"
+REPO_SECRET = "cbt-mover-repo"  # the only Secret name configs/rbac/controller.yaml lets the flows read
+
+
+def controller_kubeconfig(cluster) -> Path:
+    """The kubeconfig the flows run with: configs/rbac/controller.yaml applied unchanged (as the admin, once
+    per cluster) and a token of its ServiceAccount ``cbt-mover-system/cbt-mover-controller``."""
+    path = cluster.workdir / f"kubeconfig-{CONTROLLER_NAMESPACE}-{CONTROLLER_SERVICE_ACCOUNT}"
+    if not path.exists():
+        cluster.apply(CONTROLLER_YAML)
+        cluster.kubeconfig_for(CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT, path)
+    return path
