@@ -11,7 +11,11 @@ stored in the storage version. What it does like the real server:
 - no-op updates change nothing (no new resourceVersion, no event);
 - deletion and garbage collection (``deletion.py``); no new finalizers once ``deletionTimestamp``
   is set, and the object goes when an update removes the last finalizer;
-- validation (422): metadata and built-in-kind rules (``meta.py``), CRD schemas (``schema.py``);
+- decoding and admission: scheme defaults (``meta.py``), quantities parsed and stored in their
+  canonical form (``validation.decode``; 400 on create/update, 422 on patch, as upstream),
+  NamespaceLifecycle (404/403), validation of every kind (422: ``validation.py`` for built-in
+  kinds and every kind's ObjectMeta, ``schema.py`` for CRD schemas) after defaulting and after a
+  patch is applied, before anything is stored;
 - dryRun=All: everything but the write.
 Subresources other than status (tokens, reviews, binding) are in ``authn.py`` and ``Rest.bind``.
 """
@@ -19,14 +23,15 @@ Subresources other than status (tokens, reviews, binding) are in ``authn.py`` an
 from __future__ import annotations
 
 import copy
+import json
 import random
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from localcluster.kubeapi import meta, patching
+from localcluster.kubeapi import fields, meta, patching, validation
 from localcluster.kubeapi.deletion import DeletionMixin
-from localcluster.kubeapi.errors import already_exists, bad_request, conflict, forbidden, invalid, not_found
+from localcluster.kubeapi.errors import already_exists, bad_request, conflict, invalid, not_found
 from localcluster.kubeapi.resources import Obj, Registry, ResourceType
 from localcluster.kubeapi.schema import SchemaValidator
 from localcluster.kubeapi.selectors import parse_field_selector, parse_label_selector
@@ -59,11 +64,11 @@ class Rest(DeletionMixin):
             self._validators[key] = SchemaValidator(schema) if schema else None
         return self._validators[key]
 
-    def validate(self, rt: ResourceType, version: str, obj: Obj, old: Obj | None) -> None:
-        causes = meta.metadata_errors(rt, obj) + meta.kind_errors(rt, obj, old)
+    def validate(self, rt: ResourceType, version: str, obj: Obj, old: Obj | None, sub: str | None = None) -> None:
+        causes: list = list(validation.validate(rt, obj, old, sub))
         validator = self._validator(rt, version)
-        if validator is not None and not causes:
-            causes = validator.errors(obj, old)
+        if validator is not None:
+            causes += validator.errors(obj, old)
         if causes:
             name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName", "")
             raise invalid(rt.kind, rt.group, name, causes)
@@ -102,7 +107,9 @@ class Rest(DeletionMixin):
 
     # ---- writes --------------------------------------------------------------------------------
 
-    def _check_body(self, rt: ResourceType, version: str, body: Any, namespace: str) -> Obj:
+    def _check_body(self, rt: ResourceType, version: str, body: Any, namespace: str, patch: Any = None) -> Obj:
+        """The body decoded as the server does: kind and version checked, scheme defaults set,
+        quantities canonical. ``patch`` (the patch, on a patch request) makes a decoding error a 422."""
         if not isinstance(body, dict):
             raise bad_request("the body of the request must be a JSON object")
         obj = copy.deepcopy(body)
@@ -125,18 +132,22 @@ class Rest(DeletionMixin):
             md["namespace"] = namespace
         else:
             md.pop("namespace", None)
+        if not rt.crd:
+            meta.defaults(rt, obj)
+            try:
+                validation.decode(rt, obj)
+            except validation.DecodeError as err:
+                if patch is None:
+                    raise bad_request(
+                        f'{rt.kind} in version "{version}" cannot be handled as a {rt.kind}: {err}'
+                    ) from None
+                raise invalid("", "", "", [fields.invalid("patch", _patch_text(patch), str(err))]) from None
         return obj
 
-    def _check_namespace(self, rt: ResourceType, namespace: str) -> None:
-        if not rt.namespaced:
-            return
-        ns_type = self.registry.get("", "namespaces")
-        ns = self.store.find(ns_type, "", namespace)
-        if ns is None:
-            raise not_found("namespaces", "", namespace)
-        if ns["metadata"].get("deletionTimestamp"):
-            raise forbidden(f"{rt.plural} is forbidden: unable to create new content in namespace {namespace}"
-                            " because it is being terminated")  # fmt: skip
+    def _check_namespace(self, rt: ResourceType, namespace: str, md: Obj) -> None:
+        if rt.namespaced:
+            ns = self.store.find(self.registry.get("", "namespaces"), "", namespace)
+            validation.namespace_lifecycle(rt, namespace, md.get("name") or md.get("generateName") or "", ns)
 
     def create(self, rt: ResourceType, version: str, namespace: str, body: Any, dry_run: bool = False) -> Obj:
         obj = self._check_body(rt, version, body, namespace)
@@ -147,9 +158,9 @@ class Rest(DeletionMixin):
             md.pop(key, None)
         if rt.crd and rt.has_status:
             obj.pop("status", None)
-        meta.defaults(rt, obj)
+        meta.prepare_for_create(rt, obj)
         with self.store.lock:
-            self._check_namespace(rt, namespace)
+            self._check_namespace(rt, namespace, md)
             if not md.get("name") and md.get("generateName"):
                 for _ in range(100):
                     name = md["generateName"] + "".join(random.choices(_NAME_CHARS, k=5))
@@ -189,6 +200,10 @@ class Rest(DeletionMixin):
             old = self.store.find(rt, namespace, name)
             if old is None:
                 raise not_found(rt.plural, rt.group, name)
+            uid = obj["metadata"].get("uid")
+            if uid and uid != old["metadata"].get("uid"):  # the body's UID is a precondition of a PUT
+                why = f"Precondition failed: UID in precondition: {uid}, UID in object meta: {old['metadata']['uid']}"
+                raise conflict(rt.plural, rt.group, name, why)
             return self._update(rt, version, old, obj, subresource, dry_run)
 
     def patch(
@@ -206,7 +221,7 @@ class Rest(DeletionMixin):
             pmeta = patched.setdefault("metadata", {})
             if pmeta.get("name", name) != name:
                 raise bad_request("the patch may not change the name")
-            obj = self._check_body(rt, version, patched, namespace)
+            obj = self._check_body(rt, version, patched, namespace, patch=body)
             return self._update(rt, version, old, obj, subresource, dry_run)
 
     def _update(self, rt: ResourceType, version: str, old: Obj, obj: Obj, sub: str | None, dry_run: bool) -> Obj:
@@ -217,8 +232,8 @@ class Rest(DeletionMixin):
         if rv and rv != old_md["resourceVersion"]:
             raise conflict(rt.plural, rt.group, name)
         if not rv and rt.crd:  # custom resources allow no unconditional update
-            raise invalid(rt.kind, rt.group, name, [("metadata.resourceVersion", "Invalid value: 0x0: must be"
-                                                     " specified for an update")])  # fmt: skip
+            cause = fields.invalid("metadata.resourceVersion", 0, "must be specified for an update")
+            raise invalid(rt.kind, rt.group, name, [cause])
         old_v = self.to_version(rt, old, version)
         if sub == "status":
             new = copy.deepcopy(old_v)
@@ -228,31 +243,26 @@ class Rest(DeletionMixin):
                 new.pop("status", None)
         else:
             new = obj
-            if rt.key == ("", "secrets"):
-                meta.fold_string_data(new)
             if rt.has_status:
                 if "status" in old_v:
                     new["status"] = copy.deepcopy(old_v["status"])
                 else:
                     new.pop("status", None)
             nmd = new["metadata"]
+            uid = nmd.get("uid")  # a changed UID is refused by validation (a PUT's is a precondition)
             for key in _SERVER_META:
                 nmd.pop(key, None)
                 if key in old_md:
                     nmd[key] = copy.deepcopy(old_md[key])
+            if uid:
+                nmd["uid"] = uid
             if rt.namespaced:
                 nmd["namespace"] = old_md["namespace"]
-            if old_md.get("deletionTimestamp"):
-                added = set(nmd.get("finalizers") or []) - set(old_md.get("finalizers") or [])
-                if added:
-                    raise invalid(rt.kind, rt.group, name, [("metadata.finalizers", "Forbidden: no new finalizers"
-                                                             " can be added if the object is being deleted, found"
-                                                             f" new finalizers {sorted(added)}")])  # fmt: skip
             if _spec_of(new, rt) != _spec_of(old_v, rt):
                 nmd["generation"] = int(old_md.get("generation") or 1) + 1
         if _same(new, old_v):
             return old_v  # a no-op: no new resourceVersion, no event
-        self.validate(rt, version, new, old_v)
+        self.validate(rt, version, new, old_v, sub)
         if dry_run:
             return new
         new["metadata"]["resourceVersion"] = old_md["resourceVersion"]
@@ -281,6 +291,11 @@ class Rest(DeletionMixin):
             pod["spec"]["nodeName"] = node
             self.store.replace(pods, pod)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+def _patch_text(patch: Any) -> str:
+    """The patch as the server prints it in a decoding error (Go's ``%+v`` of a map is close enough)."""
+    return patch if isinstance(patch, str) else json.dumps(patch, separators=(",", ":"))
 
 
 def _spec_of(obj: Obj, rt: ResourceType) -> Obj:

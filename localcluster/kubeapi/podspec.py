@@ -1,0 +1,1186 @@
+"""Pod validation as kube-apiserver does it (``pkg/apis/core/validation``), for the fields a pod of the
+local cluster or the product can carry.
+
+- ``pod_create(pod)`` / ``pod_update(pod, old)`` / ``pod_status_update(pod, old)``: ``ValidatePodCreate``,
+  ``ValidatePodUpdate`` (the spec is immutable except images, ``activeDeadlineSeconds`` (only
+  lowered), added tolerations and removed scheduling gates) and ``ValidatePodStatusUpdate``;
+- ``pod_spec(spec, pod_name, path)``: ``ValidatePodSpec`` — volumes (unique DNS-label names, exactly
+  one source, the common sources' own rules), containers and init containers (unique DNS-label
+  names, image, ports, env, mounts naming volumes, devices only from PVC or ephemeral volumes,
+  resources with requests <= limits, security context), restart/DNS policy, node selector,
+  affinity, tolerations, service account and node names, active deadline;
+- ``node_selector(selector, path)`` and ``resources(reqs, path)``, shared with PersistentVolumes
+  and the other kinds.
+Sources and fields the local cluster never uses (iSCSI, RBD, Windows options, ...) are counted as
+volume types but not checked further.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from localcluster.kubeapi import fields as f
+from localcluster.kubeapi import quantity as q
+from localcluster.kubeapi.fields import FieldError
+
+_SOURCES = (  # (JSON key, the name upstream's "more than 1 volume type" error uses), in upstream's order
+    ("emptyDir", "emptyDir"),
+    ("hostPath", "hostPath"),
+    ("gitRepo", "gitRepo"),
+    ("gcePersistentDisk", "gcePersistentDisk"),
+    ("awsElasticBlockStore", "awsElasticBlockStore"),
+    ("secret", "secret"),
+    ("nfs", "nfs"),
+    ("iscsi", "iscsi"),
+    ("glusterfs", "glusterfs"),
+    ("flocker", "flocker"),
+    ("persistentVolumeClaim", "persistentVolumeClaim"),
+    ("rbd", "rbd"),
+    ("cinder", "cinder"),
+    ("cephfs", "cephFS"),
+    ("quobyte", "quobyte"),
+    ("downwardAPI", "downwarAPI"),
+    ("fc", "fc"),
+    ("flexVolume", "flexVolume"),
+    ("configMap", "configMap"),
+    ("azureFile", "azureFile"),
+    ("vsphereVolume", "vsphereVolume"),
+    ("photonPersistentDisk", "photonPersistentDisk"),
+    ("portworxVolume", "portworxVolume"),
+    ("azureDisk", "azureDisk"),
+    ("storageos", "storageos"),
+    ("projected", "projected"),
+    ("scaleIO", "scaleIO"),
+    ("csi", "csi"),
+    ("ephemeral", "ephemeral"),
+    ("image", "image"),
+)
+_HOST_PATH_TYPES = ["", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", "FileOrCreate", "Socket"]
+_FILE_MODE = "must be a number between 0 and 0777 (octal), both inclusive"
+_PROTOCOLS = ["SCTP", "TCP", "UDP"]
+_PULL_POLICIES = ["Always", "IfNotPresent", "Never"]
+_TAINT_EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
+_UPDATABLE = (
+    "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
+    "`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds`"
+    " (allow it to be set to 1 if it was previously negative)"
+)
+_CONTAINER_RESOURCES = {"cpu", "memory", "ephemeral-storage"}
+_STANDARD_RESOURCES = _CONTAINER_RESOURCES | {
+    "storage",
+    "pods",
+    "services",
+    "replicationcontrollers",
+    "resourcequotas",
+    "secrets",
+    "configmaps",
+    "persistentvolumeclaims",
+    "services.nodeports",
+    "services.loadbalancers",
+    "requests.cpu",
+    "requests.memory",
+    "requests.ephemeral-storage",
+    "requests.storage",
+    "limits.cpu",
+    "limits.memory",
+    "limits.ephemeral-storage",
+}
+_INTEGER_RESOURCES = {
+    "pods",
+    "services",
+    "replicationcontrollers",
+    "resourcequotas",
+    "secrets",
+    "configmaps",
+    "persistentvolumeclaims",
+    "services.nodeports",
+    "services.loadbalancers",
+}
+_MAX_INT32 = 2**31 - 1
+
+
+# ---- the pod ---------------------------------------------------------------------------------------
+
+
+def pod_create(pod: dict) -> list[FieldError]:
+    spec = _m(pod.get("spec"))
+    out = _metadata_and_spec(pod)
+    if spec.get("ephemeralContainers"):
+        out.append(f.forbidden("spec.ephemeralContainers", "cannot be set on create"))
+    if spec.get("nodeName") and spec.get("schedulingGates"):
+        out.append(f.forbidden("spec.nodeName", "cannot be set until all schedulingGates have been cleared"))
+    return out
+
+
+def pod_update(pod: dict, old: dict) -> list[FieldError]:
+    spec, old_spec = _m(pod.get("spec")), _m(old.get("spec"))
+    out = f.object_meta_update(_m(pod.get("metadata")), _m(old.get("metadata")), True) + _metadata_and_spec(pod)
+    for kind in ("containers", "initContainers"):
+        new_c, old_c = _l(spec.get(kind)), _l(old_spec.get(kind))
+        if len(new_c) != len(old_c):
+            return out + [f.forbidden(f"spec.{kind}", "pod updates may not add or remove containers")]
+        for i, c in enumerate(new_c):
+            image = _s(_m(c).get("image"))
+            if not image:
+                out.append(f.required(f"spec.{kind}[{i}].image"))
+            if image != image.strip():
+                out.append(f.invalid(f"spec.{kind}[{i}].image", image, "must not have leading or trailing whitespace"))
+    deadline, old_deadline = spec.get("activeDeadlineSeconds"), old_spec.get("activeDeadlineSeconds")
+    if isinstance(deadline, int):
+        if deadline < 0 or deadline > _MAX_INT32:
+            return out + [
+                f.invalid("spec.activeDeadlineSeconds", deadline, f"must be between 0 and {_MAX_INT32}, inclusive")
+            ]
+        if isinstance(old_deadline, int) and old_deadline < deadline:
+            return out + [
+                f.invalid("spec.activeDeadlineSeconds", deadline, "must be less than or equal to previous value")
+            ]
+    elif isinstance(old_deadline, int):
+        out.append(
+            f.invalid("spec.activeDeadlineSeconds", None, "must not update from a positive integer to nil value")
+        )
+    out += _only_added_tolerations(_l(spec.get("tolerations")), _l(old_spec.get("tolerations")))
+    munged = copy.deepcopy(dict(spec))
+    for kind in ("containers", "initContainers"):
+        for c, old_c in zip(_l(munged.get(kind)), _l(old_spec.get(kind)), strict=False):
+            if isinstance(c, dict):
+                c["image"] = _m(old_c).get("image")
+    for name in ("activeDeadlineSeconds", "schedulingGates", "tolerations"):
+        munged.pop(name, None)
+        if name in old_spec:
+            munged[name] = copy.deepcopy(old_spec[name])
+    grace = munged.get("terminationGracePeriodSeconds")
+    if (
+        isinstance(old_spec.get("terminationGracePeriodSeconds"), int)
+        and old_spec["terminationGracePeriodSeconds"] < 0
+        and grace == 1
+    ):
+        munged["terminationGracePeriodSeconds"] = old_spec["terminationGracePeriodSeconds"]
+    if _unset_empty(munged) != _unset_empty(old_spec):
+        out.append(
+            f.forbidden(
+                "spec",
+                f"pod updates may not change fields other than {_UPDATABLE}\n"
+                + spec_diff("core.PodSpec", old_spec, munged),
+            )
+        )
+    return out
+
+
+def pod_status_update(pod: dict, old: dict) -> list[FieldError]:
+    out = f.object_meta_update(_m(pod.get("metadata")), _m(old.get("metadata")), True)
+    if _m(pod.get("spec")).get("nodeName") != _m(old.get("spec")).get("nodeName"):
+        out.append(f.forbidden("status.nodeName", "may not be changed directly"))
+    status, old_status = _m(pod.get("status")), _m(old.get("status"))
+    if status.get("qosClass") != old_status.get("qosClass"):
+        out.append(f.invalid("status.qosClass", status.get("qosClass"), "field is immutable"))
+    nominated = _s(status.get("nominatedNodeName"))
+    if nominated and nominated != old_status.get("nominatedNodeName"):
+        out += [f.invalid("status.nominatedNodeName", nominated, m) for m in f.name_is_dns_subdomain(nominated)]
+    return out
+
+
+def _metadata_and_spec(pod: dict) -> list[FieldError]:
+    md, spec = _m(pod.get("metadata")), _m(pod.get("spec"))
+    out = f.object_meta(md, True, f.name_is_dns_subdomain, True)
+    out += pod_spec(spec, _s(md.get("name")), "spec")
+    if not spec.get("serviceAccountName"):
+        for vi, vol in enumerate(_l(spec.get("volumes"))):
+            for si, src in enumerate(_l(_m(_m(vol).get("projected")).get("sources"))):
+                if _m(src).get("serviceAccountToken") is not None:
+                    out.append(
+                        f.forbidden(
+                            f"spec.volumes[{vi}].projected.sources[{si}].serviceAccountToken",
+                            "must not be specified when serviceAccountName is not set",
+                        )
+                    )
+    for kind in ("containers", "initContainers"):
+        for i, c in enumerate(_l(spec.get(kind))):
+            image = _s(_m(c).get("image"))
+            if image != image.strip():
+                out.append(f.invalid(f"spec.{kind}[{i}].image", image, "must not have leading or trailing whitespace"))
+    return out
+
+
+def _only_added_tolerations(new: list, old: list) -> list[FieldError]:
+    for o in old:
+        base = {k: v for k, v in _m(o).items() if k != "tolerationSeconds"}
+        if not any({k: v for k, v in _m(n).items() if k != "tolerationSeconds"} == base for n in new):
+            return [
+                f.forbidden("spec.tolerations", "existing toleration can not be modified except its tolerationSeconds")
+            ]
+    return tolerations(new, "spec.tolerations")
+
+
+# ---- PodSpec ---------------------------------------------------------------------------------------
+
+
+def pod_spec(spec: dict, pod_name: str, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    if spec.get("terminationGracePeriodSeconds") is None:
+        out.append(f.required(f"{path}.terminationGracePeriodSeconds"))
+    vols, errs = volumes(_l(spec.get("volumes")), pod_name, f"{path}.volumes")
+    out += errs
+    out += _containers(_l(spec.get("containers")), vols, f"{path}.containers", spec)
+    out += _init_containers(_l(spec.get("initContainers")), _l(spec.get("containers")), vols, f"{path}.initContainers")
+    out += _enum(spec.get("restartPolicy"), f"{path}.restartPolicy", ["Always", "OnFailure", "Never"])
+    out += _enum(
+        spec.get("dnsPolicy"), f"{path}.dnsPolicy", ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"]
+    )
+    out += f.labels(spec.get("nodeSelector"), f"{path}.nodeSelector")
+    out += _pod_security_context(_m(spec.get("securityContext")), f"{path}.securityContext")
+    for i, secret in enumerate(_l(spec.get("imagePullSecrets"))):
+        if set(_m(secret)) - {"name"}:
+            out.append(f.invalid(f"{path}.imagePullSecrets[{i}]", secret, "only name may be set"))
+    out += _affinity(_m(spec.get("affinity")), f"{path}.affinity")
+    for name, fn in (
+        ("serviceAccountName", f.name_is_dns_subdomain),
+        ("nodeName", f.name_is_dns_subdomain),
+        ("priorityClassName", f.name_is_dns_subdomain),
+    ):
+        value = _s(spec.get(name))
+        if value:
+            out += [f.invalid(f"{path}.{name}", value, m) for m in fn(value, False)]
+    deadline = spec.get("activeDeadlineSeconds")
+    if isinstance(deadline, int) and not 1 <= deadline <= _MAX_INT32:
+        out.append(
+            f.invalid(f"{path}.activeDeadlineSeconds", deadline, f"must be between 1 and {_MAX_INT32}, inclusive")
+        )
+    for name in ("hostname", "subdomain"):
+        if spec.get(name):
+            out += [f.invalid(f"{path}.{name}", spec[name], m) for m in f.dns1123_label(_s(spec[name]))]
+    out += tolerations(_l(spec.get("tolerations")), f"{path}.tolerations")
+    os_name = _m(spec.get("os")).get("name")
+    if spec.get("os") is not None:
+        if not os_name:
+            out.append(f.required(f"{path}.os.name", "cannot be empty"))
+        elif os_name not in ("linux", "windows"):
+            out.append(f.not_supported(f"{path}.os", os_name, ["linux", "windows"]))
+    return out
+
+
+def volumes(vols: list, pod_name: str, path: str) -> tuple[dict[str, dict], list[FieldError]]:
+    out: list[FieldError] = []
+    known: dict[str, dict] = {}
+    created = (
+        {f"{pod_name}-{_m(v).get('name')}" for v in vols if _m(v).get("ephemeral") is not None} if pod_name else set()
+    )
+    for i, vol in enumerate(vols):
+        vol, p = _m(vol), f"{path}[{i}]"
+        name = _s(vol.get("name"))
+        errs = _volume_source(vol, p, name, pod_name)
+        errs += [f.required(f"{p}.name")] if not name else _dns_label(name, f"{p}.name")
+        if name in known:
+            errs.append(f.duplicate(f"{p}.name", name))
+        if errs:
+            out += errs
+        else:
+            known[name] = vol
+        claim = _s(_m(vol.get("persistentVolumeClaim")).get("claimName"))
+        if claim and claim in created:
+            out.append(
+                f.invalid(
+                    f"{p}.persistentVolumeClaim.claimName",
+                    claim,
+                    "must not reference a PVC that gets created for an ephemeral volume",
+                )
+            )
+    return known, out
+
+
+def _volume_source(vol: dict, path: str, name: str, pod_name: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    count = 0
+    for json_key, err_key in _SOURCES:
+        if vol.get(json_key) is None:
+            continue
+        if count:
+            out.append(f.forbidden(f"{path}.{err_key}", "may not specify more than 1 volume type"))
+            continue
+        count += 1
+        src, p = _m(vol[json_key]), f"{path}.{json_key}"
+        if json_key == "emptyDir" and src.get("sizeLimit") is not None and q.from_json(src["sizeLimit"]).sign() < 0:
+            out.append(f.forbidden(f"{p}.sizeLimit", "SizeLimit field must be a valid resource quantity"))
+        elif json_key == "hostPath":
+            if not src.get("path"):
+                out.append(f.required(f"{p}.path"))
+            else:
+                out += _no_backsteps(_s(src["path"]), f"{p}.path")
+                if src.get("type") is not None and src["type"] not in _HOST_PATH_TYPES:
+                    out.append(f.not_supported(f"{p}.type", src["type"], _HOST_PATH_TYPES))
+        elif json_key == "secret":
+            out += [f.required(f"{p}.secretName")] if not src.get("secretName") else []
+            out += _mode(src.get("defaultMode"), f"{p}.defaultMode") + _key_paths(src.get("items"), f"{p}.items")
+        elif json_key == "configMap":
+            out += [f.required(f"{p}.name")] if not src.get("name") else []
+            out += _mode(src.get("defaultMode"), f"{p}.defaultMode") + _key_paths(src.get("items"), f"{p}.items")
+        elif json_key == "persistentVolumeClaim" and not src.get("claimName"):
+            out.append(f.required(f"{p}.claimName"))
+        elif json_key == "nfs":
+            out += [f.required(f"{p}.{k}") for k in ("server", "path") if not src.get(k)]
+            if not _s(src.get("path")).startswith("/"):
+                out.append(f.invalid(f"{p}.path", _s(src.get("path")), "must be an absolute path"))
+        elif json_key == "downwardAPI":
+            out += _mode(src.get("defaultMode"), f"{p}.defaultMode")
+            for item in _l(src.get("items")):
+                out += _downward_file(_m(item), p)
+        elif json_key == "projected":
+            out += _mode(src.get("defaultMode"), f"{p}.defaultMode") + _projection(src, p)
+        elif json_key == "csi":
+            out += csi_driver_name(src.get("driver"), f"{p}.driver")
+        elif json_key == "ephemeral":
+            out += _ephemeral(src, p, name, pod_name)
+    if not count:
+        out.append(f.required(path, "must specify a volume type"))
+    return out
+
+
+def _ephemeral(src: dict, path: str, name: str, pod_name: str) -> list[FieldError]:
+    template = src.get("volumeClaimTemplate")
+    if template is None:
+        return [f.required(f"{path}.volumeClaimTemplate")]
+    template, p = _m(template), f"{path}.volumeClaimTemplate"
+    md = _m(template.get("metadata"))
+    out = f.annotations(md.get("annotations"), f"{p}.metadata.annotations")
+    out += f.labels(md.get("labels"), f"{p}.metadata.labels")
+    out += [f.forbidden(f"{p}.metadata.{k}", "cannot be set") for k in sorted(md) if k not in ("labels", "annotations")]
+    out += pvc_spec(_m(template.get("spec")), f"{p}.spec")
+    if pod_name and name:
+        claim = f"{pod_name}-{name}"
+        out += [
+            f.invalid(f"{path}.name", name, f"PVC name {f.go_quote(claim)}: {m}")
+            for m in f.name_is_dns_subdomain(claim)
+        ]
+    return out
+
+
+def _projection(src: dict, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    seen: set[str] = set()
+    for i, source in enumerate(_l(src.get("sources"))):
+        source, p = _m(source), f"{path}.sources[{i}]"
+        kinds = [
+            k
+            for k in (
+                "secret",
+                "configMap",
+                "downwardAPI",
+                "serviceAccountToken",
+                "clusterTrustBundle",
+                "podCertificate",
+            )
+            if source.get(k) is not None
+        ]
+        for kind in ("secret", "configMap"):
+            if source.get(kind) is not None:
+                ref = _m(source[kind])
+                out += [f.required(f"{p}.{kind}.name")] if not ref.get("name") else []
+                out += _key_paths(ref.get("items"), f"{p}.{kind}.items")
+                for item in _l(ref.get("items")):
+                    item_path = _s(_m(item).get("path"))
+                    if item_path and item_path in seen:
+                        out.append(f.invalid(path, _s(ref.get("name")), "conflicting duplicate paths"))
+                    seen.add(item_path)
+        if source.get("downwardAPI") is not None:
+            for item in _l(_m(source["downwardAPI"]).get("items")):
+                out += _downward_file(_m(item), f"{p}.downwardAPI")
+        token = source.get("serviceAccountToken")
+        if token is not None:
+            token = _m(token)
+            seconds = token.get("expirationSeconds", 0)
+            if isinstance(seconds, int) and seconds < 600:
+                out.append(
+                    f.invalid(
+                        f"{p}.serviceAccountToken.expirationSeconds",
+                        seconds,
+                        "may not specify a duration less than 10 minutes",
+                    )
+                )
+            if isinstance(seconds, int) and seconds > 1 << 32:
+                out.append(
+                    f.invalid(
+                        f"{p}.serviceAccountToken.expirationSeconds",
+                        seconds,
+                        "may not specify a duration larger than 2^32 seconds",
+                    )
+                )
+            if not token.get("path"):
+                out.append(f.required(f"{path}.path"))
+            else:
+                out += _local_path(_s(token["path"]), f"{path}.path")
+        if len(kinds) > 1:
+            out.append(f.forbidden(p, "may not specify more than 1 volume type per source"))
+    return out
+
+
+def _downward_file(item: dict, path: str) -> list[FieldError]:
+    out = [f.required(f"{path}.path")] if not item.get("path") else []
+    out += _local_path(_s(item.get("path")), f"{path}.path")
+    if item.get("fieldRef") is None and item.get("resourceFieldRef") is None:
+        out.append(f.required(path, "one of fieldRef and resourceFieldRef is required"))
+    elif item.get("fieldRef") is not None and item.get("resourceFieldRef") is not None:
+        out.append(f.invalid(path, "resource", "fieldRef and resourceFieldRef can not be specified simultaneously"))
+    return out + _mode(item.get("mode"), f"{path}.mode")
+
+
+def _key_paths(items: Any, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    for i, item in enumerate(_l(items)):
+        item, p = _m(item), f"{path}[{i}]"
+        out += [f.required(f"{p}.{k}") for k in ("key", "path") if not item.get(k)]
+        out += _local_path(_s(item.get("path")), f"{p}.path") + _mode(item.get("mode"), f"{p}.mode")
+    return out
+
+
+def _mode(mode: Any, path: str) -> list[FieldError]:
+    return [f.invalid(path, mode, _FILE_MODE)] if isinstance(mode, int) and not 0 <= mode <= 0o777 else []
+
+
+def _local_path(target: str, path: str) -> list[FieldError]:
+    """``ValidateLocalNonReservedPath``: relative, no ``..`` element, not starting with ``..``."""
+    out = [f.invalid(path, target, "must be a relative path")] if target.startswith("/") else []
+    out += _no_backsteps(target, path)
+    if target.startswith("..") and not target.startswith("../"):
+        out.append(f.invalid(path, target, "must not start with '..'"))
+    return out
+
+
+def _no_backsteps(target: str, path: str) -> list[FieldError]:
+    return [f.invalid(path, target, "must not contain '..'")] if ".." in target.split("/") else []
+
+
+def csi_driver_name(name: Any, path: str) -> list[FieldError]:
+    name = _s(name)
+    out = [f.required(path)] if not name else []
+    if len(name.encode()) > 63:
+        out.append(f.too_long(path, 63))
+    return out + [f.invalid(path, name, m) for m in f.dns1123_subdomain(name.lower())]
+
+
+# ---- claims (a pod's ephemeral volumes and PersistentVolumeClaims) ---------------------------------
+
+ACCESS_MODES = ["ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]
+VOLUME_MODES = ["Block", "Filesystem"]
+
+
+def access_modes(modes: list, path: str, required_detail: str) -> list[FieldError]:
+    out = [f.required(path, required_detail)] if not modes else []
+    for mode in modes:
+        if mode not in ACCESS_MODES:
+            out.append(f.not_supported(path, mode, ACCESS_MODES))
+    if "ReadWriteOncePod" in modes and any(m in ACCESS_MODES and m != "ReadWriteOncePod" for m in modes):
+        out.append(f.forbidden(path, "may not use ReadWriteOncePod with other access modes"))
+    return out
+
+
+def pvc_spec(spec: dict, path: str) -> list[FieldError]:
+    """``ValidatePersistentVolumeClaimSpec``."""
+    out = access_modes(_l(spec.get("accessModes")), f"{path}.accessModes", "at least 1 access mode is required")
+    if spec.get("selector") is not None:
+        out += f.label_selector(spec["selector"], f"{path}.selector")
+    storage_path = f.key(f"{path}.resources", "storage")
+    requests = _m(_m(spec.get("resources")).get("requests"))
+    if "storage" not in requests:
+        out.append(f.required(storage_path))
+    else:
+        storage = q.from_json(requests["storage"])
+        if storage.sign() <= 0:
+            out.append(f.invalid(storage_path, str(storage), "must be greater than zero"))
+        else:
+            out += _resource_value("storage", storage, storage_path)
+    for name in ("storageClassName", "volumeAttributesClassName"):
+        value = _s(spec.get(name))
+        if value:
+            out += [f.invalid(f"{path}.{name}", value, m) for m in f.name_is_dns_subdomain(value)]
+    if spec.get("volumeMode") is not None:
+        out += _enum(spec["volumeMode"], f"{path}.volumeMode", VOLUME_MODES, required=False)
+    source, ref = spec.get("dataSource"), spec.get("dataSourceRef")
+    if source is not None:
+        out += _data_source(_m(source), f"{path}.dataSource")
+    if ref is not None:
+        out += _data_source(_m(ref), f"{path}.dataSourceRef")
+        namespace = _s(_m(ref).get("namespace"))
+        if namespace:
+            out += [f.invalid(f"{path}.dataSourceRef.namespace", namespace, m) for m in f.name_is_dns_label(namespace)]
+    if ref is not None and _m(ref).get("namespace"):
+        if source is not None:
+            out.append(
+                f.invalid(path, f"{path}.dataSource", "may not be specified when dataSourceRef.namespace is specified")
+            )
+    elif source is not None and ref is not None:
+        a, b = _m(source), _m(ref)
+        if (a.get("apiGroup"), a.get("kind"), a.get("name")) != (b.get("apiGroup"), b.get("kind"), b.get("name")):
+            out.append(f.invalid(path, f"{path}.dataSource", "must match dataSourceRef"))
+    return out
+
+
+def _data_source(ref: dict, path: str) -> list[FieldError]:
+    out = [f.required(f"{path}.{k}") for k in ("name", "kind") if not ref.get(k)]
+    group = _s(ref.get("apiGroup"))
+    if not group and ref.get("kind") != "PersistentVolumeClaim":
+        out.append(
+            f.invalid(
+                path, _s(ref.get("kind")), "must be 'PersistentVolumeClaim' when referencing the default apiGroup"
+            )
+        )
+    if group:
+        out += [f.invalid(f"{path}.apiGroup", group, m) for m in f.dns1123_subdomain(group)]
+    return out
+
+
+# ---- containers ------------------------------------------------------------------------------------
+
+
+def _containers(containers: list, vols: dict, path: str, spec: dict) -> list[FieldError]:
+    if not containers:
+        return [f.required(path)]
+    out: list[FieldError] = []
+    names: set[str] = set()
+    for i, c in enumerate(containers):
+        c, p = _m(c), f"{path}[{i}]"
+        out += _container(c, vols, p)
+        name = _s(c.get("name"))
+        if name in names:
+            out.append(f.duplicate(f"{p}.name", name))
+        names.add(name)
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            if c.get(probe) is not None:
+                out += _probe(_m(c[probe]), f"{p}.{probe}", probe)
+        if c.get("lifecycle") is not None:
+            for hook in ("postStart", "preStop"):
+                if _m(c["lifecycle"]).get(hook) is not None:
+                    out += _handler(_m(c["lifecycle"])[hook], f"{p}.lifecycle.{hook}")
+        if c.get("restartPolicy") is not None:
+            out.append(f.forbidden(f"{p}.restartPolicy", "may not be set for non-init containers"))
+    return out
+
+
+def _init_containers(inits: list, regular: list, vols: dict, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    names = {_s(_m(c).get("name")) for c in regular}
+    for i, c in enumerate(inits):
+        c, p = _m(c), f"{path}[{i}]"
+        out += _container(c, vols, p)
+        policy = c.get("restartPolicy")
+        if policy is not None and policy != "Always":
+            out.append(f.not_supported(f"{p}.restartPolicy", policy, ["Always"]))
+        name = _s(c.get("name"))
+        if name in names:
+            out.append(f.duplicate(f"{p}.name", name))
+        elif name:
+            names.add(name)
+        if policy != "Always":
+            for k in ("lifecycle", "livenessProbe", "readinessProbe", "startupProbe"):
+                if c.get(k) is not None:
+                    out.append(
+                        f.forbidden(f"{p}.{k}", "may not be set for init containers without restartPolicy=Always")
+                    )
+    return out
+
+
+def _container(c: dict, vols: dict, path: str) -> list[FieldError]:
+    name = _s(c.get("name"))
+    out = [f.required(f"{path}.name")] if not name else _dns_label(name, f"{path}.name")
+    if not c.get("image"):
+        out.append(f.required(f"{path}.image"))
+    policy = c.get("terminationMessagePolicy")
+    if not policy:
+        out.append(f.required(f"{path}.terminationMessagePolicy"))
+    elif policy not in ("File", "FallbackToLogsOnError"):
+        out.append(f.not_supported(f"{path}.terminationMessagePolicy", policy, ["File", "FallbackToLogsOnError"]))
+    out += _ports(_l(c.get("ports")), f"{path}.ports")
+    out += _env(_l(c.get("env")), f"{path}.env") + _env_from(_l(c.get("envFrom")), f"{path}.envFrom")
+    mounts = {_s(_m(m).get("name")): _s(_m(m).get("mountPath")) for m in _l(c.get("volumeMounts"))}
+    devices = {_s(_m(d).get("name")): _s(_m(d).get("devicePath")) for d in _l(c.get("volumeDevices"))}
+    out += _mounts(_l(c.get("volumeMounts")), devices, vols, c, f"{path}.volumeMounts")
+    out += _devices(_l(c.get("volumeDevices")), mounts, vols, f"{path}.volumeDevices")
+    pull = c.get("imagePullPolicy")
+    if not pull:
+        out.append(f.required(f"{path}.imagePullPolicy"))
+    elif pull not in _PULL_POLICIES:
+        out.append(f.not_supported(f"{path}.imagePullPolicy", pull, _PULL_POLICIES))
+    out += resources(_m(c.get("resources")), f"{path}.resources", container=True)
+    return out + _security_context(_m(c.get("securityContext")), f"{path}.securityContext")
+
+
+def _ports(ports: list, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    names: set[str] = set()
+    for i, port in enumerate(ports):
+        port, p = _m(port), f"{path}[{i}]"
+        name = _s(port.get("name"))
+        if name:
+            msgs = _port_name(name)
+            if msgs:
+                out += [f.invalid(f"{p}.name", name, m) for m in msgs]
+            elif name in names:
+                out.append(f.duplicate(f"{p}.name", name))
+            names.add(name)
+        number = port.get("containerPort") or 0
+        if not number:
+            out.append(f.required(f"{p}.containerPort"))
+        elif not 1 <= number <= 65535:
+            out.append(f.invalid(f"{p}.containerPort", number, "must be between 1 and 65535, inclusive"))
+        host = port.get("hostPort") or 0
+        if host and not 1 <= host <= 65535:
+            out.append(f.invalid(f"{p}.hostPort", host, "must be between 1 and 65535, inclusive"))
+        protocol = port.get("protocol")
+        if not protocol:
+            out.append(f.required(f"{p}.protocol"))
+        elif protocol not in _PROTOCOLS:
+            out.append(f.not_supported(f"{p}.protocol", protocol, _PROTOCOLS))
+    return out
+
+
+def _port_name(name: str) -> list[str]:
+    out = ["must be no more than 15 characters"] if len(name) > 15 else []
+    if not all(ch in "-abcdefghijklmnopqrstuvwxyz0123456789" for ch in name):
+        out.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if not any("a" <= ch <= "z" for ch in name):
+        out.append("must contain at least one letter (a-z)")
+    if "--" in name:
+        out.append("must not contain consecutive hyphens")
+    if name.startswith("-") or name.endswith("-"):
+        out.append("must not begin or end with a hyphen")
+    return out
+
+
+def _env_name(name: str, path: str) -> list[FieldError]:
+    if any(ord(ch) > 126 or ord(ch) < 32 or ch == "=" for ch in name):
+        return [
+            f.invalid(
+                path,
+                name,
+                "a valid environment variable name must consist only of printable ASCII characters other than '='",
+            )
+        ]
+    return []
+
+
+def _env(env: list, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    for i, var in enumerate(env):
+        var, p = _m(var), f"{path}[{i}]"
+        name = _s(var.get("name"))
+        out += [f.required(f"{p}.name")] if not name else _env_name(name, f"{p}.name")
+        source = var.get("valueFrom")
+        if source is None:
+            continue
+        source = _m(source)
+        kinds = [k for k in ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef") if source.get(k)]
+        for kind in ("configMapKeyRef", "secretKeyRef"):
+            if source.get(kind):
+                ref = _m(source[kind])
+                out += [
+                    f.invalid(f"{p}.valueFrom.{kind}.name", _s(ref.get("name")), m)
+                    for m in f.name_is_dns_subdomain(_s(ref.get("name")))
+                ]
+                key = _s(ref.get("key"))
+                out += (
+                    [f.required(f"{p}.valueFrom.{kind}.key")]
+                    if not key
+                    else [f.invalid(f"{p}.valueFrom.{kind}.key", key, m) for m in f.config_map_key(key)]
+                )
+        if source.get("fieldRef"):
+            ref = _m(source["fieldRef"])
+            if not ref.get("apiVersion"):
+                out.append(f.required(f"{p}.valueFrom.fieldRef.apiVersion"))
+            elif not ref.get("fieldPath"):
+                out.append(f.required(f"{p}.valueFrom.fieldRef.fieldPath"))
+        if not kinds:
+            out.append(
+                f.invalid(
+                    f"{p}.valueFrom",
+                    "",
+                    "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
+                )
+            )
+        elif var.get("value"):
+            out.append(f.invalid(f"{p}.valueFrom", "", "may not be specified when `value` is not empty"))
+        elif len(kinds) > 1:
+            out.append(f.invalid(f"{p}.valueFrom", "", "may not have more than one field specified at a time"))
+    return out
+
+
+def _env_from(sources: list, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    for i, src in enumerate(sources):
+        src, p = _m(src), f"{path}[{i}]"
+        if src.get("prefix"):
+            out += _env_name(_s(src["prefix"]), f"{p}.prefix")
+        kinds = [k for k in ("configMapRef", "secretRef") if src.get(k) is not None]
+        for kind in kinds:
+            name = _s(_m(src[kind]).get("name"))
+            out += (
+                [f.required(f"{p}.{kind}.name")]
+                if not name
+                else [f.invalid(f"{p}.{kind}.name", name, m) for m in f.name_is_dns_subdomain(name, True)]
+            )
+        if not kinds:
+            out.append(f.invalid(path, "", "must specify one of: `configMapRef` or `secretRef`"))
+        elif len(kinds) > 1:
+            out.append(f.invalid(path, "", "may not have more than one field specified at a time"))
+    return out
+
+
+def _mounts(mounts: list, devices: dict, vols: dict, container: dict, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    seen: set[str] = set()
+    for i, mnt in enumerate(mounts):
+        mnt, p = _m(mnt), f"{path}[{i}]"
+        name, mount_path = _s(mnt.get("name")), _s(mnt.get("mountPath"))
+        if not name:
+            out.append(f.required(f"{p}.name"))
+        if name not in vols:
+            out.append(f.not_found(f"{p}.name", name))
+        if not mount_path:
+            out.append(f.required(f"{p}.mountPath"))
+        if mount_path in seen:
+            out.append(f.invalid(f"{p}.mountPath", mount_path, "must be unique"))
+        seen.add(mount_path)
+        if name in devices:
+            out.append(f.invalid(f"{p}.name", name, "must not already exist in volumeDevices"))
+        if mount_path in devices.values():
+            out.append(f.invalid(f"{p}.mountPath", mount_path, "must not already exist as a path in volumeDevices"))
+        for sub in ("subPath", "subPathExpr"):
+            if mnt.get(sub):
+                out += _local_relative(_s(mnt[sub]), f"{path}.{sub}")
+        if mnt.get("subPath") and mnt.get("subPathExpr"):
+            out.append(
+                f.invalid(f"{p}.subPathExpr", mnt["subPathExpr"], "subPathExpr and subPath are mutually exclusive")
+            )
+        propagation = mnt.get("mountPropagation")
+        if propagation is not None:
+            p_path = f"{path}.mountPropagation"
+            out += _enum(propagation, p_path, ["Bidirectional", "HostToContainer", "None"], required=False)
+            privileged = _m(container.get("securityContext")).get("privileged") is True
+            if propagation == "Bidirectional" and not privileged:
+                out.append(
+                    f.forbidden(p_path, "Bidirectional mount propagation is available only to privileged containers")
+                )
+    return out
+
+
+def _local_relative(target: str, path: str) -> list[FieldError]:
+    out = [f.invalid(path, target, "must be a relative path")] if target.startswith("/") else []
+    return out + _no_backsteps(target, path)
+
+
+def _devices(devices: list, mounts: dict, vols: dict, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    paths: set[str] = set()
+    names: set[str] = set()
+    for i, dev in enumerate(devices):
+        dev, p = _m(dev), f"{path}[{i}]"
+        name, dev_path = _s(dev.get("name")), _s(dev.get("devicePath"))
+        vol = vols.get(name)
+        if not name:
+            out.append(f.required(f"{p}.name"))
+        if name in names:
+            out.append(f.invalid(f"{p}.name", name, "must be unique"))
+        if vol is not None and vol.get("persistentVolumeClaim") is None and vol.get("ephemeral") is None:
+            out.append(
+                f.invalid(
+                    f"{p}.name",
+                    name,
+                    "can only use volume source type of PersistentVolumeClaim or Ephemeral for block mode",
+                )
+            )
+        if vol is None:
+            out.append(f.not_found(f"{p}.name", name))
+        if not dev_path:
+            out.append(f.required(f"{p}.devicePath"))
+        if dev_path in paths:
+            out.append(f.invalid(f"{p}.devicePath", dev_path, "must be unique"))
+        if dev_path and ".." in dev_path.split("/"):
+            out.append(f.invalid(f"{p}.devicePath", dev_path, "can not contain backsteps ('..')"))
+        else:
+            paths.add(dev_path)
+        if name in mounts:
+            out.append(f.invalid(f"{p}.name", name, "must not already exist in volumeMounts"))
+        if dev_path in mounts.values():
+            out.append(f.invalid(f"{p}.devicePath", dev_path, "must not already exist as a path in volumeMounts"))
+        if name:
+            names.add(name)
+    return out
+
+
+def _probe(probe: dict, path: str, kind: str) -> list[FieldError]:
+    out = _handler(probe, path)
+    for name in ("initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold"):
+        value = probe.get(name)
+        if isinstance(value, int) and value < 0:
+            out.append(f.invalid(f"{path}.{name}", value, "must be greater than or equal to 0"))
+    if kind != "readinessProbe" and probe.get("successThreshold", 1) != 1:
+        out.append(f.invalid(f"{path}.successThreshold", probe.get("successThreshold"), "must be 1"))
+    return out
+
+
+def _handler(handler: Any, path: str) -> list[FieldError]:
+    handler = _m(handler)
+    out: list[FieldError] = []
+    count = 0
+    for kind in ("exec", "httpGet", "tcpSocket", "grpc", "sleep"):
+        if handler.get(kind) is None:
+            continue
+        if count:
+            out.append(f.forbidden(f"{path}.{kind}", "may not specify more than 1 handler type"))
+            continue
+        count += 1
+        action = _m(handler[kind])
+        if kind == "exec" and not action.get("command"):
+            out.append(f.required(f"{path}.exec.command"))
+        if kind == "httpGet":
+            if not action.get("path"):
+                out.append(f.required(f"{path}.httpGet.path"))
+            if action.get("scheme") not in ("HTTP", "HTTPS"):
+                out.append(f.not_supported(f"{path}.httpGet.scheme", action.get("scheme") or "", ["HTTP", "HTTPS"]))
+    if not count:
+        out.append(f.required(path, "must specify a handler type"))
+    return out
+
+
+def _security_context(sc: dict, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    for name in ("runAsUser", "runAsGroup"):
+        value = sc.get(name)
+        if isinstance(value, int) and not 0 <= value <= _MAX_INT32:
+            out.append(f.invalid(f"{path}.{name}", value, f"must be between 0 and {_MAX_INT32}, inclusive"))
+    if sc.get("allowPrivilegeEscalation") is False and sc.get("privileged") is True:
+        out.append(f.invalid(path, sc, "cannot set `allowPrivilegeEscalation` to false and `privileged` to true"))
+    if sc.get("procMount") is not None:
+        out += _enum(sc["procMount"], f"{path}.procMount", ["Default", "Unmasked"], required=False)
+    return out + _seccomp(sc.get("seccompProfile"), f"{path}.seccompProfile")
+
+
+def _pod_security_context(sc: dict, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    for name in ("fsGroup", "runAsUser", "runAsGroup"):
+        value = sc.get(name)
+        if isinstance(value, int) and not 0 <= value <= _MAX_INT32:
+            out.append(f.invalid(f"{path}.{name}", value, f"must be between 0 and {_MAX_INT32}, inclusive"))
+    for i, gid in enumerate(_l(sc.get("supplementalGroups"))):
+        if isinstance(gid, int) and not 0 <= gid <= _MAX_INT32:
+            out.append(
+                f.invalid(f"{path}.supplementalGroups[{i}]", gid, f"must be between 0 and {_MAX_INT32}, inclusive")
+            )
+    if sc.get("fsGroupChangePolicy") is not None:
+        out += _enum(
+            sc["fsGroupChangePolicy"], f"{path}.fsGroupChangePolicy", ["Always", "OnRootMismatch"], required=False
+        )
+    return out + _seccomp(sc.get("seccompProfile"), f"{path}.seccompProfile")
+
+
+def _seccomp(profile: Any, path: str) -> list[FieldError]:
+    if profile is None:
+        return []
+    profile = _m(profile)
+    kind = profile.get("type")
+    if not kind:
+        return [f.required(f"{path}.type", "type is required when seccompProfile is set")]
+    out = _enum(kind, f"{path}.type", ["Localhost", "RuntimeDefault", "Unconfined"], required=False)
+    if kind == "Localhost" and profile.get("localhostProfile") is None:
+        out.append(f.required(f"{path}.localhostProfile", "must be set when seccomp type is Localhost"))
+    elif kind != "Localhost" and profile.get("localhostProfile") is not None:
+        out.append(f.invalid(f"{path}.localhostProfile", profile, "can only be set when seccomp type is Localhost"))
+    return out
+
+
+# ---- resources -------------------------------------------------------------------------------------
+
+
+def resources(reqs: dict, path: str, container: bool = False) -> list[FieldError]:
+    """``ValidateContainerResourceRequirements``: names, non-negative quantities, requests <= limits."""
+    out: list[FieldError] = []
+    limits, requests = _m(reqs.get("limits")), _m(reqs.get("requests"))
+    for name, value in limits.items():
+        p = f.key(f"{path}.limits", name)
+        out += _resource_name(name, p, container) + _resource_value(name, q.from_json(value), p)
+    for name, value in requests.items():
+        p = f.key(f"{path}.requests", name)
+        out += _resource_name(name, p, container)
+        request = q.from_json(value)
+        out += _resource_value(name, request, p)
+        if name in limits:
+            limit = q.from_json(limits[name])
+            if request != limit and not _overcommit(name):
+                out.append(f.invalid(f"{path}.requests", str(request), f"must be equal to {name} limit of {limit}"))
+            elif request > limit:
+                out.append(
+                    f.invalid(
+                        f"{path}.requests", str(request), f"must be less than or equal to {name} limit of {limit}"
+                    )
+                )
+        elif not _overcommit(name):
+            out.append(f.required(f"{path}.limits", "Limit must be set for non overcommitable resources"))
+    return out
+
+
+def _native(name: str) -> bool:
+    return "/" not in name or name.split("/")[0].endswith("kubernetes.io")
+
+
+def _extended(name: str) -> bool:
+    return not _native(name) and not name.startswith("requests.") and not f.qualified_name("requests." + name)
+
+
+def _overcommit(name: str) -> bool:
+    return _native(name) and not name.startswith("hugepages-")
+
+
+def _resource_name(name: str, path: str, container: bool) -> list[FieldError]:
+    out = [f.invalid(path, name, m) for m in f.qualified_name(name)]
+    if out:
+        return out
+    if "/" not in name and name not in _STANDARD_RESOURCES and not name.startswith("hugepages-"):
+        out.append(f.invalid(path, name, "must be a standard resource type or fully qualified"))
+    if container and "/" not in name and name not in _CONTAINER_RESOURCES and not name.startswith("hugepages-"):
+        out.append(f.invalid(path, name, "must be a standard resource for containers"))
+    elif container and not _native(name) and not _extended(name):
+        out.append(f.invalid(path, name, "doesn't follow extended resource name standard"))
+    return out
+
+
+def _resource_value(name: str, value: q.Quantity, path: str) -> list[FieldError]:
+    """``ValidateResourceQuantityValue``."""
+    out = [f.invalid(path, str(value), "must be greater than or equal to 0")] if value.sign() < 0 else []
+    if (name in _INTEGER_RESOURCES or _extended(name)) and value.milli_value() % 1000:
+        out.append(f.invalid(path, str(value), "must be an integer"))
+    return out
+
+
+def qos_class(spec: dict) -> str:
+    """``ComputePodQOS``: Guaranteed, Burstable or BestEffort from the containers' cpu and memory."""
+    requests: dict[str, q.Quantity] = {}
+    limits: dict[str, q.Quantity] = {}
+    guaranteed = True
+    for c in _l(spec.get("containers")) + _l(spec.get("initContainers")):
+        res = _m(_m(c).get("resources"))
+        c_limits = {k: q.from_json(v) for k, v in _m(res.get("limits")).items() if k in ("cpu", "memory")}
+        for k, v in _m(res.get("requests")).items():
+            if k in ("cpu", "memory") and q.from_json(v).sign() > 0:
+                requests[k] = q.from_json(v)
+        for k, v in c_limits.items():
+            if v.sign() > 0:
+                limits[k] = v
+        if set(k for k, v in c_limits.items() if v.sign() > 0) != {"cpu", "memory"}:
+            guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    if guaranteed:
+        for c in _l(spec.get("containers")) + _l(spec.get("initContainers")):
+            res = _m(_m(c).get("resources"))
+            for k in ("cpu", "memory"):
+                req, lim = _m(res.get("requests")).get(k), _m(res.get("limits")).get(k)
+                if req is not None and lim is not None and q.from_json(req) != q.from_json(lim):
+                    guaranteed = False
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+# ---- scheduling: affinity, node selectors, tolerations ---------------------------------------------
+
+
+def _affinity(affinity: dict, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    node = affinity.get("nodeAffinity")
+    if node is not None:
+        node, p = _m(node), f"{path}.nodeAffinity"
+        if node.get("requiredDuringSchedulingIgnoredDuringExecution") is not None:
+            out += node_selector(
+                _m(node["requiredDuringSchedulingIgnoredDuringExecution"]),
+                f"{p}.requiredDuringSchedulingIgnoredDuringExecution",
+            )
+        for i, term in enumerate(_l(node.get("preferredDuringSchedulingIgnoredDuringExecution"))):
+            term, tp = _m(term), f"{p}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            weight = term.get("weight", 0)
+            if not isinstance(weight, int) or not 1 <= weight <= 100:
+                out.append(f.invalid(f"{tp}.weight", weight, "must be in the range 1-100"))
+            out += _node_selector_term(_m(term.get("preference")), f"{tp}.preference", allow_invalid_values=True)
+    for kind in ("podAffinity", "podAntiAffinity"):
+        pa = affinity.get(kind)
+        if pa is None:
+            continue
+        pa, p = _m(pa), f"{path}.{kind}"
+        for i, term in enumerate(_l(pa.get("requiredDuringSchedulingIgnoredDuringExecution"))):
+            out += _pod_affinity_term(_m(term), f"{p}.requiredDuringSchedulingIgnoredDuringExecution[{i}]")
+        for i, term in enumerate(_l(pa.get("preferredDuringSchedulingIgnoredDuringExecution"))):
+            term, tp = _m(term), f"{p}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            weight = term.get("weight", 0)
+            if not isinstance(weight, int) or not 1 <= weight <= 100:
+                out.append(f.invalid(f"{tp}.weight", weight, "must be in the range 1-100"))
+            out += _pod_affinity_term(_m(term.get("podAffinityTerm")), f"{tp}.podAffinityTerm")
+    return out
+
+
+def _pod_affinity_term(term: dict, path: str) -> list[FieldError]:
+    out = f.label_selector(term.get("labelSelector"), f"{path}.labelSelector")
+    out += f.label_selector(term.get("namespaceSelector"), f"{path}.namespaceSelector")
+    for name in _l(term.get("namespaces")):
+        out += [f.invalid(f"{path}.namespace", name, m) for m in f.name_is_dns_label(_s(name))]
+    key = _s(term.get("topologyKey"))
+    if not key:
+        out.append(f.required(f"{path}.topologyKey", "can not be empty"))
+    return out + f.label_name(key, f"{path}.topologyKey")
+
+
+def node_selector(selector: dict, path: str) -> list[FieldError]:
+    """``ValidateNodeSelector`` (a required node affinity, a PV's ``nodeAffinity.required``)."""
+    terms = _l(selector.get("nodeSelectorTerms"))
+    if not terms:
+        return [f.required(f"{path}.nodeSelectorTerms", "must have at least one node selector term")]
+    out: list[FieldError] = []
+    for i, term in enumerate(terms):
+        out += _node_selector_term(_m(term), f"{path}.nodeSelectorTerms[{i}]")
+    return out
+
+
+def _node_selector_term(term: dict, path: str, allow_invalid_values: bool = False) -> list[FieldError]:
+    out: list[FieldError] = []
+    for j, req in enumerate(_l(term.get("matchExpressions"))):
+        req, p = _m(req), f"{path}.matchExpressions[{j}]"
+        op, values = req.get("operator"), _l(req.get("values"))
+        if op in ("In", "NotIn"):
+            if not values:
+                out.append(f.required(f"{p}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
+        elif op in ("Exists", "DoesNotExist"):
+            if values:
+                out.append(
+                    f.forbidden(f"{p}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
+                )
+        elif op in ("Gt", "Lt"):
+            if len(values) != 1:
+                out.append(f.required(f"{p}.values", "must be specified single value when `operator` is 'Lt' or 'Gt'"))
+        else:
+            out.append(f.invalid(f"{p}.operator", _s(op), "not a valid selector operator"))
+        out += f.label_name(_s(req.get("key")), f"{p}.key")
+        if not allow_invalid_values:
+            for k, v in enumerate(values):
+                out += [f.invalid(f"{p}.values[{k}]", v, m) for m in f.label_value(_s(v))]
+    for j, req in enumerate(_l(term.get("matchFields"))):
+        req, p = _m(req), f"{path}.matchFields[{j}]"
+        values = _l(req.get("values"))
+        if req.get("operator") in ("In", "NotIn"):
+            if len(values) != 1:
+                out.append(
+                    f.required(
+                        f"{p}.values",
+                        "must be only one value when `operator` is 'In' or 'NotIn' for node field selector",
+                    )
+                )
+        else:
+            out.append(f.invalid(f"{p}.operator", _s(req.get("operator")), "not a valid selector operator"))
+        if req.get("key") != "metadata.name":
+            out.append(f.invalid(f"{p}.key", _s(req.get("key")), "not a valid field selector key"))
+        else:
+            for k, v in enumerate(values):
+                out += [f.invalid(f"{p}.values[{k}]", v, m) for m in f.name_is_dns_subdomain(_s(v))]
+    return out
+
+
+def tolerations(tols: list, path: str) -> list[FieldError]:
+    """``ValidateTolerations``."""
+    out: list[FieldError] = []
+    for i, tol in enumerate(tols):
+        tol, p = _m(tol), f"{path}[{i}]"
+        key, op, value, effect = _s(tol.get("key")), _s(tol.get("operator")), _s(tol.get("value")), tol.get("effect")
+        if key:
+            out += f.label_name(key, f"{p}.key")
+        if not key and op != "Exists":
+            out.append(
+                f.invalid(
+                    f"{p}.operator",
+                    op,
+                    'operator must be Exists when `key` is empty, which means "match all values and all keys"',
+                )
+            )
+        if tol.get("tolerationSeconds") is not None and effect != "NoExecute":
+            out.append(
+                f.invalid(f"{p}.effect", _s(effect), "effect must be 'NoExecute' when `tolerationSeconds` is set")
+            )
+        if op in ("Equal", ""):
+            msgs = f.label_value(value)
+            if msgs:
+                out.append(f.invalid(f"{p}.operator", value, ";".join(msgs)))
+        elif op == "Exists":
+            if value:
+                out.append(f.invalid(f"{p}.operator", value, "value must be empty when `operator` is 'Exists'"))
+        else:
+            out.append(f.not_supported(f"{p}.operator", op, ["Equal", "Exists"]))
+        if effect:
+            out += _enum(effect, f"{p}.effect", _TAINT_EFFECTS, required=False)
+    return out
+
+
+def taints(items: list, path: str) -> list[FieldError]:
+    """``validateNodeTaints``."""
+    out: list[FieldError] = []
+    seen: set[tuple[str, str]] = set()
+    for i, taint in enumerate(items):
+        taint, p = _m(taint), f"{path}[{i}]"
+        out += f.label_name(_s(taint.get("key")), f"{p}.key")
+        msgs = f.label_value(_s(taint.get("value")))
+        if msgs:
+            out.append(f.invalid(f"{p}.value", _s(taint.get("value")), ";".join(msgs)))
+        out += _enum(taint.get("effect"), f"{p}.effect", _TAINT_EFFECTS)
+        pair = (_s(taint.get("key")), _s(taint.get("effect")))
+        if pair in seen:
+            out.append(f.FieldError("FieldValueDuplicate", p, taint, "taints must be unique by key and effect pair"))
+            continue
+        seen.add(pair)
+    return out
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+
+def _enum(value: Any, path: str, valid: list[str], required: bool = True) -> list[FieldError]:
+    if value in (None, ""):
+        return [f.required(path)] if required else []
+    return [] if value in valid else [f.not_supported(path, value, valid)]
+
+
+def _dns_label(value: str, path: str) -> list[FieldError]:
+    return [f.invalid(path, value, m) for m in f.dns1123_label(value)]
+
+
+def _unset_empty(value: Any) -> Any:
+    """Semantic equality as Go compares typed structs: absent, null, empty and zero values are alike."""
+    if isinstance(value, dict):
+        out = {k: _unset_empty(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in (None, "", [], {}, 0, False)}
+    if isinstance(value, list):
+        return [_unset_empty(v) for v in value]
+    return value
+
+
+def spec_diff(type_name: str, old: dict, new: dict) -> str:
+    """A ``cmp.Diff``-like listing of the changed fields (old lines ``-``, new lines ``+``)."""
+    old_c, new_c = _unset_empty(old), _unset_empty(new)
+    lines = [f"  {type_name}{{"]
+    same = 0
+    for name in sorted(set(old_c) | set(new_c)):
+        if old_c.get(name) == new_c.get(name):
+            same += 1
+            continue
+        if name in old_c:
+            lines.append(f"- \t{name}: {json.dumps(old_c[name], sort_keys=True)},")
+        if name in new_c:
+            lines.append(f"+ \t{name}: {json.dumps(new_c[name], sort_keys=True)},")
+    if same:
+        lines.insert(1, f"  \t... // {same} identical fields")
+    lines.append("  }")
+    return "\n".join(lines)
+
+
+def _m(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _l(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _s(value: Any) -> str:
+    return value if isinstance(value, str) else ("" if value is None else str(value))
