@@ -11,8 +11,9 @@ Format checks return the upstream messages (``[]string``): ``dns1123_label``,
 ``label_value``, ``config_map_key``, ``path_segment_name``; ``name_is_*`` are the
 ``ValidateNameFunc``s (``prefix`` for a generateName). ``object_meta`` / ``object_meta_update`` are
 ``ValidateObjectMetaAccessor`` / ``ValidateObjectMetaAccessorUpdate`` (plus the kube finalizer-name
-rule of the core API when ``kube_finalizers``). ``label_selector`` and ``labels`` are the
-meta/v1 validations.
+rule of the core API when ``kube_finalizers``); ``core_meta`` / ``core_meta_update`` apply them to
+an object as the core API's ``ValidateObjectMeta`` does. ``label_selector`` and ``labels`` are the
+meta/v1 validations. ``as_map`` / ``as_list`` / ``as_str`` read a body that may hold anything.
 """
 
 from __future__ import annotations
@@ -284,14 +285,14 @@ NameFn = Callable[[str, bool], list[str]]
 
 
 def label_name(name: Any, path: str) -> list[FieldError]:
-    return [invalid(path, name, m) for m in qualified_name(_text(name))]
+    return [invalid(path, name, m) for m in qualified_name(as_str(name))]
 
 
 def labels(values: Any, path: str) -> list[FieldError]:
     out: list[FieldError] = []
-    for k, v in sorted(_mapping(values).items()):
+    for k, v in sorted(as_map(values).items()):
         out += label_name(k, path)
-        out += [invalid(path, v, m) for m in label_value(_text(v))]
+        out += [invalid(path, v, m) for m in label_value(as_str(v))]
     return out
 
 
@@ -299,9 +300,9 @@ def label_selector(selector: Any, path: str) -> list[FieldError]:
     if not isinstance(selector, Mapping):
         return []
     out = labels(selector.get("matchLabels"), f"{path}.matchLabels")
-    for i, expr in enumerate(_list(selector.get("matchExpressions"))):
-        p, expr = f"{path}.matchExpressions[{i}]", _mapping(expr)
-        op, values = expr.get("operator"), _list(expr.get("values"))
+    for i, expr in enumerate(as_list(selector.get("matchExpressions"))):
+        p, expr = f"{path}.matchExpressions[{i}]", as_map(expr)
+        op, values = expr.get("operator"), as_list(expr.get("values"))
         if op in ("In", "NotIn"):
             if not values:
                 out.append(required(f"{p}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
@@ -311,10 +312,10 @@ def label_selector(selector: Any, path: str) -> list[FieldError]:
                     forbidden(f"{p}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
                 )
         else:
-            out.append(invalid(f"{p}.operator", _text(op), "not a valid selector operator"))
+            out.append(invalid(f"{p}.operator", as_str(op), "not a valid selector operator"))
         out += label_name(expr.get("key", ""), f"{p}.key")
         for j, v in enumerate(values):
-            out += [invalid(f"{p}.values[{j}]", v, m) for m in label_value(_text(v))]
+            out += [invalid(f"{p}.values[{j}]", v, m) for m in label_value(as_str(v))]
     return out
 
 
@@ -325,9 +326,9 @@ _STANDARD_FINALIZERS = {"kubernetes", "orphan", "foregroundDeletion"}
 
 
 def annotations(values: Any, path: str) -> list[FieldError]:
-    values = _mapping(values)
-    out = [invalid(path, k, m) for k in sorted(values) for m in qualified_name(_text(k).lower())]
-    if sum(_size(_text(k)) + _size(_text(v)) for k, v in values.items()) > TOTAL_ANNOTATION_SIZE:
+    values = as_map(values)
+    out = [invalid(path, k, m) for k in sorted(values) for m in qualified_name(as_str(k).lower())]
+    if sum(_size(as_str(k)) + _size(as_str(v)) for k, v in values.items()) > TOTAL_ANNOTATION_SIZE:
         out.append(too_long(path, TOTAL_ANNOTATION_SIZE))
     return out
 
@@ -335,9 +336,9 @@ def annotations(values: Any, path: str) -> list[FieldError]:
 def _owner_references(refs: Any, path: str) -> list[FieldError]:
     out: list[FieldError] = []
     controller = ""
-    for i, ref in enumerate(_list(refs)):
-        p, ref = f"{path}[{i}]", _mapping(ref)
-        api_version = _text(ref.get("apiVersion"))
+    for i, ref in enumerate(as_list(refs)):
+        p, ref = f"{path}[{i}]", as_map(ref)
+        api_version = as_str(ref.get("apiVersion"))
         if not api_version:
             out.append(required(f"{p}.apiVersion", "must not be empty"))
         elif api_version.count("/") > 1 or not api_version.rsplit("/", 1)[-1]:
@@ -353,7 +354,7 @@ def _owner_references(refs: Any, path: str) -> list[FieldError]:
                 out.append(
                     invalid(
                         path,
-                        list(_list(refs)),
+                        list(as_list(refs)),
                         "Only one reference can have Controller set to true."
                         f' Found "true" in references for {controller} and {this}',
                     )
@@ -364,24 +365,26 @@ def _owner_references(refs: Any, path: str) -> list[FieldError]:
 
 
 def _finalizers(values: Any, path: str, kube: bool) -> list[FieldError]:
-    values = [_text(f) for f in _list(values)]
+    values = [as_str(f) for f in as_list(values)]
     out = [invalid(path, f, m) for f in values for m in qualified_name(f)]
     if "orphan" in values and "foregroundDeletion" in values:
         out.append(invalid(path, values, "finalizer orphan and foregroundDeletion cannot be both set"))
-    if kube:
-        out += [
-            invalid(f"{path}[{i}]", f, "name is neither a standard finalizer name nor is it fully qualified")
-            for i, f in enumerate(values)
-            if "/" not in f and f not in _STANDARD_FINALIZERS
-        ]
-    return out
+    return out + (_kube_finalizer_names(values, path) if kube else [])
+
+
+def _kube_finalizer_names(values: list, path: str) -> list[FieldError]:
+    return [
+        invalid(f"{path}[{i}]", fin, "name is neither a standard finalizer name nor is it fully qualified")
+        for i, fin in enumerate(map(as_str, values))
+        if "/" not in fin and fin not in _STANDARD_FINALIZERS
+    ]
 
 
 def object_meta(
     md: Mapping[str, Any], namespaced: bool, name_fn: NameFn, kube_finalizers: bool = False
 ) -> list[FieldError]:
     out: list[FieldError] = []
-    generate, name = _text(md.get("generateName")), _text(md.get("name"))
+    generate, name = as_str(md.get("generateName")), as_str(md.get("name"))
     if generate:
         out += [invalid("metadata.generateName", generate, m) for m in name_fn(generate, True)]
     if not name:
@@ -393,7 +396,7 @@ def object_meta(
 
 def _common(md: Mapping[str, Any], namespaced: bool, kube_finalizers: bool) -> list[FieldError]:
     out: list[FieldError] = []
-    namespace = _text(md.get("namespace"))
+    namespace = as_str(md.get("namespace"))
     if namespaced:
         if not namespace:
             out.append(required("metadata.namespace"))
@@ -416,7 +419,7 @@ def object_meta_update(
 ) -> list[FieldError]:
     out: list[FieldError] = []
     if old.get("deletionTimestamp"):
-        added = sorted(set(_list(md.get("finalizers"))) - set(_list(old.get("finalizers"))))
+        added = sorted(set(as_list(md.get("finalizers"))) - set(as_list(old.get("finalizers"))))
         if added:
             out.append(
                 forbidden(
@@ -432,20 +435,29 @@ def object_meta_update(
     out += annotations(md.get("annotations"), "metadata.annotations")
     out += _owner_references(md.get("ownerReferences"), "metadata.ownerReferences")
     if kube_finalizers:
-        out += _finalizers(md.get("finalizers"), "metadata.finalizers", True)[-0:]
+        out += _kube_finalizer_names(as_list(md.get("finalizers")), "metadata.finalizers")
     return out
+
+
+def core_meta(obj: Mapping[str, Any], namespaced: bool, name_fn: NameFn = name_is_dns_subdomain) -> list[FieldError]:
+    """The core API's ``ValidateObjectMeta`` of an object (with its finalizer-name rule)."""
+    return object_meta(as_map(obj.get("metadata")), namespaced, name_fn, kube_finalizers=True)
+
+
+def core_meta_update(obj: Mapping[str, Any], old: Mapping[str, Any]) -> list[FieldError]:
+    return object_meta_update(as_map(obj.get("metadata")), as_map(old.get("metadata")), kube_finalizers=True)
 
 
 # ---- tolerant accessors (the object may be anything a client sent) -----------------------------
 
 
-def _text(value: Any) -> str:
+def as_str(value: Any) -> str:
     return value if isinstance(value, str) else ("" if value is None else str(value))
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+def as_map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
-def _list(value: Any) -> list[Any]:
+def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []

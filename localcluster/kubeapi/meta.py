@@ -18,8 +18,8 @@ import base64
 import datetime
 from typing import Any
 
-from localcluster.kubeapi.podspec import qos_class
 from localcluster.kubeapi.resources import Obj, ResourceType
+from localcluster.kubeapi.specparts import qos_class
 
 _PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 _PROBE_DEFAULTS = {"timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}

@@ -9,8 +9,6 @@ local cluster or the product can carry.
   names, image, ports, env, mounts naming volumes, devices only from PVC or ephemeral volumes,
   resources with requests <= limits, security context), restart/DNS policy, node selector,
   affinity, tolerations, service account and node names, active deadline;
-- ``node_selector(selector, path)`` and ``resources(reqs, path)``, shared with PersistentVolumes
-  and the other kinds.
 Sources and fields the local cluster never uses (iSCSI, RBD, Windows options, ...) are counted as
 volume types but not checked further.
 """
@@ -18,12 +16,14 @@ volume types but not checked further.
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 from localcluster.kubeapi import fields as f
 from localcluster.kubeapi import quantity as q
+from localcluster.kubeapi import specparts as sp
 from localcluster.kubeapi.fields import FieldError
+
+_m, _l, _s = f.as_map, f.as_list, f.as_str  # tolerant accessors: a body may hold anything
 
 _SOURCES = (  # (JSON key, the name upstream's "more than 1 volume type" error uses), in upstream's order
     ("emptyDir", "emptyDir"),
@@ -57,47 +57,27 @@ _SOURCES = (  # (JSON key, the name upstream's "more than 1 volume type" error u
     ("ephemeral", "ephemeral"),
     ("image", "image"),
 )
+
+
 _HOST_PATH_TYPES = ["", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", "FileOrCreate", "Socket"]
+
+
 _FILE_MODE = "must be a number between 0 and 0777 (octal), both inclusive"
+
+
 _PROTOCOLS = ["SCTP", "TCP", "UDP"]
+
+
 _PULL_POLICIES = ["Always", "IfNotPresent", "Never"]
-_TAINT_EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
 _UPDATABLE = (
     "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
     "`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds`"
     " (allow it to be set to 1 if it was previously negative)"
 )
-_CONTAINER_RESOURCES = {"cpu", "memory", "ephemeral-storage"}
-_STANDARD_RESOURCES = _CONTAINER_RESOURCES | {
-    "storage",
-    "pods",
-    "services",
-    "replicationcontrollers",
-    "resourcequotas",
-    "secrets",
-    "configmaps",
-    "persistentvolumeclaims",
-    "services.nodeports",
-    "services.loadbalancers",
-    "requests.cpu",
-    "requests.memory",
-    "requests.ephemeral-storage",
-    "requests.storage",
-    "limits.cpu",
-    "limits.memory",
-    "limits.ephemeral-storage",
-}
-_INTEGER_RESOURCES = {
-    "pods",
-    "services",
-    "replicationcontrollers",
-    "resourcequotas",
-    "secrets",
-    "configmaps",
-    "persistentvolumeclaims",
-    "services.nodeports",
-    "services.loadbalancers",
-}
+
+
 _MAX_INT32 = 2**31 - 1
 
 
@@ -158,12 +138,12 @@ def pod_update(pod: dict, old: dict) -> list[FieldError]:
         and grace == 1
     ):
         munged["terminationGracePeriodSeconds"] = old_spec["terminationGracePeriodSeconds"]
-    if _unset_empty(munged) != _unset_empty(old_spec):
+    if sp.unset_empty(munged) != sp.unset_empty(old_spec):
         out.append(
             f.forbidden(
                 "spec",
                 f"pod updates may not change fields other than {_UPDATABLE}\n"
-                + spec_diff("core.PodSpec", old_spec, munged),
+                + sp.spec_diff("core.PodSpec", old_spec, munged),
             )
         )
     return out
@@ -211,7 +191,7 @@ def _only_added_tolerations(new: list, old: list) -> list[FieldError]:
             return [
                 f.forbidden("spec.tolerations", "existing toleration can not be modified except its tolerationSeconds")
             ]
-    return tolerations(new, "spec.tolerations")
+    return sp.tolerations(new, "spec.tolerations")
 
 
 # ---- PodSpec ---------------------------------------------------------------------------------------
@@ -225,8 +205,8 @@ def pod_spec(spec: dict, pod_name: str, path: str) -> list[FieldError]:
     out += errs
     out += _containers(_l(spec.get("containers")), vols, f"{path}.containers", spec)
     out += _init_containers(_l(spec.get("initContainers")), _l(spec.get("containers")), vols, f"{path}.initContainers")
-    out += _enum(spec.get("restartPolicy"), f"{path}.restartPolicy", ["Always", "OnFailure", "Never"])
-    out += _enum(
+    out += sp.enum(spec.get("restartPolicy"), f"{path}.restartPolicy", ["Always", "OnFailure", "Never"])
+    out += sp.enum(
         spec.get("dnsPolicy"), f"{path}.dnsPolicy", ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"]
     )
     out += f.labels(spec.get("nodeSelector"), f"{path}.nodeSelector")
@@ -234,7 +214,7 @@ def pod_spec(spec: dict, pod_name: str, path: str) -> list[FieldError]:
     for i, secret in enumerate(_l(spec.get("imagePullSecrets"))):
         if set(_m(secret)) - {"name"}:
             out.append(f.invalid(f"{path}.imagePullSecrets[{i}]", secret, "only name may be set"))
-    out += _affinity(_m(spec.get("affinity")), f"{path}.affinity")
+    out += sp.affinity(_m(spec.get("affinity")), f"{path}.affinity")
     for name, fn in (
         ("serviceAccountName", f.name_is_dns_subdomain),
         ("nodeName", f.name_is_dns_subdomain),
@@ -251,7 +231,7 @@ def pod_spec(spec: dict, pod_name: str, path: str) -> list[FieldError]:
     for name in ("hostname", "subdomain"):
         if spec.get(name):
             out += [f.invalid(f"{path}.{name}", spec[name], m) for m in f.dns1123_label(_s(spec[name]))]
-    out += tolerations(_l(spec.get("tolerations")), f"{path}.tolerations")
+    out += sp.tolerations(_l(spec.get("tolerations")), f"{path}.tolerations")
     os_name = _m(spec.get("os")).get("name")
     if spec.get("os") is not None:
         if not os_name:
@@ -271,7 +251,7 @@ def volumes(vols: list, pod_name: str, path: str) -> tuple[dict[str, dict], list
         vol, p = _m(vol), f"{path}[{i}]"
         name = _s(vol.get("name"))
         errs = _volume_source(vol, p, name, pod_name)
-        errs += [f.required(f"{p}.name")] if not name else _dns_label(name, f"{p}.name")
+        errs += [f.required(f"{p}.name")] if not name else sp.dns_label(name, f"{p}.name")
         if name in known:
             errs.append(f.duplicate(f"{p}.name", name))
         if errs:
@@ -307,7 +287,7 @@ def _volume_source(vol: dict, path: str, name: str, pod_name: str) -> list[Field
             if not src.get("path"):
                 out.append(f.required(f"{p}.path"))
             else:
-                out += _no_backsteps(_s(src["path"]), f"{p}.path")
+                out += sp.no_backsteps(_s(src["path"]), f"{p}.path")
                 if src.get("type") is not None and src["type"] not in _HOST_PATH_TYPES:
                     out.append(f.not_supported(f"{p}.type", src["type"], _HOST_PATH_TYPES))
         elif json_key == "secret":
@@ -329,7 +309,7 @@ def _volume_source(vol: dict, path: str, name: str, pod_name: str) -> list[Field
         elif json_key == "projected":
             out += _mode(src.get("defaultMode"), f"{p}.defaultMode") + _projection(src, p)
         elif json_key == "csi":
-            out += csi_driver_name(src.get("driver"), f"{p}.driver")
+            out += sp.csi_driver_name(src.get("driver"), f"{p}.driver")
         elif json_key == "ephemeral":
             out += _ephemeral(src, p, name, pod_name)
     if not count:
@@ -346,7 +326,7 @@ def _ephemeral(src: dict, path: str, name: str, pod_name: str) -> list[FieldErro
     out = f.annotations(md.get("annotations"), f"{p}.metadata.annotations")
     out += f.labels(md.get("labels"), f"{p}.metadata.labels")
     out += [f.forbidden(f"{p}.metadata.{k}", "cannot be set") for k in sorted(md) if k not in ("labels", "annotations")]
-    out += pvc_spec(_m(template.get("spec")), f"{p}.spec")
+    out += sp.pvc_spec(_m(template.get("spec")), f"{p}.spec")
     if pod_name and name:
         claim = f"{pod_name}-{name}"
         out += [
@@ -441,92 +421,9 @@ def _mode(mode: Any, path: str) -> list[FieldError]:
 def _local_path(target: str, path: str) -> list[FieldError]:
     """``ValidateLocalNonReservedPath``: relative, no ``..`` element, not starting with ``..``."""
     out = [f.invalid(path, target, "must be a relative path")] if target.startswith("/") else []
-    out += _no_backsteps(target, path)
+    out += sp.no_backsteps(target, path)
     if target.startswith("..") and not target.startswith("../"):
         out.append(f.invalid(path, target, "must not start with '..'"))
-    return out
-
-
-def _no_backsteps(target: str, path: str) -> list[FieldError]:
-    return [f.invalid(path, target, "must not contain '..'")] if ".." in target.split("/") else []
-
-
-def csi_driver_name(name: Any, path: str) -> list[FieldError]:
-    name = _s(name)
-    out = [f.required(path)] if not name else []
-    if len(name.encode()) > 63:
-        out.append(f.too_long(path, 63))
-    return out + [f.invalid(path, name, m) for m in f.dns1123_subdomain(name.lower())]
-
-
-# ---- claims (a pod's ephemeral volumes and PersistentVolumeClaims) ---------------------------------
-
-ACCESS_MODES = ["ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]
-VOLUME_MODES = ["Block", "Filesystem"]
-
-
-def access_modes(modes: list, path: str, required_detail: str) -> list[FieldError]:
-    out = [f.required(path, required_detail)] if not modes else []
-    for mode in modes:
-        if mode not in ACCESS_MODES:
-            out.append(f.not_supported(path, mode, ACCESS_MODES))
-    if "ReadWriteOncePod" in modes and any(m in ACCESS_MODES and m != "ReadWriteOncePod" for m in modes):
-        out.append(f.forbidden(path, "may not use ReadWriteOncePod with other access modes"))
-    return out
-
-
-def pvc_spec(spec: dict, path: str) -> list[FieldError]:
-    """``ValidatePersistentVolumeClaimSpec``."""
-    out = access_modes(_l(spec.get("accessModes")), f"{path}.accessModes", "at least 1 access mode is required")
-    if spec.get("selector") is not None:
-        out += f.label_selector(spec["selector"], f"{path}.selector")
-    storage_path = f.key(f"{path}.resources", "storage")
-    requests = _m(_m(spec.get("resources")).get("requests"))
-    if "storage" not in requests:
-        out.append(f.required(storage_path))
-    else:
-        storage = q.from_json(requests["storage"])
-        if storage.sign() <= 0:
-            out.append(f.invalid(storage_path, str(storage), "must be greater than zero"))
-        else:
-            out += _resource_value("storage", storage, storage_path)
-    for name in ("storageClassName", "volumeAttributesClassName"):
-        value = _s(spec.get(name))
-        if value:
-            out += [f.invalid(f"{path}.{name}", value, m) for m in f.name_is_dns_subdomain(value)]
-    if spec.get("volumeMode") is not None:
-        out += _enum(spec["volumeMode"], f"{path}.volumeMode", VOLUME_MODES, required=False)
-    source, ref = spec.get("dataSource"), spec.get("dataSourceRef")
-    if source is not None:
-        out += _data_source(_m(source), f"{path}.dataSource")
-    if ref is not None:
-        out += _data_source(_m(ref), f"{path}.dataSourceRef")
-        namespace = _s(_m(ref).get("namespace"))
-        if namespace:
-            out += [f.invalid(f"{path}.dataSourceRef.namespace", namespace, m) for m in f.name_is_dns_label(namespace)]
-    if ref is not None and _m(ref).get("namespace"):
-        if source is not None:
-            out.append(
-                f.invalid(path, f"{path}.dataSource", "may not be specified when dataSourceRef.namespace is specified")
-            )
-    elif source is not None and ref is not None:
-        a, b = _m(source), _m(ref)
-        if (a.get("apiGroup"), a.get("kind"), a.get("name")) != (b.get("apiGroup"), b.get("kind"), b.get("name")):
-            out.append(f.invalid(path, f"{path}.dataSource", "must match dataSourceRef"))
-    return out
-
-
-def _data_source(ref: dict, path: str) -> list[FieldError]:
-    out = [f.required(f"{path}.{k}") for k in ("name", "kind") if not ref.get(k)]
-    group = _s(ref.get("apiGroup"))
-    if not group and ref.get("kind") != "PersistentVolumeClaim":
-        out.append(
-            f.invalid(
-                path, _s(ref.get("kind")), "must be 'PersistentVolumeClaim' when referencing the default apiGroup"
-            )
-        )
-    if group:
-        out += [f.invalid(f"{path}.apiGroup", group, m) for m in f.dns1123_subdomain(group)]
     return out
 
 
@@ -582,7 +479,7 @@ def _init_containers(inits: list, regular: list, vols: dict, path: str) -> list[
 
 def _container(c: dict, vols: dict, path: str) -> list[FieldError]:
     name = _s(c.get("name"))
-    out = [f.required(f"{path}.name")] if not name else _dns_label(name, f"{path}.name")
+    out = [f.required(f"{path}.name")] if not name else sp.dns_label(name, f"{path}.name")
     if not c.get("image"):
         out.append(f.required(f"{path}.image"))
     policy = c.get("terminationMessagePolicy")
@@ -601,7 +498,7 @@ def _container(c: dict, vols: dict, path: str) -> list[FieldError]:
         out.append(f.required(f"{path}.imagePullPolicy"))
     elif pull not in _PULL_POLICIES:
         out.append(f.not_supported(f"{path}.imagePullPolicy", pull, _PULL_POLICIES))
-    out += resources(_m(c.get("resources")), f"{path}.resources", container=True)
+    out += sp.resources(_m(c.get("resources")), f"{path}.resources", container=True)
     return out + _security_context(_m(c.get("securityContext")), f"{path}.securityContext")
 
 
@@ -754,7 +651,7 @@ def _mounts(mounts: list, devices: dict, vols: dict, container: dict, path: str)
         propagation = mnt.get("mountPropagation")
         if propagation is not None:
             p_path = f"{path}.mountPropagation"
-            out += _enum(propagation, p_path, ["Bidirectional", "HostToContainer", "None"], required=False)
+            out += sp.enum(propagation, p_path, ["Bidirectional", "HostToContainer", "None"], required=False)
             privileged = _m(container.get("securityContext")).get("privileged") is True
             if propagation == "Bidirectional" and not privileged:
                 out.append(
@@ -765,7 +662,7 @@ def _mounts(mounts: list, devices: dict, vols: dict, container: dict, path: str)
 
 def _local_relative(target: str, path: str) -> list[FieldError]:
     out = [f.invalid(path, target, "must be a relative path")] if target.startswith("/") else []
-    return out + _no_backsteps(target, path)
+    return out + sp.no_backsteps(target, path)
 
 
 def _devices(devices: list, mounts: dict, vols: dict, path: str) -> list[FieldError]:
@@ -851,7 +748,7 @@ def _security_context(sc: dict, path: str) -> list[FieldError]:
     if sc.get("allowPrivilegeEscalation") is False and sc.get("privileged") is True:
         out.append(f.invalid(path, sc, "cannot set `allowPrivilegeEscalation` to false and `privileged` to true"))
     if sc.get("procMount") is not None:
-        out += _enum(sc["procMount"], f"{path}.procMount", ["Default", "Unmasked"], required=False)
+        out += sp.enum(sc["procMount"], f"{path}.procMount", ["Default", "Unmasked"], required=False)
     return out + _seccomp(sc.get("seccompProfile"), f"{path}.seccompProfile")
 
 
@@ -867,7 +764,7 @@ def _pod_security_context(sc: dict, path: str) -> list[FieldError]:
                 f.invalid(f"{path}.supplementalGroups[{i}]", gid, f"must be between 0 and {_MAX_INT32}, inclusive")
             )
     if sc.get("fsGroupChangePolicy") is not None:
-        out += _enum(
+        out += sp.enum(
             sc["fsGroupChangePolicy"], f"{path}.fsGroupChangePolicy", ["Always", "OnRootMismatch"], required=False
         )
     return out + _seccomp(sc.get("seccompProfile"), f"{path}.seccompProfile")
@@ -880,307 +777,9 @@ def _seccomp(profile: Any, path: str) -> list[FieldError]:
     kind = profile.get("type")
     if not kind:
         return [f.required(f"{path}.type", "type is required when seccompProfile is set")]
-    out = _enum(kind, f"{path}.type", ["Localhost", "RuntimeDefault", "Unconfined"], required=False)
+    out = sp.enum(kind, f"{path}.type", ["Localhost", "RuntimeDefault", "Unconfined"], required=False)
     if kind == "Localhost" and profile.get("localhostProfile") is None:
         out.append(f.required(f"{path}.localhostProfile", "must be set when seccomp type is Localhost"))
     elif kind != "Localhost" and profile.get("localhostProfile") is not None:
         out.append(f.invalid(f"{path}.localhostProfile", profile, "can only be set when seccomp type is Localhost"))
     return out
-
-
-# ---- resources -------------------------------------------------------------------------------------
-
-
-def resources(reqs: dict, path: str, container: bool = False) -> list[FieldError]:
-    """``ValidateContainerResourceRequirements``: names, non-negative quantities, requests <= limits."""
-    out: list[FieldError] = []
-    limits, requests = _m(reqs.get("limits")), _m(reqs.get("requests"))
-    for name, value in limits.items():
-        p = f.key(f"{path}.limits", name)
-        out += _resource_name(name, p, container) + _resource_value(name, q.from_json(value), p)
-    for name, value in requests.items():
-        p = f.key(f"{path}.requests", name)
-        out += _resource_name(name, p, container)
-        request = q.from_json(value)
-        out += _resource_value(name, request, p)
-        if name in limits:
-            limit = q.from_json(limits[name])
-            if request != limit and not _overcommit(name):
-                out.append(f.invalid(f"{path}.requests", str(request), f"must be equal to {name} limit of {limit}"))
-            elif request > limit:
-                out.append(
-                    f.invalid(
-                        f"{path}.requests", str(request), f"must be less than or equal to {name} limit of {limit}"
-                    )
-                )
-        elif not _overcommit(name):
-            out.append(f.required(f"{path}.limits", "Limit must be set for non overcommitable resources"))
-    return out
-
-
-def _native(name: str) -> bool:
-    return "/" not in name or name.split("/")[0].endswith("kubernetes.io")
-
-
-def _extended(name: str) -> bool:
-    return not _native(name) and not name.startswith("requests.") and not f.qualified_name("requests." + name)
-
-
-def _overcommit(name: str) -> bool:
-    return _native(name) and not name.startswith("hugepages-")
-
-
-def _resource_name(name: str, path: str, container: bool) -> list[FieldError]:
-    out = [f.invalid(path, name, m) for m in f.qualified_name(name)]
-    if out:
-        return out
-    if "/" not in name and name not in _STANDARD_RESOURCES and not name.startswith("hugepages-"):
-        out.append(f.invalid(path, name, "must be a standard resource type or fully qualified"))
-    if container and "/" not in name and name not in _CONTAINER_RESOURCES and not name.startswith("hugepages-"):
-        out.append(f.invalid(path, name, "must be a standard resource for containers"))
-    elif container and not _native(name) and not _extended(name):
-        out.append(f.invalid(path, name, "doesn't follow extended resource name standard"))
-    return out
-
-
-def _resource_value(name: str, value: q.Quantity, path: str) -> list[FieldError]:
-    """``ValidateResourceQuantityValue``."""
-    out = [f.invalid(path, str(value), "must be greater than or equal to 0")] if value.sign() < 0 else []
-    if (name in _INTEGER_RESOURCES or _extended(name)) and value.milli_value() % 1000:
-        out.append(f.invalid(path, str(value), "must be an integer"))
-    return out
-
-
-def qos_class(spec: dict) -> str:
-    """``ComputePodQOS``: Guaranteed, Burstable or BestEffort from the containers' cpu and memory."""
-    requests: dict[str, q.Quantity] = {}
-    limits: dict[str, q.Quantity] = {}
-    guaranteed = True
-    for c in _l(spec.get("containers")) + _l(spec.get("initContainers")):
-        res = _m(_m(c).get("resources"))
-        c_limits = {k: q.from_json(v) for k, v in _m(res.get("limits")).items() if k in ("cpu", "memory")}
-        for k, v in _m(res.get("requests")).items():
-            if k in ("cpu", "memory") and q.from_json(v).sign() > 0:
-                requests[k] = q.from_json(v)
-        for k, v in c_limits.items():
-            if v.sign() > 0:
-                limits[k] = v
-        if set(k for k, v in c_limits.items() if v.sign() > 0) != {"cpu", "memory"}:
-            guaranteed = False
-    if not requests and not limits:
-        return "BestEffort"
-    if guaranteed:
-        for c in _l(spec.get("containers")) + _l(spec.get("initContainers")):
-            res = _m(_m(c).get("resources"))
-            for k in ("cpu", "memory"):
-                req, lim = _m(res.get("requests")).get(k), _m(res.get("limits")).get(k)
-                if req is not None and lim is not None and q.from_json(req) != q.from_json(lim):
-                    guaranteed = False
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-# ---- scheduling: affinity, node selectors, tolerations ---------------------------------------------
-
-
-def _affinity(affinity: dict, path: str) -> list[FieldError]:
-    out: list[FieldError] = []
-    node = affinity.get("nodeAffinity")
-    if node is not None:
-        node, p = _m(node), f"{path}.nodeAffinity"
-        if node.get("requiredDuringSchedulingIgnoredDuringExecution") is not None:
-            out += node_selector(
-                _m(node["requiredDuringSchedulingIgnoredDuringExecution"]),
-                f"{p}.requiredDuringSchedulingIgnoredDuringExecution",
-            )
-        for i, term in enumerate(_l(node.get("preferredDuringSchedulingIgnoredDuringExecution"))):
-            term, tp = _m(term), f"{p}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-            weight = term.get("weight", 0)
-            if not isinstance(weight, int) or not 1 <= weight <= 100:
-                out.append(f.invalid(f"{tp}.weight", weight, "must be in the range 1-100"))
-            out += _node_selector_term(_m(term.get("preference")), f"{tp}.preference", allow_invalid_values=True)
-    for kind in ("podAffinity", "podAntiAffinity"):
-        pa = affinity.get(kind)
-        if pa is None:
-            continue
-        pa, p = _m(pa), f"{path}.{kind}"
-        for i, term in enumerate(_l(pa.get("requiredDuringSchedulingIgnoredDuringExecution"))):
-            out += _pod_affinity_term(_m(term), f"{p}.requiredDuringSchedulingIgnoredDuringExecution[{i}]")
-        for i, term in enumerate(_l(pa.get("preferredDuringSchedulingIgnoredDuringExecution"))):
-            term, tp = _m(term), f"{p}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-            weight = term.get("weight", 0)
-            if not isinstance(weight, int) or not 1 <= weight <= 100:
-                out.append(f.invalid(f"{tp}.weight", weight, "must be in the range 1-100"))
-            out += _pod_affinity_term(_m(term.get("podAffinityTerm")), f"{tp}.podAffinityTerm")
-    return out
-
-
-def _pod_affinity_term(term: dict, path: str) -> list[FieldError]:
-    out = f.label_selector(term.get("labelSelector"), f"{path}.labelSelector")
-    out += f.label_selector(term.get("namespaceSelector"), f"{path}.namespaceSelector")
-    for name in _l(term.get("namespaces")):
-        out += [f.invalid(f"{path}.namespace", name, m) for m in f.name_is_dns_label(_s(name))]
-    key = _s(term.get("topologyKey"))
-    if not key:
-        out.append(f.required(f"{path}.topologyKey", "can not be empty"))
-    return out + f.label_name(key, f"{path}.topologyKey")
-
-
-def node_selector(selector: dict, path: str) -> list[FieldError]:
-    """``ValidateNodeSelector`` (a required node affinity, a PV's ``nodeAffinity.required``)."""
-    terms = _l(selector.get("nodeSelectorTerms"))
-    if not terms:
-        return [f.required(f"{path}.nodeSelectorTerms", "must have at least one node selector term")]
-    out: list[FieldError] = []
-    for i, term in enumerate(terms):
-        out += _node_selector_term(_m(term), f"{path}.nodeSelectorTerms[{i}]")
-    return out
-
-
-def _node_selector_term(term: dict, path: str, allow_invalid_values: bool = False) -> list[FieldError]:
-    out: list[FieldError] = []
-    for j, req in enumerate(_l(term.get("matchExpressions"))):
-        req, p = _m(req), f"{path}.matchExpressions[{j}]"
-        op, values = req.get("operator"), _l(req.get("values"))
-        if op in ("In", "NotIn"):
-            if not values:
-                out.append(f.required(f"{p}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
-        elif op in ("Exists", "DoesNotExist"):
-            if values:
-                out.append(
-                    f.forbidden(f"{p}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
-                )
-        elif op in ("Gt", "Lt"):
-            if len(values) != 1:
-                out.append(f.required(f"{p}.values", "must be specified single value when `operator` is 'Lt' or 'Gt'"))
-        else:
-            out.append(f.invalid(f"{p}.operator", _s(op), "not a valid selector operator"))
-        out += f.label_name(_s(req.get("key")), f"{p}.key")
-        if not allow_invalid_values:
-            for k, v in enumerate(values):
-                out += [f.invalid(f"{p}.values[{k}]", v, m) for m in f.label_value(_s(v))]
-    for j, req in enumerate(_l(term.get("matchFields"))):
-        req, p = _m(req), f"{path}.matchFields[{j}]"
-        values = _l(req.get("values"))
-        if req.get("operator") in ("In", "NotIn"):
-            if len(values) != 1:
-                out.append(
-                    f.required(
-                        f"{p}.values",
-                        "must be only one value when `operator` is 'In' or 'NotIn' for node field selector",
-                    )
-                )
-        else:
-            out.append(f.invalid(f"{p}.operator", _s(req.get("operator")), "not a valid selector operator"))
-        if req.get("key") != "metadata.name":
-            out.append(f.invalid(f"{p}.key", _s(req.get("key")), "not a valid field selector key"))
-        else:
-            for k, v in enumerate(values):
-                out += [f.invalid(f"{p}.values[{k}]", v, m) for m in f.name_is_dns_subdomain(_s(v))]
-    return out
-
-
-def tolerations(tols: list, path: str) -> list[FieldError]:
-    """``ValidateTolerations``."""
-    out: list[FieldError] = []
-    for i, tol in enumerate(tols):
-        tol, p = _m(tol), f"{path}[{i}]"
-        key, op, value, effect = _s(tol.get("key")), _s(tol.get("operator")), _s(tol.get("value")), tol.get("effect")
-        if key:
-            out += f.label_name(key, f"{p}.key")
-        if not key and op != "Exists":
-            out.append(
-                f.invalid(
-                    f"{p}.operator",
-                    op,
-                    'operator must be Exists when `key` is empty, which means "match all values and all keys"',
-                )
-            )
-        if tol.get("tolerationSeconds") is not None and effect != "NoExecute":
-            out.append(
-                f.invalid(f"{p}.effect", _s(effect), "effect must be 'NoExecute' when `tolerationSeconds` is set")
-            )
-        if op in ("Equal", ""):
-            msgs = f.label_value(value)
-            if msgs:
-                out.append(f.invalid(f"{p}.operator", value, ";".join(msgs)))
-        elif op == "Exists":
-            if value:
-                out.append(f.invalid(f"{p}.operator", value, "value must be empty when `operator` is 'Exists'"))
-        else:
-            out.append(f.not_supported(f"{p}.operator", op, ["Equal", "Exists"]))
-        if effect:
-            out += _enum(effect, f"{p}.effect", _TAINT_EFFECTS, required=False)
-    return out
-
-
-def taints(items: list, path: str) -> list[FieldError]:
-    """``validateNodeTaints``."""
-    out: list[FieldError] = []
-    seen: set[tuple[str, str]] = set()
-    for i, taint in enumerate(items):
-        taint, p = _m(taint), f"{path}[{i}]"
-        out += f.label_name(_s(taint.get("key")), f"{p}.key")
-        msgs = f.label_value(_s(taint.get("value")))
-        if msgs:
-            out.append(f.invalid(f"{p}.value", _s(taint.get("value")), ";".join(msgs)))
-        out += _enum(taint.get("effect"), f"{p}.effect", _TAINT_EFFECTS)
-        pair = (_s(taint.get("key")), _s(taint.get("effect")))
-        if pair in seen:
-            out.append(f.FieldError("FieldValueDuplicate", p, taint, "taints must be unique by key and effect pair"))
-            continue
-        seen.add(pair)
-    return out
-
-
-# ---- helpers ---------------------------------------------------------------------------------------
-
-
-def _enum(value: Any, path: str, valid: list[str], required: bool = True) -> list[FieldError]:
-    if value in (None, ""):
-        return [f.required(path)] if required else []
-    return [] if value in valid else [f.not_supported(path, value, valid)]
-
-
-def _dns_label(value: str, path: str) -> list[FieldError]:
-    return [f.invalid(path, value, m) for m in f.dns1123_label(value)]
-
-
-def _unset_empty(value: Any) -> Any:
-    """Semantic equality as Go compares typed structs: absent, null, empty and zero values are alike."""
-    if isinstance(value, dict):
-        out = {k: _unset_empty(v) for k, v in value.items()}
-        return {k: v for k, v in out.items() if v not in (None, "", [], {}, 0, False)}
-    if isinstance(value, list):
-        return [_unset_empty(v) for v in value]
-    return value
-
-
-def spec_diff(type_name: str, old: dict, new: dict) -> str:
-    """A ``cmp.Diff``-like listing of the changed fields (old lines ``-``, new lines ``+``)."""
-    old_c, new_c = _unset_empty(old), _unset_empty(new)
-    lines = [f"  {type_name}{{"]
-    same = 0
-    for name in sorted(set(old_c) | set(new_c)):
-        if old_c.get(name) == new_c.get(name):
-            same += 1
-            continue
-        if name in old_c:
-            lines.append(f"- \t{name}: {json.dumps(old_c[name], sort_keys=True)},")
-        if name in new_c:
-            lines.append(f"+ \t{name}: {json.dumps(new_c[name], sort_keys=True)},")
-    if same:
-        lines.insert(1, f"  \t... // {same} identical fields")
-    lines.append("  }")
-    return "\n".join(lines)
-
-
-def _m(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def _l(value: Any) -> list:
-    return value if isinstance(value, list) else []
-
-
-def _s(value: Any) -> str:
-    return value if isinstance(value, str) else ("" if value is None else str(value))
