@@ -576,6 +576,45 @@ def test_pod_updates(kube):
     assert ("FieldValueForbidden", "spec.tolerations") in causes(body)
 
 
+def test_pod_status_updates(kube):
+    core = kube.core
+    core.create_namespaced_pod("default", pod(restartPolicy="Never"))
+    code, body = refused(
+        core.create_namespaced_pod_binding,
+        "p",
+        "default",
+        {"metadata": {"name": "p"}, "target": {"kind": "Pod", "name": "n1"}},
+    )
+    assert code == 422 and causes(body) == [("FieldValueNotSupported", "target.kind")]
+    done = {
+        "name": "main",
+        "state": {"terminated": {"exitCode": 0}},
+        "ready": False,
+        "restartCount": 0,
+        "image": "mover",
+        "imageID": "",
+    }
+    status = {
+        "status": {
+            "phase": "Succeeded",
+            "qosClass": "BestEffort",
+            "containerStatuses": [done],
+            "hostIP": "10.0.0.1",
+            "hostIPs": [{"ip": "10.0.0.1"}],
+        }
+    }
+    assert core.patch_namespaced_pod_status("p", "default", status).status.phase == "Succeeded"
+    current = kube.raw("GET", "/api/v1/namespaces/default/pods/p")[1]  # a PUT: the statuses are replaced
+    current["status"].update(qosClass="Guaranteed", hostIP="10.0.0.2")
+    current["status"]["containerStatuses"][0]["state"] = {"running": {}}
+    code, body = kube.raw("PUT", "/api/v1/namespaces/default/pods/p/status", current)
+    assert code == 422 and causes(body) == [
+        ("FieldValueInvalid", "status.qosClass"),
+        ("FieldValueForbidden", "status.containerStatuses[0].state"),
+        ("FieldValueInvalid", "status.hostIPs[0].ip"),
+    ]
+
+
 # ---- Secret, ConfigMap, StorageClass, Event, Node -------------------------------------------------
 
 

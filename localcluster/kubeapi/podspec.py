@@ -16,6 +16,7 @@ volume types but not checked further.
 from __future__ import annotations
 
 import copy
+import ipaddress
 from typing import Any
 
 from localcluster.kubeapi import fields as f
@@ -159,6 +160,48 @@ def pod_status_update(pod: dict, old: dict) -> list[FieldError]:
     nominated = _s(status.get("nominatedNodeName"))
     if nominated and nominated != old_status.get("nominatedNodeName"):
         out += [f.invalid("status.nominatedNodeName", nominated, m) for m in f.name_is_dns_subdomain(nominated)]
+    for i, cond in enumerate(_l(status.get("conditions"))):  # upstream names the path under metadata
+        kind = _s(_m(cond).get("type"))
+        if kind not in ("PodScheduled", "Ready", "Initialized"):
+            out += [f.invalid(f"metadata.conditions[{i}].Type", kind, m) for m in f.qualified_name(kind)]
+    policy = _m(old.get("spec")).get("restartPolicy")
+    for kind in ("containerStatuses", "initContainerStatuses"):
+        out += _state_transitions(_l(status.get(kind)), _l(old_status.get(kind)), f"status.{kind}", policy)
+    return out + _ips(status)
+
+
+def _state_transitions(new: list, old: list, path: str, policy: Any) -> list[FieldError]:
+    """``ValidateContainerStateTransition``: a terminated container stays terminated unless it may restart."""
+    if policy == "Always":
+        return []
+    out: list[FieldError] = []
+    for i, before in enumerate(old):
+        terminated = _m(_m(_m(before).get("state")).get("terminated"))
+        if not terminated or (terminated.get("exitCode") and policy == "OnFailure"):
+            continue
+        for after in new:
+            if _m(after).get("name") == _m(before).get("name") and not _m(_m(after).get("state")).get("terminated"):
+                out.append(f.forbidden(f"{path}[{i}].state", "may not be transitioned to non-terminated state"))
+    return out
+
+
+def _ips(status: dict) -> list[FieldError]:
+    """``validatePodIPs`` / ``validateHostIPs``: valid addresses, ``hostIP`` first, no duplicates."""
+    out: list[FieldError] = []
+    for kind in ("podIPs", "hostIPs"):
+        seen: set[str] = set()
+        for i, entry in enumerate(_l(status.get(kind))):
+            ip = _s(_m(entry).get("ip"))
+            try:
+                ipaddress.ip_address(ip)
+            except ValueError:
+                out.append(f.invalid(f"status.{kind}[{i}]", ip, "must be a valid IP address"))
+            if ip in seen:
+                out.append(f.duplicate(f"status.{kind}[{i}]", entry))
+            seen.add(ip)
+    host_ips = _l(status.get("hostIPs"))
+    if host_ips and _m(host_ips[0]).get("ip") != status.get("hostIP"):
+        out.append(f.invalid("status.hostIPs[0].ip", _m(host_ips[0]).get("ip"), "must be equal to `hostIP`"))
     return out
 
 

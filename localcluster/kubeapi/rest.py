@@ -278,8 +278,15 @@ class Rest(DeletionMixin):
         pods = self.registry.get("", "pods")
         target = (body or {}).get("target") or {}
         node = target.get("name")
+        causes = (
+            []
+            if target.get("kind") in (None, "", "Node")
+            else [fields.not_supported("target.kind", target["kind"], ["Node", "<empty>"])]
+        )
         if not node:
-            raise invalid("Binding", "", name, [("target.name", "Required value")])
+            causes.append(fields.required("target.name"))
+        if causes:  # ValidatePodBinding
+            raise invalid("Binding", "", name, causes)
         with self.store.lock:
             pod = self.store.find(pods, namespace, name)
             if pod is None:
