@@ -3,12 +3,13 @@ local cluster or the product can carry.
 
 - ``pod_create(pod)`` / ``pod_update(pod, old)`` / ``pod_status_update(pod, old)``: ``ValidatePodCreate``,
   ``ValidatePodUpdate`` (the spec is immutable except images, ``activeDeadlineSeconds`` (only
-  lowered), added tolerations and removed scheduling gates) and ``ValidatePodStatusUpdate``;
+  lowered), added tolerations and removed scheduling gates) and ``ValidatePodStatusUpdate`` (node
+  name, QoS class, container state transitions, IPs, condition types);
 - ``pod_spec(spec, pod_name, path)``: ``ValidatePodSpec`` — volumes (unique DNS-label names, exactly
   one source, the common sources' own rules), containers and init containers (unique DNS-label
   names, image, ports, env, mounts naming volumes, devices only from PVC or ephemeral volumes,
   resources with requests <= limits, security context), restart/DNS policy, node selector,
-  affinity, tolerations, service account and node names, active deadline;
+  affinity, tolerations, service account and node names, active deadline.
 Sources and fields the local cluster never uses (iSCSI, RBD, Windows options, ...) are counted as
 volume types but not checked further.
 """
