@@ -625,6 +625,14 @@ def test_secrets_and_config_maps(kube):
     )
     assert causes(body) == [("FieldValueInvalid", "data[..x]"), ("FieldValueInvalid", "data[a b]")]
     assert "data[..x]: Invalid value: \"..x\": must not start with '..'" in body["message"]
+    code, body = kube.raw(
+        "POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "c", "labels": {"n": 1}}}
+    )
+    assert code == 400 and body["message"] == (
+        'ConfigMap in version "v1" cannot be handled as a ConfigMap: json: cannot'
+        " unmarshal number into Go struct field ObjectMeta.metadata.labels of"
+        " type string"
+    )
     code, body = refused(core.create_namespaced_secret, "default", {"metadata": {"name": "s"}, "data": {"k": "%%%"}})
     assert code == 400 and body["message"].startswith(
         'Secret in version "v1" cannot be handled as a Secret: illegal base64 data at input byte'

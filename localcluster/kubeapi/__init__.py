@@ -5,9 +5,10 @@ The official ``kubernetes`` client and kubectl work against it unchanged. ``Kube
 ``resources``/``builtin``/``crds`` (what is served), ``store`` (objects, resourceVersions, change
 log), ``rest``/``deletion`` (verb semantics, garbage collection), ``meta`` (defaults),
 ``validation`` (decoding and admission of built-in kinds, with ``podspec``, ``storagevalidation``,
-``specparts``, ``fields`` and ``quantity``), ``schema``/``cel`` (CRD schemas), ``patching``, ``selectors``, ``authn``/``tokens`` (service-account tokens and
-reviews), ``server``/``calls``/``watch`` (HTTP), ``discovery``, ``openapi``, ``tables``, ``audit``,
-``testing`` (a served API with a real client, for tests).
+``specparts``, ``fields`` and ``quantity``), ``schema``/``cel`` (CRD schemas), ``patching``,
+``selectors``, ``authn``/``tokens`` (service-account tokens and reviews), ``server``/``calls``/
+``watch`` (HTTP), ``discovery``, ``openapi``, ``tables``, ``audit``, ``testing`` (a served API with
+a real client, for tests).
 """
 
 from localcluster.kubeapi.calls import Call

@@ -90,6 +90,9 @@ _QUANTITIES: dict[tuple[str, str], list[tuple[str, ...]]] = {
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
 
+_JSON_KINDS = {bool: "bool", int: "number", float: "number", list: "array", dict: "object"}
+
+
 class DecodeError(ValueError):
     """A body the server cannot decode into the kind (``str()`` is the decoder's message)."""
 
@@ -98,6 +101,13 @@ class DecodeError(ValueError):
 
 
 def decode(rt: ResourceType, obj: Obj) -> None:
+    for name in ("labels", "annotations"):
+        for value in _m(_m(obj.get("metadata")).get(name)).values():
+            if value is not None and not isinstance(value, str):
+                kind = _JSON_KINDS.get(type(value), "object")
+                raise DecodeError(
+                    f"json: cannot unmarshal {kind} into Go struct field ObjectMeta.metadata.{name} of type string"
+                )
     for pattern in _QUANTITIES.get(rt.key, ()):
         _canonical_quantities(obj, pattern)
     if rt.key == ("", "secrets"):
