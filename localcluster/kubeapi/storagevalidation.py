@@ -307,8 +307,8 @@ def _ga_labels(affinity: Any) -> Any:
     ga_to_beta = {v: k for k, v in _BETA_TO_GA.items()}
     for term in _l(_m(_m(affinity).get("required")).get("nodeSelectorTerms")):
         for req in _l(_m(term).get("matchExpressions")):
-            if isinstance(req, dict) and req.get("key") in ga_to_beta:
-                req["key"] = ga_to_beta[req["key"]]
+            if isinstance(req, dict) and _s(req.get("key")) in ga_to_beta:
+                req["key"] = ga_to_beta[_s(req["key"])]
     return affinity
 
 
@@ -344,7 +344,7 @@ def storage_class_create(obj: Obj) -> list[FieldError]:
                 if v in values[:k]:
                     out.append(f.duplicate(f"{rp}.values[{k}]", v))
             out += f.label_name(_s(req.get("key")), f"{rp}.key")
-            if req.get("key") in expressions:
+            if _s(req.get("key")) in expressions:
                 out.append(f.duplicate(f"{rp}.key", req.get("key")))
             expressions[_s(req.get("key"))] = set(map(str, values))
         if expressions in terms:
