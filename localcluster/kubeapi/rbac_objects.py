@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 
-from localcluster.kubeapi import meta
+from localcluster.kubeapi import fields
 from localcluster.kubeapi.resources import Obj, ResourceType
 
 GROUP = "rbac.authorization.k8s.io"
@@ -54,8 +54,8 @@ def defaults(rt: ResourceType, obj: Obj) -> None:
 
 
 def name_errors(name: str) -> list[str]:
-    """path.IsValidPathSegmentName (also applied to RBAC object names by ``meta.metadata_errors``)."""
-    return meta.path_segment_errors(name)
+    """path.IsValidPathSegmentName (``validation`` applies it to RBAC object names too)."""
+    return fields.path_segment_name(name)
 
 
 def _unsupported(value: object, supported: tuple[str, ...]) -> str:
