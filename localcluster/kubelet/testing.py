@@ -1,11 +1,14 @@
-"""Test helpers: an API emulator with a running kubelet, and waits on conditions (no fixed sleeps).
+"""Test helpers: an API emulator with a running kubelet and scheduler, and waits on conditions (no fixed sleeps).
 
     with local_node(tmp_path, backoff=(0.05, 0.5)) as node:    # keyword arguments go to LocalKubelet
         node.core.create_namespaced_pod("default", pod_manifest("p", ["python", "-c", "print(1)"]))
         pod = wait_pod(node.core, "p", phase_in("Succeeded", "Failed"))
 
-The kubelet is stopped (every process, attachment and mount point undone) and the server
-stopped in every outcome.
+``local_node`` starts the API, the scheduler (``localcluster.controllers.scheduler``; it binds
+pods to the node, as nothing else does; ``scheduler=False`` leaves that to the test, e.g. pods
+created with ``spec.nodeName``) and one kubelet (``node``: a ``NodeSpec`` or a name, default
+``local-node``). Everything is stopped (every process, attachment and mount point undone) in every
+outcome.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class Node:
     kube: Kube
     kubelet: LocalKubelet
     store: VolumeStore
+    scheduler: Any = None
 
     @property
     def core(self):
@@ -34,17 +38,32 @@ class Node:
 
 
 @contextlib.contextmanager
-def local_node(tmp_path: str | Path, api: dict[str, Any] | None = None, **kubelet_settings: Any) -> Iterator[Node]:
+def local_node(
+    tmp_path: str | Path, api: dict[str, Any] | None = None, *, scheduler: bool = True, **kubelet_settings: Any
+) -> Iterator[Node]:
     tmp_path = Path(tmp_path)
-    with serve(tmp_path, **(api or {})) as kube:
+    with serve(tmp_path, **(api or {})) as kube, contextlib.ExitStack() as stack:
         store = VolumeStore(tmp_path / "volumes")
+        stack.callback(store.detach_all)
+        started = start_scheduler(kube.api, stack) if scheduler else None
         kubelet = LocalKubelet(kube.api, store, workdir=tmp_path / "kubelet", **kubelet_settings)
-        try:
-            kubelet.start()
-            yield Node(kube, kubelet, store)
-        finally:
-            kubelet.stop()
-            store.detach_all()
+        stack.callback(kubelet.stop)
+        kubelet.start()
+        yield Node(kube, kubelet, store, started)
+
+
+def start_scheduler(api: Any, stack: contextlib.ExitStack, **settings: Any):
+    """A running ``Scheduler`` on ``api`` (admin token, over HTTP), stopped by ``stack``."""
+    from localcluster.controllers.cluster import api_client_for
+    from localcluster.controllers.kube import Kube as ControllerKube
+    from localcluster.controllers.scheduler import Scheduler
+
+    client = api_client_for(api)
+    stack.callback(client.close)
+    scheduler = Scheduler(ControllerKube(client, "default-scheduler"), **settings)
+    scheduler.start()
+    stack.callback(scheduler.stop)
+    return scheduler
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
