@@ -296,8 +296,8 @@ class Scheduler(Controller):
         except BindError as err:
             self._forget(pkey)
             message = f'running PreBind plugin "VolumeBinding": binding volumes: {err}'
-            self._set_condition(pod, "SchedulerError", message)
             self.kube.event(POD, pod, "Warning", "FailedScheduling", message)
+            self._set_condition(pod, "SchedulerError", message)
             with self._state:
                 self._waiting[pkey] = "unschedulable"
             return self.poll
@@ -388,8 +388,8 @@ class Scheduler(Controller):
         md = pod["metadata"]
         with self._state:
             self._waiting[(md["namespace"], md["name"])] = "unschedulable"
+        self.kube.event(POD, pod, "Warning", "FailedScheduling", message)  # before the condition, as upstream
         self._set_condition(pod, "Unschedulable", message)
-        self.kube.event(POD, pod, "Warning", "FailedScheduling", message)
         return self.retry_interval
 
     def _set_condition(self, pod: Obj, reason: str, message: str) -> None:

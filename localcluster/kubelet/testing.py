@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from localcluster.kubeapi.testing import Kube, serve
 from localcluster.kubelet.kubelet import LocalKubelet
+from localcluster.kubelet.volumes import Attachments
+from localcluster.nodes import DEFAULT_NODES, NodeSpec
 from localcluster.storage import VolumeStore
 
 
@@ -50,6 +52,51 @@ def local_node(
         stack.callback(kubelet.stop)
         kubelet.start()
         yield Node(kube, kubelet, store, started)
+
+
+@dataclass
+class Nodes:
+    kube: Kube
+    kubelets: dict[str, LocalKubelet]
+    store: VolumeStore
+    scheduler: Any = None
+
+    @property
+    def core(self):
+        return self.kube.core
+
+
+@contextlib.contextmanager
+def local_nodes(
+    tmp_path: str | Path,
+    nodes: Sequence[NodeSpec] = DEFAULT_NODES,
+    api: dict[str, Any] | None = None,
+    *,
+    scheduler: bool = True,
+    **kubelet_settings: Any,
+) -> Iterator[Nodes]:
+    """``local_node`` with one kubelet per node (default: the strict cluster's node-a, node-b and win-a),
+    sharing one VolumeStore (and its attachments)."""
+    tmp_path = Path(tmp_path)
+    with serve(tmp_path, **(api or {})) as kube, contextlib.ExitStack() as stack:
+        store = VolumeStore(tmp_path / "volumes")
+        stack.callback(store.detach_all)
+        started = start_scheduler(kube.api, stack) if scheduler else None
+        attachments = Attachments(store)
+        kubelets = {}
+        for spec in nodes:
+            kubelet = LocalKubelet(
+                kube.api,
+                store,
+                node=spec,
+                workdir=tmp_path / "kubelet" / spec.name,
+                attachments=attachments,
+                **kubelet_settings,
+            )
+            stack.callback(kubelet.stop)
+            kubelet.start()
+            kubelets[spec.name] = kubelet
+        yield Nodes(kube, kubelets, store, started)
 
 
 def start_scheduler(api: Any, stack: contextlib.ExitStack, **settings: Any):
