@@ -7,8 +7,9 @@
 ``local_node`` starts the API, the scheduler (``localcluster.controllers.scheduler``; it binds
 pods to the node, as nothing else does; ``scheduler=False`` leaves that to the test, e.g. pods
 created with ``spec.nodeName``) and one kubelet (``node``: a ``NodeSpec`` or a name, default
-``local-node``). Everything is stopped (every process, attachment and mount point undone) in every
-outcome.
+``local-node``). ``local_nodes`` starts one kubelet per node (default: the strict cluster's
+``DEFAULT_NODES``) on one VolumeStore; ``start_scheduler`` starts a scheduler on any API.
+Everything is stopped (every process, attachment and mount point undone) in every outcome.
 """
 
 from __future__ import annotations
