@@ -91,7 +91,7 @@ def provision(
     ns: str,
     claim: str,
     node_labels: dict[str, str],
-    driver: str = "example.com/unserved",
+    driver: str = "unserved.example.com",
     static: str | None = None,
 ) -> str:
     """Play the provisioner and PV controller: a volume, a PV pinned to ``node_labels``, both bound to the claim."""
@@ -264,7 +264,7 @@ def test_rescheduled_when_a_node_changes(cluster, ns):
 
 def test_bound_claims_pin_the_pod_to_the_pv_node_affinity(cluster, ns):
     core = cluster.core
-    storage_class(core, f"static-{ns}", "example.com/unserved", "Immediate")
+    storage_class(core, f"static-{ns}", "unserved.example.com", "Immediate")
     for claim, zone in (("in-b", "zone-b"), ("in-c", "zone-c")):
         block_claim(core, ns, claim, f"static-{ns}")
         provision(cluster, ns, claim, {"topology.kubernetes.io/zone": zone})
@@ -284,7 +284,7 @@ def test_bound_claims_pin_the_pod_to_the_pv_node_affinity(cluster, ns):
 
 def test_unbound_immediate_claim(cluster, ns):
     core = cluster.core
-    storage_class(core, f"immediate-{ns}", "example.com/unserved", "Immediate")
+    storage_class(core, f"immediate-{ns}", "unserved.example.com", "Immediate")
     block_claim(core, ns, "data", f"immediate-{ns}")
     core.create_namespaced_pod(ns, with_claim(pod_manifest("p", ["true"]), "data"))
     wait_pod(
@@ -297,7 +297,7 @@ def test_unbound_immediate_claim(cluster, ns):
 
 def test_wait_for_first_consumer_selects_the_pods_node(cluster, ns):
     core = cluster.core
-    storage_class(core, f"wffc-{ns}", "example.com/unserved")
+    storage_class(core, f"wffc-{ns}", "unserved.example.com")
     block_claim(core, ns, "data", f"wffc-{ns}")
     assert SELECTED not in (core.read_namespaced_persistent_volume_claim("data", ns).metadata.annotations or {})
     consumer = with_claim(pod_manifest("consumer", ["true"]), "data")
@@ -320,7 +320,7 @@ def test_wait_for_first_consumer_selects_the_pods_node(cluster, ns):
 
 def test_provisioning_failure_and_lost_node_reschedule(cluster, ns):
     core = cluster.core
-    storage_class(core, f"wffc-{ns}", "example.com/unserved")
+    storage_class(core, f"wffc-{ns}", "unserved.example.com")
     block_claim(core, ns, "data", f"wffc-{ns}")
     for node in ("node-x", "node-y"):  # nodes without a kubelet, only this pod selects them
         core.create_node({"metadata": {"name": node, "labels": {"pool": f"extra-{ns}"}}})
@@ -368,7 +368,7 @@ def test_provisioner_topology_and_allowed_topologies(cluster, ns):
     storage_class(
         core,
         f"zone-b-{ns}",
-        "example.com/unserved",
+        "unserved.example.com",
         allowedTopologies=[{"matchLabelExpressions": [{"key": "topology.kubernetes.io/zone", "values": ["zone-b"]}]}],
     )
     tolerate = [{"operator": "Exists"}]
@@ -434,7 +434,7 @@ def test_static_volumes_for_a_wait_for_first_consumer_class(cluster, ns):
                     "volumeMode": "Block",
                     "storageClassName": f"local-{ns}",
                     "nodeAffinity": {"required": {"nodeSelectorTerms": terms}},
-                    "csi": {"driver": "example.com/local", "volumeHandle": "unused"},
+                    "csi": {"driver": "local.example.com", "volumeHandle": "unused"},
                 },
             }
         )

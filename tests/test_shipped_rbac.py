@@ -54,8 +54,10 @@ def _docs(path: Path) -> list[dict]:
 
 
 def _rules(path: Path, kind: str) -> list[dict]:
-    [role] = [d for d in _docs(path) if d["kind"] == kind]
-    return role["rules"]
+    """The rules of the file's ``kind`` role (a Role copied per namespace has the same rules in each copy)."""
+    roles = [d for d in _docs(path) if d["kind"] == kind]
+    assert roles and all(r["rules"] == roles[0]["rules"] for r in roles), f"{path.name}: the {kind}s differ"
+    return roles[0]["rules"]
 
 
 def _role_rules() -> dict[str, list[dict]]:
