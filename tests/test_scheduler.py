@@ -98,7 +98,7 @@ def provision(
     core = cluster.core
     pvc = core.read_namespaced_persistent_volume_claim(claim, ns)
     pv_name = static or f"pv-{ns}-{claim}"
-    handle = f"vol-{ns}-{claim}"
+    handle = core.read_persistent_volume(static).spec.csi.volume_handle if static else f"vol-{ns}-{claim}"
     cluster.store.create_volume(handle, 8 << 20)
     ref = {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": ns, "name": claim, "uid": pvc.metadata.uid}
     if static is None:
@@ -117,8 +117,6 @@ def provision(
                 },
             }
         )
-    else:
-        core.patch_persistent_volume(pv_name, {"spec": {"csi": {"driver": driver, "volumeHandle": handle}}})
     core.patch_persistent_volume_status(pv_name, {"status": {"phase": "Bound"}})
     core.patch_namespaced_persistent_volume_claim(
         claim,
@@ -434,7 +432,7 @@ def test_static_volumes_for_a_wait_for_first_consumer_class(cluster, ns):
                     "volumeMode": "Block",
                     "storageClassName": f"local-{ns}",
                     "nodeAffinity": {"required": {"nodeSelectorTerms": terms}},
-                    "csi": {"driver": "local.example.com", "volumeHandle": "unused"},
+                    "csi": {"driver": "unserved.example.com", "volumeHandle": f"vol-{ns}-{node}"},
                 },
             }
         )
