@@ -9,16 +9,28 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from localcluster import drivers
 from localcluster.controllers import LocalControllers
-from localcluster.controllers.kube import EVENT, PVC, Kube, Res
+from localcluster.controllers import names as n
+from localcluster.controllers.kube import EVENT, NODE, PVC, Kube, Res
 from localcluster.kubeapi.testing import Kube as Served
 from localcluster.kubeapi.testing import serve
 from localcluster.storage import VolumeStore
 
 NS = "apps"
-DRIVER = "hostpath.csi.k8s.io"
+DRIVER = drivers.HOSTPATH.name
+DISK = drivers.DISK.name
+SC = "csi-hostpath-sc"  # the app's class (WaitForFirstConsumer)
 MiB = 1 << 20
-THREAD_PREFIXES = ("csi-volumes", "snapshot-controller", "group-snapshot-controller")
+THREAD_PREFIXES = (
+    "csi-volumes",
+    "snapshot-controller",
+    "group-snapshot-controller",
+    "csi-snapshotter",
+    "csi-group-snapshotter",
+)
+# the strict cluster's nodes (what the scheduling part registers): name, os, zone
+NODES = (("node-a", "linux", "zone-a"), ("node-b", "linux", "zone-b"), ("win-a", "windows", "zone-a"))
 
 
 @dataclass
@@ -34,14 +46,18 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def local_cluster(tmp_path, api: dict | None = None, **settings) -> Iterator[Cluster]:
-    """An emulator, a volume store and the controllers; everything stopped (and loop devices detached) after."""
+def local_cluster(tmp_path, api: dict | None = None, nodes: bool = True, **settings) -> Iterator[Cluster]:
+    """An emulator with the strict cluster's Node objects (``NODES``, no kubelet; ``nodes=False``: none), a volume
+    store and the controllers; everything stopped (and loop devices detached) after."""
     with serve(tmp_path, namespaces=("default", NS), **(api or {})) as served:
         store = VolumeStore(tmp_path / "storage")
         ctl = LocalControllers(served.api, store, **settings)
+        kube = Kube(served.client, "tests")
         try:
+            for name, os_, zone in NODES if nodes else ():
+                add_node(kube, name, os_, zone)
             ctl.start()
-            yield Cluster(served, store, ctl, Kube(served.client, "tests"))
+            yield Cluster(served, store, ctl, kube)
         finally:
             try:
                 ctl.stop()
@@ -114,14 +130,38 @@ def gone(obj: dict | None) -> bool:
     return obj is None
 
 
-def pvc(name: str, size: str = "16Mi", mode: str = "Block", *, storage_class: str | None = None,
-        labels: dict | None = None, snapshot: str | None = None) -> dict:  # fmt: skip
+def add_node(kube: Kube, name: str, os_: str, zone: str, labels: dict | None = None) -> dict:
+    """A Node object as the node's kubelet registers it: os, hostname, zone and the drivers' topology labels."""
+    base = {
+        "kubernetes.io/os": os_,
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name,
+        drivers.ZONE_LABEL: zone,
+        **drivers.node_labels(name, os_, zone),
+    }
+    return kube.create(NODE, {"metadata": {"name": name, "labels": {**base, **(labels or {})}}})
+
+
+def pvc(
+    name: str,
+    size: str = "16Mi",
+    mode: str = "Block",
+    *,
+    storage_class: str | None = SC,
+    labels: dict | None = None,
+    snapshot: str | None = None,
+    node: str | None = None,
+) -> dict:
+    """A claim (``storage_class=None``: no class, i.e. the default one); ``node``: the scheduler's selected node."""
     spec = {"accessModes": ["ReadWriteOnce"], "volumeMode": mode, "resources": {"requests": {"storage": size}}}
     if storage_class is not None:
         spec["storageClassName"] = storage_class
     if snapshot is not None:
         spec["dataSource"] = {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": snapshot}
-    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+    md = {"name": name, "labels": labels or {}}
+    if node is not None:
+        md["annotations"] = {n.ANN_SELECTED_NODE: node}
+    return {"metadata": md, "spec": spec}
 
 
 def snapshot(name: str, claim: str, snapshot_class: str | None = None) -> dict:
@@ -131,13 +171,23 @@ def snapshot(name: str, claim: str, snapshot_class: str | None = None) -> dict:
     return {"metadata": {"name": name}, "spec": spec}
 
 
-def make_bound_claim(c: Cluster, name: str, **kw) -> tuple[dict, dict]:
-    """Create a claim and wait until bound: (claim, its PV)."""
+def make_bound_claim(c: Cluster, name: str, node: str | None = "node-a", **kw) -> tuple[dict, dict]:
+    """Create a claim with ``node`` selected (as the scheduler does for a pod using it) and wait until bound:
+    (claim, its PV)."""
     from localcluster.controllers.kube import PV
 
-    c.kube.create(PVC, pvc(name, **kw), NS)
+    c.kube.create(PVC, pvc(name, node=node, **kw), NS)
     claim = wait_for(c.kube, PVC, name, bound)
     return claim, c.kube.get(PV, claim["spec"]["volumeName"])
+
+
+def node_affinity(pv: dict) -> tuple[str, list[str]]:
+    """(key, values) of a PV's one required node selector requirement."""
+    terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert len(terms) == 1 and len(terms[0]["matchExpressions"]) == 1, terms
+    expr = terms[0]["matchExpressions"][0]
+    assert expr["operator"] == "In", expr
+    return expr["key"], expr["values"]
 
 
 def write_volume(c: Cluster, handle: str, writes: list[tuple[int, bytes]]) -> None:
