@@ -1,6 +1,7 @@
 """Shared set-up of the flow tests: a demo application on the local cluster with a repository.
 
-``deploy_app`` creates a namespace with a ``mover`` ServiceAccount, Block PVCs labelled ``app=demo``,
+``deploy_app`` creates a namespace with a ``mover`` ServiceAccount, Block PVCs labelled ``app=demo`` in the
+app's StorageClass ``APP_CLASS`` (the hostpath driver's; the cluster's default class belongs to the other driver),
 the demo app pod writing to them (freeze/thaw through ``HOOKS``), a moto bucket with an initialised
 repository and the ``repo`` Secret the mover pods read. The flows read the repository themselves
 with the worker's environment, so the AWS_* variables are set through ``setenv``.
@@ -20,6 +21,7 @@ from movers.kube import apply as k
 from movers.kube import manifests as m
 
 APP = ["python", "-m", "localcluster.demo_app"]
+APP_CLASS = "csi-hostpath-sc"
 SEL = {"matchLabels": {"app": "demo"}}
 HOOKS = {
     "pre": [{"name": "freeze", "pod_selector": SEL, "container": "app", "command": [*APP, "freeze"], "timeout": 10}],
@@ -36,7 +38,7 @@ def deploy_app(cluster, setenv: Callable[[str, str], None], ns: str, bucket: str
     core.create_namespace({"metadata": {"name": ns}})
     core.create_namespaced_service_account(ns, {"metadata": {"name": "mover"}})
     for pvc in pvcs:
-        k.create(api, m.block_pvc(pvc, ns, size, None, {"app": "demo"}))
+        k.create(api, m.block_pvc(pvc, ns, size, APP_CLASS, {"app": "demo"}))
     if app_pod:
         devices = {pvc: f"/dev/xvd{chr(ord('a') + i)}" for i, pvc in enumerate(pvcs)}
         core.create_namespaced_pod(ns, demo_pod("app", devices, labels={"app": "demo"}, interval=0.02))

@@ -56,7 +56,14 @@ def cluster(tmp_path):
 
 def test_quantities():
     assert [parse_quantity(q) for q in ("1Gi", "16Mi", "1G", "1500", "1.5Ki", "2e3", 7)] == [
-        1 << 30, 16 << 20, 10**9, 1500, 1536, 2000, 7]  # fmt: skip
+        1 << 30,
+        16 << 20,
+        10**9,
+        1500,
+        1536,
+        2000,
+        7,
+    ]
     assert [format_quantity(b) for b in (1 << 30, 16 << 20, 1536, 10**9)] == ["1Gi", "16Mi", "1536", "1000000000"]
     with pytest.raises(ValueError):
         parse_quantity("lots")
@@ -151,9 +158,18 @@ def test_claim_deletion_follows_the_reclaim_policy_and_pod_protection(cluster):
     _, gone_pv = make_bound_claim(c, "scratch")
     _, kept_pv = make_bound_claim(c, "kept", storage_class="keep")
     assert n.FIN_PROVISIONER not in kept_pv["metadata"]["finalizers"]
-    c.core.create_namespaced_pod(NS, {"metadata": {"name": "user"}, "spec": {"containers": [
-        {"name": "c", "image": "demo", "volumeDevices": [{"name": "d", "devicePath": "/dev/xvda"}]}],
-        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "scratch"}}]}})  # fmt: skip
+    c.core.create_namespaced_pod(
+        NS,
+        {
+            "metadata": {"name": "user"},
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "demo", "volumeDevices": [{"name": "d", "devicePath": "/dev/xvda"}]}
+                ],
+                "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "scratch"}}],
+            },
+        },
+    )
     c.core.delete_namespaced_persistent_volume_claim("scratch", NS)
     c.core.delete_namespaced_persistent_volume_claim("kept", NS)
     make_bound_claim(c, "later")  # queued after both deletions
@@ -166,8 +182,9 @@ def test_claim_deletion_follows_the_reclaim_policy_and_pod_protection(cluster):
     wait_for(c.kube, PV, gone_pv["metadata"]["name"], gone, namespace=None)
     assert not c.store.volume_path(gone_pv["spec"]["csi"]["volumeHandle"]).exists()
 
-    released = wait_for(c.kube, PV, kept_pv["metadata"]["name"], lambda o: o["status"]["phase"] == "Released",
-                        namespace=None)  # fmt: skip
+    released = wait_for(
+        c.kube, PV, kept_pv["metadata"]["name"], lambda o: o["status"]["phase"] == "Released", namespace=None
+    )
     assert c.store.volume_path(released["spec"]["csi"]["volumeHandle"]).exists()
     c.core.delete_persistent_volume(released["metadata"]["name"])  # a Released PV may go; its storage stays
     wait_for(c.kube, PV, released["metadata"]["name"], gone, namespace=None)
@@ -278,8 +295,10 @@ def test_restore_from_snapshot_copies_data_and_checks_size(cluster):
 
     c.kube.create(PVC, pvc("small", size="8Mi", snapshot="snap", node="node-b"), NS)
     event = wait_event(c.kube, "small", "ProvisioningFailed")
-    assert f"requested volume size {8 * MiB} is less than the size {16 * MiB} for the source snapshot snap" in \
-        event["message"]  # fmt: skip
+    assert (
+        f"requested volume size {8 * MiB} is less than the size {16 * MiB} for the source snapshot snap"
+        in event["message"]
+    )
     assert c.kube.get(PVC, "small", NS)["status"]["phase"] == "Pending"
     # the snapshot cannot go while a claim is being restored from it
     c.kube.delete(VS, "snap", NS)
@@ -299,9 +318,10 @@ def test_volume_mode_change_needs_the_content_annotation(cluster):
     c.kube.create(PVC, pvc("asblock", mode="Block", snapshot="fssnap", node="node-a"), NS)
     event = wait_event(c.kube, "asblock", "ProvisioningFailed")
     assert event["type"] == "Warning"
-    assert (f"requested volume {NS}/asblock modifies the mode of the source volume but does not have permission to"
-            f" do so. {n.ANN_ALLOW_MODE_CHANGE} annotation is not present on snapshotcontent {content}") in \
-        event["message"]  # fmt: skip
+    assert (
+        f"requested volume {NS}/asblock modifies the mode of the source volume but does not have permission to"
+        f" do so. {n.ANN_ALLOW_MODE_CHANGE} annotation is not present on snapshotcontent {content}"
+    ) in event["message"]
     claim = c.kube.get(PVC, "asblock", NS)
     assert claim["status"]["phase"] == "Pending" and not claim["spec"].get("volumeName")
 
@@ -314,8 +334,11 @@ def test_cbt_delta_through_the_product_client(cluster):
     c = cluster
     sms = c.kube.get(SMS, DRIVER)
     service = discovery.snapshot_metadata_service(c.served.client, DRIVER)
-    assert (service.address, service.audience, sms["spec"]["audience"]) == (c.ctl.metadata.address, "snapshot-metadata",
-                                                                             "snapshot-metadata")  # fmt: skip
+    assert (service.address, service.audience, sms["spec"]["audience"]) == (
+        c.ctl.metadata.address,
+        "snapshot-metadata",
+        "snapshot-metadata",
+    )
     assert service.ca_pem == c.ctl.metadata.ca_pem
     c.core.create_namespaced_service_account(NS, {"metadata": {"name": "mover"}})
     _, pv = make_bound_claim(c, "data", size="8Mi")
@@ -334,8 +357,11 @@ def test_cbt_delta_through_the_product_client(cluster):
     tokens = TokenRequestToken(c.core, NS, "mover", service.audience)
     with SnapshotMetadataClient(service.address, service.ca_pem, tokens) as client:
         assert list(client.allocated(NS, "snap-1")) == [(0, BLOCK), (MiB, 2 * BLOCK)]
-        assert list(client.delta(NS, base.handle, "snap-2")) == [(BLOCK, BLOCK), (MiB + BLOCK, BLOCK),
-                                                                  (8 * MiB - BLOCK, BLOCK)]  # fmt: skip
+        assert list(client.delta(NS, base.handle, "snap-2")) == [
+            (BLOCK, BLOCK),
+            (MiB + BLOCK, BLOCK),
+            (8 * MiB - BLOCK, BLOCK),
+        ]
     wrong = TokenRequestToken(c.core, NS, "mover", "another-audience")
     with SnapshotMetadataClient(service.address, service.ca_pem, wrong, retries=0) as client:
         with pytest.raises(CbtAuthError):
@@ -352,8 +378,9 @@ def test_cbt_and_group_snapshots_can_be_turned_off(tmp_path):
         with pytest.raises(CbtUnavailableError):
             discovery.snapshot_metadata_service(c.served.client, DRIVER)
         make_bound_claim(c, "data", labels={"app": "db"})
-        c.kube.create(VGS, {"metadata": {"name": "group"}, "spec": {"source": {"selector": {
-            "matchLabels": {"app": "db"}}}}}, NS)  # fmt: skip
+        c.kube.create(
+            VGS, {"metadata": {"name": "group"}, "spec": {"source": {"selector": {"matchLabels": {"app": "db"}}}}}, NS
+        )
         c.kube.create(VS, snapshot("single", "data"), NS)
         wait_for(c.kube, VS, "single", ready)  # the other controllers run
         assert "status" not in c.kube.get(VGS, "group", NS) and c.kube.list(VGSC)[0] == []

@@ -49,6 +49,7 @@ class Cluster:
 def local_cluster(tmp_path, api: dict | None = None, nodes: bool = True, **settings) -> Iterator[Cluster]:
     """An emulator with the strict cluster's Node objects (``NODES``, no kubelet; ``nodes=False``: none), a volume
     store and the controllers; everything stopped (and loop devices detached) after."""
+    before = set(threading.enumerate())  # another cluster's (a module fixture's) threads may be running
     with serve(tmp_path, namespaces=("default", NS), **(api or {})) as served:
         store = VolumeStore(tmp_path / "storage")
         ctl = LocalControllers(served.api, store, **settings)
@@ -63,7 +64,7 @@ def local_cluster(tmp_path, api: dict | None = None, nodes: bool = True, **setti
                 ctl.stop()
             finally:
                 store.detach_all()
-    left = [t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIXES)]
+    left = [t.name for t in threading.enumerate() if t not in before and t.name.startswith(THREAD_PREFIXES)]
     assert not left, f"controller threads still running: {left}"
 
 
