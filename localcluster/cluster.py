@@ -4,6 +4,8 @@
         cluster.kubeconfig      # a kubeconfig file for kubectl and the kubernetes client
         cluster.s3.env          # AWS_* variables of the moto S3 server on loopback
         cluster.client          # a kubernetes ApiClient (admin)
+        cluster.apply("configs/rbac/controller.yaml")                       # as admin: create or replace
+        cluster.kubeconfig_for("cbt-mover-system", "cbt-mover-controller")  # a kubeconfig of that identity
 
 It is a test double for a cluster: the product (movers/, tasks/, flows/) talks to it only over the
 real protocols (the kubernetes client over HTTP, gRPC over TLS, S3 over HTTP) and cannot tell it
@@ -16,6 +18,9 @@ none), ``restore_size=False`` (snapshot contents without restoreSize), ``default
 (no default VolumeSnapshotClass, or two per driver), ``hostpath_group_capability=False`` (the hostpath driver
 lacks the GroupController capability); ``drivers`` replaces the driver table.
 Everything started is stopped in reverse order, in every outcome, and loop devices are detached.
+
+RBAC is enforced for every identity but the admin one (``cluster.kubeconfig``, ``cluster.client``: the
+test harness and the demo's set-up); ``kubeconfig_for`` gives a ServiceAccount's identity.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ import contextlib
 import logging
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+SA_KUBECONFIG_SECONDS = 24 * 3600
 
 
 class LocalCluster:
@@ -110,6 +117,21 @@ class LocalCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def kubeconfig_for(self, namespace: str, service_account: str, path: str | Path | None = None) -> Path:
+        """A kubeconfig (default namespace ``namespace``) with a token of that ServiceAccount, minted as
+        TokenRequest would (the API server's audience, not bound to a pod) and valid for 24 hours; it
+        dies with the ServiceAccount. Default path: ``WORKDIR/kubeconfig-NAMESPACE-SERVICE_ACCOUNT``."""
+        token = self.api.issue_token(namespace, service_account, expiration_seconds=SA_KUBECONFIG_SECONDS)
+        path = Path(path) if path is not None else self.workdir / f"kubeconfig-{namespace}-{service_account}"
+        return self.api.write_kubeconfig(path, token=token, namespace=namespace)
+
+    def apply(self, source: str | Path | Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Create each object of ``source`` (a path to a YAML file of one or more documents, or dicts) as
+        the admin, replacing it when it exists already; returns the objects as the API answered."""
+        from localcluster.applying import apply_objects
+
+        return apply_objects(self.client, self.api.registry, source)
 
     def env(self) -> dict[str, str]:
         """Variables for a process that should use this cluster (KUBECONFIG, AWS_*)."""

@@ -64,6 +64,7 @@ def _deploy(cluster, policy) -> None:
 
     from localcluster.demo_app import pod_manifest
     from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
+    from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
     from movers.kube import apply as k
     from movers.kube import manifests as m
 
@@ -72,8 +73,14 @@ def _deploy(cluster, policy) -> None:
     repo_env = {**cluster.s3.env, "CBT_MOVER_REPO": policy.repository.url}
     for namespace in (ns, TARGET_NS):
         core.create_namespace({"metadata": {"name": namespace}})
-        core.create_namespaced_service_account(namespace, {"metadata": {"name": mover.service_account}})
         core.create_namespaced_secret(namespace, {"metadata": {"name": secret}, "stringData": repo_env})
+    # the mover pods' identity: configs/rbac/mover.yaml, its namespaced part copied per namespace
+    if mover.service_account != MOVER_SERVICE_ACCOUNT:
+        raise RuntimeError(
+            f"{POLICY.name} names mover ServiceAccount {mover.service_account!r}; the shipped RBAC"
+            f" creates {MOVER_SERVICE_ACCOUNT!r}"
+        )
+    apply_mover_rbac(cluster, [ns, TARGET_NS])
     labels = policy.pvc_selector["matchLabels"]
     for pvc, size in SIZES.items():
         k.create(api, m.block_pvc(pvc, ns, f"{size // MiB}Mi", APP_CLASS, labels))
@@ -189,8 +196,9 @@ def run() -> None:
         from flows.backup import backup_app
         from flows.maintenance import maintain_repo
         from flows.restore import restore_app
+        from localcluster.shipped_rbac import controller_kubeconfig
 
-        kubeconfig = str(cluster.kubeconfig)
+        kubeconfig = str(controller_kubeconfig(cluster))  # the flows run as the shipped controller identity
         _say(f"backup 1 of {policy.namespace} from {POLICY.relative_to(REPO_ROOT)} (full)")
         full = backup_app(policy_path=str(POLICY), kubeconfig=kubeconfig)
         seen = _writes(cluster, policy.namespace)

@@ -1,6 +1,7 @@
 """The demo application: keeps writing to its block devices and obeys freeze/thaw.
 
     python -m localcluster.demo_app run --device /dev/xvda [--device /dev/xvdb] [--interval 0.01]
+    python -m localcluster.demo_app run --file /data/records.dat [--file-size 4194304]  # on a filesystem
     python -m localcluster.demo_app freeze [--timeout 10]   # (by exec) returns once no write can happen
     python -m localcluster.demo_app thaw
     python -m localcluster.demo_app status                  # JSON: frozen, writes, last write time
@@ -14,6 +15,9 @@ so a test can prove from the pod log that no write happened between a freeze and
 The control channel is a UNIX socket at ``$DEMO_APP_CONTROL`` (default
 ``/tmp/demo-app-$POD_NAME.sock``); ``freeze`` answers only after the in-flight write finished.
 ``verify`` reads a (restored) device and checks every record's checksum: no torn writes.
+``--file`` is the same on a filesystem (a Filesystem-mode PVC, e.g. a Windows workload's NTFS volume):
+the file is created at ``--file-size`` bytes when missing, then written like a device (``verify
+--device FILE`` checks it).
 """
 
 from __future__ import annotations
@@ -44,33 +48,47 @@ def pod_manifest(
     name: str,
     devices: dict[str, str],
     *,
+    mounts: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
     interval: float | None = None,
+    image: str = IMAGE,
+    node_selector: dict[str, str] | None = None,
+    tolerations: list[dict] | None = None,
 ) -> dict:
-    """A pod running the demo app on block PVCs: ``devices`` maps each PVC name to its devicePath.
-    The control socket lives in an emptyDir, so ``freeze``/``thaw`` by exec reach this pod's writer."""
+    """A pod running the demo app: ``devices`` maps Block PVC names to their devicePath, ``mounts`` maps
+    Filesystem PVC names to a mount directory (the app writes ``<dir>/records.dat`` there). The control
+    socket lives in an emptyDir, so ``freeze``/``thaw`` by exec reach this pod's writer."""
+    mounts = dict(mounts or {})
     args = ["run"]
     for device in devices.values():
         args += ["--device", device]
+    for directory in mounts.values():
+        args += ["--file", f"{directory}/records.dat"]
     if interval is not None:
         args += ["--interval", str(interval)]
-    volumes = [{"name": pvc, "persistentVolumeClaim": {"claimName": pvc}} for pvc in devices]
+    volumes = [{"name": pvc, "persistentVolumeClaim": {"claimName": pvc}} for pvc in [*devices, *mounts]]
     metadata: dict = {"name": name, "labels": dict(labels or {})}
     if annotations:
         metadata["annotations"] = dict(annotations)
-    return {
-        "metadata": metadata,
-        "spec": {
-            "containers": [{
-                "name": "app", "image": IMAGE, "args": args,
-                "env": [{"name": "DEMO_APP_CONTROL", "value": f"{CONTROL_DIR}/control.sock"}],
-                "volumeDevices": [{"name": pvc, "devicePath": path} for pvc, path in devices.items()],
-                "volumeMounts": [{"name": "control", "mountPath": CONTROL_DIR}],
-            }],
-            "volumes": [*volumes, {"name": "control", "emptyDir": {}}],
-        },
-    }  # fmt: skip
+    container: dict = {
+        "name": "app",
+        "image": image,
+        "args": args,
+        "env": [{"name": "DEMO_APP_CONTROL", "value": f"{CONTROL_DIR}/control.sock"}],
+        "volumeMounts": [
+            {"name": "control", "mountPath": CONTROL_DIR},
+            *({"name": pvc, "mountPath": path} for pvc, path in mounts.items()),
+        ],
+    }
+    if devices:
+        container["volumeDevices"] = [{"name": pvc, "devicePath": path} for pvc, path in devices.items()]
+    spec: dict = {"containers": [container], "volumes": [*volumes, {"name": "control", "emptyDir": {}}]}
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
+    return {"metadata": metadata, "spec": spec}
 
 
 def control_path() -> str:
@@ -182,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="demo-app")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
-    run.add_argument("--device", action="append", required=True)
+    run.add_argument("--device", action="append", default=[])
+    run.add_argument("--file", action="append", default=[])
+    run.add_argument("--file-size", type=int, default=4 << 20)
     run.add_argument("--interval", type=float, default=0.01)
     run.add_argument("--seed", type=int, default=int(time.time()))
     for name in ("freeze", "thaw", "status"):
@@ -190,10 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("verify").add_argument("--device", required=True)
     args = parser.parse_args(argv)
     if args.command == "run":
-        writer = Writer(args.device, args.interval, args.seed)
+        if not args.device and not args.file:
+            parser.error("run needs --device or --file")
+        for path in args.file:
+            if not os.path.exists(path):
+                with open(path, "wb") as f:
+                    f.truncate(args.file_size)
+        writer = Writer(args.device + args.file, args.interval, args.seed)
         signal.signal(signal.SIGTERM, lambda *_: writer.stop.set() or writer.thawed.set())
         server = serve_control(writer, control_path())
-        print(f"demo-app writing to {', '.join(args.device)}; control socket {control_path()}", flush=True)
+        print(f"demo-app writing to {', '.join(args.device + args.file)}; control socket {control_path()}", flush=True)
         try:
             writer.run()
         except KeyboardInterrupt:

@@ -84,8 +84,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zstd-level", type=int, default=3)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ident = p.add_argument_group("identity recorded in the manifest")
-    for flag in ("--cluster", "--namespace", "--pvc", "--pv-handle", "--csi-driver"):
+    for flag in ("--cluster", "--namespace", "--pvc"):
         ident.add_argument(flag)
+    ident.add_argument("--pv-name", help="the source PV's name")
+    ident.add_argument("--pv-uid", help="the source PV's metadata.uid (a delta needs the base's PV to be this one)")
+    ident.add_argument(
+        "--pv-handle",
+        help="the source PV's CSI volume handle (default with --kube: the"
+        " snapshot content's spec.source.volumeHandle); a delta needs the base's to be the same",
+    )
+    ident.add_argument("--csi-driver", help="the source PV's CSI driver (default with --kube: the snapshot's)")
+    ident.add_argument("--fs-type", help="the source PV's spec.csi.fsType (Filesystem volumes; e.g. ext4, xfs, ntfs)")
+    ident.add_argument(
+        "--node-affinity",
+        metavar="JSON",
+        help="the source PV's spec.nodeAffinity.required (a NodeSelector), where a restore may place it",
+    )
+    ident.add_argument(
+        "--run-pvcs",
+        metavar="PVC,PVC",
+        help="every PVC of the application run this backup is part"
+        " of: a restore of the run checks that each has a backup",
+    )
     ident.add_argument("--snapshot", help="VolumeSnapshot name (the CBT target)")
     ident.add_argument("--snapshot-handle", help="CSI snapshot handle (base of the next delta)")
     ident.add_argument("--group-snapshot", help="VolumeGroupSnapshot name")
@@ -105,8 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backup", default="latest", help="backup id or latest (default)")
     p.add_argument("--device", required=True, help="target block device or image file")
     p.add_argument("--assume-zeroed", action="store_true", help="the target reads as zeros: skip zeroing holes")
-    p.add_argument("--verify-device", action="store_true",
-                   help="after writing, read the target back and compare it with the backup (one more full read)")
+    p.add_argument(
+        "--verify-device",
+        action="store_true",
+        help="after writing, read the target back and compare it with the backup (one more full read)",
+    )
     p.add_argument("--workers", type=int, default=4)
 
     p = sub.add_parser("ls", help="list backups")
@@ -200,25 +223,55 @@ def _extent_source(path: str):
 def cmd_backup(args: argparse.Namespace) -> int:
     from movers.extents import parse_jsonl
     from movers.pipeline.backup import BackupOptions, run_backup
-    from movers.repo.manifest import SnapshotIdentity, VolumeIdentity, parse_tags
+    from movers.repo.manifest import (
+        SnapshotIdentity,
+        VolumeIdentity,
+        parse_node_affinity,
+        parse_run_pvcs,
+        parse_tags,
+    )
 
     if not 1 <= args.zstd_level <= 22:
         raise UsageError("--zstd-level must be between 1 and 22")
     tags = parse_tags(args.tag)
+    node_affinity, run_pvcs = parse_node_affinity(args.node_affinity), parse_run_pvcs(args.run_pvcs)
+    fs_type = args.fs_type or None
+    if fs_type and args.volume_mode == "Block":
+        log.warning("--fs-type %s ignored: a Block volume has no filesystem", fs_type)
+        fs_type = None
     cbt = _cbt_options(args)
     if sum(map(bool, (args.extents, args.scan, cbt.wanted))) != 1:
         raise UsageError("choose one change source: --extents FILE, --scan, or CBT (--cbt-address ... or --kube)")
     repo = _open_repo(args)
-    volume = VolumeIdentity(args.volume, args.cluster, args.namespace, args.pvc, args.pv_handle, args.csi_driver,
-                            args.storage_class, args.volume_mode)  # fmt: skip
+    volume = VolumeIdentity(
+        args.volume,
+        args.cluster,
+        args.namespace,
+        args.pvc,
+        args.pv_handle,
+        args.csi_driver,
+        args.storage_class,
+        args.volume_mode,
+        args.pv_name,
+        args.pv_uid,
+        fs_type,
+        node_affinity,
+    )
     snapshot = SnapshotIdentity(args.snapshot, args.namespace, args.snapshot_handle, args.group_snapshot,
                                 args.group_snapshot_handle)  # fmt: skip
-    run = dict(snapshot=snapshot, options=BackupOptions(level=args.zstd_level, workers=max(1, args.workers)),
-               progress=_Progress(args.progress_interval), force_full=args.full, tags=tags)  # fmt: skip
+    run = dict(
+        snapshot=snapshot,
+        options=BackupOptions(level=args.zstd_level, workers=max(1, args.workers)),
+        progress=_Progress(args.progress_interval),
+        force_full=args.full,
+        tags=tags,
+        run_pvcs=run_pvcs,
+    )
     extra: dict[str, Any] = {"change_source": "scan" if args.scan else "extents"}
     if cbt.wanted:
         manifest = _cbt_backup(args, cbt, repo, volume, snapshot, run, extra)
     elif args.extents:
+        _check_extents_parent(repo, volume, args.full)
         source, name = _extent_source(args.extents)
         with source as stream:
             manifest = run_backup(repo, args.device, volume, extents=parse_jsonl(stream, name), **run)
@@ -231,6 +284,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         "parent": manifest.parent,
         "capacity_bytes": manifest.capacity_bytes,
         "snapshot_handle": manifest.snapshot.snapshot_handle,
+        "pv_volume_handle": manifest.volume.pv_volume_handle,
         "tags": manifest.tags,
         **extra,
         **manifest.stats,
@@ -244,12 +298,29 @@ def cmd_backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_extents_parent(repo, volume, full: bool) -> None:
+    """Extents from a file are changes since the volume's latest backup: refuse them when that backup
+    records another source volume (a full backup with --full needs the extents of the whole volume)."""
+    from movers.repo.lineage import same_volume
+
+    latest = None if full else repo.latest(volume.id)
+    why = same_volume(latest.volume, volume) if latest is not None else None
+    if why:
+        raise UsageError(
+            f"{why}: the extents cannot be changes since backup {latest.backup_id}; back up with"
+            " --full (and the extents of the whole volume) or --scan"
+        )
+
+
 def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
-    """Back up the ranges the SnapshotMetadata service names; scan when CBT is unavailable."""
+    """Back up the ranges the SnapshotMetadata service names: a delta since ``--base-handle`` when the
+    base's backup is of the same source volume, else (or when the service refuses the base) a full backup
+    from the allocated blocks; a scan (or exit 9) when CBT is unavailable."""
     from movers import device
     from movers.cbt.source import open_session
-    from movers.errors import CbtUnavailableError
+    from movers.errors import CbtBaseRejectedError, CbtUnavailableError
     from movers.pipeline.backup import run_backup
+    from movers.repo.lineage import backup_with_handle, same_volume
 
     fd = device.open_device(args.device)
     try:
@@ -270,20 +341,53 @@ def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
             volume.csi_driver = volume.csi_driver or ref.driver
             volume.namespace = volume.namespace or ref.namespace
             volume.pvc = volume.pvc or ref.source_pvc
+            if ref.source_volume_handle and volume.pv_volume_handle not in (None, ref.source_volume_handle):
+                log.warning(
+                    "--pv-handle %s is not the snapshot's source volume %s: recording the snapshot's",
+                    volume.pv_volume_handle,
+                    ref.source_volume_handle,
+                )
+            volume.pv_volume_handle = ref.source_volume_handle or volume.pv_volume_handle
         if not snapshot.snapshot_handle:
             log.warning("no --snapshot-handle: the next backup cannot ask for a delta since this one")
-        extra["change_source"] = "cbt-delta" if cbt.base_handle else "cbt-allocated"
+        base, stream = cbt.base_handle, session.stream
+        if base and run["force_full"]:  # --full: a delta's ranges are not the whole volume
+            log.info("--full: the allocated blocks, not the changes since %s", base)
+            base, stream = None, session.client.allocated(cbt.namespace, cbt.snapshot, clamp_to=size)
+        if base:
+            why = same_volume(backup_with_handle(repo, volume.id, base).volume, volume)
+            if why:  # never a delta across two volumes: the changes would be overlaid on another volume's data
+                base, stream = None, _allocated(session, cbt, size, extra, why)
+        extra["change_source"] = "cbt-delta" if base else "cbt-allocated"
         try:
-            manifest = run_backup(repo, args.device, volume, extents=session.stream, base_handle=cbt.base_handle,
-                                  **{**run, "force_full": run["force_full"] or not cbt.base_handle})  # fmt: skip
+            try:
+                manifest = run_backup(
+                    repo,
+                    args.device,
+                    volume,
+                    extents=stream,
+                    base_handle=base,
+                    **{**run, "force_full": run["force_full"] or not base},
+                )
+            except CbtBaseRejectedError as err:
+                stream = _allocated(session, cbt, size, extra, str(err))
+                manifest = run_backup(repo, args.device, volume, extents=stream, **{**run, "force_full": True})
         except CbtUnavailableError as err:
             return _fallback(args, err, repo, volume, snapshot, run, extra)
-        s = session.stream
+        s = stream
         extra["cbt"] = {"block_type": s.block_type, "messages": s.messages, "tuples": s.tuples,
                         "extents": s.extents, "resumes": s.resumes}  # fmt: skip
         return manifest
     finally:
         session.close()
+
+
+def _allocated(session, cbt, size, extra, why: str):
+    """The allocated blocks of the target snapshot, for a full backup instead of a delta, and why."""
+    log.warning("%s: a full backup from the allocated blocks instead of a delta", why)
+    extra["change_source"] = "cbt-allocated"
+    extra["cbt_fallback"] = f"{why}: full backup from the allocated blocks"
+    return session.client.allocated(cbt.namespace, cbt.snapshot, clamp_to=size)
 
 
 def _fallback(args, err, repo, volume, snapshot, run, extra):
@@ -348,10 +452,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    from movers.repo.selection import runs_of
+
     repo = _open_repo(args)
-    rows = []
+    rows, manifests = [], []
     for ref in repo.list_backups(args.volume):
         m = repo.read_manifest(ref.volume, ref.backup_id)
+        manifests.append(m)
         rows.append(
             {
                 "volume": ref.volume,
@@ -367,11 +474,18 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 "pvc": m.volume.pvc,
                 "storage_class": m.volume.storage_class,
                 "volume_mode": m.volume.volume_mode,
+                "pv_name": m.volume.pv_name,
+                "pv_uid": m.volume.pv_uid,
+                "pv_volume_handle": m.volume.pv_volume_handle,
+                "csi_driver": m.volume.csi_driver,
+                "fs_type": m.volume.fs_type,
+                "run_pvcs": m.run_pvcs,
                 "tags": m.tags,
             }
         )
-    if args.json:
-        print(json.dumps({"backups": rows}, sort_keys=True))
+    if args.json:  # runs: complete, or partial with the PVCs that have no backup in them (of what is listed)
+        runs = [r.to_dict() for r in runs_of(manifests)]
+        print(json.dumps({"backups": rows, "runs": runs}, sort_keys=True))
     else:
         for r in rows:
             line = f"{r['volume']}\t{r['backup_id']}\t{r['mode']}\t{_mib(r['capacity_bytes'])}\t{r['created']}"
@@ -480,6 +594,15 @@ COMMANDS = {
 }
 
 
+def _api_refusal(err: Exception) -> str | None:
+    """The one line for a Kubernetes ``ApiException`` 401/403 (the API's message), else None."""
+    if type(err).__name__ != "ApiException" or getattr(err, "status", None) not in (401, 403):
+        return None
+    from movers.kube.apply import api_message
+
+    return f"the Kubernetes API refused a call ({err.status}): {api_message(err)}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -497,6 +620,10 @@ def main(argv: list[str] | None = None) -> int:
         print("cbt-mover: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # a bug: keep the one-line contract, log the traceback at DEBUG
+        refused = _api_refusal(err)
+        if refused:  # a Kubernetes call no wrapper mapped: still the access exit code
+            print(f"cbt-mover: error: {refused}", file=sys.stderr)
+            return errors.EXIT_ACCESS
         log.debug("internal error", exc_info=True)
         print(f"cbt-mover: internal error: {type(err).__name__}: {err}", file=sys.stderr)
         return errors.EXIT_INTERNAL

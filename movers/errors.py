@@ -13,7 +13,7 @@ Exit codes (documented in the README, stable):
 3     not found: repository, volume or backup does not exist
 4     integrity: stored data does not match its hash
 5     storage unavailable: endpoint unreachable, retries exhausted
-6     access denied: missing or rejected credentials
+6     access denied: missing or rejected credentials, or a Kubernetes API call refused (401/403)
 7     incompatible repository: unknown format version or feature
 8     CBT service error: the SnapshotMetadata stream broke its contract
 9     CBT unavailable: no changed block tracking for this snapshot/base
@@ -103,6 +103,13 @@ class AccessDeniedError(PermanentStoreError):
     exit_code = EXIT_ACCESS
 
 
+class KubeAccessDenied(MoverError):
+    """The Kubernetes API refused a call with 401 (credentials rejected) or 403 (the identity lacks the
+    permission). The message carries the API's own, which names the verb, the resource and the user."""
+
+    exit_code = EXIT_ACCESS
+
+
 class CbtError(MoverError):
     """Base of errors talking to a SnapshotMetadata (changed block tracking) service."""
 
@@ -114,6 +121,12 @@ class CbtUnavailableError(CbtError):
     NOT_FOUND, no SnapshotMetadataService): callers fall back to a scan backup."""
 
     exit_code = EXIT_CBT_UNAVAILABLE
+
+
+class CbtBaseRejectedError(CbtUnavailableError):
+    """GetMetadataDelta refused the base snapshot: INVALID_ARGUMENT (e.g. "snapshots don't belong to the
+    same Volume") or NOT_FOUND (the base is gone). A backup falls back to a full one from the allocated
+    blocks (GetMetadataAllocated) instead of a scan."""
 
 
 class CbtAuthError(CbtError):

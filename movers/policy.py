@@ -23,9 +23,20 @@ A policy is one YAML file (examples in ``configs/policies/``)::
       service_account: cbt-mover       # in `namespace`; see configs/rbac/mover.yaml
       resources: {requests: {cpu: 500m, memory: 512Mi}, limits: {memory: 1Gi}}
       node_selector: {kubernetes.io/os: linux}
+      tolerations:                     # Kubernetes Tolerations, validated as the API server does
+        - {key: dedicated, operator: Equal, value: backup, effect: NoSchedule}
+      affinity:                        # a Kubernetes Affinity with nodeAffinity only
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [backup]}]}]
       progress_interval: 1s            # between progress lines: the progress artifacts in the UI
     cbt: {enabled: auto, max_results: 4096}    # auto: use CBT when the driver serves it; off: always scan
-    group_snapshot: {class: null, timeout: 300}  # class null: the cluster's default VolumeGroupSnapshotClass
+    group_snapshot:
+      class: null                      # null: the cluster's default VolumeGroupSnapshotClass
+      timeout: 300                     # the group snapshot to be ready
+      freeze_timeout: 20s              # how long the app may stay frozen waiting for the group to be cut
+      on_timeout: per-pvc              # not cut in time: thaw, delete the group, then one VolumeSnapshot
+                                       # per PVC under one new freeze (per-pvc), or fail the run (fail)
     snapshot_class: null               # per-PVC fallback when the driver has no group snapshots
     timeouts: {snapshot: 300, pvc_bound: 300, mover: 3600, hook: 60}
 
@@ -85,6 +96,12 @@ _CRON_MACROS = {
 }
 _SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _ON_ERROR = ("fail", "continue")
+_ON_TIMEOUT = ("per-pvc", "fail")
+_TOLERATION_OPERATORS = ("Exists", "Equal")
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
 class PolicyError(UsageError):
@@ -137,6 +154,8 @@ class MoverSettings:
     )
     # block volumes attach to Linux nodes only; a user's selector is merged over this
     node_selector: dict[str, str] = field(default_factory=lambda: dict(LINUX_NODE_SELECTOR))
+    tolerations: list[dict[str, Any]] = field(default_factory=list)  # Kubernetes Tolerations of the mover pods
+    affinity: dict[str, Any] | None = None  # a Kubernetes Affinity of the mover pods (nodeAffinity only)
     progress_interval: float = 1.0  # seconds between the mover's progress lines (the UI's progress artifacts)
 
 
@@ -149,7 +168,9 @@ class CBTSettings:
 @dataclass(frozen=True)
 class GroupSnapshotSettings:
     class_name: str | None = None  # YAML key ``class``; None: the default VolumeGroupSnapshotClass
-    timeout: float = 300.0
+    timeout: float = 300.0  # the group snapshot to be ready
+    freeze_timeout: float = 20.0  # the app frozen at most this long waiting for the group to be cut
+    on_timeout: str = "per-pvc"  # not cut in time: per-pvc (thaw, delete it, per-PVC snapshots) | fail
 
 
 @dataclass(frozen=True)
@@ -272,7 +293,11 @@ def parse_policy(data: Any, source: str | Path | None = None) -> BackupPolicy:
 
     mv = v.mapping(top.get("mover"), "mover")
     mdef = MoverSettings()
-    v.known(mv, "mover", {"image", "service_account", "resources", "node_selector", "progress_interval"})
+    v.known(
+        mv,
+        "mover",
+        {"image", "service_account", "resources", "node_selector", "tolerations", "affinity", "progress_interval"},
+    )
     node_selector = {**LINUX_NODE_SELECTOR, **v.string_map(mv.get("node_selector"), "mover.node_selector")}
     if node_selector["kubernetes.io/os"] != "linux":
         raise PolicyError(source, "mover.node_selector", "kubernetes.io/os must be linux: block volumes cannot "
@@ -282,6 +307,8 @@ def parse_policy(data: Any, source: str | Path | None = None) -> BackupPolicy:
         service_account=v.dns_subdomain(mv.get("service_account", mdef.service_account), "mover.service_account"),
         resources=v.resources(mv.get("resources", mdef.resources), "mover.resources"),
         node_selector=node_selector,
+        tolerations=v.tolerations(mv.get("tolerations"), "mover.tolerations"),
+        affinity=v.affinity(mv.get("affinity"), "mover.affinity"),
         progress_interval=v.duration(mv.get("progress_interval", mdef.progress_interval), "mover.progress_interval"),
     )
 
@@ -295,10 +322,16 @@ def parse_policy(data: Any, source: str | Path | None = None) -> BackupPolicy:
     cbt = CBTSettings(enabled=enabled, max_results=v.integer(cb.get("max_results", 4096), "cbt.max_results", minimum=0))
 
     gs = v.mapping(top.get("group_snapshot"), "group_snapshot")
-    v.known(gs, "group_snapshot", {"class", "timeout"})
+    v.known(gs, "group_snapshot", {"class", "timeout", "freeze_timeout", "on_timeout"})
+    gdef = GroupSnapshotSettings()
+    on_timeout = gs.get("on_timeout", gdef.on_timeout)
+    if on_timeout not in _ON_TIMEOUT:
+        raise PolicyError(source, "group_snapshot.on_timeout", f"must be per-pvc or fail, not {on_timeout!r}")
     group_snapshot = GroupSnapshotSettings(
         class_name=v.opt_subdomain(gs.get("class"), "group_snapshot.class"),
-        timeout=v.duration(gs.get("timeout", 300), "group_snapshot.timeout"),
+        timeout=v.duration(gs.get("timeout", gdef.timeout), "group_snapshot.timeout"),
+        freeze_timeout=v.duration(gs.get("freeze_timeout", gdef.freeze_timeout), "group_snapshot.freeze_timeout"),
+        on_timeout=on_timeout,
     )
 
     to = v.mapping(top.get("timeouts"), "timeouts")
@@ -569,6 +602,155 @@ class _Validator:
                 self.selector(hook["pod_selector"], f"{where}.pod_selector")
             out.append(dict(hook))
         return out
+
+    # -- scheduling: Kubernetes Tolerations and node affinity, checked as the API server's validation does
+
+    def tolerations(self, value: Any, fieldpath: str) -> list[dict[str, Any]]:
+        """A list of Tolerations (key, operator, value, effect, tolerationSeconds), as the API server
+        validates them: key a label key (empty only with Exists: tolerate every taint), operator Exists or
+        Equal (empty: Equal), value a label value and empty with Exists, effect NoSchedule, PreferNoSchedule,
+        NoExecute or empty (every effect), tolerationSeconds an integer and only with NoExecute."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.fail(fieldpath, f"must be a list of tolerations, not {_kind(value)}")
+        out = []
+        for i, item in enumerate(value):
+            where = f"{fieldpath}[{i}]"
+            tol = self.mapping(item, where, required=True)
+            self.known(tol, where, {"key", "operator", "value", "effect", "tolerationSeconds"})
+            key, op = tol.get("key") or "", tol.get("operator") or ""
+            if key:
+                self.label_key(key, f"{where}.key")
+            if op and op not in _TOLERATION_OPERATORS:
+                raise self.fail(f"{where}.operator", f"must be Exists or Equal, not {op!r}")
+            if not key and op != "Exists":
+                raise self.fail(
+                    f"{where}.operator", "must be Exists when key is empty (which means: match all values and all keys)"
+                )
+            val = tol.get("value")
+            if op == "Exists" and val not in (None, ""):
+                raise self.fail(f"{where}.value", "must be empty when operator is Exists")
+            effect = tol.get("effect") or ""
+            if effect and effect not in _TAINT_EFFECTS:
+                raise self.fail(
+                    f"{where}.effect",
+                    f"must be one of {', '.join(_TAINT_EFFECTS)} or empty (every effect), not {effect!r}",
+                )
+            seconds = tol.get("tolerationSeconds")
+            if seconds is not None:
+                if isinstance(seconds, bool) or not isinstance(seconds, int):
+                    raise self.fail(f"{where}.tolerationSeconds", f"must be an integer, not {_kind(seconds)}")
+                if effect != "NoExecute":
+                    raise self.fail(f"{where}.effect", "must be NoExecute when tolerationSeconds is set")
+            clean: dict[str, Any] = {"key": key} if key else {}
+            if op:
+                clean["operator"] = op
+            if val not in (None, ""):
+                clean["value"] = self.label_value(val, f"{where}.value")
+            if effect:
+                clean["effect"] = effect
+            if seconds is not None:
+                clean["tolerationSeconds"] = seconds
+            out.append(clean)
+        return out
+
+    def affinity(self, value: Any, fieldpath: str) -> dict[str, Any] | None:
+        """A Kubernetes Affinity with ``nodeAffinity`` only (pod (anti-)affinity is not for movers), its
+        required NodeSelector and preferred terms validated as the API server does."""
+        if value is None:
+            return None
+        aff = self.mapping(value, fieldpath, required=True)
+        for other in ("podAffinity", "podAntiAffinity"):
+            if other in aff:
+                raise self.fail(f"{fieldpath}.{other}", "is not supported: mover pods take nodeAffinity only")
+        self.known(aff, fieldpath, {"nodeAffinity"})
+        where = f"{fieldpath}.nodeAffinity"
+        node = self.mapping(self.required(aff, "nodeAffinity", fieldpath), where, required=True)
+        self.known(node, where, {_REQUIRED, _PREFERRED})
+        out: dict[str, Any] = {}
+        if node.get(_REQUIRED) is not None:
+            sel_path = f"{where}.{_REQUIRED}"
+            selector = self.mapping(node[_REQUIRED], sel_path, required=True)
+            self.known(selector, sel_path, {"nodeSelectorTerms"})
+            terms = selector.get("nodeSelectorTerms")
+            if not isinstance(terms, list) or not terms:
+                raise self.fail(f"{sel_path}.nodeSelectorTerms", "must have at least one node selector term")
+            out[_REQUIRED] = {
+                "nodeSelectorTerms": [
+                    self._node_term(t, f"{sel_path}.nodeSelectorTerms[{i}]", True) for i, t in enumerate(terms)
+                ]
+            }
+        if node.get(_PREFERRED) is not None:
+            pref_path = f"{where}.{_PREFERRED}"
+            prefs = node[_PREFERRED]
+            if not isinstance(prefs, list):
+                raise self.fail(pref_path, f"must be a list of weighted terms, not {_kind(prefs)}")
+            out[_PREFERRED] = []
+            for i, item in enumerate(prefs):
+                at = f"{pref_path}[{i}]"
+                pref = self.mapping(item, at, required=True)
+                self.known(pref, at, {"weight", "preference"})
+                weight = self.required(pref, "weight", at)
+                if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+                    raise self.fail(f"{at}.weight", f"must be in the range 1-100, not {weight!r}")
+                term = self._node_term(self.required(pref, "preference", at), f"{at}.preference", False)
+                out[_PREFERRED].append({"weight": weight, "preference": term})
+        if not out:
+            raise self.fail(where, f"give {_REQUIRED} or {_PREFERRED}")
+        return {"nodeAffinity": out}
+
+    def _node_term(self, value: Any, fieldpath: str, required: bool) -> dict[str, Any]:
+        term = self.mapping(value, fieldpath, required=True)
+        self.known(term, fieldpath, {"matchExpressions", "matchFields"})
+        out: dict[str, Any] = {}
+        for part in ("matchExpressions", "matchFields"):
+            reqs = term.get(part)
+            if reqs is None:
+                continue
+            if not isinstance(reqs, list):
+                raise self.fail(f"{fieldpath}.{part}", f"must be a list, not {_kind(reqs)}")
+            out[part] = [
+                self._node_requirement(r, f"{fieldpath}.{part}[{i}]", part == "matchFields", required)
+                for i, r in enumerate(reqs)
+            ]
+        return out
+
+    def _node_requirement(self, value: Any, fieldpath: str, field_selector: bool, required: bool) -> dict[str, Any]:
+        req = self.mapping(value, fieldpath, required=True)
+        self.known(req, fieldpath, {"key", "operator", "values"})
+        key = self.required(req, "key", fieldpath)
+        op = self.required(req, "operator", fieldpath)
+        values = req.get("values") or []
+        if not isinstance(values, list):
+            raise self.fail(f"{fieldpath}.values", f"must be a list, not {_kind(values)}")
+        if field_selector:  # matchFields: metadata.name only, In/NotIn one node name
+            if key != "metadata.name":
+                raise self.fail(f"{fieldpath}.key", f"{key!r} is not a valid field selector key (metadata.name)")
+            if op not in ("In", "NotIn"):
+                raise self.fail(f"{fieldpath}.operator", f"must be In or NotIn for a node field selector, not {op!r}")
+            if len(values) != 1:
+                raise self.fail(
+                    f"{fieldpath}.values",
+                    "must be only one value when operator is In or NotIn for a node field selector",
+                )
+            return {"key": key, "operator": op, "values": [self.dns_subdomain(values[0], f"{fieldpath}.values[0]")]}
+        self.label_key(key, f"{fieldpath}.key")
+        if op not in _NODE_SELECTOR_OPERATORS:
+            raise self.fail(
+                f"{fieldpath}.operator", f"must be one of {', '.join(_NODE_SELECTOR_OPERATORS)}, not {op!r}"
+            )
+        if op in ("In", "NotIn") and not values:
+            raise self.fail(f"{fieldpath}.values", f"must be specified when operator is {op}")
+        if op in ("Exists", "DoesNotExist") and values:
+            raise self.fail(f"{fieldpath}.values", f"may not be specified when operator is {op}")
+        if op in ("Gt", "Lt") and len(values) != 1:
+            raise self.fail(f"{fieldpath}.values", f"must be a single value when operator is {op}")
+        if required:  # the API server checks the values of required terms as label values
+            values = [self.label_value(x, f"{fieldpath}.values[{i}]") for i, x in enumerate(values)]
+        else:
+            values = [str(x) for x in values]
+        return {"key": key, "operator": op, **({"values": values} if values else {})}
 
 
 _SUFFIX = {

@@ -4,6 +4,9 @@
 * ``local_cluster`` (module scope): the whole local cluster (``localcluster.cluster.LocalCluster``)
   with default settings; ``make_local_cluster(**settings)`` starts one with other settings (no
   CBT, no group snapshots, older served versions) that is stopped when the test ends.
+* every cluster these fixtures start writes its API audit log into the session's ``audit_dir``;
+  ``tests/test_shipped_rbac.py`` (always run last) replays what the product's identities called
+  against the shipped roles and validates every manifest they sent.
 * ``prefect_api`` (session scope): Prefect's local API (``prefect_test_harness``: a temporary
   database and server) for the flow tests; yields its URL. One server for the whole session,
   because each start costs 15-60 s on 2 cores; tests keep apart by namespace and artifact keys.
@@ -13,22 +16,42 @@ import pytest
 
 from tests.s3server import moto_server, s3_bucket  # noqa: F401  (fixtures, re-exported for all tests)
 
+AUDITED_LAST = "test_shipped_rbac.py"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The audit replay runs after every test whose clusters it reads."""
+    items.sort(key=lambda item: item.path.name == AUDITED_LAST)
+
+
+@pytest.fixture(scope="session")
+def audit_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("audit")
+
+
+def _audit_file(audit_dir, nodeid: str, n: int = 0):
+    import re
+
+    return audit_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', nodeid)[-150:]}-{n}.jsonl"
+
 
 @pytest.fixture(scope="module")
-def local_cluster(tmp_path_factory):
+def local_cluster(tmp_path_factory, audit_dir, request):
     from localcluster.cluster import LocalCluster
 
-    with LocalCluster(tmp_path_factory.mktemp("cluster")) as cluster:
+    audit = _audit_file(audit_dir, request.node.nodeid)
+    with LocalCluster(tmp_path_factory.mktemp("cluster"), audit_log=audit) as cluster:
         yield cluster
 
 
 @pytest.fixture
-def make_local_cluster(tmp_path):
+def make_local_cluster(tmp_path, audit_dir, request):
     from localcluster.cluster import LocalCluster
 
     started = []
 
     def make(**settings):
+        settings.setdefault("audit_log", _audit_file(audit_dir, request.node.nodeid, len(started)))
         cluster = LocalCluster(tmp_path / f"cluster-{len(started)}", **settings).start()
         started.append(cluster)
         return cluster

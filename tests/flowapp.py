@@ -1,9 +1,12 @@
 """Shared set-up of the flow tests: a demo application on the local cluster with a repository.
 
-``deploy_app`` creates a namespace with a ``mover`` ServiceAccount, Block PVCs labelled ``app=demo`` in the
-app's StorageClass ``APP_CLASS`` (the hostpath driver's; the cluster's default class belongs to the other driver),
+``deploy_app`` creates a namespace with the shipped mover identity (configs/rbac/mover.yaml applied
+for it: ServiceAccount ``cbt-mover``, its Role and RoleBinding, a subject in the ClusterRoleBinding),
+Block PVCs labelled ``app=demo`` in the app's StorageClass ``APP_CLASS`` (the hostpath driver's; the
+cluster's default class belongs to the other driver),
 the demo app pod writing to them (freeze/thaw through ``HOOKS``), a moto bucket with an initialised
-repository and the ``repo`` Secret the mover pods read. The flows read the repository themselves
+repository and the ``cbt-mover-repo`` Secret the mover pods read. The flows run as the shipped
+controller identity (``flow_kubeconfig``). The flows read the repository themselves
 with the worker's environment, so the AWS_* variables are set through ``setenv``.
 """
 
@@ -17,6 +20,7 @@ from kubernetes import client
 
 from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, REPO_SECRET, apply_mover_rbac, controller_kubeconfig
 from movers.kube import apply as k
 from movers.kube import manifests as m
 
@@ -36,7 +40,7 @@ def deploy_app(cluster, setenv: Callable[[str, str], None], ns: str, bucket: str
     api = cluster.client
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
-    core.create_namespaced_service_account(ns, {"metadata": {"name": "mover"}})
+    apply_mover_rbac(cluster, [ns])
     for pvc in pvcs:
         k.create(api, m.block_pvc(pvc, ns, size, APP_CLASS, {"app": "demo"}))
     if app_pod:
@@ -48,7 +52,7 @@ def deploy_app(cluster, setenv: Callable[[str, str], None], ns: str, bucket: str
     repo = f"s3://{bucket}/repo"
     env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=env, capture_output=True)
-    core.create_namespaced_secret(ns, {"metadata": {"name": "repo"},
+    core.create_namespaced_secret(ns, {"metadata": {"name": REPO_SECRET},
                                        "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}})  # fmt: skip
     for key, value in cluster.s3.env.items():
         setenv(key, value)
@@ -57,9 +61,14 @@ def deploy_app(cluster, setenv: Callable[[str, str], None], ns: str, bucket: str
 
 def backup_params(cluster, repo: str, ns: str, **overrides) -> dict:
     """The ``backup_app`` parameters used by the tests (hooks of the demo app, 2 in parallel)."""
-    return {"namespace": ns, "selector": SEL, "repo": repo, "repo_secret": "repo", "hooks": HOOKS,
-            "image": "cbt-mover", "service_account": "mover", "parallelism": 2,
-            "kubeconfig": str(cluster.kubeconfig), **overrides}  # fmt: skip
+    return {"namespace": ns, "selector": SEL, "repo": repo, "repo_secret": REPO_SECRET, "hooks": HOOKS,
+            "image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT, "parallelism": 2,
+            "kubeconfig": flow_kubeconfig(cluster), **overrides}  # fmt: skip
+
+
+def flow_kubeconfig(cluster) -> str:
+    """The flows' kubeconfig: the shipped controller identity (``localcluster.shipped_rbac``), never the admin."""
+    return str(controller_kubeconfig(cluster))
 
 
 def app_states(core, ns: str) -> list[str]:

@@ -26,6 +26,7 @@ from movers.cbt.client import SnapshotMetadataClient
 from movers.cbt.tokens import FileToken
 from movers.errors import (
     CbtAuthError,
+    CbtBaseRejectedError,
     CbtProtocolError,
     CbtRequestError,
     CbtTransientError,
@@ -191,13 +192,17 @@ def test_cbt_unavailable_codes(env, code):
         list(c.delta(NS, env.base.handle, "snap-2"))
 
 
-def test_unknown_base_is_cbt_unavailable_and_bad_requests_are_clear(env):
+def test_a_base_the_delta_refuses_and_bad_requests_are_clear(env):
     with env.client() as c:
-        with pytest.raises(CbtUnavailableError, match="NOT_FOUND"):
+        with pytest.raises(CbtBaseRejectedError, match="refused for base no-such-handle: .* NOT_FOUND"):
             list(c.delta(NS, "no-such-handle", "snap-2"))
         other = env.catalog.add(ImageSnapshot(env.base_img, namespace=NS, name="elsewhere", volume_id="vol-b"))
-        with pytest.raises(CbtRequestError, match="INVALID_ARGUMENT"):
+        with pytest.raises(CbtBaseRejectedError, match="INVALID_ARGUMENT: snapshots don't belong to the same Volume"):
             list(c.delta(NS, other.handle, "snap-2"))
+        assert issubclass(CbtBaseRejectedError, CbtUnavailableError) and CbtBaseRejectedError.exit_code == 9
+        env.faults.update(fail_with=grpc.StatusCode.INVALID_ARGUMENT, fail_times=1)
+        with pytest.raises(CbtRequestError, match="INVALID_ARGUMENT"):  # not about a base: a bad request
+            list(c.allocated(NS, "snap-2"))
 
 
 def test_retries_are_bounded(env):
@@ -318,3 +323,65 @@ def test_many_concurrent_streams(env):
         for t in threads:
             t.join()
     assert len(results) == 4 and all(r == results[0] for r in results)
+
+
+def test_a_refused_delta_falls_back_to_a_full_backup_from_the_allocated_blocks(env, tmp_path):
+    """INVALID_ARGUMENT (the base is another volume's snapshot) or NOT_FOUND (the base is gone) for the
+    delta: a full backup from GetMetadataAllocated, with the reason in the result (it was exit 2 / a scan)."""
+    repo = f"file://{tmp_path}/repo"
+    cli("init", "--repo", repo)
+    other = env.catalog.add(ImageSnapshot(env.base_img, namespace=NS, name="elsewhere", volume_id="vol-b"))
+    common = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
+    cli(*common, "--device", env.base_img, *cbt_args(env, "elsewhere"), "--snapshot-handle", other.handle)
+    cli(*common, "--device", env.base_img, "--scan", "--snapshot-handle", "deleted-handle")
+    for base, code in ((other.handle, "INVALID_ARGUMENT"), ("deleted-handle", "NOT_FOUND")):
+        calls = dict(env.server.calls)
+        doc = json.loads(cli(*common, "--device", env.target_img, *cbt_args(env), "--base-handle", base).stdout)
+        assert (doc["mode"], doc["parent"], doc["change_source"]) == ("full", None, "cbt-allocated"), doc
+        assert code in doc["cbt_fallback"] and "full backup from the allocated blocks" in doc["cbt_fallback"]
+        assert env.server.calls["GetMetadataDelta"] == calls.get("GetMetadataDelta", 0) + 1
+        assert env.server.calls["GetMetadataAllocated"] == calls.get("GetMetadataAllocated", 0) + 1
+        assert doc["changed_bytes"] == sum(n for _, n in nonzero_blocks(env.target_img))
+        out = tmp_path / "restored.img"
+        cli("restore", "--repo", repo, "--volume", "apps/data", "--backup", doc["backup_id"], "--device", out)
+        assert sha256_file(out) == sha256_file(env.target_img)
+
+
+def test_no_delta_across_two_volumes(env, tmp_path):
+    """The base's backup records another source volume (handle or PV uid): no delta is asked at all."""
+    repo = f"file://{tmp_path}/repo"
+    cli("init", "--repo", repo)
+    common = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
+    base = [*common, "--device", env.base_img, *cbt_args(env, "snap-base"), "--snapshot-handle", env.base.handle]
+    first = json.loads(cli(*base, "--pv-handle", "vol-a", "--pv-uid", "uid-1").stdout)
+    assert first["pv_volume_handle"] == "vol-a"
+    target = [*common, "--device", env.target_img, *cbt_args(env), "--base-handle", env.base.handle]
+    for identity, words in (
+        (
+            ["--pv-handle", "vol-b"],
+            "bound to another volume than the base backup's (volume handle vol-b, the base's vol-a)",
+        ),
+        (["--pv-handle", "vol-a", "--pv-uid", "uid-2"], "source PV was re-created"),
+    ):
+        deltas = env.server.calls.get("GetMetadataDelta", 0)
+        doc = json.loads(cli(*target, *identity).stdout)
+        assert (doc["mode"], doc["change_source"]) == ("full", "cbt-allocated") and words in doc["cbt_fallback"]
+        assert env.server.calls.get("GetMetadataDelta", 0) == deltas, "no delta asked across volumes"
+    same = json.loads(cli(*target, "--pv-handle", "vol-a", "--pv-uid", "uid-1").stdout)
+    assert (same["mode"], same["change_source"], same["parent"]) == ("incremental-cbt", "cbt-delta", first["backup_id"])
+    assert "cbt_fallback" not in same
+
+
+def test_full_with_a_base_handle_reads_the_allocated_blocks(env, tmp_path):
+    """--full --base-handle stored only the delta's ranges as a full backup (the rest as holes)."""
+    repo = f"file://{tmp_path}/repo"
+    cli("init", "--repo", repo)
+    common = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
+    cli(*common, "--device", env.base_img, *cbt_args(env, "snap-base"), "--snapshot-handle", env.base.handle)
+    doc = json.loads(
+        cli(*common, "--device", env.target_img, *cbt_args(env), "--base-handle", env.base.handle, "--full").stdout
+    )
+    assert (doc["mode"], doc["change_source"]) == ("full", "cbt-allocated")
+    out = tmp_path / "restored.img"
+    cli("restore", "--repo", repo, "--volume", "apps/data", "--device", out)
+    assert sha256_file(out) == sha256_file(env.target_img)

@@ -31,12 +31,14 @@ NS = "apps"
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 
 
-def add_snapshot(kube, name: str, handle: str, ready: bool = True, error: str | None = None) -> None:
+def add_snapshot(
+    kube, name: str, handle: str, ready: bool = True, error: str | None = None, volume_handle: str = "vol-handle-1"
+) -> None:
     custom = kube.custom
     content = f"snapcontent-{name}"
     custom.create_cluster_custom_object(GROUP, VERSION, "volumesnapshotcontents", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "VolumeSnapshotContent", "metadata": {"name": content},
-        "spec": {"driver": DRIVER, "deletionPolicy": "Delete", "source": {"volumeHandle": "vol-handle-1"},
+        "spec": {"driver": DRIVER, "deletionPolicy": "Delete", "source": {"volumeHandle": volume_handle},
                  "volumeSnapshotRef": {"name": name, "namespace": NS}},
     })  # fmt: skip
     custom.create_namespaced_custom_object(GROUP, VERSION, NS, "volumesnapshots", {
@@ -63,6 +65,9 @@ def cluster(tmp_path):
         kube.core.create_namespace({"metadata": {"name": NS}})
         kube.core.create_namespace({"metadata": {"name": "backup"}})
         kube.core.create_namespaced_service_account("backup", {"metadata": {"name": "mover"}})
+        # what the metadata server's SubjectAccessReview checks for the mover's token
+        kube.grant(NS, "backup/mover", [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"],
+                                         "verbs": ["get"]}])  # fmt: skip
         base_img, target_img = tmp_path / "base.img", tmp_path / "target.img"
         make_image(base_img, 16 * MiB, seed=31)
         shutil.copy(base_img, target_img)
@@ -103,6 +108,7 @@ def test_discovery_reads_the_service_and_snapshot(cluster):
     ref = discovery.resolve_snapshot(kube.client, NS, "snap-2")
     assert (ref.driver, ref.handle, ref.ready, ref.source_pvc, ref.restore_size) == (
         DRIVER, "handle-2", True, "data", 16 * MiB)  # fmt: skip
+    assert ref.source_volume_handle == "vol-handle-1"
     with pytest.raises(CbtUnavailableError, match="no SnapshotMetadataService"):
         discovery.snapshot_metadata_service(kube.client, "other.csi.example")
 
@@ -129,6 +135,7 @@ def test_kube_backup_full_then_delta_restores_byte_identical(cluster, tmp_path):
     common = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
     full = json.loads(cli(kube, *common, "--device", base_img, *kube_args(kube, "snap-1")).stdout)
     assert full["change_source"] == "cbt-allocated" and full["snapshot_handle"] == "handle-1"
+    assert full["pv_volume_handle"] == "vol-handle-1", "--kube records the content's source volume"
     inc = json.loads(cli(kube, *common, "--device", target_img, *kube_args(kube, "snap-2"),
                          "--base-handle", "handle-1").stdout)  # fmt: skip
     assert (
@@ -166,3 +173,36 @@ def test_old_cluster_with_a_v1alpha1_service_is_found_with_the_caveat(tmp_path, 
         sms = discovery.snapshot_metadata_service(kube.client, DRIVER)
     assert sms.version == "v1alpha1" and sms.legacy and sms.address == "sms.example:6443"
     assert "read the delta base as a snapshot name" in caplog.text
+
+
+def test_a_refused_kubernetes_call_is_exit_code_6_with_the_apis_message(cluster, tmp_path):
+    kube, *_ = cluster
+    bad = tmp_path / "bad-kubeconfig"
+    bad.write_text(kube.kubeconfig.read_text().replace(kube.api.token, "revoked-token"))
+    args = ["--kube", "--kubeconfig", bad, "--namespace", NS, "--snapshot", "snap-1", "--service-account", "backup/m"]
+    proc = cli(kube, "extents", *args, check=6)
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("cbt-mover: error: reading VolumeSnapshot apps/snap-1 was refused (401): "), line
+    assert "revoked-token" not in proc.stderr
+
+
+def test_kube_backup_of_a_snapshot_of_another_volume_is_full(cluster, tmp_path):
+    """The PVC now bound to another volume (its snapshot's content names another source handle): the
+    base of the last backup is not asked for a delta; a full backup from the allocated blocks."""
+    kube, server, base_img, target_img = cluster
+    repo = f"file://{tmp_path}/repo"
+    cli(kube, "init", "--repo", repo)
+    server.catalog.add(
+        ImageSnapshot(target_img, namespace=NS, name="snap-new-volume", handle="handle-3", volume_id="w")
+    )
+    add_snapshot(kube, "snap-new-volume", "handle-3", volume_handle="vol-handle-2")
+    common = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
+    cli(kube, *common, "--device", base_img, *kube_args(kube, "snap-1"))
+    doc = json.loads(
+        cli(
+            kube, *common, "--device", target_img, *kube_args(kube, "snap-new-volume"), "--base-handle", "handle-1"
+        ).stdout
+    )
+    assert (doc["mode"], doc["change_source"], doc["pv_volume_handle"]) == ("full", "cbt-allocated", "vol-handle-2")
+    assert "volume handle vol-handle-2, the base's vol-handle-1" in doc["cbt_fallback"]
+    assert server.calls.get("GetMetadataDelta", 0) == 0 and server.calls["GetMetadataAllocated"] == 2

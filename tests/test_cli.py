@@ -195,3 +195,35 @@ def test_backup_and_restore_on_a_loop_device(repo, tmp_path):
         for dev in devs:
             subprocess.run(["losetup", "-d", dev], check=False)
     assert sha256_file(target) == sha256_file(src)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A directory and a read-only bind mount of it (opening a file there for writing fails, also as root)."""
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    src.mkdir()
+    ro.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root and mount")
+    if subprocess.run(["mount", "--bind", str(src), str(ro)], capture_output=True).returncode != 0:
+        pytest.skip("bind mounts unavailable")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True).returncode != 0:
+            pytest.skip("read-only remounts unavailable")
+        yield src, ro
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)
+
+
+def test_backup_opens_the_device_read_only(repo, read_only_dir, tmp_path):
+    src, ro = read_only_dir
+    make_image(src / "vol.img", 4 * MiB, seed=9)
+    with pytest.raises(OSError):
+        os.open(ro / "vol.img", os.O_RDWR)
+    args = ["backup", "--repo", repo, "--volume", "ro", "--device", ro / "vol.img", "--json"]
+    for extra in (["--scan"], ["--extents", "-"]):
+        proc = run(*args, *extra, stdin='{"offset": 0, "length": 4096}\n')
+        assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "restored.img"
+    run("restore", "--repo", repo, "--volume", "ro", "--backup", "latest", "--device", out, check_rc=0)
+    assert sha256_file(out) == sha256_file(src / "vol.img")

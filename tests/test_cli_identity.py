@@ -71,6 +71,8 @@ def _doc() -> dict:
 def test_old_manifest_decodes_with_defaults_and_unknown_optional_fields_are_ignored():
     old = Manifest.decode(json.dumps(_doc()).encode())
     assert (old.volume.storage_class, old.volume.volume_mode, old.tags) == (None, None, {})
+    v = old.volume
+    assert (v.pv_name, v.pv_uid, v.fs_type, v.node_affinity, old.run_pvcs) == (None, None, None, None, None)
 
     newer = _doc()
     newer["volume"].update(storage_class="fast", volume_mode="Block", zone="eu-1")
@@ -81,8 +83,15 @@ def test_old_manifest_decodes_with_defaults_and_unknown_optional_fields_are_igno
     assert (m.volume.storage_class, m.volume.volume_mode, m.tags) == ("fast", "Block", {"cbt-mover.io/run": "r"})
     assert Manifest.decode(m.encode()) == m
 
-    for bad in ({"tags": {"a": 1}}, {"tags": ["a"]}, {"volume": {"id": "v", "volume_mode": "Raw"}},
-                {"volume": {"pvc": "no id"}}):  # fmt: skip
+    for bad in (
+        {"tags": {"a": 1}},
+        {"tags": ["a"]},
+        {"volume": {"id": "v", "volume_mode": "Raw"}},
+        {"volume": {"pvc": "no id"}},
+        {"run_pvcs": "data"},
+        {"run_pvcs": [""]},
+        {"volume": {"id": "v", "node_affinity": ["x"]}},
+    ):
         with pytest.raises(IntegrityError):
             Manifest.decode(json.dumps({**_doc(), **bad}).encode())
 
@@ -98,3 +107,127 @@ def test_restore_verify_device_reads_back_and_reports_progress_over_both_phases(
     progress = [line for line in out.stderr.splitlines() if line.startswith("progress ")]
     assert progress[-1] == f"progress done={8 * MiB} total={8 * MiB}", progress
     assert target.read_bytes() == image.read_bytes()
+
+
+AFFINITY = {
+    "nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]}
+    ]
+}
+
+
+def test_backup_records_the_source_volume_and_the_runs_pvcs(repo, tmp_path):
+    image = tmp_path / "vol.img"
+    make_image(image, 4 * MiB, seed=3)
+    common = [
+        "backup",
+        "--repo",
+        repo,
+        "--device",
+        image,
+        "--scan",
+        "--namespace",
+        "ns",
+        "--json",
+        "--run-pvcs",
+        "wal,data",
+        "--tag",
+        "cbt-mover.io/run=run-1",
+    ]
+    out = run(
+        *common,
+        "--volume",
+        "ns/data",
+        "--pvc",
+        "data",
+        "--volume-mode",
+        "Filesystem",
+        "--pv-name",
+        "pv-1",
+        "--pv-uid",
+        "uid-1",
+        "--pv-handle",
+        "vol-1",
+        "--csi-driver",
+        "disk.csi.local",
+        "--fs-type",
+        "xfs",
+        "--node-affinity",
+        json.dumps(AFFINITY),
+        check_rc=0,
+    )
+    assert json.loads(out.stdout)["pv_volume_handle"] == "vol-1"
+    block = run(*common, "--volume", "ns/wal", "--pvc", "wal", "--volume-mode", "Block", "--fs-type", "ext4")
+    assert block.returncode == 0 and "--fs-type ext4 ignored: a Block volume has no filesystem" in block.stderr
+
+    doc = json.loads(run("ls", "--repo", repo, "--json", check_rc=0).stdout)
+    rows = {r["volume"]: r for r in doc["backups"]}
+    data = rows["ns/data"]
+    assert (data["pv_name"], data["pv_uid"], data["pv_volume_handle"], data["csi_driver"], data["fs_type"]) == (
+        "pv-1",
+        "uid-1",
+        "vol-1",
+        "disk.csi.local",
+        "xfs",
+    )
+    assert data["run_pvcs"] == ["data", "wal"] and rows["ns/wal"]["fs_type"] is None
+    assert doc["runs"] == [
+        {
+            "run": "run-1",
+            "app": None,
+            "namespace": "ns",
+            "newest_backup": rows["ns/wal"]["backup_id"],
+            "pvcs": ["data", "wal"],
+            "members": ["data", "wal"],
+            "missing": [],
+            "complete": True,
+        }
+    ]
+    key = next((tmp_path / "repo" / "backups").glob("ns%2Fdata/*"))
+    stored = json.loads(key.read_text())
+    assert stored["volume"]["node_affinity"] == AFFINITY and stored["format_version"] == 1
+    assert stored["run_pvcs"] == ["data", "wal"]
+    # the run with a member that has no backup in it is listed as partial
+    run(
+        *common[:-4],
+        "--run-pvcs",
+        "data,wal,logs",
+        "--volume",
+        "ns/data",
+        "--pvc",
+        "data",
+        "--tag",
+        "cbt-mover.io/run=run-2",
+        check_rc=0,
+    )
+    runs = json.loads(run("ls", "--repo", repo, "--json", check_rc=0).stdout)["runs"]
+    assert [(r["run"], r["complete"], r["missing"]) for r in runs] == [
+        ("run-2", False, ["logs", "wal"]),
+        ("run-1", True, []),
+    ]
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--node-affinity", "{zone: a}"], "--node-affinity must be JSON"),
+        (["--node-affinity", '{"required": {"nodeSelectorTerms": []}}'], "must be a NodeSelector"),
+        (["--run-pvcs", "data,,wal"], "--run-pvcs"),
+    ],
+)
+def test_bad_identity_flags_are_usage_errors(repo, tmp_path, flags, fragment):
+    proc = run("backup", "--repo", repo, "--volume", "v", "--device", tmp_path / "missing.img", "--scan", *flags)
+    assert_one_line_error(proc, 2, fragment)
+
+
+def test_extents_on_a_parent_of_another_volume_are_refused(repo, tmp_path):
+    image = tmp_path / "vol.img"
+    make_image(image, 4 * MiB, seed=5)
+    base = ["backup", "--repo", repo, "--volume", "ns/data", "--device", image]
+    run(*base, "--scan", "--pv-handle", "vol-1", check_rc=0)
+    extents = tmp_path / "changes.jsonl"
+    extents.write_text(json.dumps({"offset": 0, "length": 4096}) + "\n")
+    proc = run(*base, "--extents", extents, "--pv-handle", "vol-2")
+    assert_one_line_error(proc, 2, "bound to another volume", "--full")
+    doc = json.loads(run(*base, "--extents", extents, "--pv-handle", "vol-1", "--json", check_rc=0).stdout)
+    assert doc["mode"] == "incremental-cbt"

@@ -235,3 +235,47 @@ def test_dockerfile():
             for src in line.split()[1:-1]:
                 assert (ROOT / src).exists(), src
                 assert src.rstrip("/") not in ignored, src
+
+
+def render_job_manifest(template: dict, values: dict) -> dict:
+    """The Job the Kubernetes worker would create: the template's placeholders filled from ``values`` over the
+    variables' defaults (Prefect's ``apply_values``), then what prefect-kubernetes' job configuration does to it
+    before it creates the Job (env as a list of name/value pairs, a ``command`` string split into args)."""
+    import shlex
+
+    from prefect.utilities.templating import apply_values
+
+    defaults = {k: v["default"] for k, v in template["variables"]["properties"].items() if "default" in v}
+    config = apply_values(template["job_configuration"], {**defaults, **values})
+    manifest = config["job_manifest"]
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": k, "value": v} for k, v in (container.get("env") or {}).items()]
+    if isinstance(container.get("args"), str):
+        container["args"] = shlex.split(container["args"])
+    return manifest
+
+
+def test_job_template_renders_a_job_that_strict_validation_accepts():
+    from tests import k8svalidate
+
+    template = json.loads((CONFIGS / "k8s-job-template.json").read_text())
+    job = render_job_manifest(
+        template,
+        {
+            "name": "backup-app-1",
+            "labels": {"prefect.io/flow-run-id": "0b4d2a3c-1111-4a5b-9c8d-0123456789ab"},
+            "command": "prefect flow-run execute 0b4d2a3c-1111-4a5b-9c8d-0123456789ab",
+            "env": {"PYTHONUNBUFFERED": "1", "PREFECT_API_URL": "http://prefect.cbt-mover-system:4200/api"},
+            "job_watch_timeout_seconds": 600,
+        },
+    )
+    assert "{{" not in json.dumps(job), job
+    assert k8svalidate.validate(job) == [], f"against Kubernetes {k8svalidate.VERSION}"
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (1, 1)
+    # the check is real: the Job fields in the pod template (where the template had them) are refused
+    misplaced = json.loads(json.dumps(job))
+    misplaced["spec"]["template"]["spec"].update(parallelism=1, completions=1)
+    errors = k8svalidate.validate(misplaced)
+    assert len(errors) == 1 and "spec.template.spec" in errors[0] and "completions" in errors[0], errors
+    assert k8svalidate.has_schema(job)
+    assert not k8svalidate.has_schema({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot"})

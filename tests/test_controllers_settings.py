@@ -48,9 +48,12 @@ def members(c, vgs: dict) -> list[dict]:
 
 def allocated(c, name: str) -> list:
     """GetMetadataAllocated for VolumeSnapshot ``name`` through the product's client (no retries)."""
-    service = c.ctl.metadata
-    c.core.create_namespaced_service_account(NS, {"metadata": {"name": f"mover-{name}"[:60]}})
-    tokens = TokenRequestToken(c.core, NS, f"mover-{name}"[:60], "snapshot-metadata")
+    service, account = c.ctl.metadata, f"mover-{name}"[:60]
+    c.core.create_namespaced_service_account(NS, {"metadata": {"name": account}})
+    # what the metadata server's SubjectAccessReview checks for the mover's token
+    rules = [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"], "verbs": ["get"]}]
+    c.served.grant(NS, f"{NS}/{account}", rules, name=account)
+    tokens = TokenRequestToken(c.core, NS, account, "snapshot-metadata")
     with SnapshotMetadataClient(service.address, service.ca_pem, tokens, retries=0) as client:
         return list(client.allocated(NS, name))
 

@@ -85,3 +85,31 @@ def test_control_without_writer_is_a_clear_error(tmp_path):
     env = {**os.environ, "DEMO_APP_CONTROL": str(tmp_path / "none.sock")}
     out = subprocess.run([*APP, "freeze", "--timeout", "1"], capture_output=True, text=True, env=env)
     assert out.returncode == 2 and "cannot reach the writer" in out.stderr
+
+
+def test_file_mode_creates_its_file_and_its_records_verify(tmp_path):
+    """``--file``: the app on a filesystem (a Filesystem-mode PVC) creates the file and writes records into it."""
+    target = tmp_path / "data" / "records.dat"
+    target.parent.mkdir()
+    env = {**os.environ, "DEMO_APP_CONTROL": str(tmp_path / "control.sock")}
+    argv = [*APP, "run", "--file", str(target), "--file-size", str(1 << 20), "--interval", "0.002"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        writes = 0
+        for line in proc.stdout:
+            writes += line.startswith("write ")
+            if writes >= 10:
+                break
+        assert writes >= 10
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert target.stat().st_size == 1 << 20
+    out = subprocess.run([*APP, "verify", "--device", str(target)], capture_output=True, text=True)
+    assert out.returncode == 0 and '"damaged": 0' in out.stdout
+    assert '"records": 0' not in out.stdout
+
+
+def test_run_needs_a_device_or_a_file():
+    out = subprocess.run([*APP, "run"], capture_output=True, text=True)
+    assert out.returncode == 2 and "run needs --device or --file" in out.stderr

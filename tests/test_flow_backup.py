@@ -11,9 +11,10 @@ import pytest
 from kubernetes import client
 
 from localcluster.kubelet.testing import wait_until
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT
 from movers.kube import apply as k
 from movers.kube import manifests as m
-from tests.flowapp import HOOKS, SEL, app_states, backup_params, deploy_app
+from tests.flowapp import HOOKS, REPO_SECRET, SEL, app_states, backup_params, deploy_app, flow_kubeconfig
 
 NS = "flowapp"
 
@@ -103,8 +104,9 @@ def test_on_cancellation_thaws_and_deletes_the_run(local_cluster, app, harness):
     api = local_cluster.client
     core = client.CoreV1Api(api)
     flow_run = SimpleNamespace(id=uuid.uuid4(), parameters={
-        "namespace": NS, "selector": SEL, "repo": app["repo"], "repo_secret": "repo", "hooks": HOOKS,
-        "image": "cbt-mover", "service_account": "mover", "kubeconfig": str(local_cluster.kubeconfig)})  # fmt: skip
+        "namespace": NS, "selector": SEL, "repo": app["repo"], "repo_secret": REPO_SECRET, "hooks": HOOKS,
+        "image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT,
+        "kubeconfig": flow_kubeconfig(local_cluster)})  # fmt: skip
     run_id = run_id_for(flow_run.id)
     k.create(api, m.block_pvc("leftover", NS, "16Mi", None, m.run_labels(run_id)))
     assert k.list_objects(api, "PersistentVolumeClaim", NS, f"{m.RUN_LABEL}={run_id}")

@@ -15,9 +15,19 @@ import pytest
 from kubernetes import client
 
 from localcluster.kubelet.testing import wait_until
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT
 from movers.kube import apply as k
 from movers.kube import snapshots
-from tests.flowapp import HOOKS, SEL, any_run_objects, app_states, backup_params, deploy_app
+from tests.flowapp import (
+    HOOKS,
+    REPO_SECRET,
+    SEL,
+    any_run_objects,
+    app_states,
+    backup_params,
+    deploy_app,
+    flow_kubeconfig,
+)
 
 KEPT = "cbt-mover.io/kept-for"
 
@@ -89,7 +99,7 @@ def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(lo
     wait_until(lambda: not any(_exists(api, "VolumeSnapshotContent", c) for c in contents), 30, "base contents gone")
     second = _backup(local_cluster, app["repo"], ns)
     got = [(r["planned"], r["change_source"], r["mode"]) for r in second["volumes"]]
-    assert got == [("cbt-delta", "scan", "incremental-scan")] * 2, second
+    assert got == [("cbt-delta", "cbt-allocated", "full")] * 2, second  # a refused base: full from allocated
     for volume in (f"{ns}/data", f"{ns}/logs"):
         _restore_verifies(app["env"], app["repo"], volume, tmp_path)
 
@@ -189,14 +199,15 @@ def test_mover_pod_killed_half_way_is_retried_and_reuses_the_upload(local_cluste
     policy = tmp_path / "killed.yaml"
     policy.write_text(yaml.safe_dump({
         "name": "killed", "namespace": ns, "pvc_selector": SEL,
-        "repository": {"url": app["repo"], "credentials_secret": "repo"},
-        "mover": {"image": "cbt-mover", "service_account": "mover", "progress_interval": 0.2}}))  # fmt: skip
+        "repository": {"url": app["repo"], "credentials_secret": REPO_SECRET},
+        "mover": {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT,
+                  "progress_interval": 0.2}}))  # fmt: skip
     killer = threading.Thread(target=kill_half_way, daemon=True)
     killer.start()
     try:
         from flows.backup import backup_app
 
-        state = backup_app(policy_path=str(policy), kubeconfig=str(local_cluster.kubeconfig), return_state=True)
+        state = backup_app(policy_path=str(policy), kubeconfig=flow_kubeconfig(local_cluster), return_state=True)
     finally:
         stop.set()
         killer.join(10)
@@ -231,13 +242,13 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
     policy = tmp_path / "shop.yaml"
     policy.write_text(yaml.safe_dump({
         "name": "shop", "namespace": ns, "pvc_selector": SEL, "hooks": HOOKS, "parallelism": 1,
-        "repository": {"url": app["repo"], "credentials_secret": "repo"},
-        "mover": {"image": "cbt-mover", "service_account": "mover"},
+        "repository": {"url": app["repo"], "credentials_secret": REPO_SECRET},
+        "mover": {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT},
         "retention": {"keep_last": 1, "keep_daily": 0, "keep_weekly": 0, "keep_monthly": 0}}))  # fmt: skip
     from flows.backup import backup_app
 
-    first = backup_app(policy_path=str(policy), kubeconfig=str(local_cluster.kubeconfig))
-    second = backup_app(policy_path=str(policy), kubeconfig=str(local_cluster.kubeconfig))
+    first = backup_app(policy_path=str(policy), kubeconfig=flow_kubeconfig(local_cluster))
+    second = backup_app(policy_path=str(policy), kubeconfig=flow_kubeconfig(local_cluster))
     assert first["app"] == second["app"] == "shop"
     ls = subprocess.run([sys.executable, "-m", "movers", "ls", "--repo", app["repo"], "--json"], check=True,
                         env=app["env"], capture_output=True, text=True)  # fmt: skip

@@ -14,15 +14,16 @@ from kubernetes import client
 
 from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, pod_manifest, wait_pod, wait_until
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
 from movers.errors import NotFoundError
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import volumes
 from movers.kube.restore import RestoreRefused
-from tests.flowapp import APP, HOOKS, SEL
+from tests.flowapp import APP, HOOKS, REPO_SECRET, SEL, flow_kubeconfig
 
 SRC = "shop"
-MOVER = {"image": "cbt-mover", "service_account": "mover", "repo_secret": "repo"}
+MOVER = {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT, "repo_secret": REPO_SECRET}
 
 
 @pytest.fixture(scope="module")
@@ -54,17 +55,26 @@ def backed_up(local_cluster, harness):
                                                  labels={"app": "demo"}, interval=0.02))  # fmt: skip
         wait_pod(core, "app", phase_in("Running"), namespace=SRC, timeout=30)
         wait_until(lambda: core.read_namespaced_pod_log("app", SRC).count("write seq=") >= 5, 30, "app writes")
-        app = backup_app(namespace=SRC, selector=SEL, repo=repo, repo_secret="repo", hooks=HOOKS, image="cbt-mover",
-                         service_account="mover", parallelism=3, kubeconfig=str(cluster.kubeconfig))  # fmt: skip
+        app = backup_app(
+            namespace=SRC,
+            selector=SEL,
+            repo=repo,
+            repo_secret=REPO_SECRET,
+            hooks=HOOKS,
+            image="cbt-mover",
+            service_account=MOVER_SERVICE_ACCOUNT,
+            parallelism=3,
+            kubeconfig=flow_kubeconfig(cluster),
+        )
         yield {"repo": repo, "app": app, "backups": {r["volume"].split("/")[1]: r["backup_id"] for r in app["volumes"]}}
 
 
 def _namespace(cluster, name, repo, secret=None):
     core = client.CoreV1Api(cluster.client)
     core.create_namespace({"metadata": {"name": name}})
-    core.create_namespaced_service_account(name, {"metadata": {"name": "mover"}})
+    apply_mover_rbac(cluster, [name])
     data = secret or {**cluster.s3.env, "CBT_MOVER_REPO": repo}
-    core.create_namespaced_secret(name, {"metadata": {"name": "repo"}, "stringData": data})
+    core.create_namespaced_secret(name, {"metadata": {"name": REPO_SECRET}, "stringData": data})
 
 
 def _run_pod(core, ns, name, script, claim):
@@ -84,7 +94,7 @@ def _restore(cluster, repo, **kw):
 
     return restore_app(repo=repo, namespace=kw.pop("namespace", SRC), image=MOVER["image"],
                        service_account=MOVER["service_account"], repo_secret=MOVER["repo_secret"],
-                       kubeconfig=str(cluster.kubeconfig), **kw)  # fmt: skip
+                       kubeconfig=flow_kubeconfig(cluster), **kw)  # fmt: skip
 
 
 def _sha(path) -> str:
@@ -261,7 +271,7 @@ def test_on_cancellation_deletes_what_the_run_created(local_cluster, backed_up):
     api = local_cluster.client
     _namespace(local_cluster, "cancelled", backed_up["repo"])
     flow_run = SimpleNamespace(id=uuid.uuid4(), parameters={"namespace": SRC, "target_namespace": "cancelled",
-                                                            "kubeconfig": str(local_cluster.kubeconfig)})  # fmt: skip
+                                                            "kubeconfig": flow_kubeconfig(local_cluster)})  # fmt: skip
     run_id = run_id_for(flow_run.id)
     labels = m.run_labels(run_id, **{"cbt-mover.io/pvc": "data"})
     k.create(api, m.block_pvc(f"data-{run_id}", "cancelled", "16Mi", None, labels))

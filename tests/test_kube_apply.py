@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from localcluster.kubelet.testing import wait_until
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
 from movers.cbt.discovery import resolve_snapshot, snapshot_metadata_service
 from movers.kube import apply as k
 from movers.kube import cleanup, pods, snapshots
@@ -26,7 +27,7 @@ def ns(local_cluster, request):
     name = request.node.name.replace("_", "-").lower()[:50].strip("-")
     core = client.CoreV1Api(local_cluster.client)
     core.create_namespace({"metadata": {"name": name}})
-    core.create_namespaced_service_account(name, {"metadata": {"name": "mover"}})
+    apply_mover_rbac(local_cluster, [name])  # the mover pods run as the shipped cbt-mover identity
     return name
 
 
@@ -48,8 +49,9 @@ def test_manifests_accepted_and_cleaned_up(local_cluster, ns):
     patched = snapshots.patch_content_annotation(api, content)
     assert patched["metadata"]["annotations"][m.ALLOW_VOLUME_MODE_CHANGE] == "true"
     k.create(api, m.volume_group_snapshot("group", ns, {"matchLabels": {"app": "shop"}}, None, version, labels))
-    pod = m.mover_pod("mover", ns, image="cbt-mover", args=["--help"], pvc="read", service_account="mover",
-                      repo_secret="absent", cbt_audience="aud", labels=labels, active_deadline_seconds=60)  # fmt: skip
+    pod = m.mover_pod("mover", ns, image="cbt-mover", args=["--help"], pvc="read",
+                      service_account=MOVER_SERVICE_ACCOUNT, repo_secret="absent", cbt_audience="aud", labels=labels,
+                      active_deadline_seconds=60)  # fmt: skip
     k.create(api, pod)
     assert k.create(api, pod)["metadata"]["name"] == "mover", "the same run's object is reused"
     with pytest.raises(k.ConflictError):
@@ -118,7 +120,7 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
 
     args = m.backup_args(volume=f"{ns}/data", namespace=ns, snapshot="snap", pvc="data",
                          extra=["--progress-interval", "0"])  # fmt: skip
-    pod = m.mover_pod("mover", ns, image="cbt-mover", args=args, pvc="snap-read", service_account="mover",
+    pod = m.mover_pod("mover", ns, image="cbt-mover", args=args, pvc="snap-read", service_account=MOVER_SERVICE_ACCOUNT,
                       repo_secret="repo", cbt_audience=audience, labels=labels,
                       active_deadline_seconds=120)  # fmt: skip
     seen: list[str] = []
@@ -141,7 +143,7 @@ def test_failed_pod_reports_exit_code_and_log_tail(local_cluster, ns):
     client.CoreV1Api(api).create_namespaced_secret(ns, {"metadata": {"name": "repo"}, "stringData": {
         "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "CBT_MOVER_REPO": "s3://nowhere/repo"}})  # fmt: skip
     args = m.restore_args(volume="v", repo="file:///nonexistent/repo")
-    pod = m.mover_pod("bad", ns, image="cbt-mover", args=args, pvc="data", service_account="mover",
+    pod = m.mover_pod("bad", ns, image="cbt-mover", args=args, pvc="data", service_account=MOVER_SERVICE_ACCOUNT,
                       repo_secret="repo", labels=_labels("r4"))  # fmt: skip
     res = pods.run_pod_to_completion(api, pod, timeout=30)
     assert res.phase == "Failed" and res.exit_code not in (0, None) and not res.succeeded

@@ -4,21 +4,44 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from movers.kube import manifests as m
+from movers.kube.volumes import source_identity
+from tests import k8svalidate
 
 GOLDEN = Path(__file__).parent / "golden"
-LABELS = m.run_labels("run-1", **{"app.kubernetes.io/component": "backup"})
+LABELS = m.run_labels("run-1", app="shop")
+TOLERATIONS = [{"key": "node-role.example.com/backup", "operator": "Exists", "effect": "NoSchedule"}]
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}]}
+            ]
+        }
+    }
+}
 
 
 def _cases() -> dict[str, dict]:
-    backup = m.backup_args(volume="prod/shop/data", namespace="shop", snapshot="snap-data", cluster="prod",
-                           pvc="data", base_handle="snap-handle-0", group_snapshot="vgs-run-1",
-                           storage_class="local-block", volume_mode="Filesystem",
-                           tags={"cbt-mover.io/run": "run-1", "cbt-mover.io/app": "shop"})  # fmt: skip
+    backup = m.backup_args(
+        volume="prod/shop/data",
+        namespace="shop",
+        snapshot="snap-data",
+        cluster="prod",
+        pvc="data",
+        base_handle="snap-handle-0",
+        group_snapshot="vgs-run-1",
+        storage_class="local-block",
+        volume_mode="Filesystem",
+        tags={"cbt-mover.io/run": "run-1", "cbt-mover.io/app": "shop"},
+        **{**source_identity(SOURCE_PV), "fs_type": "xfs"},
+        run_pvcs=["wal", "data"],
+    )
     return {
         "volume_group_snapshot_v1": m.volume_group_snapshot(
             "vgs-run-1", "shop", {"matchLabels": {"app": "shop"}}, "local-groupclass", "v1", LABELS),
@@ -34,7 +57,7 @@ def _cases() -> dict[str, dict]:
         "mover_pod_backup": m.mover_pod(
             "mover-data", "shop", image="ghcr.io/example/cbt-mover:1.0", args=backup, pvc="read-data",
             service_account="cbt-mover", cbt_audience="cbt.example", repo_secret="backup-repo", labels=LABELS,
-            active_deadline_seconds=3600),
+            active_deadline_seconds=3600, tolerations=TOLERATIONS, affinity=AFFINITY),
         "mover_pod_restore": m.mover_pod(
             "writer-data", "restored", image="ghcr.io/example/cbt-mover:1.0",
             args=m.restore_args(volume="prod/shop/data"), pvc="data", service_account="cbt-mover",
@@ -130,5 +153,140 @@ def test_args_parse_with_the_cli():
     args = build_parser().parse_args(m.backup_args(volume="v", namespace="ns", snapshot="s", storage_class="fast",
                                                    volume_mode="Block", tags={"b": "2", "a": "x=y"}))  # fmt: skip
     assert (args.storage_class, args.volume_mode, args.tag) == ("fast", "Block", ["a=x=y", "b=2"])
+    args = build_parser().parse_args(
+        m.backup_args(volume="v", namespace="ns", snapshot="s", run_pvcs=["b", "a", "b"], **source_identity(SOURCE_PV))
+    )
+    assert (args.pv_name, args.pv_handle, args.csi_driver, args.fs_type, args.run_pvcs) == (
+        "pvc-1234",
+        "vol-1",
+        "hostpath.csi.k8s.io",
+        None,
+        "a,b",
+    )
+    assert json.loads(args.node_affinity) == SOURCE_PV["spec"]["nodeAffinity"]["required"]
     args = build_parser().parse_args(m.restore_args(volume="v", backup="b1", repo="s3://b/r", workers=3))
     assert (args.command, args.backup, args.repo, args.workers, args.json) == ("restore", "b1", "s3://b/r", 3, True)
+
+
+@pytest.mark.parametrize("name", sorted(_cases()))
+def test_built_in_kinds_pass_strict_validation(name):
+    manifest = _cases()[name]
+    if "kind" not in manifest or not k8svalidate.has_schema(manifest):
+        pytest.skip("a patch, an argv or a custom resource (the API emulator checks those by their CRD schema)")
+    assert k8svalidate.validate(manifest) == []
+
+
+def test_every_object_of_a_run_carries_the_recommended_labels():
+    cases = _cases()
+    components = {
+        "volume_group_snapshot_v1": "snapshot",
+        "volume_snapshot": "snapshot",
+        "pvc_from_snapshot": "reader-claim",
+        "block_pvc": "restore-claim",
+        "mover_pod_backup": "mover",
+        "mover_pod_restore": "writer",
+        "rebound_pv_filesystem": "restore-volume",
+        "prebound_pvc": "restore-claim",
+    }
+    for name, component in components.items():
+        labels = cases[name]["metadata"]["labels"]
+        assert labels == {
+            "cbt-mover.io/run": "run-1",
+            "app.kubernetes.io/name": "cbt-mover",
+            "app.kubernetes.io/managed-by": "cbt-mover",
+            "app.kubernetes.io/instance": "run-1",
+            "app.kubernetes.io/part-of": "shop",
+            "app.kubernetes.io/component": component,
+        }, name
+    # a caller's component wins; objects that are not a run's (an app's own claim in a test) stay as given
+    own = m.block_pvc("d", "ns", "1Gi", None, m.run_labels("r", component="custom"))
+    assert own["metadata"]["labels"]["app.kubernetes.io/component"] == "custom"
+    assert m.block_pvc("d", "ns", "1Gi", None, {"app": "demo"})["metadata"]["labels"] == {"app": "demo"}
+    assert "labels" not in m.block_pvc("d", "ns", "1Gi")["metadata"]
+    long_app = m.run_labels("r", app="An App/with spaces " + "x" * 80)
+    assert all(m.label_value(v) == v for v in long_app.values())
+
+
+@pytest.mark.parametrize("text", ["shop", "backup-0123456789abcdef", "a", "", "x" * 63, "A.b_c-9"])
+def test_label_value_keeps_valid_values(text):
+    assert m.label_value(text) == text
+
+
+@pytest.mark.parametrize("text", ["x" * 64, "-leading", "trailing.", "a/b", "ns/pvc name", "ümlaut", "---", "_"])
+def test_label_value_makes_a_valid_distinct_value(text):
+    value = m.label_value(text)
+    assert len(value) <= 63 and re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?", value), value
+    assert value and value != text and m.label_value(text) == value
+    assert m.label_value("a-b") != m.label_value("a/b") and m.label_value("y" * 64) != m.label_value("y" * 65)
+    assert (
+        k8svalidate.validate(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"k": value}}}
+        )
+        == []
+    )
+
+
+def test_reader_claim_size_never_says_none():
+    assert m.reader_claim_size(16 << 20, "1Gi") == "16Mi", "restoreSize first"
+    assert m.reader_claim_size("20Gi", None) == "20Gi"
+    assert m.reader_claim_size(None, "1Gi") == "1Gi", "no restoreSize: the source claim's capacity"
+    assert m.reader_claim_size("", 5000) == "5000"
+    for bad in ((None, None), (None, "None"), ("None", None)):
+        with pytest.raises(ValueError):
+            m.reader_claim_size(*bad)
+    with pytest.raises(ValueError, match="'None' is not a Kubernetes quantity"):
+        m.pvc_from_snapshot("r", "ns", "s", "None")
+
+
+def test_source_identity_of_a_pv():
+    fs = {
+        **SOURCE_PV,
+        "metadata": {**SOURCE_PV["metadata"], "uid": "uid-1"},
+        "spec": {**SOURCE_PV["spec"], "volumeMode": "Filesystem", "csi": {**SOURCE_PV["spec"]["csi"], "fsType": "xfs"}},
+    }
+    assert source_identity(fs) == {
+        "pv_name": "pvc-1234",
+        "pv_uid": "uid-1",
+        "pv_handle": "vol-1",
+        "csi_driver": "hostpath.csi.k8s.io",
+        "fs_type": "xfs",
+        "node_affinity": SOURCE_PV["spec"]["nodeAffinity"]["required"],
+    }
+    block = {**fs, "spec": {**fs["spec"], "volumeMode": "Block"}}
+    assert source_identity(block)["fs_type"] is None, "a Block volume has no filesystem"
+    assert source_identity({"metadata": {"name": "p"}, "spec": {}})["node_affinity"] is None
+
+
+def test_writer_and_mover_pods():
+    writer = m.mover_pod(
+        "w", "ns", image="i", args=["restore", "--volume", "v"], pvc="c", service_account="s", repo_secret="r"
+    )
+    mover = m.mover_pod(
+        "p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r", cbt_audience="aud"
+    )
+    assert writer["spec"]["automountServiceAccountToken"] is False
+    assert [v for v in writer["spec"]["volumes"] if "projected" in v] == []
+    assert writer["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c"}
+    assert mover["spec"]["automountServiceAccountToken"] is True
+    assert mover["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": True}
+    with pytest.raises(ValueError, match="writer"):
+        m.mover_pod(
+            "w", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r", cbt_audience="aud"
+        )
+    with pytest.raises(ValueError, match="role"):
+        m.mover_pod("w", "ns", image="i", args=["x"], pvc="c", service_account="s", repo_secret="r", role="reader")
+    assert "tolerations" not in mover["spec"] and "affinity" not in mover["spec"]
+    placed = m.mover_pod(
+        "p",
+        "ns",
+        image="i",
+        args=["backup"],
+        pvc="c",
+        service_account="s",
+        repo_secret="r",
+        tolerations=TOLERATIONS,
+        affinity=AFFINITY,
+    )
+    assert (placed["spec"]["tolerations"], placed["spec"]["affinity"]) == (TOLERATIONS, AFFINITY)
+    placed["spec"]["tolerations"][0]["key"] = "changed"
+    assert TOLERATIONS[0]["key"] == "node-role.example.com/backup"

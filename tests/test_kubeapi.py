@@ -111,7 +111,8 @@ def test_core_kinds_crud(kube):
     assert secret.data == {"k": base64.b64encode(b"v").decode()} and secret.type == "Opaque"
     core.create_namespaced_config_map("work", {"metadata": {"name": "cm"}, "data": {"a": "1"}})
     core.create_namespaced_service_account("work", {"metadata": {"name": "mover"}})
-    core.create_namespaced_event("work", {"metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "p"},
+    involved = {"kind": "Pod", "name": "p", "namespace": "work"}  # an Event's namespace must be its object's
+    core.create_namespaced_event("work", {"metadata": {"name": "e1"}, "involvedObject": involved,
                                           "reason": "Started", "type": "Normal", "message": "hi"})  # fmt: skip
 
     assert core.read_namespaced_persistent_volume_claim("data", "work").status.phase == "Pending"

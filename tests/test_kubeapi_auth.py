@@ -133,18 +133,23 @@ def test_bearer_authentication_and_reviews(tmp_path):
         assert kube.raw("GET", "/api/v1/namespaces/default/pods", token=scoped)[0] == 401
         admin = kube.authn.create_self_subject_review({}).status.user_info
         assert admin.username == "kubernetes-admin" and "system:masters" in admin.groups
-        sar = AuthorizationV1Api(kube.client).create_subject_access_review({"spec": {
-            "user": "system:serviceaccount:default:app", "resourceAttributes": {
-                "verb": "get", "group": "snapshot.storage.k8s.io", "resource": "volumesnapshots",
-                "namespace": "default"}}})  # fmt: skip
-        assert sar.status.allowed
+        review = {"spec": {"user": "system:serviceaccount:default:app", "resourceAttributes": {
+            "verb": "get", "group": "snapshot.storage.k8s.io", "resource": "volumesnapshots", "namespace": "default"}}}
+        assert not AuthorizationV1Api(kube.client).create_subject_access_review(review).status.allowed
+        kube.grant("default", "default/app", [{"apiGroups": ["snapshot.storage.k8s.io"],
+                                               "resources": ["volumesnapshots"], "verbs": ["get"]}])
+        assert AuthorizationV1Api(kube.client).create_subject_access_review(review).status.allowed  # fmt: skip
 
 
 def test_snapshot_metadata_token_validator_against_the_emulator(kube):
     from localcluster.snapshot_metadata.auth import PermissionDenied, Unauthenticated
     from localcluster.snapshot_metadata.kube_auth import TokenReviewValidator
 
-    validator = TokenReviewValidator(kube.client, AUD, namespaces=())
+    validator = TokenReviewValidator(kube.client, AUD)
+    with pytest.raises(PermissionDenied, match="^user does not have permissions to perform the operation: $"):
+        validator.validate(request_token(kube).status.token, "backup")  # a SubjectAccessReview, not a guess
+    kube.grant("backup", "backup/mover", [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"],
+                                           "verbs": ["get"]}])  # fmt: skip
     validator.validate(request_token(kube).status.token, "backup")
     with pytest.raises(Unauthenticated):
         validator.validate(request_token(kube, audiences=("other",)).status.token, "backup")

@@ -267,6 +267,7 @@ pod = client.CoreV1Api(api).read_namespaced_pod(os.environ["HOSTNAME"], namespac
 print(api.configuration.host.startswith("https://"), pod.status.phase, pod.spec.node_name)
 """
     with local_node(tmp_path, api={"require_auth": True}) as node:
+        node.kube.grant("default", "default/default", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}])
         node.core.create_namespaced_pod("default", pod_manifest("incluster", ["python", "-c", script]))
         pod = wait_pod(node.core, "incluster", FINISHED)
         assert node.core.read_namespaced_pod_log("incluster", "default") == "True Running local-node\n", pod.status

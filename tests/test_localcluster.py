@@ -1,6 +1,7 @@
 """The assembled local cluster, driven like a real one: an application pod, a freeze by exec, a
 snapshot, and the real mover in a pod reading the snapshot through CBT into S3 -- then the restored
-volume passes the application's own consistency check."""
+volume passes the application's own consistency check. Also the harness's RBAC helpers: ``apply``,
+``kubeconfig_for`` and the shipped mover RBAC copied per namespace."""
 
 from __future__ import annotations
 
@@ -8,11 +9,21 @@ import json
 import subprocess
 import sys
 
-from kubernetes import client
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
 from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
+from localcluster.shipped_rbac import (
+    CONTROLLER_YAML,
+    MOVER_SERVICE_ACCOUNT,
+    MOVER_YAML,
+    apply_mover_rbac,
+    mover_objects,
+)
 
 NS = "shop"
 MiB = 1 << 20
@@ -42,7 +53,7 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
     cluster = local_cluster
     core, custom = client.CoreV1Api(cluster.client), client.CustomObjectsApi(cluster.client)
     core.create_namespace({"metadata": {"name": NS}})
-    core.create_namespaced_service_account(NS, {"metadata": {"name": "mover"}})
+    apply_mover_rbac(cluster, [NS])  # the mover pod reads its snapshot and CBT service as cbt-mover
     core.create_namespaced_persistent_volume_claim(NS, block_pvc("data"))
     core.create_namespaced_pod(NS, demo_pod("app", {"data": "/dev/xvda"}))
     wait_pod(core, "app", phase_in("Running"), namespace=NS, timeout=30)
@@ -72,7 +83,7 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
     aws_env = [{"name": k, "value": v} for k, v in cluster.s3.env.items()]
     core.create_namespaced_pod(NS, {
         "metadata": {"name": "mover"},
-        "spec": {"serviceAccountName": "mover", "restartPolicy": "Never", "containers": [{
+        "spec": {"serviceAccountName": MOVER_SERVICE_ACCOUNT, "restartPolicy": "Never", "containers": [{
             "name": "mover", "image": "cbt-mover", "env": aws_env,
             "args": ["backup", "--repo", "s3://backups/repo", "--volume", f"{NS}/data", "--device", "/dev/xvdb",
                      "--kube", "--namespace", NS, "--snapshot", "snap-1", "--json"],
@@ -102,3 +113,46 @@ def test_cluster_without_cbt_or_group_snapshots(make_local_cluster):
     assert sms["items"] == []
     groups = {g.name for g in client.ApisApi(cluster.client).get_api_versions().groups}
     assert "groupsnapshot.storage.k8s.io" not in groups and "snapshot.storage.k8s.io" in groups
+
+
+def test_apply_and_a_service_account_kubeconfig(local_cluster):
+    cluster = local_cluster
+    created = cluster.apply(CONTROLLER_YAML)  # unchanged, as the admin
+    assert [o["kind"] for o in created] == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+    replaced = cluster.apply(CONTROLLER_YAML)  # present: replaced in place
+    assert replaced[2]["metadata"]["uid"] == created[2]["metadata"]["uid"]
+    path = cluster.kubeconfig_for("cbt-mover-system", "cbt-mover-controller")
+    api_client = config.new_client_from_config(str(path))
+    try:
+        assert api_client.configuration.host.startswith("https://")  # kubectl sends no token over plain HTTP
+        core = client.CoreV1Api(api_client)
+        assert isinstance(core.list_pod_for_all_namespaces().items, list)  # granted by the ClusterRole
+        with pytest.raises(ApiException) as info:
+            core.list_namespaced_secret("default")
+        assert info.value.status == 403 and json.loads(info.value.body)["message"] == (
+            'secrets is forbidden: User "system:serviceaccount:cbt-mover-system:cbt-mover-controller" cannot list'
+            ' resource "secrets" in API group "" in the namespace "default"'
+        )
+        who = client.AuthenticationV1Api(api_client).create_self_subject_review({}).status.user_info
+        assert who.username == "system:serviceaccount:cbt-mover-system:cbt-mover-controller"
+    finally:
+        api_client.close()
+
+
+def test_the_mover_rbac_is_the_shipped_file_copied_per_namespace():
+    shipped = [d for d in yaml.safe_load_all(MOVER_YAML.read_text()) if d]
+    objs = mover_objects(["a", "b"])
+    by_kind = {}
+    for obj in objs:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    [shipped_cluster_role] = [d for d in shipped if d["kind"] == "ClusterRole"]
+    [shipped_role] = [d for d in shipped if d["kind"] == "Role"][:1]
+    assert by_kind["ClusterRole"] == [shipped_cluster_role]
+    [binding] = by_kind["ClusterRoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cbt-mover", "namespace": ns} for ns in "ab"]
+    assert [(r["metadata"]["namespace"], r["rules"]) for r in by_kind["Role"]] == [
+        ("a", shipped_role["rules"]),
+        ("b", shipped_role["rules"]),
+    ]
+    assert [s["metadata"]["namespace"] for s in by_kind["ServiceAccount"]] == ["a", "b"]
+    assert [rb["subjects"][0]["namespace"] for rb in by_kind["RoleBinding"]] == ["a", "b"]

@@ -52,9 +52,15 @@ def test_examples_load():
     assert db.timeouts.mover == 7200.0 and db.snapshot_class == "csi-snapclass"
     assert db.mover.node_selector["kubernetes.io/os"] == "linux"
     assert db.mover.resources["limits"] == {"cpu": "2", "memory": "2Gi"}
+    assert db.mover.tolerations == [
+        {"key": "node-role.example.com/backup", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert db.mover.affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 50
+    assert (db.group_snapshot.freeze_timeout, db.group_snapshot.on_timeout) == (20.0, "per-pvc")
     demo = policies["demo"]
     assert demo.hooks.pre[0]["command"][:3] == ["python", "-m", "localcluster.demo_app"]
     assert demo.mover.image == "cbt-mover"
+    assert demo.group_snapshot.freeze_timeout < 10, "the demo app thaws itself after 10 s"
 
 
 def test_defaults(tmp_path):
@@ -69,7 +75,11 @@ def test_defaults(tmp_path):
     assert (policy.cbt.enabled, policy.cbt.max_results) == ("auto", 4096)
     assert policy.group_snapshot.class_name is None and policy.snapshot_class is None
     data = policy.to_dict()
-    assert data["group_snapshot"] == {"class": None, "timeout": 300.0} and "source" not in data
+    assert (
+        data["group_snapshot"] == {"class": None, "timeout": 300.0, "freeze_timeout": 20.0, "on_timeout": "per-pvc"}
+        and "source" not in data
+    )
+    assert (data["mover"]["tolerations"], data["mover"]["affinity"]) == ([], None)
     assert parse_policy(copy.deepcopy(MINIMAL)).to_dict() == data
 
 
@@ -85,6 +95,73 @@ def test_values_normalised(tmp_path):
     assert policy.mover.resources == {"requests": {"cpu": "1"}, "limits": {}}
     assert policy.mover.node_selector == {"kubernetes.io/os": "linux", "disk": "ssd"}
     assert policy.pvc_selector == {"matchLabels": {"tier": "1"}}
+
+
+def test_scheduling_and_freeze_settings(tmp_path):
+    required = {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": "pool", "operator": "In", "values": ["backup", 7]},
+                    {"key": "gpu", "operator": "DoesNotExist"},
+                    {"key": "cores", "operator": "Gt", "values": ["3"]},
+                ]
+            },
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-b"]}]},
+        ]
+    }
+    data = {
+        **MINIMAL,
+        "mover": {
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"},
+                {"key": "dedicated", "value": 1},  # operator empty: Equal; every effect
+                {"operator": "Exists"},  # no key: every taint
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 30,
+                },
+            ],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": required,
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 100,
+                            "preference": {
+                                "matchExpressions": [
+                                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
+                                ]
+                            },
+                        }
+                    ],
+                }
+            },
+        },
+        "group_snapshot": {"freeze_timeout": "45s", "on_timeout": "fail"},
+    }
+    policy = load_policy(write(tmp_path, data))
+    assert policy.mover.tolerations == [
+        {"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"},
+        {"key": "dedicated", "value": "1"},
+        {"operator": "Exists"},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+    ]
+    node = policy.mover.affinity["nodeAffinity"]
+    assert node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0] == {
+        "key": "pool",
+        "operator": "In",
+        "values": ["backup", "7"],
+    }
+    assert (
+        node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][1]
+        == required["nodeSelectorTerms"][1]
+    )
+    assert node["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 100
+    assert (policy.group_snapshot.freeze_timeout, policy.group_snapshot.on_timeout) == (45.0, "fail")
+    assert policy.to_dict()["mover"]["affinity"] == policy.mover.affinity
 
 
 def test_cbt_off_spelled_as_string_in_yaml(tmp_path):
@@ -176,7 +253,65 @@ BAD = [
      "mover.resources.requests.memory", "above the limit"),
     ("mover.node_selector", {"kubernetes.io/os": "windows"}, "mover.node_selector", "Windows"),
     ("mover.node_selector", ["linux"], "mover.node_selector", "must be a mapping"),
-    ("mover.tolerations", [], "mover.tolerations", "unknown field"),
+    ("mover.tolerate", [], "mover.tolerate", "unknown field"),
+    ("mover.tolerations", {"key": "a"}, "mover.tolerations", "must be a list"),
+    ("mover.tolerations", ["a"], "mover.tolerations[0]", "must be a mapping"),
+    ("mover.tolerations", [{"key": "a", "operator": "In"}], "mover.tolerations[0].operator", "Exists or Equal"),
+    ("mover.tolerations", [{"key": "a", "operator": "Exists", "value": "b"}], "mover.tolerations[0].value",
+     "must be empty when operator is Exists"),
+    ("mover.tolerations", [{"value": "b"}], "mover.tolerations[0].operator", "must be Exists when key is empty"),
+    ("mover.tolerations", [{"operator": "Equal", "effect": "NoSchedule"}], "mover.tolerations[0].operator",
+     "must be Exists when key is empty"),
+    ("mover.tolerations", [{"key": "a", "effect": "NoAdmit"}], "mover.tolerations[0].effect", "NoSchedule"),
+    ("mover.tolerations", [{"key": "a", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}],
+     "mover.tolerations[0].effect", "must be NoExecute when tolerationSeconds is set"),
+    ("mover.tolerations", [{"key": "a", "operator": "Exists", "tolerationSeconds": 5}], "mover.tolerations[0].effect",
+     "must be NoExecute"),
+    ("mover.tolerations", [{"key": "a", "effect": "NoExecute", "tolerationSeconds": "5m"}],
+     "mover.tolerations[0].tolerationSeconds", "integer"),
+    ("mover.tolerations", [{"key": "bad key!", "operator": "Exists"}], "mover.tolerations[0].key", "label key"),
+    ("mover.tolerations", [{"key": "a", "value": "bad value!"}], "mover.tolerations[0].value", "label value"),
+    ("mover.tolerations", [{"key": "a", "seconds": 1}], "mover.tolerations[0].seconds", "unknown field"),
+    ("mover.affinity", [], "mover.affinity", "must be a mapping"),
+    ("mover.affinity", {"podAntiAffinity": {}}, "mover.affinity.podAntiAffinity", "nodeAffinity only"),
+    ("mover.affinity", {"nodeaffinity": {}}, "mover.affinity.nodeaffinity", "unknown field"),
+    ("mover.affinity", {"nodeAffinity": {}}, "mover.affinity.nodeAffinity", "give required"),
+    ("mover.affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+     "mover.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
+     "at least one node selector term"),
+    ("mover.affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "a", "operator": "In"}]}]}}},
+     "mover.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchExpressions[0].values", "must be specified when operator is In"),
+    ("mover.affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}]}}},
+     "mover.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchExpressions[0].values", "may not be specified"),
+    ("mover.affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "a", "operator": "Lt", "values": ["1", "2"]}]}]}}},
+     "mover.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchExpressions[0].values", "single value"),
+    ("mover.affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "a", "operator": "Near", "values": ["x"]}]}]}}},
+     "mover.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchExpressions[0].operator", "must be one of"),
+    ("mover.affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "a", "operator": "In", "values": ["bad value!"]}]}]}}},
+     "mover.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchExpressions[0].values[0]", "label value"),
+    ("mover.affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.labels", "operator": "In", "values": ["x"]}]}]}}},
+     "mover.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchFields[0].key", "field selector key"),
+    ("mover.affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}]}}},
+     "mover.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchFields[0].values", "only one value"),
+    ("mover.affinity", {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 0, "preference": {}}]}},
+     "mover.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight", "range 1-100"),
+    ("mover.affinity", {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}},
+     "mover.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference", "is required"),
     ("cbt.enabled", "on", "cbt.enabled", "auto or off"),
     ("cbt.max_results", -5, "cbt.max_results", "at least 0"),
     ("cbt.mode", "auto", "cbt.mode", "unknown field"),
@@ -184,6 +319,9 @@ BAD = [
     ("group_snapshot.timeout", 0, "group_snapshot.timeout", "positive"),
     ("group_snapshot.timeout", "5 minutes", "group_snapshot.timeout", "duration"),
     ("group_snapshot.className", "x", "group_snapshot.className", "unknown field"),
+    ("group_snapshot.freeze_timeout", "soon", "group_snapshot.freeze_timeout", "duration"),
+    ("group_snapshot.freeze_timeout", 0, "group_snapshot.freeze_timeout", "positive"),
+    ("group_snapshot.on_timeout", "scan", "group_snapshot.on_timeout", "per-pvc or fail"),
     ("snapshot_class", "Bad Class", "snapshot_class", "object name"),
     ("timeouts.mover", -1, "timeouts.mover", "positive"),
     ("timeouts.mover", True, "timeouts.mover", "duration"),

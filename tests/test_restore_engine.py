@@ -13,7 +13,7 @@ from movers.pipeline.readback import verify_device
 from movers.pipeline.restore import run_restore
 from movers.repo.manifest import APP_TAG, RUN_TAG, VolumeIdentity
 from movers.repo.repository import Repository
-from movers.repo.selection import select
+from movers.repo.selection import runs_of, select
 from movers.repo.store import open_store
 from tests.volumes import make_image, write_blocks
 
@@ -40,6 +40,7 @@ def test_selection_by_latest_run_run_id_backup_id_and_untagged(repo, tmp_path):
     whole = select(repo, "shop", None)
     assert [(s.pvc, s.manifest.backup_id) for s in whole.volumes] == [("data", r2_data.backup_id)]
     assert whole.run == "run-2" and "latest" in whole.how
+    assert whole.complete and "records no member list" in whole.notes[0], "runs from before member lists"
     both = select(repo, "shop", ["logs", "data"])
     assert both.run == "run-1", "the newest run that covers every PVC named"
     assert {s.pvc: s.manifest.backup_id for s in both.volumes} == {p: m.backup_id for p, m in r1.items()}
@@ -66,6 +67,49 @@ def test_selection_by_latest_run_run_id_backup_id_and_untagged(repo, tmp_path):
     assert fallback.run is None and "no run tag" in fallback.how
     assert {s.pvc: s.manifest.backup_id for s in fallback.volumes} == {"data": r2_data.backup_id,
                                                                       "logs": untagged.backup_id}  # fmt: skip
+
+
+def test_whole_app_latest_is_the_newest_complete_run_and_a_partial_run_needs_a_choice(repo, tmp_path):
+    image = tmp_path / "v.img"
+    make_image(image, 1 * MiB, seed=4)
+    members = ["data", "logs"]
+    r1 = {p: _backup(repo, image, "shop", p, "run-1", run_pvcs=members) for p in members}
+    r2_data = _backup(repo, image, "shop", "data", "run-2", run_pvcs=members)  # the mover of logs failed
+    assert r2_data.run_pvcs == ["data", "logs"]
+
+    latest = select(repo, "shop", None)
+    assert latest.run == "run-1" and latest.complete and latest.missing == ()
+    assert {s.pvc: s.manifest.backup_id for s in latest.volumes} == {p: m.backup_id for p, m in r1.items()}
+    assert "latest complete run" in latest.how and "a newer run is partial" in latest.how
+    assert latest.notes == ("newer run run-2 is partial: no backup of PVC(s) logs",)
+
+    with pytest.raises(
+        UsageError,
+        match=r"run run-2 of namespace shop is partial: it has no backup of PVC\(s\) logs"
+        r".*allow_partial=True",
+    ):
+        select(repo, "shop", None, "run-2")
+    partial = select(repo, "shop", None, "run-2", allow_partial=True)
+    assert (partial.run, partial.missing, partial.complete) == ("run-2", ("logs",), False)
+    assert [s.pvc for s in partial.volumes] == ["data"]
+    named = select(repo, "shop", ["data"], "run-2")  # the PVCs named: nothing left out that was asked for
+    assert [s.manifest.backup_id for s in named.volumes] == [r2_data.backup_id]
+    assert [
+        (r.run, r.complete, r.missing)
+        for r in runs_of(repo.read_manifest(ref.volume, ref.backup_id) for ref in repo.list_backups())
+    ] == [("run-2", False, ("logs",)), ("run-1", True, ())]
+
+    # a namespace whose only run is partial: latest needs the explicit choice too
+    _backup(repo, image, "solo", "data", "run-9", run_pvcs=members)
+    with pytest.raises(UsageError, match=r"the latest run run-9 \(no run is complete\).*no backup of PVC\(s\) logs"):
+        select(repo, "solo", None)
+    assert select(repo, "solo", None, allow_partial=True).missing == ("logs",)
+
+    # a newer complete run wins again, read from the newest backups alone
+    r3 = {p: _backup(repo, image, "shop", p, "run-3", run_pvcs=members) for p in members}
+    again = select(repo, "shop", None)
+    assert again.run == "run-3" and again.how == "run run-3 (the latest)" and again.notes == ()
+    assert {s.pvc: s.manifest.backup_id for s in again.volumes} == {p: m.backup_id for p, m in r3.items()}
 
 
 def test_read_back_checks_whole_and_clipped_chunks_and_holes(repo, tmp_path):

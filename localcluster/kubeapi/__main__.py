@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     with KubeAPI(port=args.port, audit_log=args.audit_log, group_snapshot_versions=versions,
                  crd_dir=args.crd_dir or None) as api:  # fmt: skip
         path = api.write_kubeconfig(args.kubeconfig)
-        print(f"Kubernetes API emulator at {api.url} (CRD validation: {'on' if api.validating else 'off'})")
+        validation = "on" if api.validating else "off"
+        print(f"Kubernetes API emulator at {api.https_url} and {api.url} (CRD validation: {validation}, RBAC on)")
         print(f"export KUBECONFIG={path.resolve()}")
         try:
             stop.wait()

@@ -1,5 +1,5 @@
-"""Authentication: who a bearer token is, TokenRequest, TokenReview, SelfSubjectReview, and
-SubjectAccessReview (always allowed: the local cluster has no RBAC).
+"""Authentication: who a bearer token is, TokenRequest, TokenReview and SelfSubjectReview
+(access reviews are answered by ``reviews.py`` from the RBAC rules).
 
 - ``Authn.user(bearer)``: the admin token (the kubeconfig's) is ``kubernetes-admin`` in
   ``system:masters``; a service-account token this emulator issued is
@@ -22,6 +22,7 @@ from localcluster.kubeapi import meta
 from localcluster.kubeapi.errors import bad_request, conflict, invalid, not_found
 from localcluster.kubeapi.resources import Obj
 from localcluster.kubeapi.rest import Rest
+from localcluster.kubeapi.reviews import review_answer
 from localcluster.kubeapi.tokens import API_AUDIENCES, DEFAULT_EXPIRATION, MAX_EXPIRATION, MIN_EXPIRATION, TokenIssuer
 
 ADMIN = {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
@@ -132,24 +133,7 @@ class Authn:
             status["audiences"] = common
         else:
             status["error"] = error
-        return _review_answer("authentication.k8s.io/v1", "TokenReview", spec, status)
+        return review_answer("authentication.k8s.io/v1", "TokenReview", spec, status)
 
     def self_subject_review(self, user: dict[str, Any] | None) -> Obj:
-        return _review_answer("authentication.k8s.io/v1", "SelfSubjectReview", None,
-                              {"userInfo": user or ANONYMOUS})  # fmt: skip
-
-    def access_review(self, kind: str, body: Any) -> Obj:
-        return _review_answer(
-            "authorization.k8s.io/v1",
-            kind,
-            (body or {}).get("spec") or {},
-            {"allowed": True, "reason": "the local cluster has no RBAC: everything is allowed"},
-        )
-
-
-def _review_answer(api_version: str, kind: str, spec: Obj | None, status: Obj) -> Obj:
-    out: Obj = {"kind": kind, "apiVersion": api_version, "metadata": {"creationTimestamp": None}}
-    if spec is not None:
-        out["spec"] = spec
-    out["status"] = status
-    return out
+        return review_answer("authentication.k8s.io/v1", "SelfSubjectReview", None, {"userInfo": user or ANONYMOUS})

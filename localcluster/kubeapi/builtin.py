@@ -1,4 +1,4 @@
-"""The resource types of the local cluster: core kinds, storage, authn/authz reviews, and the
+"""The resource types of the local cluster: core kinds, storage, authn/authz reviews, RBAC, and the
 snapshot, group snapshot and SnapshotMetadataService kinds (whose schemas and printer columns come
 from the upstream CRDs when ``crds.load_crds`` finds them; the definitions here keep them served
 without validation when it does not).
@@ -9,6 +9,7 @@ without validation when it does not).
 
 from __future__ import annotations
 
+from localcluster.kubeapi import rbac_objects
 from localcluster.kubeapi.resources import CREATE_ONLY, VGS_GROUP, VGS_VERSIONS, Obj, ResourceType, default_convert
 
 _POD_FIELDS = (
@@ -85,6 +86,8 @@ def builtin_types() -> list[ResourceType]:
         _review("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview"),
         _review("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview"),
         _review("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+        _review("authorization.k8s.io", "selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+        *rbac_objects.types(),
         # CRD kinds: replaced by the upstream CRDs' schemas and columns when they are found
         _crd("snapshot.storage.k8s.io", "volumesnapshots", "VolumeSnapshot", True, ["vs"], ("v1",)),
         _crd("snapshot.storage.k8s.io", "volumesnapshotcontents", "VolumeSnapshotContent", False, ["vsc", "vscs"],

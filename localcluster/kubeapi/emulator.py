@@ -6,6 +6,8 @@
 
 Constructor settings (all keyword-only):
 - ``host`` / ``port``: where to listen (default 127.0.0.1 and a free port); ``url`` after start.
+  The same API is also served over TLS on another free port: ``https_url``, its CA ``ca_pem``
+  (what ``write_kubeconfig`` writes by default, since kubectl sends no credentials over HTTP).
 - ``crd_dir``: the upstream CRD files giving the snapshot, group snapshot and
   SnapshotMetadataService kinds their schemas (validated strictly) and printer columns; "auto"
   (default) is ``crds.default_crd_dir()``; None or an absent directory: served unvalidated.
@@ -14,8 +16,10 @@ Constructor settings (all keyword-only):
   (e.g. ``("v1beta1",)`` emulates a Kubernetes 1.32 cluster).
 - ``extra_crds``: more CRDs (dicts, or paths of YAML files) to serve as custom resources;
   ``extra_types``: more ``ResourceType`` definitions.
-- ``token``: the admin bearer token written to kubeconfigs (random by default);
-  ``require_auth``: refuse requests without a valid token (401); otherwise they are anonymous.
+- ``token``: the admin bearer token written to kubeconfigs (random by default; its user
+  ``kubernetes-admin`` is in ``system:masters``); ``require_auth``: refuse requests without a token
+  (401, kube-apiserver's ``--anonymous-auth=false``); otherwise they are ``system:anonymous``.
+  RBAC is always enforced (``rbac.py``); the bootstrap roles (``rbac_policy.py``) exist from start.
 - ``audit_log``: a path to append one JSON line per request to (see ``audit.py``).
 - ``clock``: seconds since the epoch, for timestamps and token expiry (tests move it).
 - ``namespaces``: created at start (each gets its ``default`` ServiceAccount).
@@ -23,7 +27,8 @@ Constructor settings (all keyword-only):
 - ``watch_history``: how many changes are kept for watches to resume from (older: 410 Expired).
 
 The server stops on ``stop()`` / leaving the ``with`` block, ending open watches first. ``store``,
-``rest`` and ``registry`` are exposed for in-process collaborators (controllers, assertions);
+``rest`` and ``registry`` are exposed for in-process collaborators (controllers, assertions), which
+are the API server itself and bypass authorization; ``authorizer`` answers ``authorize(user, attrs)``;
 ``issue_token`` mints service-account tokens (projected volumes); ``add_subresource`` plugs in
 handlers for ``pods/log``, ``pods/exec`` and the like.
 """
@@ -31,8 +36,11 @@ handlers for ``pods/log``, ``pods/exec`` and the like.
 from __future__ import annotations
 
 import asyncio
+import base64
 import secrets
 import socket
+import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,11 +50,13 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from localcluster.kubeapi import rbac_policy
 from localcluster.kubeapi.audit import AuditLog
 from localcluster.kubeapi.authn import Authn
 from localcluster.kubeapi.builtin import builtin_types
 from localcluster.kubeapi.calls import SubHandler
 from localcluster.kubeapi.crds import apply_crds, default_crd_dir, load_crds
+from localcluster.kubeapi.rbac import Authorizer
 from localcluster.kubeapi.resources import VGS_GROUP, Registry, ResourceType
 from localcluster.kubeapi.rest import Rest
 from localcluster.kubeapi.server import Server
@@ -54,6 +64,7 @@ from localcluster.kubeapi.store import Store
 from localcluster.kubeapi.tokens import DEFAULT_EXPIRATION, TokenIssuer
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+SERVICE_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
 
 
 class KubeAPI:
@@ -90,8 +101,9 @@ class KubeAPI:
         self.tokens = TokenIssuer(clock)
         self.token = token or secrets.token_urlsafe(32)
         self.authn = Authn(self.rest, self.tokens, self.token)
+        self.authorizer = Authorizer(self.store, self.registry)
         self.audit = AuditLog(audit_log) if audit_log is not None else None
-        self.server = Server(self.rest, self.authn, require_auth=require_auth, audit=self.audit,
+        self.server = Server(self.rest, self.authn, self.authorizer, require_auth=require_auth, audit=self.audit,
                              bookmark_interval=bookmark_interval)  # fmt: skip
         self._host, self._port = host, port
         self._namespaces = tuple(namespaces)
@@ -99,6 +111,8 @@ class KubeAPI:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.https_url = ""
+        self.ca_pem = b""
 
     @property
     def validating(self) -> bool:
@@ -114,27 +128,46 @@ class KubeAPI:
         for ns in self._namespaces:
             if self.store.find(ns_type, "", ns) is None:
                 self.rest.create(ns_type, "v1", "", {"metadata": {"name": ns}})
+        rbac_policy.bootstrap(self.rest)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="kubeapi", daemon=True)
         self._thread.start()
         try:
-            port = asyncio.run_coroutine_threadsafe(self._astart(), self._loop).result(30)
+            port, tls_port = asyncio.run_coroutine_threadsafe(self._astart(), self._loop).result(30)
         except BaseException:
             self.stop()
             raise
         self.url = f"http://{self._host}:{port}"
+        self.https_url = f"https://{self._host}:{tls_port}"
         self.server.host = f"{self._host}:{port}"
         return self
 
-    async def _astart(self) -> int:
+    async def _astart(self) -> tuple[int, int]:
         self._runner = web.AppRunner(self.server.app(), access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()
-        sock = socket.socket(socket.AF_INET6 if ":" in self._host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self._host, self._port))
-        site = web.SockSite(self._runner, sock)
-        await site.start()
-        return sock.getsockname()[1]
+        ports = []
+        for port, context in ((self._port, None), (0, self._tls_context())):
+            sock = socket.socket(socket.AF_INET6 if ":" in self._host else socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self._host, port))
+            await web.SockSite(self._runner, sock, ssl_context=context).start()
+            ports.append(sock.getsockname()[1])
+        return ports[0], ports[1]
+
+    def _tls_context(self) -> ssl.SSLContext:
+        """A throw-away CA and a serving certificate (127.0.0.1, localhost, kubernetes.default.svc ...)."""
+        from localcluster.snapshot_metadata.tls import make_ca_and_cert
+
+        material = make_ca_and_cert(SERVICE_NAMES)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        with tempfile.TemporaryDirectory(prefix="kubeapi-tls-") as tmp:
+            cert, key = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
+            cert.write_bytes(material.cert_pem)
+            key.touch(mode=0o600)
+            key.write_bytes(material.key_pem)
+            context.load_cert_chain(cert, key)
+        self.ca_pem = material.ca_pem
+        return context
 
     async def _astop(self) -> None:
         self.server.close_watches()
@@ -164,14 +197,20 @@ class KubeAPI:
 
     # ---- helpers for clients and collaborators -------------------------------------------------
 
-    def write_kubeconfig(self, path: str | Path, token: str | None = None, namespace: str = "default") -> Path:
-        """A kubeconfig (context ``localcluster``) for the ``kubernetes`` client and kubectl."""
+    def write_kubeconfig(
+        self, path: str | Path, token: str | None = None, namespace: str = "default", tls: bool = True
+    ) -> Path:
+        """A kubeconfig (context ``localcluster``) for the ``kubernetes`` client and kubectl: the HTTPS
+        endpoint and its CA (kubectl sends no credentials over plain HTTP), or ``url`` with ``tls=False``."""
         if not self.url:
             raise RuntimeError("start the KubeAPI before writing a kubeconfig")
+        cluster: dict[str, Any] = {"server": self.https_url if tls else self.url}
+        if tls:
+            cluster["certificate-authority-data"] = base64.b64encode(self.ca_pem).decode()
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "localcluster", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "localcluster", "cluster": cluster}],
             "users": [{"name": "localcluster-admin", "user": {"token": token or self.token}}],
             "contexts": [
                 {

@@ -8,6 +8,7 @@ messages the real server uses.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -29,7 +30,7 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
-        if self.details:
+        if self.details is not None:  # upstream writes "details": {} too (Forbidden, unknown paths)
             out["details"] = self.details
         return out
 
@@ -60,17 +61,43 @@ def conflict(plural: str, group: str, name: str, why: str | None = None) -> ApiE
     )  # fmt: skip
 
 
-def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
-    """422 Invalid; ``causes`` are ``(field, message)`` pairs (field like ``spec.source``)."""
+def invalid(kind: str, group: str, name: str, causes: Sequence[Any]) -> ApiError:
+    """422 Invalid as ``NewInvalid``: ``causes`` are ``fields.FieldError``s or ``(field, message)`` pairs
+    (message starting with the error type, as ``"Required value"``); the message joins the distinct
+    errors as an aggregate does (one as is, several as ``[a, b]``)."""
     what = f"{kind}.{group}" if group else kind
-    text = "; ".join(f"{field}: {msg}" if field else msg for field, msg in causes)
+    items = [(c.field, c.body(), c.type) if hasattr(c, "body") else (c[0], c[1], _reason(c[1])) for c in causes]
+    texts = list(dict.fromkeys(f"{field}: {body}" for field, body, _ in items))
+    text = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
     return ApiError(
-        422, "Invalid", f'{what} "{name}" is invalid: {text}',
+        422,
+        "Invalid",
+        f'{what} "{name}" is invalid: {text}' if texts else f'{what} "{name}" is invalid',
         {
-            "name": name, "group": group, "kind": kind,
-            "causes": [{"reason": "FieldValueInvalid", "message": msg, "field": field} for field, msg in causes],
+            "name": name,
+            "group": group,
+            "kind": kind,
+            "causes": [
+                {"reason": reason, "message": body, **({"field": field} if field else {})}
+                for field, body, reason in items
+            ],
         },
-    )  # fmt: skip
+    )
+
+
+_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Too long", "FieldValueTooLong"),
+    ("Not found", "FieldValueNotFound"),
+    ("Too many", "FieldValueTooMany"),
+)
+
+
+def _reason(message: str) -> str:
+    return next((reason for prefix, reason in _REASONS if message.startswith(prefix)), "FieldValueInvalid")
 
 
 def bad_request(message: str) -> ApiError:

@@ -1,93 +1,108 @@
-"""Object metadata and the light validation and defaulting of the built-in kinds.
+"""Object metadata times and the defaulting of the built-in kinds, as the API server does it.
 
 - ``rfc3339(t)`` formats timestamps as the API server does (seconds, ``Z``).
-- ``metadata_errors(rt, obj)``: name (or generateName) present and a DNS subdomain (a DNS label for
-  namespaces), label keys and values well formed.
-- ``defaults(rt, obj)``: what the real API server sets on create (pod phase Pending and container
-  defaults, PVC/PV phase Pending and volumeMode, namespace phase Active, secret type Opaque and
-  ``stringData`` folded into base64 ``data``).
-- ``kind_errors(rt, obj, old)``: the few built-in-kind rules the product can trip on (pod containers,
-  PVC access modes and size, immutable pod and PVC specs, base64 secret data).
+- ``defaults(rt, obj)``: the scheme defaults applied when a body is decoded (every create, update
+  and patch): pod and container fields (policies, probes, ports, volume modes, requests from
+  limits, an empty volume becomes an emptyDir), PVC/PV volume mode and reclaim policy,
+  StorageClass reclaim policy and binding mode, CSIDriver flags, Secret type and ``stringData``
+  folded into base64 ``data``.
+- ``prepare_for_create(rt, obj)``: what the strategies set on create: pod phase Pending and its
+  QoS class, PVC/PV phase Pending (a claim's ``dataSource`` and ``dataSourceRef`` mirrored into
+  each other), namespace phase Active.
+Validation is in ``validation.py``.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
-import copy
 import datetime
-import re
+from typing import Any
 
 from localcluster.kubeapi.resources import Obj, ResourceType
+from localcluster.kubeapi.specparts import qos_class
 
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")  # fmt: skip
-# names checked as DNS labels rather than subdomains
-_LABEL_NAMED = {("", "namespaces"), ("", "services")}
+_PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+_PROBE_DEFAULTS = {"timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}
+_SOURCES = (
+    "hostPath",
+    "emptyDir",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "gitRepo",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "persistentVolumeClaim",
+    "rbd",
+    "flexVolume",
+    "cinder",
+    "cephfs",
+    "flocker",
+    "downwardAPI",
+    "fc",
+    "azureFile",
+    "configMap",
+    "vsphereVolume",
+    "quobyte",
+    "azureDisk",
+    "photonPersistentDisk",
+    "projected",
+    "portworxVolume",
+    "scaleIO",
+    "storageos",
+    "csi",
+    "ephemeral",
+    "image",
+)
+_CSI_DRIVER = {
+    "attachRequired": True,
+    "podInfoOnMount": False,
+    "storageCapacity": False,
+    "requiresRepublish": False,
+    "fsGroupPolicy": "ReadWriteOnceWithFSType",
+    "seLinuxMount": False,
+}
 
 
 def rfc3339(t: float) -> str:
     return datetime.datetime.fromtimestamp(int(t), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def metadata_errors(rt: ResourceType, obj: Obj) -> list[tuple[str, str]]:
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        return [("metadata", "Required value")]
-    out: list[tuple[str, str]] = []
-    name = meta.get("name")
-    if not name and not meta.get("generateName"):
-        out.append(("metadata.name", "Required value: name or generateName is required"))
-    elif name:
-        if rt.key in _LABEL_NAMED:
-            if not _LABEL.match(name) or len(name) > 63:
-                out.append(("metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of'
-                                             " lower case alphanumeric characters or '-'"))  # fmt: skip
-        elif not _SUBDOMAIN.match(name) or len(name) > 253:
-            out.append(("metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of'
-                                         " lower case alphanumeric characters, '-' or '.'"))  # fmt: skip
-    for key, value in (meta.get("labels") or {}).items():
-        if not _QUALIFIED.match(key) or len(key.rsplit("/", 1)[-1]) > 63:
-            out.append(("metadata.labels", f'Invalid value: "{key}": name part must be a valid label key'))
-        if not isinstance(value, str) or not _LABEL_VALUE.match(value) or len(value) > 63:
-            out.append(("metadata.labels", f'Invalid value: "{value}": a valid label value must be 63 characters'
-                                             " or less, alphanumeric, '-', '_' or '.'"))  # fmt: skip
-    for key, value in (meta.get("annotations") or {}).items():
-        if not isinstance(value, str):
-            out.append((f"metadata.annotations[{key}]", "Invalid value: annotation values must be strings"))
-    return out
-
-
 def defaults(rt: ResourceType, obj: Obj) -> None:
     kind = rt.key
-    spec = obj.setdefault("spec", {}) if kind in {("", "pods"), ("", "persistentvolumeclaims"),
-                                                  ("", "persistentvolumes")} else obj.get("spec")  # fmt: skip
+    spec = obj.get("spec")
+    if kind in {("", "pods"), ("", "persistentvolumeclaims"), ("", "persistentvolumes")}:
+        spec = obj["spec"] = spec if isinstance(spec, dict) else {}
     if kind == ("", "pods"):
-        spec.setdefault("restartPolicy", "Always")
-        spec.setdefault("terminationGracePeriodSeconds", 30)
-        spec.setdefault("dnsPolicy", "ClusterFirst")
-        spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
-        spec.setdefault("schedulerName", "default-scheduler")
-        for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-            c.setdefault("terminationMessagePath", "/dev/termination-log")
-            c.setdefault("terminationMessagePolicy", "File")
-            c.setdefault("imagePullPolicy", "Always" if str(c.get("image", "")).endswith(":latest") else "IfNotPresent")
-        obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        _pod_spec(spec)
     elif kind == ("", "persistentvolumeclaims"):
         spec.setdefault("volumeMode", "Filesystem")
-        obj["status"] = {"phase": "Pending"}
     elif kind == ("", "persistentvolumes"):
         spec.setdefault("volumeMode", "Filesystem")
         spec.setdefault("persistentVolumeReclaimPolicy", "Retain")
-        obj["status"] = {"phase": "Pending"}
-    elif kind == ("", "namespaces"):
-        obj["status"] = {"phase": "Active"}
     elif kind == ("", "secrets"):
         fold_string_data(obj)
         obj.setdefault("type", "Opaque")
+    elif kind == ("storage.k8s.io", "storageclasses"):
+        obj.setdefault("reclaimPolicy", "Delete")
+        obj.setdefault("volumeBindingMode", "Immediate")
+    elif kind == ("storage.k8s.io", "csidrivers") and isinstance(spec, dict):
+        for name, value in _CSI_DRIVER.items():
+            spec.setdefault(name, value)
+        spec.setdefault("volumeLifecycleModes", ["Persistent"])
+
+
+def prepare_for_create(rt: ResourceType, obj: Obj) -> None:
+    if rt.key == ("", "pods"):
+        obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj["spec"])}
+    elif rt.key == ("", "persistentvolumeclaims"):
+        _normalize_data_sources(obj["spec"])
+        obj["status"] = {"phase": "Pending"}
+    elif rt.key == ("", "persistentvolumes"):
+        obj["status"] = {"phase": "Pending"}
+    elif rt.key == ("", "namespaces"):
+        obj["status"] = {"phase": "Active"}
 
 
 def fold_string_data(obj: Obj) -> None:
@@ -100,51 +115,90 @@ def fold_string_data(obj: Obj) -> None:
         obj["data"] = data
 
 
-def kind_errors(rt: ResourceType, obj: Obj, old: Obj | None) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    spec = obj.get("spec") or {}
-    if rt.key == ("", "pods"):
-        containers = spec.get("containers")
-        if not containers:
-            out.append(("spec.containers", "Required value"))
-        for i, c in enumerate(containers or []):
-            for required in ("name", "image"):
-                if not c.get(required):
-                    out.append((f"spec.containers[{i}].{required}", "Required value"))
-        if old is not None and _mutable_pod_spec(spec) != _mutable_pod_spec(old.get("spec") or {}):
-            out.append(("spec", "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
-                                "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations`"
-                                " (only additions to existing tolerations)"))  # fmt: skip
-    elif rt.key == ("", "persistentvolumeclaims"):
-        if not spec.get("accessModes"):
-            out.append(("spec.accessModes", "Required value: at least 1 access mode is required"))
-        if not ((spec.get("resources") or {}).get("requests") or {}).get("storage"):
-            out.append(("spec.resources[storage]", "Required value"))
-        if old is not None and _without_size(spec) != _without_size(old.get("spec") or {}):
-            out.append(("spec", "Forbidden: spec is immutable after creation except resources.requests and"
-                                " volumeAttributesClassName for bound claims"))  # fmt: skip
-    elif rt.key == ("", "secrets"):
-        for k, v in (obj.get("data") or {}).items():
-            try:
-                base64.b64decode(v or "", validate=True)
-            except (binascii.Error, ValueError, TypeError):
-                out.append((f"data[{k}]", "Invalid value: illegal base64 data"))
-    return out
+def _normalize_data_sources(spec: dict) -> None:
+    """``NormalizeDataSources``: whichever of dataSource / dataSourceRef is set, the other mirrors it."""
+    source, ref = spec.get("dataSource"), spec.get("dataSourceRef")
+    if isinstance(source, dict) and ref is None:
+        spec["dataSourceRef"] = {k: source[k] for k in ("apiGroup", "kind", "name") if k in source}
+    elif isinstance(ref, dict) and source is None and not ref.get("namespace"):
+        spec["dataSource"] = {k: ref[k] for k in ("apiGroup", "kind", "name") if k in ref}
 
 
-def _mutable_pod_spec(spec: Obj) -> Obj:
-    spec = copy.deepcopy(spec)
+def _pod_spec(spec: dict) -> None:
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("enableServiceLinks", True)
+    if spec.get("securityContext") is None:
+        spec["securityContext"] = {}
+    for vol in _items(spec.get("volumes")):
+        _volume(vol)
     for key in ("containers", "initContainers"):
-        for c in spec.get(key) or []:
-            c.pop("image", None)
-    spec.pop("activeDeadlineSeconds", None)
-    spec.pop("tolerations", None)
-    return spec
+        for c in _items(spec.get(key)):
+            _container(c, spec.get("hostNetwork") is True)
 
 
-def _without_size(spec: Obj) -> Obj:
-    spec = copy.deepcopy(spec)
-    (spec.get("resources") or {}).pop("requests", None)
-    spec.pop("volumeAttributesClassName", None)
-    spec.pop("volumeName", None)  # set by binding
-    return spec
+def _container(c: dict, host_network: bool) -> None:
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    c.setdefault("imagePullPolicy", "Always" if _tag(str(c.get("image") or "")) == "latest" else "IfNotPresent")
+    for port in _items(c.get("ports")):
+        port.setdefault("protocol", "TCP")
+        if host_network and not port.get("hostPort") and port.get("containerPort"):
+            port["hostPort"] = port["containerPort"]
+    for probe in (c.get(name) for name in _PROBES):
+        if isinstance(probe, dict):
+            for name, value in _PROBE_DEFAULTS.items():
+                probe.setdefault(name, value)
+            _http_get(probe.get("httpGet"))
+    for hook in (c.get("lifecycle") or {}).values() if isinstance(c.get("lifecycle"), dict) else ():
+        if isinstance(hook, dict):
+            _http_get(hook.get("httpGet"))
+    for var in _items(c.get("env")):
+        ref = (var.get("valueFrom") or {}).get("fieldRef") if isinstance(var.get("valueFrom"), dict) else None
+        if isinstance(ref, dict):
+            ref.setdefault("apiVersion", "v1")
+    resources = c.get("resources")
+    if isinstance(resources, dict) and isinstance(resources.get("limits"), dict) and resources["limits"]:
+        requests = resources.setdefault("requests", {})
+        if isinstance(requests, dict):
+            for name, value in resources["limits"].items():
+                requests.setdefault(name, value)
+
+
+def _http_get(action: Any) -> None:
+    if isinstance(action, dict):
+        action.setdefault("path", "/")
+        action.setdefault("scheme", "HTTP")
+
+
+def _volume(vol: dict) -> None:
+    if not any(vol.get(k) is not None for k in _SOURCES):
+        vol["emptyDir"] = {}
+    for key in ("secret", "configMap", "downwardAPI", "projected"):
+        if isinstance(vol.get(key), dict):
+            vol[key].setdefault("defaultMode", 0o644)
+    if isinstance(vol.get("hostPath"), dict):
+        vol["hostPath"].setdefault("type", "")
+    for source in _items((vol.get("projected") or {}).get("sources") if isinstance(vol.get("projected"), dict) else []):
+        if isinstance(source.get("serviceAccountToken"), dict):
+            source["serviceAccountToken"].setdefault("expirationSeconds", 3600)
+    template = (
+        (vol.get("ephemeral") or {}).get("volumeClaimTemplate") if isinstance(vol.get("ephemeral"), dict) else None
+    )
+    if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+        template["spec"].setdefault("volumeMode", "Filesystem")
+
+
+def _tag(image: str) -> str:
+    """The tag ``ParseImageName`` finds: ``latest`` when there is neither a tag nor a digest."""
+    if "@" in image:
+        return ""
+    last = image.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else "latest"
+
+
+def _items(value: Any) -> list[dict]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

@@ -11,7 +11,14 @@ stored in the storage version. What it does like the real server:
 - no-op updates change nothing (no new resourceVersion, no event);
 - deletion and garbage collection (``deletion.py``); no new finalizers once ``deletionTimestamp``
   is set, and the object goes when an update removes the last finalizer;
-- validation (422): metadata and built-in-kind rules (``meta.py``), CRD schemas (``schema.py``);
+- decoding and admission: scheme defaults (``meta.py``), quantities parsed and stored in their
+  canonical form (``validation.decode``; 400 on create/update, 422 on patch, as upstream),
+  NamespaceLifecycle (404/403), validation of every kind (422: ``validation.py`` for built-in
+  kinds and every kind's ObjectMeta, ``schema.py`` for CRD schemas) after defaulting and after a
+  patch is applied, before anything is stored; RBAC kinds are defaulted and validated by
+  ``rbac_objects.py``;
+- admission before validation: pods naming a missing ServiceAccount (``serviceaccount_admission.py``),
+  and the caller's ``admit(obj, old)`` callback (the server's RBAC escalation checks);
 - dryRun=All: everything but the write.
 Subresources other than status (tokens, reviews, binding) are in ``authn.py`` and ``Rest.bind``.
 """
@@ -19,18 +26,23 @@ Subresources other than status (tokens, reviews, binding) are in ``authn.py`` an
 from __future__ import annotations
 
 import copy
+import json
 import random
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from localcluster.kubeapi import meta, patching
+from localcluster.kubeapi import fields, meta, patching, rbac_objects, serviceaccount_admission, validation
 from localcluster.kubeapi.deletion import DeletionMixin
-from localcluster.kubeapi.errors import already_exists, bad_request, conflict, forbidden, invalid, not_found
+from localcluster.kubeapi.errors import already_exists, bad_request, conflict, invalid, not_found
 from localcluster.kubeapi.resources import Obj, Registry, ResourceType
 from localcluster.kubeapi.schema import SchemaValidator
 from localcluster.kubeapi.selectors import parse_field_selector, parse_label_selector
 from localcluster.kubeapi.store import Store
+
+Admit = Callable[[Obj, "Obj | None"], None]
+"""A check of the request's object (and the stored one on update) before validation: raises ApiError
+(the server's RBAC escalation checks, which need the requesting user)."""
 
 _SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
                 "generation", "selfLink", "managedFields")  # fmt: skip
@@ -59,11 +71,11 @@ class Rest(DeletionMixin):
             self._validators[key] = SchemaValidator(schema) if schema else None
         return self._validators[key]
 
-    def validate(self, rt: ResourceType, version: str, obj: Obj, old: Obj | None) -> None:
-        causes = meta.metadata_errors(rt, obj) + meta.kind_errors(rt, obj, old)
+    def validate(self, rt: ResourceType, version: str, obj: Obj, old: Obj | None, sub: str | None = None) -> None:
+        causes: list = list(validation.validate(rt, obj, old, sub)) + rbac_objects.errors(rt, obj, old)
         validator = self._validator(rt, version)
-        if validator is not None and not causes:
-            causes = validator.errors(obj, old)
+        if validator is not None:
+            causes += validator.errors(obj, old)
         if causes:
             name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName", "")
             raise invalid(rt.kind, rt.group, name, causes)
@@ -102,7 +114,9 @@ class Rest(DeletionMixin):
 
     # ---- writes --------------------------------------------------------------------------------
 
-    def _check_body(self, rt: ResourceType, version: str, body: Any, namespace: str) -> Obj:
+    def _check_body(self, rt: ResourceType, version: str, body: Any, namespace: str, patch: Any = None) -> Obj:
+        """The body decoded as the server does: kind and version checked, scheme defaults set,
+        quantities canonical. ``patch`` (the patch, on a patch request) makes a decoding error a 422."""
         if not isinstance(body, dict):
             raise bad_request("the body of the request must be a JSON object")
         obj = copy.deepcopy(body)
@@ -125,20 +139,32 @@ class Rest(DeletionMixin):
             md["namespace"] = namespace
         else:
             md.pop("namespace", None)
+        if not rt.crd:
+            meta.defaults(rt, obj)
+            try:
+                validation.decode(rt, obj)
+            except validation.DecodeError as err:
+                if patch is None:
+                    raise bad_request(
+                        f'{rt.kind} in version "{version}" cannot be handled as a {rt.kind}: {err}'
+                    ) from None
+                raise invalid("", "", "", [fields.invalid("patch", _patch_text(patch), str(err))]) from None
         return obj
 
-    def _check_namespace(self, rt: ResourceType, namespace: str) -> None:
-        if not rt.namespaced:
-            return
-        ns_type = self.registry.get("", "namespaces")
-        ns = self.store.find(ns_type, "", namespace)
-        if ns is None:
-            raise not_found("namespaces", "", namespace)
-        if ns["metadata"].get("deletionTimestamp"):
-            raise forbidden(f"{rt.plural} is forbidden: unable to create new content in namespace {namespace}"
-                            " because it is being terminated")  # fmt: skip
+    def _check_namespace(self, rt: ResourceType, namespace: str, md: Obj) -> None:
+        if rt.namespaced:
+            ns = self.store.find(self.registry.get("", "namespaces"), "", namespace)
+            validation.namespace_lifecycle(rt, namespace, md.get("name") or md.get("generateName") or "", ns)
 
-    def create(self, rt: ResourceType, version: str, namespace: str, body: Any, dry_run: bool = False) -> Obj:
+    def create(
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str,
+        body: Any,
+        dry_run: bool = False,
+        admit: Admit | None = None,
+    ) -> Obj:
         obj = self._check_body(rt, version, body, namespace)
         md = obj["metadata"]
         if md.get("resourceVersion"):
@@ -147,9 +173,13 @@ class Rest(DeletionMixin):
             md.pop(key, None)
         if rt.crd and rt.has_status:
             obj.pop("status", None)
-        meta.defaults(rt, obj)
+        meta.prepare_for_create(rt, obj)
+        rbac_objects.defaults(rt, obj)
         with self.store.lock:
-            self._check_namespace(rt, namespace)
+            self._check_namespace(rt, namespace, md)
+            serviceaccount_admission.admit(self.store, self.registry, rt, obj, namespace)
+            if admit is not None:
+                admit(obj, None)
             if not md.get("name") and md.get("generateName"):
                 for _ in range(100):
                     name = md["generateName"] + "".join(random.choices(_NAME_CHARS, k=5))
@@ -178,7 +208,7 @@ class Rest(DeletionMixin):
 
     def update(
         self, rt: ResourceType, version: str, namespace: str, name: str, body: Any, subresource: str | None = None,
-        dry_run: bool = False,
+        dry_run: bool = False, admit: Admit | None = None,
     ) -> Obj:  # fmt: skip
         obj = self._check_body(rt, version, body, namespace)
         if obj["metadata"].get("name") not in (None, name):
@@ -189,11 +219,15 @@ class Rest(DeletionMixin):
             old = self.store.find(rt, namespace, name)
             if old is None:
                 raise not_found(rt.plural, rt.group, name)
-            return self._update(rt, version, old, obj, subresource, dry_run)
+            uid = obj["metadata"].get("uid")
+            if uid and uid != old["metadata"].get("uid"):  # the body's UID is a precondition of a PUT
+                why = f"Precondition failed: UID in precondition: {uid}, UID in object meta: {old['metadata']['uid']}"
+                raise conflict(rt.plural, rt.group, name, why)
+            return self._update(rt, version, old, obj, subresource, dry_run, admit)
 
     def patch(
         self, rt: ResourceType, version: str, namespace: str, name: str, content_type: str, body: Any,
-        subresource: str | None = None, dry_run: bool = False,
+        subresource: str | None = None, dry_run: bool = False, admit: Admit | None = None,
     ) -> Obj:  # fmt: skip
         with self.store.lock:
             old = self.store.find(rt, namespace, name)
@@ -206,10 +240,19 @@ class Rest(DeletionMixin):
             pmeta = patched.setdefault("metadata", {})
             if pmeta.get("name", name) != name:
                 raise bad_request("the patch may not change the name")
-            obj = self._check_body(rt, version, patched, namespace)
-            return self._update(rt, version, old, obj, subresource, dry_run)
+            obj = self._check_body(rt, version, patched, namespace, patch=body)
+            return self._update(rt, version, old, obj, subresource, dry_run, admit)
 
-    def _update(self, rt: ResourceType, version: str, old: Obj, obj: Obj, sub: str | None, dry_run: bool) -> Obj:
+    def _update(
+        self,
+        rt: ResourceType,
+        version: str,
+        old: Obj,
+        obj: Obj,
+        sub: str | None,
+        dry_run: bool,
+        admit: Admit | None = None,
+    ) -> Obj:
         """Caller holds the lock; ``old`` is stored (storage version), ``obj`` in ``version``."""
         md, old_md = obj["metadata"], old["metadata"]
         name = old_md["name"]
@@ -217,8 +260,8 @@ class Rest(DeletionMixin):
         if rv and rv != old_md["resourceVersion"]:
             raise conflict(rt.plural, rt.group, name)
         if not rv and rt.crd:  # custom resources allow no unconditional update
-            raise invalid(rt.kind, rt.group, name, [("metadata.resourceVersion", "Invalid value: 0x0: must be"
-                                                     " specified for an update")])  # fmt: skip
+            cause = fields.invalid("metadata.resourceVersion", 0, "must be specified for an update")
+            raise invalid(rt.kind, rt.group, name, [cause])
         old_v = self.to_version(rt, old, version)
         if sub == "status":
             new = copy.deepcopy(old_v)
@@ -228,31 +271,29 @@ class Rest(DeletionMixin):
                 new.pop("status", None)
         else:
             new = obj
-            if rt.key == ("", "secrets"):
-                meta.fold_string_data(new)
+            rbac_objects.defaults(rt, new)
             if rt.has_status:
                 if "status" in old_v:
                     new["status"] = copy.deepcopy(old_v["status"])
                 else:
                     new.pop("status", None)
             nmd = new["metadata"]
+            uid = nmd.get("uid")  # a changed UID is refused by validation (a PUT's is a precondition)
             for key in _SERVER_META:
                 nmd.pop(key, None)
                 if key in old_md:
                     nmd[key] = copy.deepcopy(old_md[key])
+            if uid:
+                nmd["uid"] = uid
             if rt.namespaced:
                 nmd["namespace"] = old_md["namespace"]
-            if old_md.get("deletionTimestamp"):
-                added = set(nmd.get("finalizers") or []) - set(old_md.get("finalizers") or [])
-                if added:
-                    raise invalid(rt.kind, rt.group, name, [("metadata.finalizers", "Forbidden: no new finalizers"
-                                                             " can be added if the object is being deleted, found"
-                                                             f" new finalizers {sorted(added)}")])  # fmt: skip
             if _spec_of(new, rt) != _spec_of(old_v, rt):
                 nmd["generation"] = int(old_md.get("generation") or 1) + 1
+        if admit is not None:
+            admit(new, old_v)
         if _same(new, old_v):
             return old_v  # a no-op: no new resourceVersion, no event
-        self.validate(rt, version, new, old_v)
+        self.validate(rt, version, new, old_v, sub)
         if dry_run:
             return new
         new["metadata"]["resourceVersion"] = old_md["resourceVersion"]
@@ -268,8 +309,15 @@ class Rest(DeletionMixin):
         pods = self.registry.get("", "pods")
         target = (body or {}).get("target") or {}
         node = target.get("name")
+        causes = (
+            []
+            if target.get("kind") in (None, "", "Node")
+            else [fields.not_supported("target.kind", target["kind"], ["Node", "<empty>"])]
+        )
         if not node:
-            raise invalid("Binding", "", name, [("target.name", "Required value")])
+            causes.append(fields.required("target.name"))
+        if causes:  # ValidatePodBinding
+            raise invalid("Binding", "", name, causes)
         with self.store.lock:
             pod = self.store.find(pods, namespace, name)
             if pod is None:
@@ -281,6 +329,11 @@ class Rest(DeletionMixin):
             pod["spec"]["nodeName"] = node
             self.store.replace(pods, pod)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+def _patch_text(patch: Any) -> str:
+    """The patch as the server prints it in a decoding error (Go's ``%+v`` of a map is close enough)."""
+    return patch if isinstance(patch, str) else json.dumps(patch, separators=(",", ":"))
 
 
 def _spec_of(obj: Obj, rt: ResourceType) -> Obj:

@@ -7,7 +7,16 @@ Methods map to verbs as upstream (GET get/list/watch, POST create, PUT update, P
 DELETE delete/deletecollection); a verb the type does not have is 405, an unknown path 404, and
 every error is a ``Status`` body with its code.
 
-Watches (``?watch=true``) are served by ``watch.py``.
+Watches (``?watch=true``, or a ``/watch/`` segment after the version, where a trailing NAME watches
+that object) are served by ``watch.py``.
+
+Every request is authenticated, then authorized, before anything else (so 401 and 403 come
+before 400, 404 and 405, as upstream): a bearer token the emulator does not know is 401; no token
+is the anonymous user (``system:anonymous``, group ``system:unauthenticated``), or 401 with
+``require_auth`` (kube-apiserver's ``--anonymous-auth=false``). The request's attributes
+(``rbac.request_attributes``) go to ``rbac.Authorizer``; a refusal is the upstream 403 ``Status``.
+Creates, updates and patches of RBAC objects pass the escalation checks (``rbac_escalation.py``);
+pods/exec, attach and portforward requested with GET (the WebSocket upgrade) also need ``create``.
 
 Subresources served by other parts of the local cluster (``pods/log``, ``pods/exec`` ...) are
 registered with ``Server.subresources[(plural, sub)] = handler``: an aiohttp handler
@@ -17,32 +26,47 @@ registered with ``Server.subresources[(plural, sub)] = handler``: an aiohttp han
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from localcluster.kubeapi import discovery, openapi, tables
+from localcluster.kubeapi import discovery, openapi, rbac_escalation, tables
 from localcluster.kubeapi.audit import AuditLog
 from localcluster.kubeapi.authn import ANONYMOUS, Authn
 from localcluster.kubeapi.calls import Call, SubHandler
 from localcluster.kubeapi.errors import ApiError, bad_request, method_not_allowed, path_not_found, unauthorized
+from localcluster.kubeapi.rbac import Attributes, Authorizer, Decision, forbidden, forbidden_error, request_attributes
 from localcluster.kubeapi.resources import Obj, ResourceType
-from localcluster.kubeapi.rest import Rest
+from localcluster.kubeapi.rest import Admit, Rest
+from localcluster.kubeapi.reviews import Reviews
 from localcluster.kubeapi.watch import Watcher, truthy
 
 _NS_SUBRESOURCES = ("status", "finalize")
+_CONNECT = (("pods", "exec"), ("pods", "attach"), ("pods", "portforward"))
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=json.dumps(obj, separators=(",", ":")).encode(),
-                        content_type="application/json")  # fmt: skip
+    return web.Response(
+        status=status, body=json.dumps(obj, separators=(",", ":")).encode(), content_type="application/json"
+    )
 
 
 class Server:
-    def __init__(self, rest: Rest, authn: Authn, *, require_auth: bool = False, audit: AuditLog | None = None,
-                 bookmark_interval: float = 30.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        rest: Rest,
+        authn: Authn,
+        authorizer: Authorizer,
+        *,
+        require_auth: bool = False,
+        audit: AuditLog | None = None,
+        bookmark_interval: float = 30.0,
+    ) -> None:
         self.rest = rest
         self.authn = authn
+        self.authorizer = authorizer
+        self.reviews = Reviews(authorizer)
         self.require_auth = require_auth
         self.audit = audit
         self.watcher = Watcher(rest, bookmark_interval)
@@ -64,25 +88,29 @@ class Server:
         query = dict(request.query)
         raw = await request.read()
         body: Any = None
-        verb = request.method.lower()
-        user_name = ANONYMOUS["username"]
+        bad_body = False
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = raw.decode(errors="replace")
+                bad_body = request.method in ("POST", "PUT", "PATCH")
+        attrs = request_attributes(request.method, request.path, request.query)
+        request_ = _Request(dict(ANONYMOUS), attrs)
         code = 500
         try:
-            if raw:
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = raw.decode(errors="replace")
-                    if request.method in ("POST", "PUT", "PATCH"):
-                        raise bad_request("the request body is not JSON (the local cluster speaks JSON only)") from None
             bearer = request.headers.get("Authorization", "")
             token = bearer[7:].strip() if bearer.lower().startswith("bearer ") else None
             user = self.authn.user(token)
             if user is None and (self.require_auth or token):
                 raise unauthorized()
-            user = user or dict(ANONYMOUS)
-            user_name = user["username"]
-            verb, resp = await self._route(request, query, body, user)
+            request_.user = user or dict(ANONYMOUS)
+            request_.decision = self.authorizer.authorize(request_.user, attrs)
+            if not request_.decision.allowed:
+                raise forbidden(request_.user, attrs, request_.decision.reason)
+            if bad_body:
+                raise bad_request("the request body is not JSON (the local cluster speaks JSON only)")
+            resp = await self._route(request, query, body, request_)
             code = resp.status
             return resp
         except ApiError as err:
@@ -90,42 +118,71 @@ class Server:
             return _json(err.status(), err.code)
         finally:
             if self.audit is not None:
-                multi = {k: request.query.getall(k) for k in query if len(request.query.getall(k)) > 1}
-                self.audit.record(user=user_name, verb=verb, method=request.method, path=request.path,
-                                  query={**query, **multi}, body=body, code=code)  # fmt: skip
+                self._record(request, query, body, code, request_)
 
-    async def _route(self, request: web.Request, query: dict[str, str], body: Any, user: dict) -> tuple[str, Any]:
+    def _record(self, request: web.Request, query: dict[str, str], body: Any, code: int, req: _Request) -> None:
+        multi = {k: request.query.getall(k) for k in query if len(request.query.getall(k)) > 1}
+        authz = None
+        if req.decision is not None:
+            authz = {**req.attrs.record(), "allowed": req.decision.allowed, "reason": req.decision.reason}
+            if req.also:
+                authz["also"] = req.also
+        self.audit.record(
+            user=req.user["username"],
+            groups=list(req.user.get("groups") or []),
+            verb=req.attrs.verb,
+            method=request.method,
+            path=request.path,
+            query={**query, **multi},
+            body=body,
+            code=code,
+            authz=authz,
+        )
+
+    async def _route(self, request: web.Request, query: dict[str, str], body: Any, req: _Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
-        method = request.method
         registry = self.rest.registry
         if not parts or parts[0] not in ("api", "apis"):
             if parts == ["version"]:
-                return "get", _json(discovery.VERSION)
+                return _json(discovery.VERSION)
             if len(parts) == 1 and parts[0] in ("healthz", "livez", "readyz"):
-                return "get", web.Response(text="ok")
+                return web.Response(text="ok")
             if parts[:2] == ["openapi", "v3"]:
-                return "get", self._openapi(request.path, parts[2:])
+                return self._openapi(request.path, parts[2:])
             raise path_not_found(request.path)
         if parts[0] == "api":
             if len(parts) == 1:
-                return "get", _json(discovery.api_versions(self.host))
+                return _json(discovery.api_versions(self.host))
             group, version, rest = "", parts[1], parts[2:]
         else:
             if len(parts) == 1:
-                return "get", _json(discovery.api_group_list(registry))
+                return _json(discovery.api_group_list(registry))
             if len(parts) == 2:
                 doc = discovery.api_group(registry, parts[1])
                 if doc is None:
                     raise path_not_found(request.path)
-                return "get", _json(doc)
+                return _json(doc)
             group, version, rest = parts[1], parts[2], parts[3:]
         if not rest:
             doc = discovery.resource_list(registry, group, version)
             if doc is None:
                 raise path_not_found(request.path)
-            return "get", _json(doc)
-        call = self._parse(request.path, group, version, rest, query, user, body)
-        return await self._dispatch(request, method, call)
+            return _json(doc)
+        watch_path = rest[0] == "watch"
+        if watch_path:
+            rest = rest[1:]
+            if not rest:
+                raise path_not_found(request.path)
+        call = self._parse(request.path, group, version, rest, query, req.user, body)
+        if watch_path:
+            if call.sub is not None:
+                raise path_not_found(request.path)
+            if request.method != "GET":
+                raise method_not_allowed()
+            if call.name is not None:  # /watch/.../NAME: one object, as a metadata.name field selector
+                call.query = {**call.query, "fieldSelector": f"metadata.name={call.name}"}
+                call.name = None
+        return await self._dispatch(request, request.method, call, req)
 
     def _openapi(self, path: str, gv: list[str]) -> web.Response:
         registry = self.rest.registry
@@ -140,8 +197,9 @@ class Server:
             raise path_not_found(path)
         return _json(doc)
 
-    def _parse(self, path: str, group: str, version: str, segs: list[str], query: dict[str, str], user: dict,
-               body: Any) -> Call:  # fmt: skip
+    def _parse(
+        self, path: str, group: str, version: str, segs: list[str], query: dict[str, str], user: dict, body: Any
+    ) -> Call:
         namespace = None
         if len(segs) >= 3 and segs[0] == "namespaces" and segs[2] not in _NS_SUBRESOURCES:
             namespace, segs = segs[1], segs[2:]
@@ -160,38 +218,39 @@ class Server:
 
     # ---- verbs ---------------------------------------------------------------------------------
 
-    async def _dispatch(self, request: web.Request, method: str, call: Call) -> tuple[str, web.StreamResponse]:
+    async def _dispatch(self, request: web.Request, method: str, call: Call, req: _Request) -> web.StreamResponse:
         rt, q, rest = call.rt, call.query, self.rest
         ns = call.namespace or ""
         dry_run = q.get("dryRun") == "All"
         if call.sub not in (None, "status"):
-            return "create" if method == "POST" else method.lower(), await self._subresource(request, method, call)
+            return await self._subresource(request, method, call, req)
+        admit = rbac_escalation.admit_for(self.authorizer, req.user, req.attrs, rt)
         if method == "GET" and call.name is None:
-            if truthy(q.get("watch")):
+            if req.attrs.verb == "watch":
                 self._allow(rt, "watch")
-                return "watch", await self.watcher.serve(request, call)
+                return await self.watcher.serve(request, call)
             self._allow(rt, "list")
             listed = rest.list(rt, call.version, call.namespace, q)
             if tables.wants_table(request.headers.get("Accept", "")):
                 items = [rest.to_version(rt, i, call.version) for i in listed["items"]]
-                return "list", _json(tables.table(rt, items, listed["metadata"]["resourceVersion"], rest.clock()))
-            return "list", _json(listed)
+                return _json(tables.table(rt, items, listed["metadata"]["resourceVersion"], rest.clock()))
+            return _json(listed)
         if method == "GET":
             self._allow(rt, "get")
             obj = rest.get(rt, call.version, ns, call.name)
             if tables.wants_table(request.headers.get("Accept", "")):
-                return "get", _json(tables.table(rt, [obj], obj["metadata"]["resourceVersion"], rest.clock()))
-            return "get", _json(obj)
+                return _json(tables.table(rt, [obj], obj["metadata"]["resourceVersion"], rest.clock()))
+            return _json(obj)
         if method == "POST" and call.name is None:
             self._allow(rt, "create")
-            return "create", _json(self._create(call, dry_run), 201)
+            return _json(self._create(call, dry_run, admit), 201)
         if method == "PUT" and call.name is not None:
             self._allow(rt, "update")
-            return "update", _json(rest.update(rt, call.version, ns, call.name, call.body, call.sub, dry_run))
+            return _json(rest.update(rt, call.version, ns, call.name, call.body, call.sub, dry_run, admit))
         if method == "PATCH" and call.name is not None:
             self._allow(rt, "patch")
             ctype = request.headers.get("Content-Type", "")
-            return "patch", _json(rest.patch(rt, call.version, ns, call.name, ctype, call.body, call.sub, dry_run))
+            return _json(rest.patch(rt, call.version, ns, call.name, ctype, call.body, call.sub, dry_run, admit))
         if method == "DELETE" and call.sub is None:
             options = dict(call.body) if isinstance(call.body, dict) else {}
             for key in ("propagationPolicy", "gracePeriodSeconds"):
@@ -201,28 +260,33 @@ class Server:
                 options.setdefault("orphanDependents", truthy(q["orphanDependents"]))
             if call.name is None:
                 self._allow(rt, "deletecollection")
-                return "deletecollection", _json(rest.delete_collection(rt, call.version, call.namespace, q, options))
+                return _json(rest.delete_collection(rt, call.version, call.namespace, q, options))
             self._allow(rt, "delete")
-            return "delete", _json(rest.delete(rt, call.version, ns, call.name, options, dry_run))
+            return _json(rest.delete(rt, call.version, ns, call.name, options, dry_run))
         raise method_not_allowed()
 
     @staticmethod
     def _allow(rt: ResourceType, verb: str) -> None:
         if verb not in rt.verbs:
-            raise method_not_allowed(f"the server does not allow this method on the requested resource"
-                                     f" ({verb} {rt.plural}.{rt.group})")  # fmt: skip
+            raise method_not_allowed(
+                f"the server does not allow this method on the requested resource ({verb} {rt.plural}.{rt.group})"
+            )
 
-    def _create(self, call: Call, dry_run: bool) -> Obj:
+    def _create(self, call: Call, dry_run: bool, admit: Admit | None) -> Obj:
         key = call.rt.key
         if key == ("authentication.k8s.io", "tokenreviews"):
             return self.authn.token_review(call.body)
         if key == ("authentication.k8s.io", "selfsubjectreviews"):
             return self.authn.self_subject_review(call.user)
-        if call.rt.group == "authorization.k8s.io":
-            return self.authn.access_review(call.rt.kind, call.body)
-        return self.rest.create(call.rt, call.version, call.namespace or "", call.body, dry_run)
+        if key == ("authorization.k8s.io", "subjectaccessreviews"):
+            return self.reviews.subject_access_review(call.body)
+        if key == ("authorization.k8s.io", "selfsubjectaccessreviews"):
+            return self.reviews.self_subject_access_review(call.user, call.body)
+        if key == ("authorization.k8s.io", "selfsubjectrulesreviews"):
+            return self.reviews.self_subject_rules_review(call.user, call.body)
+        return self.rest.create(call.rt, call.version, call.namespace or "", call.body, dry_run, admit)
 
-    async def _subresource(self, request: web.Request, method: str, call: Call) -> web.StreamResponse:
+    async def _subresource(self, request: web.Request, method: str, call: Call, req: _Request) -> web.StreamResponse:
         key = (call.rt.plural, call.sub or "")
         if key == ("serviceaccounts", "token") and method == "POST":
             return _json(self.authn.token_request(call.namespace or "", call.name or "", call.body), 201)
@@ -230,8 +294,31 @@ class Server:
             return _json(self.rest.bind(call.namespace or "", call.name or "", call.body), 201)
         if key == ("namespaces", "finalize") and method == "PUT":
             return _json(self.rest.update(call.rt, call.version, "", call.name or "", call.body))
+        if key in _CONNECT and req.attrs.verb != "create":
+            self._authorize_create(req, call)
         handler = self.subresources.get(key)
         if handler is None:
-            raise bad_request(f"{call.rt.plural}/{call.sub} is not served: nothing in the local cluster provides it"
-                              " (no kubelet attached)")  # fmt: skip
+            raise bad_request(
+                f"{call.rt.plural}/{call.sub} is not served: nothing in the local cluster provides it"
+                " (no kubelet attached)"
+            )
         return await handler(request, call)
+
+    def _authorize_create(self, req: _Request, call: Call) -> None:
+        """pods/exec, attach, portforward over a WebSocket (GET) also need ``create`` (Kubernetes 1.35,
+        AuthorizePodWebsocketUpgradeCreatePermission): a refusal names the pod with the authorizer's reason."""
+        check = req.attrs.with_verb("create")
+        decision = self.authorizer.authorize(req.user, check)
+        req.also.append({**check.record(), "allowed": decision.allowed, "reason": decision.reason})
+        if not decision.allowed:
+            raise forbidden_error(req.attrs.api_group, req.attrs.resource, req.attrs.name, decision.reason)
+
+
+@dataclass
+class _Request:
+    """Who asks what: the user, the request's authorization attributes and the decisions taken."""
+
+    user: dict[str, Any]
+    attrs: Attributes
+    decision: Decision | None = None
+    also: list[dict[str, Any]] = field(default_factory=list)

@@ -1,9 +1,12 @@
 """Test helpers: a running ``KubeAPI`` with a kubeconfig and a real ``kubernetes`` client on it.
 
     with serve(tmp_path) as kube:       # keyword arguments go to KubeAPI
-        kube.core.list_namespace()      # CoreV1Api; also .custom, .storage, .authn, .client
+        kube.core.list_namespace()      # CoreV1Api; also .custom, .storage, .authn, .rbac, .client (admin)
+        kube.grant("ns", "ns/sa", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}])
+        with kube.as_service_account("ns", "sa") as api_client:   # a client with that account's token
+            ...
 
-The client is closed and the server stopped in every outcome.
+The clients are closed and the server stopped in every outcome.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from localcluster.kubeapi.emulator import KubeAPI
+
+RBAC = "rbac.authorization.k8s.io"
 
 
 @dataclass
@@ -60,6 +65,47 @@ class Kube:
         from kubernetes import client
 
         return client.StorageV1Api(self.client)
+
+    @property
+    def rbac(self):
+        from kubernetes import client
+
+        return client.RbacAuthorizationV1Api(self.client)
+
+    def grant(self, namespace: str, service_account: str, rules: list[dict[str, Any]], name: str = "granted") -> None:
+        """A Role ``name`` with ``rules`` in ``namespace`` and a RoleBinding of it to ServiceAccount
+        ``service_account`` ("NS/NAME"), created as the admin."""
+        sa_ns, sa_name = service_account.split("/", 1)
+        self.rbac.create_namespaced_role(namespace, {"metadata": {"name": name}, "rules": rules})
+        self.rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}],
+            },
+        )
+
+    @contextlib.contextmanager
+    def as_service_account(self, namespace: str, name: str) -> Iterator[Any]:
+        """A ``kubernetes`` ApiClient authenticated with a fresh token of that ServiceAccount."""
+        with self.as_token(self.api.issue_token(namespace, name)) as api_client:
+            yield api_client
+
+    @contextlib.contextmanager
+    def as_token(self, token: str | None) -> Iterator[Any]:
+        """A ``kubernetes`` ApiClient sending ``token`` (None: no credentials, the anonymous user)."""
+        from kubernetes import client
+
+        config = client.Configuration(host=self.api.url)
+        if token is not None:
+            config.api_key = {"BearerToken": token}
+            config.api_key_prefix = {"BearerToken": "Bearer"}
+        api_client = client.ApiClient(config)
+        try:
+            yield api_client
+        finally:
+            api_client.close()
 
     @property
     def authn(self):

@@ -14,7 +14,9 @@ base_handle, snapshot)`` return an ``ExtentStream``: one ascending iterator of c
   UNAUTHENTICATED on a resumed call), re-sent tuples are dropped or clipped, and the extents
   are identical to an uninterrupted run. At most ``retries`` consecutive failures without
   progress, with exponential backoff.
-* Errors: UNAUTHENTICATED / PERMISSION_DENIED -> ``CbtAuthError``; FAILED_PRECONDITION,
+* Errors: UNAUTHENTICATED / PERMISSION_DENIED -> ``CbtAuthError``; on a delta, INVALID_ARGUMENT
+  (e.g. base and target of different volumes) and NOT_FOUND (the base is gone) ->
+  ``CbtBaseRejectedError`` (a full backup from the allocated blocks instead); FAILED_PRECONDITION,
   UNIMPLEMENTED, NOT_FOUND -> ``CbtUnavailableError`` (fall back to a scan);
   INVALID_ARGUMENT, OUT_OF_RANGE -> ``CbtRequestError``; contract violations ->
   ``CbtProtocolError``; retries exhausted -> ``CbtTransientError``.
@@ -37,6 +39,7 @@ from movers.cbt.stream import TYPE_NAMES, ExtentAssembler
 from movers.cbt.tokens import TokenSource
 from movers.errors import (
     CbtAuthError,
+    CbtBaseRejectedError,
     CbtProtocolError,
     CbtRequestError,
     CbtTransientError,
@@ -111,7 +114,7 @@ class SnapshotMetadataClient:
             )  # fmt: skip
             return self._allocated(req, timeout=self.call_timeout)
 
-        return ExtentStream(self, call, namespace, f"allocated blocks of {namespace}/{snapshot}", clamp_to)
+        return ExtentStream(self, call, namespace, f"allocated blocks of {namespace}/{snapshot}", clamp_to, None)
 
     def delta(self, namespace: str, base_handle: str, snapshot: str, clamp_to: int | None = None) -> ExtentStream:
         """The ranges changed between the snapshot with CSI handle ``base_handle`` and the
@@ -124,15 +127,25 @@ class SnapshotMetadataClient:
             )  # fmt: skip
             return self._delta(req, timeout=self.call_timeout)
 
-        return ExtentStream(self, call, namespace, f"changes of {namespace}/{snapshot} since {base_handle}", clamp_to)
+        what = f"changes of {namespace}/{snapshot} since {base_handle}"
+        return ExtentStream(self, call, namespace, what, clamp_to, base_handle)
 
 
 class ExtentStream:
     """Iterate once for the extents; ``capacity``, ``block_type``, ``messages``, ``tuples``,
     ``resumes`` describe what was received."""
 
-    def __init__(self, client: SnapshotMetadataClient, call, namespace: str, what: str, clamp_to: int | None):
+    def __init__(
+        self,
+        client: SnapshotMetadataClient,
+        call,
+        namespace: str,
+        what: str,
+        clamp_to: int | None,
+        base_handle: str | None = None,
+    ) -> None:
         self.client = client
+        self.base_handle = base_handle  # a delta since this snapshot; None: allocated blocks
         self._call = call
         self.namespace = namespace
         self.what = what
@@ -220,6 +233,10 @@ class ExtentStream:
                 f"{where} refused the request with {code.name}: {details}. The mover's ServiceAccount needs a token"
                 f" for the SnapshotMetadataService audience and RBAC get on volumesnapshots"
                 f" (snapshot.storage.k8s.io) in namespace {self.namespace}"
+            )
+        if self.base_handle and code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND):
+            return CbtBaseRejectedError(
+                f"CBT delta refused for base {self.base_handle}: {where} answered {code.name}: {details}"
             )
         if code in UNAVAILABLE_CODES:
             return CbtUnavailableError(f"CBT unavailable: {where} answered {code.name}: {details}")

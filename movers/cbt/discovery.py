@@ -6,7 +6,8 @@
   *name*; a v1alpha1 service therefore gets ``legacy=True`` and callers must not trust deltas
   from it without knowing the sidecar version.
 * ``resolve_snapshot(api, namespace, name)``: VolumeSnapshot -> VolumeSnapshotContent ->
-  driver, ``status.snapshotHandle`` (the base of the next delta), restore size, group.
+  driver, ``status.snapshotHandle`` (the base of the next delta), restore size, group, and the
+  source volume's CSI handle (``spec.source.volumeHandle``; None for a pre-provisioned content).
 * ``wait_snapshot_ready(api, namespace, name, timeout)``: watches until the snapshot and its
   content are ready with a handle (the sidecar answers UNAVAILABLE before that), or raises
   with the controller's error message.
@@ -20,7 +21,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from movers.errors import CbtUnavailableError, MoverError, NotFoundError, UsageError
+from movers.errors import CbtUnavailableError, KubeAccessDenied, MoverError, NotFoundError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class SnapshotRef:
     group_snapshot: str | None
     group_snapshot_handle: str | None
     error: str | None
+    source_volume_handle: str | None = None  # the content's spec.source.volumeHandle: the snapshot's volume
 
 
 def _custom(api_client):
@@ -64,11 +66,13 @@ def _custom(api_client):
 
 
 def _api_error(err, what: str) -> MoverError:
+    from movers.kube.apply import api_message
+
     if err.status == 404:
         return NotFoundError(f"{what} not found")
     if err.status in (401, 403):
-        return UsageError(f"access to {what} denied ({err.status}): check the ServiceAccount's RBAC")
-    return MoverError(f"reading {what} failed: {err.status} {err.reason}")
+        return KubeAccessDenied(f"reading {what} was refused ({err.status}): {api_message(err)}")
+    return MoverError(f"reading {what} failed: {err.status} {api_message(err)}")
 
 
 def snapshot_metadata_service(api_client, driver: str) -> MetadataService:
@@ -133,12 +137,14 @@ def resolve_snapshot(api_client, namespace: str, name: str) -> SnapshotRef:
         group_snapshot=status.get("volumeGroupSnapshotName"),
         group_snapshot_handle=cstatus.get("volumeGroupSnapshotHandle"),
         error=vs_error or (cstatus.get("error") or {}).get("message"),
+        source_volume_handle=((vsc.get("spec") or {}).get("source") or {}).get("volumeHandle"),
     )
 
 
 def wait_snapshot_ready(api_client, namespace: str, name: str, timeout: float = 300.0) -> SnapshotRef:
     """Wait until the VolumeSnapshot and its content are ready with a snapshot handle."""
     from kubernetes import watch
+    from kubernetes.client.exceptions import ApiException
 
     deadline = time.monotonic() + timeout
     ref = resolve_snapshot(api_client, namespace, name)
@@ -156,6 +162,8 @@ def wait_snapshot_ready(api_client, namespace: str, name: str, timeout: float = 
                 ref = resolve_snapshot(api_client, namespace, name)
                 if ref.ready:
                     break
+        except ApiException as err:
+            raise _api_error(err, f"watching VolumeSnapshot {namespace}/{name}") from None
         finally:
             w.stop()
         ref = resolve_snapshot(api_client, namespace, name)

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Protocol
 
-from movers.errors import UsageError
+from movers.errors import KubeAccessDenied, UsageError
 
 MIN_EXPIRY_SECONDS = 600  # the API server rejects shorter TokenRequests
 
@@ -85,6 +85,13 @@ class TokenRequestToken:
                         self.service_account, self.namespace, body
                     )
                 except ApiException as err:
+                    from movers.kube.apply import api_message
+
+                    if err.status in (401, 403):
+                        raise KubeAccessDenied(
+                            f"TokenRequest for ServiceAccount {self.namespace}/{self.service_account} was refused"
+                            f" ({err.status}): {api_message(err)}"
+                        ) from None
                     raise UsageError(
                         f"TokenRequest for ServiceAccount {self.namespace}/{self.service_account} failed"
                         f" ({err.status} {err.reason}): it needs create on serviceaccounts/token"

@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from movers.errors import MoverError, NotFoundError
+from movers.errors import KubeAccessDenied, MoverError, NotFoundError
 from movers.kube.manifests import GROUP_SNAPSHOT_GROUP, GROUP_SNAPSHOT_VERSIONS, RUN_LABEL, SNAPSHOT_GROUP
 
 # kind -> (group, plural, namespaced)
@@ -54,6 +54,11 @@ class KubeError(MoverError):
         self.retriable = status is None or status in (429, 500, 502, 503, 504)
 
 
+class ForbiddenError(KubeError, KubeAccessDenied):
+    """The API refused the call: 403 (the identity may not do it) or 401 (its credentials were rejected).
+    Exit code 6; never retriable. The message is the API's (verb, resource and user as the API names them)."""
+
+
 class ConflictError(KubeError):
     """The object exists and does not belong to this run."""
 
@@ -62,15 +67,22 @@ class SnapshotNotReadyError(KubeError):
     """A snapshot did not become ready in time; the message carries the controller's error."""
 
 
-def _api_error(err, what: str) -> MoverError:
+def api_message(err) -> str:
+    """The ``message`` of the Status an ``ApiException`` carries (one line), else its reason."""
     message = err.reason
     try:
         message = json.loads(err.body).get("message") or message
     except (TypeError, ValueError, AttributeError):
         pass
+    return " ".join(str(message).split())
+
+
+def _api_error(err, what: str) -> MoverError:
     if err.status == 404:
         return NotFoundError(f"{what} not found")
-    return KubeError(f"{what}: {err.status} {message}", err.status)
+    if err.status in (401, 403):
+        return ForbiddenError(f"{what}: {err.status} {api_message(err)}", err.status)
+    return KubeError(f"{what}: {err.status} {api_message(err)}", err.status)
 
 
 def _path(kind: str, version: str, namespace: str | None, name: str | None = None) -> str:
@@ -159,8 +171,13 @@ def create(api_client, manifest: Mapping[str, Any], run_label: str = RUN_LABEL) 
 def served_group_snapshot_version(api_client) -> str | None:
     """The preferred served ``groupsnapshot.storage.k8s.io`` version (v1 > v1beta2 > v1beta1), or None."""
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 
-    for group in client.ApisApi(api_client).get_api_versions().groups or []:
+    try:
+        groups = client.ApisApi(api_client).get_api_versions().groups or []
+    except ApiException as err:
+        raise _api_error(err, "listing the served API groups") from None
+    for group in groups:
         if group.name == GROUP_SNAPSHOT_GROUP:
             served = {v.version for v in group.versions or []}
             return next((v for v in GROUP_SNAPSHOT_VERSIONS if v in served), None)
@@ -170,9 +187,19 @@ def served_group_snapshot_version(api_client) -> str | None:
 def patch_labels(api_client, kind: str, namespace: str | None, name: str, labels: Mapping[str, str | None],
                  version: str | None = None) -> dict:  # fmt: skip
     """Merge-patch ``metadata.labels`` (a None value removes the label); returns the object."""
+    from kubernetes.client.exceptions import ApiException
+
     path = _path(kind, version or _default_version(api_client, kind), namespace, name)
-    return _call(api_client, "PATCH", path, body={"metadata": {"labels": dict(labels)}},
-                 content_type="application/merge-patch+json")  # fmt: skip
+    try:
+        return _call(
+            api_client,
+            "PATCH",
+            path,
+            body={"metadata": {"labels": dict(labels)}},
+            content_type="application/merge-patch+json",
+        )
+    except ApiException as err:
+        raise _api_error(err, f"patching the labels of {kind} {namespace + '/' if namespace else ''}{name}") from None
 
 
 def merge_patch(api_client, kind: str, namespace: str | None, name: str, body: Mapping[str, Any],
@@ -195,7 +222,7 @@ def delete(api_client, kind: str, namespace: str | None, name: str, version: str
         _call(api_client, "DELETE", _path(kind, version or _default_version(api_client, kind), namespace, name))
     except ApiException as err:
         if err.status != 404:
-            raise
+            raise _api_error(err, f"deleting {kind} {namespace + '/' if namespace else ''}{name}") from None
 
 
 def delete_and_wait(api_client, kind: str, namespace: str | None, name: str, timeout: float = 60.0,

@@ -2,14 +2,24 @@
 
 Every function returns a fresh ``dict`` (JSON-serialisable, no client models) and has no side
 effects: the same arguments give the same manifest, which ``tests/golden/`` pins down. Applying
-them is the job of ``movers.kube.apply`` and the modules built on it. ``labels`` are copied into
-``metadata.labels`` as given; callers put the run label (``run_labels``) there so that
-``cleanup.delete_by_label`` finds everything a run created and a retried run recognises its own objects.
+them is the job of ``movers.kube.apply`` and the modules built on it.
+
+Labels: ``labels`` are copied into ``metadata.labels``; callers put the run label there (``run_labels``)
+so that ``cleanup.delete_by_label`` finds everything a run created and a retried run recognises its own
+objects. The labels of a run's object (they carry ``RUN_LABEL``) are completed with the recommended
+``app.kubernetes.io/*`` labels: name and managed-by ``cbt-mover``, instance = the run id, component =
+what the builder makes (``COMPONENTS``) unless the caller names one; part-of = the protected
+application when the caller gives it (``run_labels(run_id, app=...)``). Labels without the run label
+(e.g. an application's own claims built for a test) are left as given. Every value is a valid label
+value (``label_value`` makes one from any name).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,7 +27,22 @@ SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
 GROUP_SNAPSHOT_GROUP = "groupsnapshot.storage.k8s.io"
 GROUP_SNAPSHOT_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first (cbt-api-facts §5)
 RUN_LABEL = "cbt-mover.io/run"
+NAME_LABEL = "app.kubernetes.io/name"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+PRODUCT = "cbt-mover"  # the value of the name and managed-by labels
+# app.kubernetes.io/component of what the builders make
+MOVER, WRITER, SNAPSHOT, READER_CLAIM, RESTORE_CLAIM, RESTORE_VOLUME = (
+    "mover",
+    "writer",
+    "snapshot",
+    "reader-claim",
+    "restore-claim",
+    "restore-volume",
+)
+COMPONENTS = (MOVER, WRITER, SNAPSHOT, READER_CLAIM, RESTORE_CLAIM, RESTORE_VOLUME)
 ALLOW_VOLUME_MODE_CHANGE = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
 TERMINATION_LOG = "/dev/termination-log"
 CBT_TOKEN_DIR = "/var/run/secrets/cbt.storage.k8s.io"
@@ -36,18 +61,77 @@ REPO_SECRET_KEYS = (
 )
 
 
-def run_labels(run_id: str, **extra: str) -> dict[str, str]:
-    """The labels of everything a run creates: ``cbt-mover.io/run=<run_id>``, managed-by, extras."""
-    return {RUN_LABEL: run_id, MANAGED_BY_LABEL: "cbt-mover", **extra}
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?")
 
 
-def _meta(name: str, namespace: str | None, labels: Mapping[str, str] | None) -> dict[str, Any]:
+def label_value(text: str) -> str:
+    """A valid label value for ``text`` (at most 63 characters of ``[A-Za-z0-9._-]``, alphanumeric at both
+    ends, or empty): ``text`` itself when it is one, else its readable part (other characters turned into
+    ``-``, cut to fit) and ``-`` + 8 hex digits of its SHA-256, so that different names stay different."""
+    text = str(text)
+    if len(text) <= 63 and _LABEL_VALUE.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:54].strip("-_.")
+    return f"{readable}-{digest}" if readable else digest
+
+
+def run_labels(run_id: str, *, app: str | None = None, component: str | None = None, **extra: str) -> dict[str, str]:
+    """The labels of everything a run creates: ``cbt-mover.io/run=<run_id>``, the ``app.kubernetes.io/*``
+    set (name, managed-by, instance = the run, part-of = ``app`` when given, ``component`` when given; the
+    builders fill in their own component otherwise) and ``extra``."""
+    labels = {RUN_LABEL: run_id, NAME_LABEL: PRODUCT, MANAGED_BY_LABEL: PRODUCT, INSTANCE_LABEL: label_value(run_id)}
+    if app:
+        labels[PART_OF_LABEL] = label_value(app)
+    if component:
+        labels[COMPONENT_LABEL] = component
+    return {**labels, **extra}
+
+
+def object_labels(component: str, labels: Mapping[str, str] | None) -> dict[str, str]:
+    """``labels`` completed as the module doc says (a run's object), or as given."""
+    if not labels or RUN_LABEL not in labels:
+        return dict(labels or {})
+    return {
+        NAME_LABEL: PRODUCT,
+        MANAGED_BY_LABEL: PRODUCT,
+        INSTANCE_LABEL: label_value(labels[RUN_LABEL]),
+        COMPONENT_LABEL: component,
+        **labels,
+    }
+
+
+def _meta(name: str, namespace: str | None, labels: Mapping[str, str] | None, component: str) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
     if namespace is not None:
         meta["namespace"] = namespace
-    if labels:
-        meta["labels"] = dict(labels)
+    full = object_labels(component, labels)
+    if full:
+        meta["labels"] = full
     return meta
+
+
+def _check_quantity(size: Any, what: str) -> str:
+    if not isinstance(size, str) or not _QUANTITY.fullmatch(size):
+        raise ValueError(f"{what} {size!r} is not a Kubernetes quantity (e.g. 16Mi, 1Gi, 1073741824)")
+    return size
+
+
+def reader_claim_size(restore_size: int | str | None, source_capacity: int | str | None) -> str:
+    """The size of the claim a mover reads a snapshot from: the snapshot's ``restoreSize`` (bytes or a
+    quantity), or, when the driver left it out, the source claim's capacity (a volume only grows, so its
+    capacity is at least the snapshot's size). ``ValueError`` when neither is known: never ``"None"``."""
+    for value, what in ((restore_size, "restoreSize"), (source_capacity, "source claim capacity")):
+        if value is None or value == "" or isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            return quantity(value)
+        return _check_quantity(str(value).strip(), what)
+    raise ValueError(
+        "the snapshot has no restoreSize and the source claim's capacity is unknown: cannot size"
+        " the claim to read it from"
+    )
 
 
 def volume_group_snapshot(
@@ -74,7 +158,7 @@ def volume_group_snapshot(
     return {
         "apiVersion": f"{GROUP_SNAPSHOT_GROUP}/{version}",
         "kind": "VolumeGroupSnapshot",
-        "metadata": _meta(name, namespace, labels),
+        "metadata": _meta(name, namespace, labels, SNAPSHOT),
         "spec": spec,
     }
 
@@ -92,7 +176,7 @@ def volume_snapshot(
     return {
         "apiVersion": f"{SNAPSHOT_GROUP}/v1",
         "kind": "VolumeSnapshot",
-        "metadata": _meta(name, namespace, labels),
+        "metadata": _meta(name, namespace, labels, SNAPSHOT),
         "spec": spec,
     }
 
@@ -101,7 +185,7 @@ def _block_pvc_spec(size: str, storage_class: str | None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
         "volumeMode": "Block",
-        "resources": {"requests": {"storage": size}},
+        "resources": {"requests": {"storage": _check_quantity(size, "size")}},
     }
     if storage_class is not None:
         spec["storageClassName"] = storage_class
@@ -118,22 +202,32 @@ def pvc_from_snapshot(
 ) -> dict[str, Any]:
     """A ReadWriteOnce Block-mode PVC provisioned from VolumeSnapshot ``snapshot`` (the mover reads it).
 
-    ``size`` is a quantity at least the snapshot's restoreSize. If the snapshot's source was a
-    Filesystem PVC, its content needs ``allow_volume_mode_change_patch()`` first (KEP-3141).
-    ``storage_class`` None: the cluster's default class.
+    ``size`` is a quantity at least the snapshot's restoreSize (``reader_claim_size``; anything that is
+    not a quantity, such as ``"None"``, is a ``ValueError``). If the snapshot's source was a Filesystem
+    PVC, its content needs ``allow_volume_mode_change_patch()`` first (KEP-3141). ``storage_class``: the
+    source claim's class (or one of the snapshot's driver); None: the cluster's default class, which
+    may belong to another driver.
     """
     spec = _block_pvc_spec(size, storage_class)
     spec["dataSource"] = {"apiGroup": SNAPSHOT_GROUP, "kind": "VolumeSnapshot", "name": snapshot}
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(name, namespace, labels),
-            "spec": spec}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(name, namespace, labels, READER_CLAIM),
+        "spec": spec,
+    }
 
 
 def block_pvc(
     name: str, namespace: str, size: str, storage_class: str | None = None, labels: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """An empty ReadWriteOnce Block-mode PVC: the target of a restore (recorded capacity and class)."""
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(name, namespace, labels),
-            "spec": _block_pvc_spec(size, storage_class)}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(name, namespace, labels, RESTORE_CLAIM),
+        "spec": _block_pvc_spec(size, storage_class),
+    }
 
 
 def allow_volume_mode_change_patch() -> dict[str, Any]:
@@ -158,6 +252,13 @@ def backup_args(
     storage_class: str | None = None,
     volume_mode: str | None = None,
     tags: Mapping[str, str] | None = None,
+    pv_name: str | None = None,
+    pv_uid: str | None = None,
+    pv_handle: str | None = None,
+    csi_driver: str | None = None,
+    fs_type: str | None = None,
+    node_affinity: Mapping[str, Any] | None = None,
+    run_pvcs: Sequence[str] | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The argv (after the ``cbt-mover`` entrypoint) of a mover pod backing up ``snapshot`` via CBT.
@@ -167,12 +268,33 @@ def backup_args(
     ``CBT_MOVER_REPO`` (from the repository Secret). ``base_handle``: a delta since that snapshot.
     ``storage_class`` / ``volume_mode`` (the source PVC's) and ``tags`` (e.g. ``cbt-mover.io/run``,
     ``cbt-mover.io/app``; sorted by key) are recorded in the manifest for restores.
+
+    The source volume's identity (``volumes.source_identity`` of its PV gives all of them): ``pv_name``,
+    ``pv_uid``, ``pv_handle`` (``spec.csi.volumeHandle``), ``csi_driver``, ``fs_type`` (``spec.csi.fsType``,
+    None for Block) and ``node_affinity`` (the PV's ``spec.nodeAffinity.required``, a NodeSelector, as
+    compact JSON) are recorded; a delta is only applied on a parent of the same volume. ``run_pvcs``: every
+    PVC of the application run (sorted, comma-separated), so that a restore can tell a complete run.
     """
     args = ["backup", "--volume", volume, "--device", device, "--kube", "--namespace", namespace,
             "--snapshot", snapshot, "--cbt-fallback", cbt_fallback]  # fmt: skip
-    for flag, value in (("--repo", repo), ("--base-handle", base_handle), ("--cluster", cluster), ("--pvc", pvc),
-                        ("--group-snapshot", group_snapshot), ("--storage-class", storage_class),
-                        ("--volume-mode", volume_mode)):  # fmt: skip
+    affinity = json.dumps(node_affinity, sort_keys=True, separators=(",", ":")) if node_affinity else None
+    members = ",".join(sorted(set(run_pvcs))) if run_pvcs else None
+    for flag, value in (
+        ("--repo", repo),
+        ("--base-handle", base_handle),
+        ("--cluster", cluster),
+        ("--pvc", pvc),
+        ("--group-snapshot", group_snapshot),
+        ("--storage-class", storage_class),
+        ("--volume-mode", volume_mode),
+        ("--pv-name", pv_name),
+        ("--pv-uid", pv_uid),
+        ("--pv-handle", pv_handle),
+        ("--csi-driver", csi_driver),
+        ("--fs-type", fs_type),
+        ("--node-affinity", affinity),
+        ("--run-pvcs", members),
+    ):
         if value:
             args += [flag, value]
     for key, value in sorted((tags or {}).items()):
@@ -235,10 +357,19 @@ def mover_pod(
     active_deadline_seconds: int | None = None,
     env: Mapping[str, str] | None = None,
     image_pull_policy: str = "IfNotPresent",
+    tolerations: Sequence[Mapping[str, Any]] | None = None,
+    affinity: Mapping[str, Any] | None = None,
+    role: str | None = None,
 ) -> dict[str, Any]:
     """A run-once pod running ``cbt-mover ARGS`` against Block PVC ``pvc`` at ``device_path``.
 
     Contract:
+    - ``role``: ``mover`` (reads a snapshot's claim for a backup) or ``writer`` (writes a restore);
+      None: ``writer`` when ``args`` start with ``restore``, else ``mover``. It is the pod's
+      ``app.kubernetes.io/component``. A mover gets its claim read-only (``readOnly: true``: the engine
+      opens the device O_RDONLY for a backup) and keeps its ServiceAccount token (``--kube`` reads the
+      snapshot with it); a writer gets its claim writable, ``automountServiceAccountToken: false`` and
+      no projected token (it never calls the API; ``cbt_audience`` is a ``ValueError`` for it).
     - ``restartPolicy: Never``: a failed mover is retried by the flow, not the kubelet; the result
       JSON comes back in the termination message (``/dev/termination-log``), the log tail under
       ``FallbackToLogsOnError`` when the mover died before writing it.
@@ -251,12 +382,20 @@ def mover_pod(
       filesystem, RuntimeDefault seccomp. It runs as uid 0 because the runtime creates the device
       node of a ``volumeDevices`` entry owned by root (fsGroup does not apply to block devices);
       the device cgroup, not privileges, grants access to exactly that device.
-    - ``node_selector`` defaults to Linux nodes: block volumes cannot attach to Windows nodes.
+    - ``node_selector`` defaults to Linux nodes: block volumes cannot attach to Windows nodes;
+      ``tolerations`` (Kubernetes Tolerations) and ``affinity`` (a Kubernetes Affinity) go into the pod
+      spec as given (``movers.policy`` validates them), e.g. for a tainted backup node pool.
     - ``resources`` default: requests cpu 500m / memory 256Mi, limits cpu 2 / memory 512Mi
       (the pipeline's memory is bounded by its in-flight bytes, not by the volume size).
     """
+    role = role or (WRITER if list(args[:1]) == ["restore"] else MOVER)
+    if role not in (MOVER, WRITER):
+        raise ValueError(f"role must be {MOVER} or {WRITER}, not {role!r}")
+    if role == WRITER and cbt_audience is not None:
+        raise ValueError("a writer pod mounts no API token: cbt_audience is for backup movers")
     argv = list(args)
-    volumes: list[dict[str, Any]] = [{"name": "data", "persistentVolumeClaim": {"claimName": pvc}}]
+    claim: dict[str, Any] = {"claimName": pvc, **({"readOnly": True} if role == MOVER else {})}
+    volumes: list[dict[str, Any]] = [{"name": "data", "persistentVolumeClaim": claim}]
     mounts: list[dict[str, Any]] = []
     if cbt_audience is not None:
         volumes.append({"name": "cbt-token", "projected": {"sources": [{"serviceAccountToken": {
@@ -289,14 +428,19 @@ def mover_pod(
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "serviceAccountName": service_account,
-        "automountServiceAccountToken": True,  # --kube reads the snapshot with the pod's own identity
+        # a mover's --kube reads the snapshot with the pod's own identity; a writer never calls the API
+        "automountServiceAccountToken": role == MOVER,
         "nodeSelector": dict(node_selector if node_selector is not None else DEFAULT_NODE_SELECTOR),
         "containers": [container],
         "volumes": volumes,
     }
+    if tolerations:
+        spec["tolerations"] = copy.deepcopy([dict(t) for t in tolerations])
+    if affinity:
+        spec["affinity"] = copy.deepcopy(dict(affinity))
     if active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = int(active_deadline_seconds)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(name, namespace, labels), "spec": spec}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(name, namespace, labels, role), "spec": spec}
 
 
 # -- restore: handing a restored volume to a claim of another name or volume mode ------------------------------
@@ -346,7 +490,7 @@ def rebound_pv(
         raise ValueError(f"PV {source_pv.get('metadata', {}).get('name')} has no CSI volume handle")
     if volume_mode == "Filesystem":
         csi["fsType"] = (spec.get("csi") or {}).get("fsType") or fs_type
-    meta = _meta(name, None, labels)
+    meta = _meta(name, None, labels, RESTORE_VOLUME)
     provisioner = ((source_pv.get("metadata") or {}).get("annotations") or {}).get(PROVISIONED_BY)
     if provisioner:
         meta["annotations"] = {PROVISIONED_BY: provisioner}
@@ -357,8 +501,12 @@ def rebound_pv(
         "persistentVolumeReclaimPolicy": reclaim_policy,
         "storageClassName": spec.get("storageClassName") or "",
         "volumeMode": volume_mode,
-        "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": claim_namespace,
-                     "name": claim_name},  # fmt: skip
+        "claimRef": {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "namespace": claim_namespace,
+            "name": claim_name,
+        },
     }
     if spec.get("nodeAffinity"):
         new_spec["nodeAffinity"] = copy.deepcopy(spec["nodeAffinity"])
@@ -380,7 +528,7 @@ def prebound_pvc(
 ) -> dict[str, Any]:
     """A claim of PV ``volume`` (``spec.volumeName``): the PV controller binds exactly that PV, nothing is
     provisioned. ``storage_class`` must be the PV's class ("" for none), ``size`` at most its capacity."""
-    meta = _meta(name, namespace, labels)
+    meta = _meta(name, namespace, labels, RESTORE_CLAIM)
     if annotations:
         meta["annotations"] = dict(annotations)
     spec = {"accessModes": list(access_modes), "volumeMode": volume_mode, "resources": {"requests": {"storage": size}},

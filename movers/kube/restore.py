@@ -61,8 +61,9 @@ class Target:
         return cls(**{**doc, "notes": tuple(doc.get("notes") or ())})
 
 
-def labels_of(run_id: str, pvc: str) -> dict[str, str]:
-    return m.run_labels(run_id, **{PVC_LABEL: pvc})
+def labels_of(run_id: str, pvc: str, app: str | None = None) -> dict[str, str]:
+    """A restore run's labels for the objects of one PVC (``app``: the restored application, part-of)."""
+    return m.run_labels(run_id, app=app, **{PVC_LABEL: pvc})
 
 
 def pod_name(run_id: str, pvc: str) -> str:
@@ -122,15 +123,29 @@ def plan_targets(api, namespace: str, volumes: Sequence[Mapping[str, Any]], run_
     return targets
 
 
-def write_volume(api, namespace: str, run_id: str, target: Target, *, image: str, service_account: str,
-                 repo_secret: str, timeout: float = 3600.0, verify_device: bool = True,
-                 resources: Mapping[str, Any] | None = None, node_selector: Mapping[str, str] | None = None,
-                 on_log_line: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+def write_volume(
+    api,
+    namespace: str,
+    run_id: str,
+    target: Target,
+    *,
+    image: str,
+    service_account: str,
+    repo_secret: str,
+    timeout: float = 3600.0,
+    verify_device: bool = True,
+    resources: Mapping[str, Any] | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    on_log_line: Callable[[str], None] | None = None,
+    tolerations: Sequence[Mapping[str, Any]] | None = None,
+    affinity: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """A new Block claim ``target.write_claim`` of the recorded capacity and class, and a writer pod
     restoring the backup onto it (and reading it back with ``verify_device``); the mover's result JSON.
 
     The writer pod is deleted in every outcome (a retry starts a fresh one); the claim stays for
     ``finish_volume`` or ``discard_run``. ``WriterError`` names the exit code and the log tail.
+    ``tolerations`` / ``affinity`` place the writer pod (the policy's mover settings).
     """
     labels = labels_of(run_id, target.pvc)
     k.create(api, m.block_pvc(target.write_claim, namespace, m.quantity(target.capacity_bytes),
@@ -139,9 +154,21 @@ def write_volume(api, namespace: str, run_id: str, target: Target, *, image: str
     extra = ["--progress-interval", "1", *(["--verify-device"] if verify_device else [])]
     args = m.restore_args(volume=target.volume, backup=target.backup_id, extra=extra)
     name = pod_name(run_id, target.pvc)
-    pod = m.mover_pod(name, namespace, image=image, args=args, pvc=target.write_claim,
-                      service_account=service_account, repo_secret=repo_secret, resources=resources,
-                      labels=labels, node_selector=node_selector, active_deadline_seconds=int(timeout))  # fmt: skip
+    pod = m.mover_pod(
+        name,
+        namespace,
+        image=image,
+        args=args,
+        pvc=target.write_claim,
+        service_account=service_account,
+        repo_secret=repo_secret,
+        resources=resources,
+        labels=labels,
+        node_selector=node_selector,
+        active_deadline_seconds=int(timeout),
+        tolerations=tolerations,
+        affinity=affinity,
+    )
     k.delete_and_wait(api, "Pod", namespace, name)  # a failed attempt's pod
     try:
         res = run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)

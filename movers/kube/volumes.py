@@ -1,5 +1,6 @@
-"""Claims and volumes for a restore: the default StorageClass, waiting for a claim to bind, and
-``rebind_volume``, which hands the volume of one claim to a new claim of another volume mode.
+"""Claims and volumes: a source volume's identity (``source_identity``), the default StorageClass, waiting
+for a claim to bind, and ``rebind_volume``, which hands the volume of one claim to a new claim of another
+volume mode.
 
 Errors are ``apply.KubeError`` / ``apply.ConflictError``; ``wait_claim_bound`` names the last
 Warning event about a claim that did not bind.
@@ -10,10 +11,30 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from movers.kube.apply import ConflictError, KubeError, create, delete_and_wait, find, get, list_objects, merge_patch
 
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+
+
+def source_identity(pv: Mapping[str, Any]) -> dict[str, Any]:
+    """What a backup records about its source volume, from the PV (a dict) bound to the source claim:
+    ``pv_name``, ``pv_uid``, ``pv_handle`` (``spec.csi.volumeHandle``), ``csi_driver``, ``fs_type``
+    (``spec.csi.fsType``; None for a Block volume or when not set) and ``node_affinity`` (the PV's
+    ``spec.nodeAffinity.required`` NodeSelector, None when it has none). The keys are ``backup_args``'s
+    keyword arguments."""
+    meta, spec = pv.get("metadata") or {}, pv.get("spec") or {}
+    csi = spec.get("csi") or {}
+    block = spec.get("volumeMode") == "Block"
+    return {
+        "pv_name": meta.get("name"),
+        "pv_uid": meta.get("uid"),
+        "pv_handle": csi.get("volumeHandle"),
+        "csi_driver": csi.get("driver"),
+        "fs_type": None if block else (csi.get("fsType") or None),
+        "node_affinity": (spec.get("nodeAffinity") or {}).get("required") or None,
+    }
 
 
 def default_storage_class(api_client) -> str | None:

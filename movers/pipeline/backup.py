@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -116,6 +116,7 @@ def run_backup(
     force_full: bool = False,
     base_handle: str | None = None,
     tags: Mapping[str, str] | None = None,
+    run_pvcs: Sequence[str] | None = None,
 ) -> Manifest:
     """Back up ``device_path`` and return the committed manifest.
 
@@ -126,7 +127,8 @@ def run_backup(
 
     ``base_handle``: the extents are a CBT delta since the snapshot with that CSI handle, so
     the parent is the volume's latest backup that recorded it (``UsageError`` if none did).
-    ``tags`` are recorded in the manifest as given.
+    ``tags`` are recorded in the manifest as given, ``run_pvcs`` (every PVC of the application run)
+    sorted.
 
     Nothing the newest prune state lists (read first, before the chunk index) is deduplicated
     against or re-created under its key (see ``movers.repo.prune``).
@@ -175,6 +177,7 @@ def run_backup(
         created=datetime.now(UTC).isoformat(),
         map=map_ref,
         tags=dict(tags or {}),
+        run_pvcs=sorted(set(run_pvcs)) if run_pvcs is not None else None,
     )
     stats.duration_s = round(time.monotonic() - started, 3)
     manifest.stats = stats.as_dict()

@@ -8,7 +8,8 @@ The manifest carries ``format_version`` and ``mandatory_features``; a reader ref
 versions newer than it knows and features it does not implement (``IncompatibleError``).
 Optional fields may be added without a version bump: a missing one decodes to its default and
 an unknown key of the manifest, ``volume`` or ``snapshot`` is ignored (``map`` stays strict:
-a change there is a mandatory feature).
+a change there is a mandatory feature). ``volume.pv_name``, ``pv_uid``, ``fs_type``, ``node_affinity``
+and ``run_pvcs`` were added that way (see docs/format.md).
 """
 
 from __future__ import annotations
@@ -68,10 +69,14 @@ class VolumeIdentity:
     cluster: str | None = None
     namespace: str | None = None
     pvc: str | None = None
-    pv_volume_handle: str | None = None
+    pv_volume_handle: str | None = None  # the source PV's spec.csi.volumeHandle: the volume's identity
     csi_driver: str | None = None
     storage_class: str | None = None  # the PVC's storageClassName: what a restore provisions
     volume_mode: str | None = None  # the PVC's volumeMode, Block or Filesystem (None: not recorded)
+    pv_name: str | None = None  # the source PV's name
+    pv_uid: str | None = None  # the source PV's metadata.uid (a re-created PV of the same name differs)
+    fs_type: str | None = None  # the source PV's spec.csi.fsType (None: Block, or not recorded)
+    node_affinity: dict[str, Any] | None = None  # the source PV's spec.nodeAffinity.required (a NodeSelector)
 
 
 @dataclass
@@ -103,6 +108,7 @@ class Manifest:
     map: MapRef
     stats: dict[str, Any] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)  # free key/value, e.g. RUN_TAG and APP_TAG
+    run_pvcs: list[str] | None = None  # every PVC of the backup's application run (None: not recorded)
     format_version: int = FORMAT_VERSION
     mandatory_features: list[str] = field(default_factory=lambda: list(MANDATORY_FEATURES))
 
@@ -134,6 +140,7 @@ class Manifest:
                 map=MapRef(**doc["map"]),
                 stats=doc.get("stats", {}),
                 tags=_tags(doc.get("tags")),
+                run_pvcs=_names(doc.get("run_pvcs")),
                 format_version=doc["format_version"],
                 mandatory_features=list(doc["mandatory_features"]),
             )
@@ -143,6 +150,9 @@ class Manifest:
             raise IntegrityError(f"{key} has unknown mode {manifest.mode!r}")
         if manifest.volume.volume_mode not in (None, *VOLUME_MODES):
             raise IntegrityError(f"{key} has unknown volume mode {manifest.volume.volume_mode!r}")
+        affinity = manifest.volume.node_affinity
+        if affinity is not None and not isinstance(affinity, dict):
+            raise IntegrityError(f"{key} has a node affinity that is not an object")
         return manifest
 
 
@@ -175,6 +185,39 @@ def _known(cls: type, doc: Any) -> dict[str, Any]:
         raise TypeError(f"{cls.__name__} is not an object")
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in doc.items() if k in names}
+
+
+def _names(doc: Any) -> list[str] | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, list) or not all(isinstance(x, str) and x for x in doc):
+        raise TypeError("run_pvcs must be a list of names")
+    return list(doc)
+
+
+def parse_run_pvcs(text: str | None) -> list[str] | None:
+    """``--run-pvcs data,wal`` as a sorted list without repeats; ``UsageError`` for an empty name."""
+    if text is None:
+        return None
+    names = [x.strip() for x in text.split(",")]
+    if not names or not all(names):
+        raise UsageError(f"--run-pvcs {text!r} must be PVC names separated by commas")
+    return sorted(set(names))
+
+
+def parse_node_affinity(text: str | None) -> dict[str, Any] | None:
+    """``--node-affinity JSON``: a NodeSelector ``{"nodeSelectorTerms": [...]}`` (the source PV's
+    ``spec.nodeAffinity.required``); ``UsageError`` for anything else."""
+    if text is None or text == "":
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise UsageError("--node-affinity must be JSON: the source PV's spec.nodeAffinity.required") from None
+    terms = doc.get("nodeSelectorTerms") if isinstance(doc, dict) else None
+    if not isinstance(terms, list) or not terms or not all(isinstance(t, dict) for t in terms):
+        raise UsageError('--node-affinity must be a NodeSelector: {"nodeSelectorTerms": [{...}, ...]}')
+    return doc
 
 
 def _tags(doc: Any) -> dict[str, str]:

@@ -1,0 +1,93 @@
+"""Which backup a changed-block delta may build on: one of the same source volume, never another.
+
+A CBT delta (``GetMetadataDelta``) lists the blocks that changed between two snapshots *of one volume*,
+and a backup built from it overlays them on the base's backup. After a restore into a new claim, a
+re-created PVC or PV, or a claim bound to another volume, the base and the target are snapshots of
+different volumes: a driver that rejects the pair answers INVALID_ARGUMENT, one that does not would
+yield a wrong incremental. So the source's identity is recorded in every manifest (``volume.
+pv_volume_handle``, the CSI volume handle, and ``volume.pv_uid``) and compared before a delta is asked:
+
+* ``same_volume(recorded, current)``: None when nothing recorded says they differ, else the reason
+  (the volume handles differ, or the PV uids differ where both are recorded).
+* ``choose_base(repo, volume_id, pv_handle, pv_uid)``: ``(base_handle, reason)``: the snapshot handle
+  of the newest backup of ``volume_id`` whose recorded handle (and PV uid, where both are known) is the
+  current source's, or ``(None, reason)`` for a full backup, e.g. "the PVC is bound to another volume
+  than the last backup's ...: full backup". A backup that records no volume handle (written before the
+  identity was recorded) never serves as a base here: the first backup after the upgrade is full.
+* ``backup_with_handle(repo, volume_id, handle)``: the newest backup that recorded snapshot ``handle``
+  (the parent of a delta since it), ``UsageError`` when none did.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from movers.errors import UsageError
+from movers.repo.manifest import Manifest, VolumeIdentity
+from movers.repo.repository import Repository
+
+
+class BaseChoice(NamedTuple):
+    handle: str | None  # the base snapshot's CSI handle for GetMetadataDelta; None: a full backup
+    reason: str  # one line: why this base, or why none
+
+
+def same_volume(recorded: VolumeIdentity, current: VolumeIdentity) -> str | None:
+    """Why ``recorded`` (a base backup's source) is not ``current``'s volume, or None when nothing says so."""
+    if recorded.pv_volume_handle and current.pv_volume_handle and recorded.pv_volume_handle != current.pv_volume_handle:
+        return (
+            f"the PVC is bound to another volume than the base backup's (volume handle"
+            f" {current.pv_volume_handle}, the base's {recorded.pv_volume_handle})"
+        )
+    if recorded.pv_uid and current.pv_uid and recorded.pv_uid != current.pv_uid:
+        return f"the source PV was re-created (uid {current.pv_uid}, the base's {recorded.pv_uid})"
+    return None
+
+
+def backup_with_handle(repo: Repository, volume_id: str, handle: str) -> Manifest:
+    """The newest backup of ``volume_id`` that recorded snapshot ``handle``."""
+    for ref in reversed(repo.list_backups(volume_id)):
+        manifest = repo.read_manifest(volume_id, ref.backup_id)
+        if manifest.snapshot.snapshot_handle == handle:
+            return manifest
+    raise UsageError(
+        f"no backup of volume {volume_id} recorded snapshot handle {handle}: a delta since it has nothing"
+        " to build on (back up without a base for a full)"
+    )
+
+
+def choose_base(repo: Repository, volume_id: str, pv_handle: str | None, pv_uid: str | None = None) -> BaseChoice:
+    """The base of the next CBT delta of ``volume_id`` whose source is now volume ``pv_handle`` (PV
+    ``pv_uid``), or None and why a full backup is needed (see the module doc). Reads manifests newest
+    first and stops at the first match."""
+    refs = repo.list_backups(volume_id)
+    if not refs:
+        return BaseChoice(None, f"no earlier backup of {volume_id}: full backup")
+    if not pv_handle:
+        return BaseChoice(
+            None, "the source volume's CSI volume handle is unknown, so no base can be verified: full backup"
+        )
+    current = VolumeIdentity(volume_id, pv_volume_handle=pv_handle, pv_uid=pv_uid)
+    newest: Manifest | None = None
+    for ref in reversed(refs):
+        manifest = repo.read_manifest(volume_id, ref.backup_id)
+        if not manifest.snapshot.snapshot_handle:
+            continue
+        newest = newest or manifest
+        if manifest.volume.pv_volume_handle and same_volume(manifest.volume, current) is None:
+            return BaseChoice(
+                manifest.snapshot.snapshot_handle,
+                f"delta since backup {manifest.backup_id} (snapshot {manifest.snapshot.snapshot_handle})"
+                f" of the same volume {pv_handle}",
+            )
+    if newest is None:
+        return BaseChoice(None, f"no earlier backup of {volume_id} recorded a snapshot handle: full backup")
+    if not newest.volume.pv_volume_handle:
+        return BaseChoice(
+            None,
+            f"the last backup of {volume_id} ({newest.backup_id}) records no source volume"
+            " (written before volume identities were recorded): full backup",
+        )
+    why = same_volume(newest.volume, current) or "no earlier backup is of this volume"
+    why = why.replace("the base backup's", "the last backup's").replace("the base's", "the last backup's")
+    return BaseChoice(None, f"{why}: full backup")
