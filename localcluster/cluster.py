@@ -1,4 +1,5 @@
-"""The whole local cluster: S3, a Kubernetes API, two CSI-like drivers with snapshots (and CBT), a kubelet.
+"""The whole local cluster: S3, a Kubernetes API, two CSI-like drivers with snapshots (and CBT), a scheduler and
+one kubelet per node.
 
     with LocalCluster(workdir) as cluster:
         cluster.kubeconfig      # a kubeconfig file for kubectl and the kubernetes client
@@ -17,6 +18,9 @@ VolumeGroupSnapshots), ``group_snapshot_versions`` (which groupsnapshot.storage.
 none), ``restore_size=False`` (snapshot contents without restoreSize), ``default_snapshot_class="none"|"two"``
 (no default VolumeSnapshotClass, or two per driver), ``hostpath_group_capability=False`` (the hostpath driver
 lacks the GroupController capability); ``drivers`` replaces the driver table.
+``nodes`` (default ``localcluster.nodes.DEFAULT_NODES``: node-a, node-b, the tainted Windows win-a)
+are registered by one kubelet each (``cluster.kubelets[name]``; ``cluster.kubelet`` is the first);
+``cluster.scheduler`` binds pods to them.
 Everything started is stopped in reverse order, in every outcome, and loop devices are detached.
 
 RBAC is enforced for every identity but the admin one (``cluster.kubeconfig``, ``cluster.client``: the
@@ -29,9 +33,11 @@ import contextlib
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from localcluster.nodes import DEFAULT_NODES, NodeSpec
 
 log = logging.getLogger(__name__)
 SA_KUBECONFIG_SECONDS = 24 * 3600
@@ -52,6 +58,7 @@ class LocalCluster:
         restore_size: bool = True,
         default_snapshot_class: str = "one",
         hostpath_group_capability: bool = True,
+        nodes: Sequence[NodeSpec] | None = None,
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="localcluster-"))
@@ -64,13 +71,17 @@ class LocalCluster:
         self.group_snapshot_versions = group_snapshot_versions
         self.audit_log = audit_log
         self._stack = contextlib.ExitStack()
-        self.s3 = self.api = self.store = self.controllers = self.kubelet = self.client = None
+        self.nodes = tuple(nodes) if nodes is not None else DEFAULT_NODES
+        self.s3 = self.api = self.store = self.controllers = self.kubelet = self.client = self.scheduler = None
+        self.kubelets: dict[str, Any] = {}
         self.kubeconfig: Path | None = None
 
     def start(self) -> LocalCluster:
-        from localcluster.controllers import LocalControllers, api_client_for
+        from localcluster.controllers import Kube, LocalControllers, api_client_for
+        from localcluster.controllers.scheduler import Scheduler
         from localcluster.kubeapi import KubeAPI
         from localcluster.kubelet import LocalKubelet
+        from localcluster.kubelet.volumes import Attachments
         from localcluster.s3 import moto_s3
         from localcluster.storage import VolumeStore
 
@@ -95,11 +106,25 @@ class LocalCluster:
             self.controllers = LocalControllers(self.api, self.store, **ctl_settings)
             self.controllers.start()
             stack.callback(self.controllers.stop)
-            self.kubelet = LocalKubelet(self.api, self.store, workdir=self.workdir / "kubelet")
-            self.kubelet.start()
-            stack.callback(self.kubelet.stop)
             self.client = api_client_for(self.api)
             stack.callback(self.client.close)
+            scheduler_client = api_client_for(self.api)
+            stack.callback(scheduler_client.close)
+            self.scheduler = Scheduler(Kube(scheduler_client, "default-scheduler")).start()
+            stack.callback(self.scheduler.stop)
+            attachments = Attachments(self.store)
+            for spec in self.nodes:
+                kubelet = LocalKubelet(
+                    self.api,
+                    self.store,
+                    node=spec,
+                    workdir=self.workdir / "kubelet" / spec.name,
+                    attachments=attachments,
+                )
+                stack.callback(kubelet.stop)
+                kubelet.start()
+                self.kubelets[spec.name] = kubelet
+            self.kubelet = next(iter(self.kubelets.values()), None)
         except BaseException:
             self.stop()
             raise

@@ -23,7 +23,8 @@ ISOLATIONS = [pytest.param("namespace", marks=pytest.mark.skipif(not NAMESPACES,
 
 
 def make_claim(node, name: str, size: int, mode: str = "Block", content: bytes | None = None) -> str:
-    """A volume in the VolumeStore with a PV (spec.csi.volumeHandle) and a PVC bound to it, by hand."""
+    """A volume in the VolumeStore with a PV (spec.csi.volumeHandle) and a PVC bound to it, by hand (as the
+    PV controller binds: volumeName, the bind-completed annotation, phase Bound)."""
     handle = f"vol-{name}"
     node.store.create_volume(handle, size)
     if content is not None:
@@ -34,9 +35,10 @@ def make_claim(node, name: str, size: int, mode: str = "Block", content: bytes |
         "capacity": {"storage": str(size)}, "accessModes": ["ReadWriteOnce"], "volumeMode": mode,
         "persistentVolumeReclaimPolicy": "Delete", "claimRef": {"namespace": "default", "name": name},
         "csi": {"driver": "local.csi.localcluster", "volumeHandle": handle}}})  # fmt: skip
-    core.create_namespaced_persistent_volume_claim("default", {"metadata": {"name": name}, "spec": {
-        "accessModes": ["ReadWriteOnce"], "volumeMode": mode, "resources": {"requests": {"storage": str(size)}},
-        "volumeName": f"pv-{name}"}})  # fmt: skip
+    core.create_namespaced_persistent_volume_claim("default", {
+        "metadata": {"name": name, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "volumeMode": mode, "storageClassName": "",
+                 "resources": {"requests": {"storage": str(size)}}, "volumeName": f"pv-{name}"}})  # fmt: skip
     core.patch_namespaced_persistent_volume_claim_status(name, "default", {"status": {"phase": "Bound"}})
     return handle
 
@@ -97,15 +99,22 @@ def test_block_device_is_private_to_the_container(tmp_path):
         assert pod.status.container_statuses[0].ready
 
 
-def test_unbound_claim_waits(tmp_path):
+def test_missing_claim_leaves_the_pod_unscheduled_until_it_exists(tmp_path):
     with local_node(tmp_path) as node:
         manifest = pod_manifest("waiter", ["true"], volumeDevices=[{"name": "d", "devicePath": "/dev/xvda"}])
         manifest["spec"]["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "later"}}]
         node.core.create_namespaced_pod("default", manifest)
-        events = wait_until(lambda: [e for e in node.core.list_namespaced_event("default").items
-                                     if e.reason == "FailedMount"], 10, "a FailedMount event")  # fmt: skip
-        assert 'persistentvolumeclaim "later" not found' in events[0].message
-        assert node.core.read_namespaced_pod("waiter", "default").status.phase == "Pending"
+        events = wait_until(
+            lambda: [e for e in node.core.list_namespaced_event("default").items if e.reason == "FailedScheduling"],
+            10,
+            "a FailedScheduling event",
+        )
+        assert events[0].message == (
+            '0/1 nodes are available: persistentvolumeclaim "later" not found. preemption: 0/1 nodes are'
+            " available: 1 Preemption is not helpful for scheduling."
+        )
+        pod = node.core.read_namespaced_pod("waiter", "default")
+        assert pod.status.phase == "Pending" and not pod.spec.node_name
         make_claim(node, "later", 1 << 20)
         assert wait_pod(node.core, "waiter", FINISHED).status.phase == "Succeeded"
 

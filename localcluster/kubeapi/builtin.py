@@ -82,6 +82,7 @@ def builtin_types() -> list[ResourceType]:
                                       ("VolumeBindingMode", "string", ".volumeBindingMode")),
                      return_deleted=True),
         ResourceType("storage.k8s.io", "csidrivers", "CSIDriver", ("v1",), "v1", False, return_deleted=True),
+        ResourceType("storage.k8s.io", "csinodes", "CSINode", ("v1",), "v1", False, return_deleted=True),
         _review("authentication.k8s.io", "tokenreviews", "TokenReview"),
         _review("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview"),
         _review("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview"),

@@ -3,11 +3,20 @@
 Reads return copies (None when absent); pod status writes go through the ``status`` subresource
 and only land on the pod with the uid the kubelet runs (a pod deleted and re-created under the
 same name is another pod); events are core/v1 Events like the kubelet's (aggregated by count).
+
+The node (``register_node``): the Node of the kubelet's ``NodeSpec`` (labels, taints, capacity,
+Ready, ``nodeInfo.operatingSystem``; the annotation ``csi.volume.kubernetes.io/nodeid`` naming the
+CSI drivers whose node plugins run here) and, when the API serves it, its CSINode (each driver
+with its topology key), as the kubelet's registration and plugin watcher do. A stopped kubelet
+leaves the node Ready False with the ``node.kubernetes.io/not-ready:NoSchedule`` taint (the node
+lifecycle controller's part, done here); the next registration removes that taint and keeps
+taints others added.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import platform
 import threading
@@ -16,18 +25,23 @@ from typing import Any
 
 from localcluster.kubeapi import ApiError, KubeAPI
 from localcluster.kubeapi.meta import rfc3339
+from localcluster.nodes import WINDOWS_BUILD_LABEL, NodeSpec
 
 Obj = dict[str, Any]
 log = logging.getLogger("localcluster.kubelet")
 
 KUBELET_VERSION = "v1.33.0-localcluster"
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+ARCH = _ARCH.get(platform.machine().lower(), platform.machine().lower())
+NOT_READY = "node.kubernetes.io/not-ready"
+NODE_ID_ANNOTATION = "csi.volume.kubernetes.io/nodeid"
 
 
 class Cluster:
-    def __init__(self, api: KubeAPI, node: str) -> None:
+    def __init__(self, api: KubeAPI, spec: NodeSpec) -> None:
         self.api = api
-        self.node = node
+        self.spec = spec
+        self.node = spec.name
         self.store = api.store
         self.rest = api.rest
         self._events: dict[tuple[str, str, str, str], str] = {}  # (ns, pod uid, reason, message) -> event name
@@ -55,13 +69,6 @@ class Cluster:
         return self.get("configmaps", namespace, name)
 
     # ---- pods ------------------------------------------------------------------------------------
-
-    def bind(self, pod: Obj) -> None:
-        md = pod["metadata"]
-        try:
-            self.rest.bind(md["namespace"], md["name"], {"target": {"kind": "Node", "name": self.node}})
-        except ApiError as err:  # deleted or bound meanwhile: the next event says which
-            log.debug("binding %s/%s: %s", md["namespace"], md["name"], err)
 
     def pod_status(self, namespace: str, name: str, uid: str, status: Obj) -> bool:
         """Write the status of pod ``uid``; False when that pod is gone."""
@@ -117,44 +124,88 @@ class Cluster:
     # ---- the node --------------------------------------------------------------------------------
 
     def register_node(self) -> None:
+        """Create or update the Node (labels, taints, Ready status) and its CSINode, as a kubelet registers."""
         nodes = self.rt("nodes")
-        arch = _ARCH.get(platform.machine().lower(), platform.machine().lower())
-        now = self.stamp()
-        node = {
-            "metadata": {"name": self.node, "labels": {
-                "kubernetes.io/os": "linux", "kubernetes.io/arch": arch, "kubernetes.io/hostname": self.node,
-                "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": arch}},
-            "spec": {},
-            "status": self._node_status(True, now, arch),
-        }  # fmt: skip
+        spec = self.spec
+        labels = spec.node_labels(ARCH)
+        drivers = spec.csi_drivers()
+        annotations = {NODE_ID_ANNOTATION: json.dumps({d: self.node for d in sorted(drivers)}, separators=(",", ":"))}
+        if not drivers:
+            annotations = {}
         with self.store.lock:
             current = self.store.find(nodes, "", self.node)
             if current is None:
+                node = {
+                    "metadata": {"name": self.node, "labels": labels, "annotations": annotations},
+                    "spec": {"taints": spec.taint_dicts()} if spec.taints else {},
+                }
                 self.rest.create(nodes, "v1", "", node)
-                return
-            merged = copy.deepcopy(current)
-            merged["metadata"].setdefault("labels", {}).update(node["metadata"]["labels"])
-            self.rest.update(nodes, "v1", "", self.node, merged)
-            self.rest.update(nodes, "v1", "", self.node, {"metadata": {"name": self.node}, "status": node["status"]},
-                             "status")  # fmt: skip
+            else:
+                merged = copy.deepcopy(current)
+                merged["metadata"].setdefault("labels", {}).update(labels)
+                merged["metadata"].setdefault("annotations", {}).update(annotations)
+                taints = [t for t in merged.setdefault("spec", {}).get("taints") or [] if t.get("key") != NOT_READY]
+                taints += [t for t in spec.taint_dicts() if not any(_same_taint(t, o) for o in taints)]
+                merged["spec"]["taints"] = taints
+                if not taints:
+                    del merged["spec"]["taints"]
+                self.rest.update(nodes, "v1", "", self.node, merged)
+            self._write_status(True)
+        self._register_csi_node(drivers)
+
+    def _register_csi_node(self, drivers: dict[str, str]) -> None:
+        rt = self.rest.registry.get("storage.k8s.io", "csinodes")
+        if rt is None:  # not served: the scheduler then knows nothing of the node plugins
+            return
+        body = {
+            "metadata": {"name": self.node},
+            "spec": {
+                "drivers": [
+                    {"name": d, "nodeID": self.node, "topologyKeys": [key]} for d, key in sorted(drivers.items())
+                ]
+            },
+        }
+        with self.store.lock:
+            node = self.store.find(self.rt("nodes"), "", self.node)
+            body["metadata"]["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": node["metadata"]["uid"]}
+            ]
+            current = self.store.find(rt, "", self.node)
+            if current is None:
+                self.rest.create(rt, "v1", "", body)
+            else:
+                merged = copy.deepcopy(current)
+                merged["spec"] = body["spec"]
+                self.rest.update(rt, "v1", "", self.node, merged)
 
     def node_not_ready(self) -> None:
+        """Ready False and the not-ready NoSchedule taint (what the node lifecycle controller adds)."""
         nodes = self.rt("nodes")
-        arch = _ARCH.get(platform.machine().lower(), platform.machine().lower())
         try:
             with self.store.lock:
-                if self.store.find(nodes, "", self.node) is not None:
-                    self.rest.update(nodes, "v1", "", self.node, {"metadata": {"name": self.node},
-                                     "status": self._node_status(False, self.stamp(), arch)}, "status")  # fmt: skip
+                current = self.store.find(nodes, "", self.node)
+                if current is None:
+                    return
+                merged = copy.deepcopy(current)
+                taints = merged.setdefault("spec", {}).setdefault("taints", [])
+                if not any(t.get("key") == NOT_READY for t in taints):
+                    taints.append({"key": NOT_READY, "effect": "NoSchedule", "timeAdded": self.stamp()})
+                    self.rest.update(nodes, "v1", "", self.node, merged)
+                self._write_status(False)
         except ApiError as err:
             log.debug("node status: %s", err)
 
-    def _node_status(self, ready: bool, now: str, arch: str) -> Obj:
+    def _write_status(self, ready: bool) -> None:
+        body = {"metadata": {"name": self.node}, "status": self._node_status(ready, self.stamp())}
+        self.rest.update(self.rt("nodes"), "v1", "", self.node, body, "status")
+
+    def _node_status(self, ready: bool, now: str) -> Obj:
         import os
 
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         capacity = {"cpu": str(os.cpu_count() or 1), "memory": f"{memory // 1024}Ki", "pods": "110",
                     "ephemeral-storage": "100Gi"}  # fmt: skip
+        windows = self.spec.os == "windows"
         return {
             "capacity": capacity,
             "allocatable": dict(capacity),
@@ -166,8 +217,16 @@ class Cluster:
             }],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": self.node}],
             "nodeInfo": {
-                "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": KUBELET_VERSION, "operatingSystem": "linux",
-                "architecture": arch, "containerRuntimeVersion": "localcluster://1", "osImage": platform.platform(),
-                "kernelVersion": platform.release(), "machineID": "", "systemUUID": "", "bootID": "",
+                "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": KUBELET_VERSION,
+                "operatingSystem": self.spec.os, "architecture": ARCH,
+                "containerRuntimeVersion": "containerd://1.7.27" if windows else "localcluster://1",
+                "osImage": "Windows Server 2022 Datacenter" if windows else platform.platform(),
+                "kernelVersion": f"{self.spec.labels.get(WINDOWS_BUILD_LABEL, '10.0.20348')}.3207" if windows
+                else platform.release(),
+                "machineID": "", "systemUUID": "", "bootID": "",
             },
         }  # fmt: skip
+
+
+def _same_taint(a: Obj, b: Obj) -> bool:
+    return a.get("key") == b.get("key") and a.get("effect") == b.get("effect")

@@ -8,9 +8,15 @@ replace CMD. A container that gives a ``command`` runs it even when its image is
 (resolved through the container's PATH, which starts with this interpreter's bin directory, so
 ``python`` and ``cbt-mover`` are the venv's).
 
+Every image is built for one operating system (``Image.os``, ``linux`` by default), like an image
+manifest: a node of another OS cannot pull it (``platform_error`` gives the error a containerd
+gives, reported as ErrImagePull). An image that is not in the table is a Linux image.
+
 ``default_images()``: ``cbt-mover`` -> the venv's ``cbt-mover`` executable, and
 ``localcluster-demo-app`` -> ``python -m localcluster.demo_app`` (with this repository on
-PYTHONPATH). Pass ``images={**default_images(), "my-image": ["/bin/app"]}`` to extend it.
+PYTHONPATH), both Linux images; ``localcluster-winapp`` -> the same demo app program as a Windows
+image (the Windows node runs the same local Python programs). Pass
+``images={**default_images(), "my-image": ["/bin/app"]}`` to extend it.
 """
 
 from __future__ import annotations
@@ -30,17 +36,18 @@ class Image:
     cmd: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     working_dir: str | None = None
+    os: str = "linux"
 
 
 ImageTable = Mapping[str, "Image | Sequence[str]"]
 
 
 def default_images() -> dict[str, Image]:
+    demo = (sys.executable, "-m", "localcluster.demo_app")
     return {
         "cbt-mover": Image((str(Path(BIN_DIR) / "cbt-mover"),)),
-        "localcluster-demo-app": Image(
-            (sys.executable, "-m", "localcluster.demo_app"), env={"PYTHONPATH": REPO_ROOT}
-        ),  # fmt: skip
+        "localcluster-winapp": Image(demo, env={"PYTHONPATH": REPO_ROOT}, os="windows"),
+        "localcluster-demo-app": Image(demo, env={"PYTHONPATH": REPO_ROOT}),
     }
 
 
@@ -62,6 +69,28 @@ def lookup(table: Mapping[str, Image], reference: str) -> Image | None:
 
 class ImageError(Exception):
     """The container cannot be started from this image (no mapping and no command)."""
+
+
+def full_reference(reference: str) -> str:
+    """The reference as containerd names it: ``python:3`` -> ``docker.io/library/python:3``."""
+    name, digest = reference.split("@", 1) if "@" in reference else (reference, "")
+    first = name.split("/", 1)[0]
+    if "/" not in name or ("." not in first and ":" not in first and first != "localhost"):
+        name = f"docker.io/{name}" if "/" in name else f"docker.io/library/{name}"
+    if not digest and ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return f"{name}@{digest}" if digest else name
+
+
+def platform_error(reference: str, image: Image | None, node_os: str) -> str | None:
+    """Why a node of ``node_os`` cannot pull the image (containerd's message), or None when it can."""
+    image_os = image.os if image is not None else "linux"
+    if image_os == node_os:
+        return None
+    return (
+        f'rpc error: code = NotFound desc = failed to pull and unpack image "{full_reference(reference)}":'
+        " no match for platform in manifest: not found"
+    )
 
 
 def argv_of(container: Mapping, image: Image | None) -> list[str]:

@@ -4,8 +4,10 @@
         ...   # pods created through the API run here; pods/log and pods/exec are served
 
 Settings (keyword-only):
-- ``node``: the Node it registers (labels kubernetes.io/os, kubernetes.io/arch, hostname) and
-  runs pods for; pods with no ``spec.nodeName`` are bound to it (it is the scheduler too).
+- ``node``: the Node it registers and runs pods for: a ``localcluster.nodes.NodeSpec`` (name, os,
+  zone, labels, taints) or a name (a Linux node). It runs only pods bound to it (``spec.nodeName``,
+  set by the scheduler through pods/binding, or by the pod's author); a Windows node refuses Linux
+  images (ErrImagePull) and Block volumes (FailedMapVolume) and mounts NTFS.
 - ``images``: the image table (``images.py``; default ``default_images()``).
 - ``workdir``: where pods' files go (logs, volumes, plans); a temporary directory by default,
   removed on stop (a given one is kept, only the pods' directories in it are removed).
@@ -17,12 +19,16 @@ Settings (keyword-only):
 - ``automount_service_account_token``: add the kube-api-access volume (default True).
 - ``in_cluster_endpoint``: serve the emulator to pods over TLS (``apiproxy.py``) and give them
   KUBERNETES_SERVICE_HOST/PORT, so ``load_incluster_config()`` works in them (default True).
+- ``attachments``: the ``volumes.Attachments`` to share with the other kubelets on the same
+  ``VolumeStore`` (a volume used on two nodes stays attached until both are done); its own otherwise.
 
 It watches pods (and wakes waiting pods on changes of claims, volumes, secrets, config maps and
 service accounts) through in-process subscriptions on ``api.store`` and writes status through
 ``api.rest``; ``pods/log`` and ``pods/exec`` are plugged in with ``api.add_subresource``.
-``stop()`` kills every process (SIGTERM, then SIGKILL), detaches every volume it attached,
-removes the mount points it created and its files, whatever happened before.
+``pods/log`` and ``pods/exec`` of several kubelets on one API go to the kubelet of the pod's node
+(``routing.py``). ``stop()`` kills every process (SIGTERM, then SIGKILL), detaches every volume it
+attached, removes the mount points it created and its files, whatever happened before, and leaves
+its Node NotReady with the not-ready taint.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from typing import Any
 
 from localcluster.kubeapi import KubeAPI
 from localcluster.kubeapi.store import Event, Subscription
-from localcluster.kubelet import execs, logs
+from localcluster.kubelet import execs, logs, routing
 from localcluster.kubelet.apiproxy import ApiTlsFront
 from localcluster.kubelet.cluster import Cluster
 from localcluster.kubelet.images import ImageTable, normalize
@@ -49,6 +55,7 @@ from localcluster.kubelet.pods import ContainerRun, PodWorker
 from localcluster.kubelet.runtime import kill_group
 from localcluster.kubelet.sandbox import Sandbox
 from localcluster.kubelet.volumes import Attachments
+from localcluster.nodes import NodeSpec, node_spec
 from localcluster.storage import VolumeStore
 
 log = logging.getLogger("localcluster.kubelet")
@@ -61,7 +68,7 @@ class LocalKubelet:
         api: KubeAPI,
         store: VolumeStore,
         *,
-        node: str = "local-node",
+        node: str | NodeSpec = "local-node",
         images: ImageTable | None = None,
         workdir: str | os.PathLike | None = None,
         isolation: str = "auto",
@@ -71,10 +78,12 @@ class LocalKubelet:
         exec_timeout: float = 600.0,
         automount_service_account_token: bool = True,
         in_cluster_endpoint: bool = True,
+        attachments: Attachments | None = None,
     ) -> None:
         self.api = api
         self.store = store
-        self.node = node
+        self.spec = node_spec(node)
+        self.node = self.spec.name
         self.images = normalize(images)
         self._given_workdir = Path(workdir) if workdir is not None else None
         self.workdir = self._given_workdir or Path()
@@ -86,8 +95,8 @@ class LocalKubelet:
         self.automount = automount_service_account_token
         self.in_cluster_endpoint = in_cluster_endpoint
         self.api_front: ApiTlsFront | None = None
-        self.cluster = Cluster(api, node)
-        self.attachments = Attachments(store)
+        self.cluster = Cluster(api, self.spec)
+        self.attachments = attachments if attachments is not None else Attachments(store)
         self.sandbox: Sandbox = None  # type: ignore[assignment]  (set by start)
         self.lock = threading.Lock()  # guards _workers/_names (read by the log and exec handlers)
         self._workers: dict[str, PodWorker] = {}
@@ -124,7 +133,7 @@ class LocalKubelet:
             asyncio.run_coroutine_threadsafe(self._astart(), self._loop).result(30)
             self._handlers = {"log": logs.handler(self), "exec": execs.handler(self)}
             for sub, handler in self._handlers.items():
-                self.api.add_subresource("pods", sub, handler)
+                routing.attach(self.api, sub, self.node, handler)
         except BaseException:
             self.stop()
             raise
@@ -174,8 +183,7 @@ class LocalKubelet:
             sub.close()
         self._subs.clear()
         for sub, handler in self._handlers.items():
-            if self.api.server.subresources.get(("pods", sub)) is handler:
-                del self.api.server.subresources[("pods", sub)]
+            routing.detach(self.api, sub, self.node, handler)
         self._handlers = {}
         try:
             if loop is not None and loop.is_running():
@@ -196,7 +204,7 @@ class LocalKubelet:
                 if not loop.is_running():
                     loop.close()
             self._loop = self._thread = None
-            self.attachments.release_all()
+            self.attachments.release_all(self)
             if self.sandbox is not None:
                 self.sandbox.host_paths.release_all()
             with self.lock:
@@ -239,12 +247,7 @@ class LocalKubelet:
                 self._finishing.add(task)
                 task.add_done_callback(self._finishing.discard)
             return
-        node = spec.get("nodeName")
-        if not node:
-            if not md.get("deletionTimestamp"):
-                self.cluster.bind(obj)
-            return
-        if node != self.node:
+        if spec.get("nodeName") != self.node:  # unscheduled (the scheduler binds it) or another node's
             return
         if worker is None:
             if md.get("deletionTimestamp") or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):

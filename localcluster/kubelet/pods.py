@@ -25,16 +25,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from localcluster.kubelet.images import ImageError, argv_of, lookup
+from localcluster.kubelet.images import ImageError, argv_of, lookup, platform_error
 from localcluster.kubelet.podenv import HOST_IP, POD_IP, ConfigError, base_env, container_env, expand
-from localcluster.kubelet.runtime import LogFile, Process, termination_message
+from localcluster.kubelet.runtime import LogFile, Process, end_daemons, termination_message
 from localcluster.kubelet.sandbox import Bind, FsMount
-from localcluster.kubelet.volumes import PodVolumes, Volume, VolumeNotReady
+from localcluster.kubelet.volumes import PodVolumes, Volume, VolumeError, VolumeNotReady
 from localcluster.storage import StorageError
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ class ContainerRun:
         self.final = False  # terminated and will not be restarted
         self.process: Process | None = None
         self.instance = -1
+        self.pull_failures = 0
         self.logs: list[Path] = []
         # what an exec runs with: the container's environment, working directory and path map
         self.env: dict[str, str] = {}
@@ -93,7 +95,8 @@ class PodWorker:
         self.dir = kubelet.workdir / "pods" / f"{self.ns}_{self.name}_{self.uid}"
         self.volumes = PodVolumes(kubelet.cluster, kubelet.attachments, pod, self.dir / "volumes",
                                   mount_fs=kubelet.sandbox.namespaces, automount=kubelet.automount,
-                                  ca_pem=kubelet.api_front.ca_pem if kubelet.api_front else b"")  # fmt: skip
+                                  ca_pem=kubelet.api_front.ca_pem if kubelet.api_front else b"", owner=kubelet,
+                                  node_os=kubelet.spec.os, plugins_dir=kubelet.workdir / "plugins")  # fmt: skip
         spec = pod["spec"]
         inits = spec.get("initContainers") or []
         self.inits = [ContainerRun(c, True, self.dir, "PodInitializing") for c in inits]
@@ -203,7 +206,10 @@ class PodWorker:
             except Exception as err:  # noqa: BLE001  (VolumeNotReady, StorageError, OSError, ...: retried)
                 if not isinstance(err, (VolumeNotReady, StorageError, OSError)):
                     log.warning("volumes of pod %s/%s: %r", self.ns, self.name, err)
-                self.k.cluster.event(self.pod, "FailedMount", f"MountVolume.SetUp failed: {err}", "Warning")
+                if isinstance(err, VolumeError):
+                    self.k.cluster.event(self.pod, err.reason, err.message, "Warning")
+                else:
+                    self.k.cluster.event(self.pod, "FailedMount", f"MountVolume.SetUp failed: {err}", "Warning")
                 self.publish()
             await self._wait()
         return False
@@ -277,13 +283,16 @@ class PodWorker:
     async def _run_once(self, c: ContainerRun) -> int | None:
         """Start ``c`` and wait for it to end: its exit code, or None when it could not be created."""
         field_path = f"spec.{'initContainers' if c.init else 'containers'}{{{c.name}}}"
+        image = lookup(self.k.images, c.spec.get("image", ""))
+        refused = platform_error(c.spec.get("image", ""), image, self.k.spec.os)
+        if refused is not None:
+            return self._pull_failed(c, refused, field_path)
         try:
-            image = lookup(self.k.images, c.spec.get("image", ""))
             raw_argv = argv_of(c.spec, image)
             env = container_env(self.pod, c.spec, image, base_env(self.pod, self.k.endpoint), self.k.cluster.secret,
                                 self.k.cluster.configmap)  # fmt: skip
             argv = [expand(a, env) for a in raw_argv]
-            working_dir = c.spec.get("workingDir") or (image.working_dir if image else None) or "/"
+            working_dir = self._path(c.spec.get("workingDir") or (image.working_dir if image else None) or "/")
             filesystems, binds = self._mounts(c, env)
         except ImageError as err:
             return self._not_created(c, "ErrImagePull", str(err), field_path)
@@ -335,6 +344,7 @@ class PodWorker:
             for top in launch.host_paths:
                 self.k.sandbox.host_paths.release(top)
             self.k.kill_execs(c)
+            await self._end_fuse(launch)
         start_error = error_file.read_text() if error_file.exists() else ""
         reason = "StartError" if start_error else "Completed" if code == 0 else "Error"
         message = start_error or termination_message(term, c.spec.get("terminationMessagePolicy") or "File", code,
@@ -352,10 +362,56 @@ class PodWorker:
             c.state = {"terminated": terminated}
             c.process = None
         if code != 0 and not self.killing:
-            self.k.cluster.event(self.pod, "BackOff", f"container {c.name} exited with {code} ({reason})", "Warning",
-                                 field_path)  # fmt: skip
+            self.k.cluster.event(
+                self.pod, "BackOff", f"container {c.name} exited with {code} ({reason})", "Warning", field_path
+            )
         self.publish()
         return code
+
+    async def _end_fuse(self, launch) -> None:
+        """Wait for the container's FUSE daemons (NTFS volumes) to unmount and flush before its volumes go."""
+        try:
+            pids = [int(p) for p in launch.fuse_pids.read_text().split()] if launch.fuse_pids else []
+        except (OSError, ValueError):
+            return
+        if pids:
+            for pid in pids:
+                self.k.track(pid)  # its own process group: the kubelet's last resort kills it too
+            await asyncio.to_thread(end_daemons, pids)
+            for pid in pids:
+                self.k.untrack(pid)
+
+    def _pull_failed(self, c: ContainerRun, message: str, field_path: str) -> None:
+        """The image cannot be pulled: ErrImagePull the first time, then ImagePullBackOff (kubelet's events)."""
+        image = c.spec.get("image", "")
+        if not c.pull_failures:
+            state = {"reason": "ErrImagePull", "message": message}
+            self.k.cluster.event(
+                self.pod, "Failed", f'Failed to pull image "{image}": {message}', "Warning", field_path
+            )
+            self.k.cluster.event(self.pod, "Failed", "Error: ErrImagePull", "Warning", field_path)
+        else:
+            state = {
+                "reason": "ImagePullBackOff",
+                "message": f'Back-off pulling image "{image}": ErrImagePull: {message}',
+            }
+            self.k.cluster.event(self.pod, "BackOff", f'Back-off pulling image "{image}"', "Normal", field_path)
+            self.k.cluster.event(self.pod, "Failed", "Error: ImagePullBackOff", "Warning", field_path)
+        c.pull_failures += 1
+        with self.lock:
+            c.state = {"waiting": state}
+        self.publish()
+        return None
+
+    def _path(self, path: str) -> str:
+        """A path of the pod spec on this node: a Windows node's ``C:\\data`` is ``/data`` here."""
+        if self.k.spec.os != "windows" or not path:
+            return path
+        m = re.match(r"^([A-Za-z]):[\\/]?(.*)$", path)
+        if m:
+            rest = m.group(2).replace("\\", "/")
+            return "/" + rest if m.group(1).upper() == "C" else f"/{m.group(1).upper()}/{rest}"
+        return path.replace("\\", "/")
 
     def _not_created(self, c: ContainerRun, reason: str, message: str, field_path: str) -> None:
         with self.lock:
@@ -384,21 +440,21 @@ class PodWorker:
                                                               vol.readonly))  # fmt: skip
                 Path(fs.stage).mkdir(parents=True, exist_ok=True)
                 source = os.path.join(fs.stage, sub) if sub else fs.stage
-                binds.append(Bind(source, m.get("mountPath", ""), readonly, make_source=bool(sub)))
+                binds.append(Bind(source, self._path(m.get("mountPath", "")), readonly, make_source=bool(sub)))
             else:
                 source = os.path.join(vol.path, sub) if sub else vol.path
                 if sub and not os.path.exists(source):
                     os.makedirs(source, 0o755, exist_ok=True)
-                binds.append(Bind(source, m.get("mountPath", ""), readonly))
+                binds.append(Bind(source, self._path(m.get("mountPath", "")), readonly))
         for d in c.spec.get("volumeDevices") or []:
             vol = volumes.get(d.get("name", ""))
             if vol is None or vol.kind != "block":
                 raise ConfigError(f'volumeDevice {d.get("devicePath")}: volume "{d.get("name")}" is not a Block'
                                   " persistentVolumeClaim of the pod")  # fmt: skip
-            binds.append(Bind(vol.path, d.get("devicePath", "")))
+            binds.append(Bind(vol.path, d.get("devicePath", ""), vol.readonly))
         path = c.spec.get("terminationMessagePath")
         if path:
-            binds.append(Bind(str(c.dir / "termination-log"), path))
+            binds.append(Bind(str(c.dir / "termination-log"), self._path(path)))
         for b in binds:
             if not os.path.isabs(b.target):
                 raise ConfigError(f"mount path {b.target!r} must be absolute")

@@ -159,6 +159,37 @@ def kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def gone(pid: int) -> bool:
+    """The process has exited (absent, or a zombie nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def end_daemons(pids: list[int], grace: float = 10.0) -> None:
+    """Wait for daemons told to stop (a FUSE daemon's parent-death SIGTERM) to exit; SIGTERM again after
+    ``grace``/2 seconds and SIGKILL their groups after ``grace`` (blocking; call from a thread)."""
+    deadline = time.monotonic() + grace
+    nudged = False
+    while True:
+        left = [p for p in pids if not gone(p)]
+        if not left:
+            return
+        now = time.monotonic()
+        if now > deadline:
+            for pid in left:
+                kill_group(pid, signal.SIGKILL)
+            return
+        if not nudged and now > deadline - grace / 2:
+            nudged = True
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGTERM)
+        time.sleep(0.01)
+
+
 def termination_message(path: Path, policy: str, exit_code: int, log_path: Path | None) -> str:
     message = ""
     try:

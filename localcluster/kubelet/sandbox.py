@@ -3,7 +3,10 @@
 ``namespace`` isolation (root, ``unshare`` and ``nsenter`` work: checked once at start): each
 container process is ``unshare --mount --propagation private python shim.py run PLAN`` (see
 ``shim.py``); the shim mounts and binds inside the new mount namespace and execs the container's
-argv, so the pid Popen returns is the container's. Nothing is mounted in the host's namespace:
+argv, so the pid Popen returns is the container's. An NTFS filesystem is an ntfs-3g (FUSE) daemon
+the shim starts in that namespace; its pid is listed in ``Launch.fuse_pids`` for the kubelet,
+which waits for it to unmount and flush once the container ended (it gets SIGTERM when the
+container's process dies) before it detaches the volume. Nothing is mounted in the host's namespace:
 the mounts vanish with the last process of the namespace. Exec enters it with
 ``nsenter --target PID --mount --wd``. Missing top-level mount points (``/data``) are created on
 the host by ``HostPaths`` (reference-counted, removed when the last container using them ends,
@@ -69,6 +72,7 @@ class Launch:
     cwd: str | None
     host_paths: list[str] = field(default_factory=list)  # to release when the process ends
     mapping: dict[str, str] = field(default_factory=dict)  # paths of the pod spec -> real paths (rewrite)
+    fuse_pids: Path | None = None  # where the shim lists the FUSE daemons it started (ntfs-3g)
 
 
 class HostPaths:
@@ -156,14 +160,17 @@ class Sandbox:
                 for top in tops:
                     self.host_paths.release(top)
                 raise
+            fuse_pids = plan_path.with_name(f"{plan_path.stem}.fuse-pids")
+            fuse_pids.unlink(missing_ok=True)
             plan = {"errorFile": str(error_file), "argv": argv, "workingDir": working_dir,
+                    "fusePids": str(fuse_pids), "fuseLog": str(plan_path.with_name(f"{plan_path.stem}.fuse.log")),
                     "filesystems": [{"source": f.device, "target": f.stage, "fstype": f.fstype,
                                      "readOnly": f.readonly} for f in filesystems],
                     "binds": [{"source": b.source, "target": b.target, "readOnly": b.readonly,
                                "makeSource": b.make_source} for b in binds]}  # fmt: skip
             plan_path.write_text(json.dumps(plan))
             return Launch(["unshare", "--mount", "--propagation", "private", *PYTHON, SHIM, "run", str(plan_path)],
-                          env, None, tops)  # fmt: skip
+                          env, None, tops, fuse_pids=fuse_pids)  # fmt: skip
         mapping = {b.target: b.source for b in binds}
         cwd = rewrite(working_dir, mapping)
         if not os.path.isdir(cwd):  # a runtime creates the working directory: here, one of the container's

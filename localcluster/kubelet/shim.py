@@ -27,6 +27,7 @@ import os
 import signal
 import stat
 import sys
+import time
 
 PR_SET_PDEATHSIG = 1
 MS_RDONLY = 1
@@ -101,6 +102,44 @@ class Mounter:
         _mount(source, real, fstype, MS_RDONLY if readonly else 0)
         self.owned.append(real)
 
+    def mount_fuse(self, argv: list[str], target: str, log_path: str, pid_file: str, timeout: float = 20.0) -> None:
+        """Start a FUSE daemon (``argv`` + [target]) in the foreground, in its own process group, with
+        SIGTERM as parent-death signal (it unmounts and flushes when the container's process ends);
+        return once ``target`` is mounted."""
+        real = self.ensure(target, False)
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setpgid(0, 0)  # out of the container's group: its SIGKILL at the end must not cut the flush
+                _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+                if os.getppid() != parent:  # the shim died before the signal was armed
+                    os._exit(1)
+                out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(out, 1)
+                os.dup2(out, 2)
+                os.execvp(argv[0], [*argv, real])
+            except BaseException:  # noqa: BLE001  (the child reports by exiting)
+                os._exit(127)
+        with open(pid_file, "a") as f:
+            f.write(f"{pid}\n")
+        deadline = time.monotonic() + timeout
+        while not _mounted(real):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done or time.monotonic() > deadline:
+                if not done:
+                    os.kill(pid, signal.SIGKILL)
+                try:
+                    with open(log_path) as f:
+                        why = f.read().strip().replace("\n", "; ")
+                except OSError:
+                    why = ""
+                raise OSError(f"mount {argv[-1]} on {target}: {argv[0]} failed: {why or 'no output'}")
+            time.sleep(0.01)
+        self.owned.append(real)
+
     def bind(self, source: str, target: str, readonly: bool) -> None:
         is_file = not os.path.isdir(source)
         real = self.ensure(target, is_file)
@@ -108,6 +147,11 @@ class Mounter:
         if readonly:
             _mount(None, real, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
         self.owned.append(real)
+
+
+def _mounted(path: str) -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
 
 
 def _die_with_the_kubelet() -> None:
@@ -128,7 +172,13 @@ def run(plan_path: str, ready_fd: int | None = None) -> None:
         if "binds" in plan:  # namespace isolation (never in the host's namespace: the rewrite plan has none)
             mounter = Mounter()
             for m in plan.get("filesystems", []):
-                mounter.mount_fs(m["source"], m["target"], m["fstype"], m.get("readOnly", False))
+                if m["fstype"] == "ntfs":  # ntfs-3g, as on a Windows node NTFS is native
+                    opts = "no_detach" + (",ro" if m.get("readOnly") else "")
+                    mounter.mount_fuse(
+                        ["ntfs-3g", "-o", opts, m["source"]], m["target"], plan["fuseLog"], plan["fusePids"]
+                    )
+                else:
+                    mounter.mount_fs(m["source"], m["target"], m["fstype"], m.get("readOnly", False))
             for m in plan["binds"]:
                 if m.get("makeSource"):
                     os.makedirs(m["source"], 0o755, exist_ok=True)

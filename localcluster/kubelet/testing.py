@@ -1,24 +1,30 @@
-"""Test helpers: an API emulator with a running kubelet, and waits on conditions (no fixed sleeps).
+"""Test helpers: an API emulator with a running kubelet and scheduler, and waits on conditions (no fixed sleeps).
 
     with local_node(tmp_path, backoff=(0.05, 0.5)) as node:    # keyword arguments go to LocalKubelet
         node.core.create_namespaced_pod("default", pod_manifest("p", ["python", "-c", "print(1)"]))
         pod = wait_pod(node.core, "p", phase_in("Succeeded", "Failed"))
 
-The kubelet is stopped (every process, attachment and mount point undone) and the server
-stopped in every outcome.
+``local_node`` starts the API, the scheduler (``localcluster.controllers.scheduler``; it binds
+pods to the node, as nothing else does; ``scheduler=False`` leaves that to the test, e.g. pods
+created with ``spec.nodeName``) and one kubelet (``node``: a ``NodeSpec`` or a name, default
+``local-node``). ``local_nodes`` starts one kubelet per node (default: the strict cluster's
+``DEFAULT_NODES``) on one VolumeStore; ``start_scheduler`` starts a scheduler on any API.
+Everything is stopped (every process, attachment and mount point undone) in every outcome.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from localcluster.kubeapi.testing import Kube, serve
 from localcluster.kubelet.kubelet import LocalKubelet
+from localcluster.kubelet.volumes import Attachments
+from localcluster.nodes import DEFAULT_NODES, NodeSpec
 from localcluster.storage import VolumeStore
 
 
@@ -27,6 +33,7 @@ class Node:
     kube: Kube
     kubelet: LocalKubelet
     store: VolumeStore
+    scheduler: Any = None
 
     @property
     def core(self):
@@ -34,17 +41,77 @@ class Node:
 
 
 @contextlib.contextmanager
-def local_node(tmp_path: str | Path, api: dict[str, Any] | None = None, **kubelet_settings: Any) -> Iterator[Node]:
+def local_node(
+    tmp_path: str | Path, api: dict[str, Any] | None = None, *, scheduler: bool = True, **kubelet_settings: Any
+) -> Iterator[Node]:
     tmp_path = Path(tmp_path)
-    with serve(tmp_path, **(api or {})) as kube:
+    with serve(tmp_path, **(api or {})) as kube, contextlib.ExitStack() as stack:
         store = VolumeStore(tmp_path / "volumes")
+        stack.callback(store.detach_all)
+        started = start_scheduler(kube.api, stack) if scheduler else None
         kubelet = LocalKubelet(kube.api, store, workdir=tmp_path / "kubelet", **kubelet_settings)
-        try:
+        stack.callback(kubelet.stop)
+        kubelet.start()
+        yield Node(kube, kubelet, store, started)
+
+
+@dataclass
+class Nodes:
+    kube: Kube
+    kubelets: dict[str, LocalKubelet]
+    store: VolumeStore
+    scheduler: Any = None
+
+    @property
+    def core(self):
+        return self.kube.core
+
+
+@contextlib.contextmanager
+def local_nodes(
+    tmp_path: str | Path,
+    nodes: Sequence[NodeSpec] = DEFAULT_NODES,
+    api: dict[str, Any] | None = None,
+    *,
+    scheduler: bool = True,
+    **kubelet_settings: Any,
+) -> Iterator[Nodes]:
+    """``local_node`` with one kubelet per node (default: the strict cluster's node-a, node-b and win-a),
+    sharing one VolumeStore (and its attachments)."""
+    tmp_path = Path(tmp_path)
+    with serve(tmp_path, **(api or {})) as kube, contextlib.ExitStack() as stack:
+        store = VolumeStore(tmp_path / "volumes")
+        stack.callback(store.detach_all)
+        started = start_scheduler(kube.api, stack) if scheduler else None
+        attachments = Attachments(store)
+        kubelets = {}
+        for spec in nodes:
+            kubelet = LocalKubelet(
+                kube.api,
+                store,
+                node=spec,
+                workdir=tmp_path / "kubelet" / spec.name,
+                attachments=attachments,
+                **kubelet_settings,
+            )
+            stack.callback(kubelet.stop)
             kubelet.start()
-            yield Node(kube, kubelet, store)
-        finally:
-            kubelet.stop()
-            store.detach_all()
+            kubelets[spec.name] = kubelet
+        yield Nodes(kube, kubelets, store, started)
+
+
+def start_scheduler(api: Any, stack: contextlib.ExitStack, **settings: Any):
+    """A running ``Scheduler`` on ``api`` (admin token, over HTTP), stopped by ``stack``."""
+    from localcluster.controllers.cluster import api_client_for
+    from localcluster.controllers.kube import Kube as ControllerKube
+    from localcluster.controllers.scheduler import Scheduler
+
+    client = api_client_for(api)
+    stack.callback(client.close)
+    scheduler = Scheduler(ControllerKube(client, "default-scheduler"), **settings)
+    scheduler.start()
+    stack.callback(scheduler.stop)
+    return scheduler
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:

@@ -9,22 +9,28 @@
   rule, on the emulator's clock). A missing ``kube-root-ca.crt`` config map gives the CA of the
   kubelet's in-cluster API endpoint (``apiproxy.py``) as ``ca.crt``.
 - ``persistentVolumeClaim``: the claim must be Bound; its PV's ``spec.csi.volumeHandle`` is attached
-  through ``VolumeStore.attach`` (reference-counted across the kubelet's pods). Block mode: the
-  attachment (a loop device, or the image file) is the device. Filesystem mode: the loop device is
-  formatted ext4 on first use (as kubelet's SafeFormatAndMount does) and mounted by the shim in the
-  container's namespace; without loop devices or mount namespaces it is a directory
-  ``<store root>/fs/<handle>`` (the documented fallback: the data is not in the image).
+  through ``VolumeStore.attach`` (reference-counted across the kubelets' pods, ``Attachments``).
+  Block mode: the attachment (a loop device, or the image file) is the device; with ``readOnly``
+  (the pod's volume source or the PV's ``csi.readOnly``) a second, read-only loop device. A Windows
+  node refuses Block volumes (FailedMapVolume; the pod stays ContainerCreating). Filesystem mode:
+  the PV's ``csi.fsType`` decides (``mounts.py``: a blank device is formatted, another filesystem
+  fails with FailedMount "MountVolume.MountDevice failed ..."), then the shim mounts it in the
+  container's namespace (read-only when asked); without loop devices or mount namespaces it is a
+  directory ``<store root>/fs/<handle>`` (the documented fallback: the data is not in the image,
+  the fsType and read-only are not enforced).
 - The service-account token admission does not run in the emulator, so the kubelet adds the
   ``kube-api-access`` volume itself (token, ca.crt, namespace at
   /var/run/secrets/kubernetes.io/serviceaccount) unless ``automountServiceAccountToken`` is false
   on the pod or its service account, or a container already mounts that path.
 
-``VolumeNotReady``: not yet (claim unbound, object missing): the pod waits and retries.
+``VolumeNotReady``: not yet (claim unbound, object missing): the pod waits and retries (a
+FailedMount event); ``VolumeError`` carries its own event reason and message.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import subprocess
 import threading
@@ -34,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from localcluster.kubelet.cluster import Cluster
+from localcluster.kubelet.mounts import MountDeviceError, prepare_filesystem
 from localcluster.kubelet.podenv import ConfigError, field_value, resource_value
 from localcluster.storage import Attachment, StorageError, VolumeStore
 
@@ -47,6 +54,15 @@ class VolumeNotReady(Exception):
     """A volume cannot be set up yet (the pod waits, with a FailedMount event)."""
 
 
+class VolumeError(VolumeNotReady):
+    """A volume cannot be set up (the pod waits): the event ``reason`` and its whole ``message``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
 @dataclass
 class Volume:
     name: str
@@ -57,55 +73,70 @@ class Volume:
 
 
 class Attachments:
-    """``VolumeStore`` attachments shared by the kubelet's pods (detached when the last one goes)."""
+    """``VolumeStore`` attachments shared by kubelets (one per node, one store): reference-counted per
+    owner (a kubelet), detached when the last use of any owner goes; ``release_all(owner)`` drops one
+    owner's uses only. ``acquire(..., readonly=True)`` attaches a second, read-only loop device
+    (``losetup --read-only``) on the volume's image, so writes through it fail (EPERM), as through a
+    device a runtime gives with read-only permissions; without loop devices it is the image file."""
 
     def __init__(self, store: VolumeStore) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._count: dict[str, int] = {}
-        self._formatted: set[str] = set()
+        self._count: dict[tuple[str, bool], dict[object, int]] = {}
+        self._readonly: dict[str, Attachment] = {}
 
-    def acquire(self, handle: str) -> Attachment:
+    def acquire(self, handle: str, owner: object = None, readonly: bool = False) -> Attachment:
         with self._lock:
-            att = self.store.attach(handle)
-            self._count[handle] = self._count.get(handle, 0) + 1
+            att = self._attach_readonly(handle) if readonly else self.store.attach(handle)
+            owners = self._count.setdefault((handle, readonly), {})
+            owners[owner] = owners.get(owner, 0) + 1
             return att
 
-    def release(self, handle: str) -> None:
+    def _attach_readonly(self, handle: str) -> Attachment:
+        if handle in self._readonly:
+            return self._readonly[handle]
+        image = self.store.volume_path(handle)
+        if not image.exists():
+            raise StorageError(f"volume {handle} does not exist")
+        if not self.store.use_loop:
+            return Attachment(handle, str(image), False)
+        proc = subprocess.run(
+            ["losetup", "--read-only", "--find", "--show", str(image)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            raise StorageError(f"losetup --read-only for volume {handle} failed: {proc.stderr.strip()}")
+        att = self._readonly[handle] = Attachment(handle, proc.stdout.strip(), True)
+        return att
+
+    def release(self, handle: str, owner: object = None, readonly: bool = False) -> None:
         with self._lock:
-            left = self._count.get(handle, 0) - 1
+            owners = self._count.get((handle, readonly), {})
+            left = owners.get(owner, 0) - 1
             if left > 0:
-                self._count[handle] = left
+                owners[owner] = left
                 return
-            self._count.pop(handle, None)
-            self._formatted.discard(handle)
-        self.store.detach(handle)
+            owners.pop(owner, None)
+            if owners:
+                return
+            self._count.pop((handle, readonly), None)
+            self._detach(handle, readonly)
 
-    def release_all(self) -> None:
+    def release_all(self, owner: object = None) -> None:
         with self._lock:
-            handles = list(self._count)
-            self._count.clear()
-        for handle in handles:
+            for key in list(self._count):
+                owners = self._count[key]
+                owners.pop(owner, None)
+                if not owners:
+                    del self._count[key]
+                    self._detach(*key)
+
+    def _detach(self, handle: str, readonly: bool) -> None:
+        if not readonly:
             self.store.detach(handle)
-
-    def ensure_filesystem(self, handle: str, device: str) -> str:
-        """The filesystem type on ``device``, making an ext4 filesystem when it has none."""
-        with self._lock:
-            if handle in self._formatted:
-                return "ext4"
-        probe = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", device], capture_output=True, text=True)
-        fstype = probe.stdout.strip()
-        if probe.returncode == 2 or (probe.returncode == 0 and not fstype):
-            made = subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", device], capture_output=True,
-                                  text=True)  # fmt: skip
-            if made.returncode != 0:
-                raise StorageError(f"mkfs.ext4 {device}: {made.stderr.strip()}")
-            fstype = "ext4"
-        elif probe.returncode != 0:
-            raise StorageError(f"blkid {device}: {probe.stderr.strip() or probe.returncode}")
-        with self._lock:
-            self._formatted.add(handle)
-        return fstype
+            return
+        att = self._readonly.pop(handle, None)
+        if att is not None and att.loop:
+            subprocess.run(["losetup", "-d", att.path], check=False, capture_output=True)
 
 
 @dataclass
@@ -126,15 +157,19 @@ class _FileVolume:
 
 class PodVolumes:
     def __init__(self, cluster: Cluster, attachments: Attachments, pod: Obj, root: Path, *, mount_fs: bool,
-                 automount: bool = True, ca_pem: bytes = b"") -> None:  # fmt: skip
+                 automount: bool = True, ca_pem: bytes = b"", owner: object = None, node_os: str = "linux",
+                 plugins_dir: Path | None = None) -> None:  # fmt: skip
         self.cluster = cluster
         self.attachments = attachments
+        self.owner = owner
+        self.node_os = node_os
+        self.plugins_dir = plugins_dir or root / "plugins"
         self.pod = pod
         self.root = root
         self.mount_fs = mount_fs
         self.volumes: dict[str, Volume] = {}
         self._files: dict[str, _FileVolume] = {}
-        self._handles: list[str] = []
+        self._handles: list[tuple[str, bool]] = []
         self.ca_pem = ca_pem
         self.automount = automount and self._wants_sa_volume()
 
@@ -218,18 +253,44 @@ class PodVolumes:
         pv = self.cluster.get("persistentvolumes", "", pv_name)
         if pv is None:
             raise VolumeNotReady(f'persistentvolume "{pv_name}" not found')
-        handle = ((pv.get("spec") or {}).get("csi") or {}).get("volumeHandle")
+        csi = (pv.get("spec") or {}).get("csi") or {}
+        handle = csi.get("volumeHandle")
         if not handle:
             raise VolumeNotReady(f'persistentvolume "{pv_name}" has no spec.csi.volumeHandle')
-        readonly = bool(source.get("readOnly"))
+        readonly = bool(source.get("readOnly")) or bool(csi.get("readOnly"))
         mode = (pv.get("spec") or {}).get("volumeMode") or "Filesystem"
-        att = self.attachments.acquire(handle)
-        self._handles.append(handle)
         if mode == "Block":
+            if self.node_os == "windows":
+                raise VolumeError(
+                    "FailedMapVolume",
+                    f'MapVolume.SetUpDevice failed for volume "{pv_name}" :'
+                    " kubernetes.io/csi: blockMapper.stageVolumeForBlock failed: rpc error: code ="
+                    " InvalidArgument desc = raw block volumes are not supported on Windows",
+                )
+            att = self.attachments.acquire(handle, self.owner, readonly)
+            self._handles.append((handle, readonly))
             return Volume(name, "block", att.path, readonly=readonly)
+        att = self.attachments.acquire(handle, self.owner)  # read-only is the mount's (as NodePublish's ro bind)
         if att.loop and self.mount_fs:
-            fstype = self.attachments.ensure_filesystem(handle, att.path)
+            digest = hashlib.sha256(handle.encode()).hexdigest()
+            staging = (
+                self.plugins_dir / "kubernetes.io" / "csi" / (csi.get("driver") or "unknown") / digest / "globalmount"
+            )
+            try:
+                fstype = prepare_filesystem(att.path, csi.get("fsType") or "", staging, self.node_os)
+            except BaseException as err:
+                self.attachments.release(handle, self.owner)
+                if isinstance(err, MountDeviceError):
+                    raise VolumeError(
+                        "FailedMount",
+                        f'MountVolume.MountDevice failed for volume "{pv_name}" : rpc'
+                        f' error: code = Internal desc = could not format "{att.path}" and mount it at'
+                        f' "{staging}": {err}',
+                    ) from None
+                raise
+            self._handles.append((handle, False))
             return Volume(name, "fs", att.path, fstype, readonly)
+        self._handles.append((handle, False))
         fallback = self.attachments.store.root / "fs" / handle
         fallback.mkdir(parents=True, exist_ok=True)
         return Volume(name, "dir", str(fallback), readonly=readonly)
@@ -357,8 +418,8 @@ class PodVolumes:
 
     def teardown(self) -> None:
         handles, self._handles = self._handles, []
-        for handle in handles:
-            self.attachments.release(handle)
+        for handle, readonly in handles:
+            self.attachments.release(handle, self.owner, readonly)
 
 
 def _mode(default_mode: int | None, mode: int | None) -> int:
