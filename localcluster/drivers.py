@@ -17,9 +17,9 @@ of its driver, deletionPolicy Delete); VolumeGroupSnapshotClass ``csi-hostpath-g
 hostpath, Delete); none for disk.
 
 Node labels: a node runs a driver's node plugin when it carries the driver's topology key (the value is the
-node's name for a node-scoped driver, its zone for a zonal one): ``node_labels(node, os, zone)`` gives the
-labels a node gets, ``topology_value(spec, node_labels)`` reads a node's value (None: the driver is not on it).
-The provisioner reads the same labels where upstream reads CSINode objects (not served here).
+node's name for a node-scoped driver, its zone for a zonal one; ``node_labels(node, os, zone)`` gives them for a
+node); its kubelet then lists the driver, with that key, in the node's CSINode object, which is where the
+provisioner reads the topology keys from (``localcluster.nodes`` registers the strict cluster's nodes).
 """
 
 from __future__ import annotations
@@ -87,8 +87,3 @@ DEFAULT_STORAGE_CLASS = "standard"
 def node_labels(node: str, os: str, zone: str, drivers: tuple[DriverSpec, ...] = DEFAULT_DRIVERS) -> dict[str, str]:
     """The driver topology labels of a node (those of the drivers whose node plugin runs on ``os``)."""
     return {d.topology_key: node if d.topology_scope == "node" else zone for d in drivers if os in d.node_os}
-
-
-def topology_value(spec: DriverSpec, labels: dict[str, str] | None) -> str | None:
-    """The node's value of the driver's topology key, None when the driver's node plugin is not on the node."""
-    return (labels or {}).get(spec.topology_key)

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from localcluster import drivers
 from localcluster.controllers import LocalControllers
 from localcluster.controllers import names as n
-from localcluster.controllers.kube import EVENT, NODE, PVC, Kube, Res
+from localcluster.controllers.kube import CSI_NODE, EVENT, NODE, PVC, Kube, Res
 from localcluster.kubeapi.testing import Kube as Served
 from localcluster.kubeapi.testing import serve
+from localcluster.nodes import DEFAULT_NODES, NodeSpec
 from localcluster.storage import VolumeStore
 
 NS = "apps"
@@ -29,8 +30,6 @@ THREAD_PREFIXES = (
     "csi-snapshotter",
     "csi-group-snapshotter",
 )
-# the strict cluster's nodes (what the scheduling part registers): name, os, zone
-NODES = (("node-a", "linux", "zone-a"), ("node-b", "linux", "zone-b"), ("win-a", "windows", "zone-a"))
 
 
 @dataclass
@@ -47,16 +46,17 @@ class Cluster:
 
 @contextlib.contextmanager
 def local_cluster(tmp_path, api: dict | None = None, nodes: bool = True, **settings) -> Iterator[Cluster]:
-    """An emulator with the strict cluster's Node objects (``NODES``, no kubelet; ``nodes=False``: none), a volume
-    store and the controllers; everything stopped (and loop devices detached) after."""
+    """An emulator with the strict cluster's Node and CSINode objects (``localcluster.nodes.DEFAULT_NODES``, as
+    their kubelets register them; no kubelet runs; ``nodes=False``: none), a volume store and the controllers;
+    everything stopped (and loop devices detached) after."""
     before = set(threading.enumerate())  # another cluster's (a module fixture's) threads may be running
     with serve(tmp_path, namespaces=("default", NS), **(api or {})) as served:
         store = VolumeStore(tmp_path / "storage")
         ctl = LocalControllers(served.api, store, **settings)
         kube = Kube(served.client, "tests")
         try:
-            for name, os_, zone in NODES if nodes else ():
-                add_node(kube, name, os_, zone)
+            for spec in DEFAULT_NODES if nodes else ():
+                add_node(kube, spec)
             ctl.start()
             yield Cluster(served, store, ctl, kube)
         finally:
@@ -131,16 +131,19 @@ def gone(obj: dict | None) -> bool:
     return obj is None
 
 
-def add_node(kube: Kube, name: str, os_: str, zone: str, labels: dict | None = None) -> dict:
-    """A Node object as the node's kubelet registers it: os, hostname, zone and the drivers' topology labels."""
-    base = {
-        "kubernetes.io/os": os_,
-        "kubernetes.io/arch": "amd64",
-        "kubernetes.io/hostname": name,
-        drivers.ZONE_LABEL: zone,
-        **drivers.node_labels(name, os_, zone),
-    }
-    return kube.create(NODE, {"metadata": {"name": name, "labels": {**base, **(labels or {})}}})
+def add_node(kube: Kube, spec: NodeSpec, csinode: bool = True) -> dict:
+    """The Node (labels, taints) and, unless ``csinode=False``, the CSINode listing the CSI node plugins that run
+    there, as the node's kubelet registers them."""
+    node = kube.create(
+        NODE,
+        {"metadata": {"name": spec.name, "labels": spec.node_labels("amd64")}, "spec": {"taints": spec.taint_dicts()}},
+    )
+    if csinode:
+        drivers = [
+            {"name": d, "nodeID": spec.name, "topologyKeys": [key]} for d, key in sorted(spec.csi_drivers().items())
+        ]
+        kube.create(CSI_NODE, {"metadata": {"name": spec.name}, "spec": {"drivers": drivers}})
+    return node
 
 
 def pvc(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from localcluster.controllers import names as n
-from localcluster.controllers.kube import NODE, PV, PVC, VS
+from localcluster.controllers.kube import CSI_NODE, NODE, PV, PVC, VS
+from localcluster.nodes import NodeSpec
 from tests.test_controllers_helpers import (
     DISK,
     DRIVER,
@@ -101,12 +102,16 @@ def test_a_selected_node_without_the_driver_is_retried_and_a_missing_one_goes_ba
         ["node-a"],
     )
 
-    c.kube.create(PVC, pvc("on-gone", node="gone"), NS)
-    unselected = wait_for(c.kube, PVC, "on-gone", lambda o: n.ANN_SELECTED_NODE not in o["metadata"]["annotations"])
-    assert unselected["status"]["phase"] == "Pending"
-    assert wait_event(c.kube, "on-gone", "ProvisioningFailed")["message"] == (
-        'failed to get selected CSINode gone: csinode.storage.k8s.io "gone" not found'
-    )
+    for claim, node in (("on-gone", "gone"), ("on-new", "node-new")):  # no CSINode: no node, or not registered yet
+        if node == "node-new":
+            add_node(c.kube, NodeSpec(node, "linux", "zone-a", {HOSTPATH_KEY: node}), csinode=False)
+        c.kube.create(PVC, pvc(claim, node=node), NS)
+        unselected = wait_for(c.kube, PVC, claim, lambda o: n.ANN_SELECTED_NODE not in o["metadata"]["annotations"])
+        assert unselected["status"]["phase"] == "Pending"
+        assert wait_event(c.kube, claim, "ProvisioningFailed")["message"] == (
+            f'failed to get selected CSINode {node}: csinode.storage.k8s.io "{node}" not found'
+        )
+    c.kube.delete(NODE, "node-new")  # the other tests of this cluster see the strict cluster's nodes
 
 
 def test_immediate_classes_spread_claims_over_the_driver_s_nodes_by_name(cluster):
@@ -134,8 +139,8 @@ def test_immediate_topology_waits_for_a_node_with_the_driver(tmp_path):
         c.kube.create(PVC, pvc("early", storage_class="csi-hostpath-immediate"), NS)
         event = wait_event(c.kube, "early", "ProvisioningFailed")
         assert event["message"] == "error generating accessibility requirements: no available topology found"
-        add_node(c.kube, "win-b", "windows", "zone-b")  # no hostpath node plugin: still nothing
-        add_node(c.kube, "node-c", "linux", "zone-c")
+        add_node(c.kube, NodeSpec("win-b", "windows", "zone-b", {DISK_KEY: "zone-b"}))  # no hostpath plugin there
+        add_node(c.kube, NodeSpec("node-c", "linux", "zone-c", {HOSTPATH_KEY: "node-c", DISK_KEY: "zone-c"}))
         claim = wait_for(c.kube, PVC, "early", bound)
         assert node_affinity(c.kube.get(PV, claim["spec"]["volumeName"])) == (HOSTPATH_KEY, ["node-c"])
         assert c.kube.get(NODE, "win-b") is not None
@@ -163,3 +168,28 @@ def test_snapshots_restore_anywhere_but_only_with_their_own_driver(cluster):
     )
     assert c.kube.get(PVC, "wrong-driver", NS)["status"]["phase"] == "Pending"
     c.kube.delete(PVC, "wrong-driver", NS)
+
+
+def test_a_csinode_with_keys_the_node_does_not_carry(cluster):
+    c = cluster
+    add_node(c.kube, NodeSpec("node-odd", "linux", "zone-b"), csinode=False)  # no driver labels
+    c.kube.create(
+        CSI_NODE,
+        {
+            "metadata": {"name": "node-odd"},
+            "spec": {"drivers": [{"name": DRIVER, "nodeID": "node-odd", "topologyKeys": [HOSTPATH_KEY]}]},
+        },
+    )
+    try:
+        c.kube.create(PVC, pvc("on-odd", node="node-odd"), NS)
+        event = wait_event(c.kube, "on-odd", "ProvisioningFailed")
+        labels = " ".join(f"{k}:{v}" for k, v in sorted(c.kube.get(NODE, "node-odd")["metadata"]["labels"].items()))
+        assert event["message"] == (
+            f"error generating accessibility requirements: topology labels from selected node map[{labels}] does not"
+            f" match topology keys from CSINode [{HOSTPATH_KEY}]"
+        )
+        assert c.kube.get(PVC, "on-odd", NS)["metadata"]["annotations"][n.ANN_SELECTED_NODE] == "node-odd"
+    finally:
+        c.kube.delete(PVC, "on-odd", NS)
+        c.kube.delete(NODE, "node-odd")
+        c.kube.delete(CSI_NODE, "node-odd")

@@ -18,16 +18,18 @@ PVs whose PV is the driver's. For those:
   finalizer``, and ``nodeAffinity`` requiring the driver's topology key to have the value the volume was created
   in; then binds both ways (PV phase Bound; claim ``volumeName``, bind-completed/bound-by-controller annotations,
   phase Bound, capacity, accessModes);
-- topology (external-provisioner with its default --immediate-topology, node labels standing for CSINode
-  objects, see ``localcluster.drivers``): with a selected node, the node's value of the driver's topology key (its
-  name for hostpath, its zone for disk). A selected node that does not exist is a Warning ``ProvisioningFailed``
-  ('failed to get selected CSINode <node>: csinode.storage.k8s.io "<node>" not found') and the selected-node
-  annotation is removed, so the scheduler picks again (upstream's ProvisioningReschedule); a node without the
-  driver's topology label is a ``ProvisioningFailed`` "error generating accessibility requirements: no topology
-  key found for node <node>", retried with the node kept (upstream's ProvisioningNoChange). Immediate classes: one
-  of the values of the nodes that run the driver, sorted and rotated by upstream's FNV-1 hash of the claim's name
-  (StatefulSet-style names ``<claim>-<set>-<n>`` spread by ``n``), so the choice is deterministic; no such node is
-  "error generating accessibility requirements: no available topology found", retried. Restores from snapshots are
+- topology (external-provisioner with its default --immediate-topology): the driver's topology keys come from the
+  CSINode objects the kubelets publish, their values from the nodes' labels. With a selected node, that node's
+  segment (its name for hostpath, its zone for disk). A selected node without a CSINode (e.g. gone) is a Warning
+  ``ProvisioningFailed`` ('failed to get selected CSINode <node>: csinode.storage.k8s.io "<node>" not found') and
+  the selected-node annotation is removed, so the scheduler picks again (upstream's ProvisioningReschedule); a
+  CSINode without the driver (its node plugin does not run there) is "error generating accessibility
+  requirements: no topology key found for node <node>", and a node lacking the keys' labels "... topology labels
+  from selected node map[...] does not match topology keys from CSINode [...]", both retried with the node kept
+  (upstream's ProvisioningNoChange). Immediate classes: one of the segments of the nodes that run the driver,
+  sorted and rotated by upstream's FNV-1 hash of the claim's name (StatefulSet-style names
+  ``<claim>-<set>-<n>`` spread by ``n``), so the choice is deterministic; no CSINode with the driver is "error
+  generating accessibility requirements: no available topology found", retried. Restores from snapshots are
   placed the same way (snapshots are readable everywhere);
 - a ``VolumeSnapshot`` data source (``dataSourceRef`` or ``dataSource``) must be bound to a content of this driver,
   ready and with a handle; the volume is a copy of that snapshot. Refused, the claim stays Pending with a Warning
@@ -64,6 +66,7 @@ import time
 
 from localcluster.controllers import names as n
 from localcluster.controllers.kube import (
+    CSI_NODE,
     NODE,
     POD,
     PV,
@@ -79,7 +82,7 @@ from localcluster.controllers.kube import (
 )
 from localcluster.controllers.plugin import CsiError, CsiPlugin
 from localcluster.controllers.runtime import Controller, Key, Pending, WatchSpec
-from localcluster.drivers import ANN_FSTYPE, topology_value
+from localcluster.drivers import ANN_FSTYPE
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +321,6 @@ class VolumeController(Controller):
         }
         if mode == "Filesystem":
             csi["fsType"] = fstype
-        key = self.plugin.spec.topology_key
         body = {
             "metadata": {
                 "name": pv_name,
@@ -335,8 +337,8 @@ class VolumeController(Controller):
                 "storageClassName": sc["metadata"]["name"],
                 "volumeMode": mode,
                 "claimRef": ref_of(PVC, pvc),
-                "nodeAffinity": {"required": {"nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": key, "operator": "In", "values": [topology]}]}]}},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": key, "operator": "In", "values": [value]} for key, value in topology]}]}},
             },
         }  # fmt: skip
         if sc.get("mountOptions"):
@@ -350,33 +352,55 @@ class VolumeController(Controller):
         self.kube.event(PVC, pvc, "Normal", "ProvisioningSucceeded", f"Successfully provisioned volume {pv_name}")
         return pv
 
-    def _topology(self, pvc: Obj, selected: str) -> str:
-        """The value of the driver's topology key the volume is created in (external-provisioner's accessibility
-        requirements, with node labels where upstream reads CSINode objects, and a driver that creates the volume in
-        the first preferred topology): the selected node's (WaitForFirstConsumer), else one of those of the nodes that
-        run the driver, rotated by a hash of the claim's name (upstream's StatefulSet spreading)."""
-        spec = self.plugin.spec
+    def _topology(self, pvc: Obj, selected: str) -> tuple[tuple[str, str], ...]:
+        """The topology segment (sorted (key, value) pairs) the volume is created in: external-provisioner's
+        accessibility requirements (topology keys from the CSINode objects the kubelets publish, values from the
+        nodes' labels) with a driver that creates the volume in the first preferred segment: the selected node's
+        (WaitForFirstConsumer), else one of the segments of the nodes that run the driver, sorted and rotated by a
+        hash of the claim's name (upstream's StatefulSet spreading)."""
+        prefix = "error generating accessibility requirements: "
         if selected:
-            node = self.kube.get(NODE, selected)
-            if node is None:  # upstream: the CSINode lookup is NotFound, so the claim goes back to the scheduler
+            csinode = self.kube.get(CSI_NODE, selected)
+            if csinode is None:  # NotFound: the claim goes back to the scheduler
                 raise Reschedule(
                     f'failed to get selected CSINode {selected}: csinode.storage.k8s.io "{selected}" not found'
                 )
-            value = topology_value(spec, node["metadata"].get("labels"))
-            if value is None:  # the driver's node plugin does not run there: retried, the node stays selected
-                raise Refused(f"error generating accessibility requirements: no topology key found for node {selected}")
-            return value
-        values = sorted(
+            keys = self._topology_keys(csinode)
+            if not keys:  # the driver's node plugin does not run there: retried, the node stays selected
+                raise Refused(f"{prefix}no topology key found for node {selected}")
+            node = self.kube.get(NODE, selected)
+            labels = (node or {}).get("metadata", {}).get("labels") or {}
+            if any(k not in labels for k in keys):
+                raise Refused(
+                    f"{prefix}topology labels from selected node {_go_map(labels)} does not match topology"
+                    f" keys from CSINode [{' '.join(keys)}]"
+                )
+            return tuple(sorted((k, labels[k]) for k in keys))
+        keys = next(
+            (
+                k
+                for c in sorted(self.kube.list(CSI_NODE)[0], key=lambda c: c["metadata"]["name"])
+                if (k := self._topology_keys(c))
+            ),
+            [],
+        )
+        if not keys:  # the driver has not registered on any node
+            raise Refused(f"{prefix}no available topology found")
+        terms = sorted(
             {
-                v
+                tuple(sorted((k, labels[k]) for k in keys))
                 for node in self.kube.list(NODE)[0]
-                if (v := topology_value(spec, node["metadata"].get("labels"))) is not None
+                if all(k in (labels := node["metadata"].get("labels") or {}) for k in keys)
             }
         )
-        if not values:
-            raise Refused("error generating accessibility requirements: no available topology found")
+        if not terms:
+            raise Refused(f"{prefix}topologyKeys [{' '.join(keys)}] were not found on any nodes")
         digest, index = _name_hash_and_index(pvc["metadata"]["name"])
-        return values[((digest + index) & 0xFFFFFFFF) % len(values)]
+        return terms[((digest + index) & 0xFFFFFFFF) % len(terms)]
+
+    def _topology_keys(self, csinode: Obj) -> list[str]:
+        drivers = (csinode.get("spec") or {}).get("drivers") or []
+        return next((d.get("topologyKeys") or [] for d in drivers if d.get("name") == self.driver), [])
 
     def _snapshot_source(self, pvc: Obj, size: int, mode: str, sc_name: str) -> str | None:
         """The snapshot handle to restore from, or None; ``Refused`` when it cannot be used (yet)."""
@@ -510,6 +534,11 @@ def _fstype(sc: Obj) -> str:
     if len(found) > 1:
         raise Refused(f'fstype specified in parameters with both "fstype" and "{ANN_FSTYPE}" keys')
     return found[0] if found and found[0] else "ext4"
+
+
+def _go_map(labels: dict[str, str]) -> str:
+    """Go's ``%v`` of a map[string]string (keys sorted)."""
+    return "map[" + " ".join(f"{k}:{v}" for k, v in sorted(labels.items())) + "]"
 
 
 def _name_hash_and_index(name: str) -> tuple[int, int]:
