@@ -1,4 +1,4 @@
-"""The whole local cluster: S3, a Kubernetes API, a CSI-like driver with snapshots and CBT, a scheduler and
+"""The whole local cluster: S3, a Kubernetes API, two CSI-like drivers with snapshots (and CBT), a scheduler and
 one kubelet per node.
 
     with LocalCluster(workdir) as cluster:
@@ -10,9 +10,14 @@ one kubelet per node.
 
 It is a test double for a cluster: the product (movers/, tasks/, flows/) talks to it only over the
 real protocols (the kubernetes client over HTTP, gRPC over TLS, S3 over HTTP) and cannot tell it
-apart for everything it does. Settings emulate older or poorer clusters: ``cbt=False`` (no
-SnapshotMetadata service), ``group_snapshots=False`` (no group snapshot controller) and
-``group_snapshot_versions`` (which groupsnapshot.storage.k8s.io versions are served, () = none).
+apart for everything it does. The drivers and classes are those of ``localcluster.drivers`` (the default
+StorageClass ``standard`` belongs to ``disk.csi.local``, not to the demo app's ``hostpath.csi.k8s.io``). Settings
+emulate older or poorer clusters, each in one point (see ``localcluster.controllers.cluster``): ``cbt=False`` (no
+SnapshotMetadata service), ``group_snapshots="unprocessed"`` (or ``False``: the CRDs are served, nothing processes
+VolumeGroupSnapshots), ``group_snapshot_versions`` (which groupsnapshot.storage.k8s.io versions are served, () =
+none), ``restore_size=False`` (snapshot contents without restoreSize), ``default_snapshot_class="none"|"two"``
+(no default VolumeSnapshotClass, or two per driver), ``hostpath_group_capability=False`` (the hostpath driver
+lacks the GroupController capability); ``drivers`` replaces the driver table.
 ``nodes`` (default ``localcluster.nodes.DEFAULT_NODES``: node-a, node-b, the tainted Windows win-a)
 are registered by one kubelet each (``cluster.kubelets[name]``; ``cluster.kubelet`` is the first);
 ``cluster.scheduler`` binds pods to them.
@@ -45,16 +50,24 @@ class LocalCluster:
         *,
         s3: bool = True,
         cbt: bool = True,
-        group_snapshots: bool = True,
+        group_snapshots: bool | str = True,
         group_snapshot_versions: tuple[str, ...] | None = None,
         ready_delay: float = 0.2,
         audit_log: str | Path | None = None,
-        driver: str | None = None,
+        drivers: tuple | None = None,
+        restore_size: bool = True,
+        default_snapshot_class: str = "one",
+        hostpath_group_capability: bool = True,
         nodes: Sequence[NodeSpec] | None = None,
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="localcluster-"))
-        self.settings = dict(s3=s3, cbt=cbt, group_snapshots=group_snapshots, ready_delay=ready_delay, driver=driver)
+        self.settings = dict(s3=s3, cbt=cbt, group_snapshots=group_snapshots, ready_delay=ready_delay, drivers=drivers)
+        self.storage_settings = dict(
+            restore_size=restore_size,
+            default_snapshot_class=default_snapshot_class,
+            hostpath_group_capability=hostpath_group_capability,
+        )
         self.group_snapshot_versions = group_snapshot_versions
         self.audit_log = audit_log
         self._stack = contextlib.ExitStack()
@@ -87,8 +100,9 @@ class LocalCluster:
             self.store = VolumeStore(self.workdir / "storage")
             stack.callback(self.store.detach_all)
             ctl_settings = {k: self.settings[k] for k in ("cbt", "group_snapshots", "ready_delay")}
-            if self.settings["driver"]:
-                ctl_settings["driver"] = self.settings["driver"]
+            ctl_settings.update(self.storage_settings)
+            if self.settings["drivers"]:
+                ctl_settings["drivers"] = self.settings["drivers"]
             self.controllers = LocalControllers(self.api, self.store, **ctl_settings)
             self.controllers.start()
             stack.callback(self.controllers.stop)

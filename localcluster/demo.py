@@ -1,10 +1,10 @@
 """``make demo``: the whole product on embedded defaults, through the Prefect flows.
 
-On the local cluster (Kubernetes API, CSI-like driver with snapshots and CBT, a kubelet, moto S3 on
-loopback) and Prefect's local API it:
+On the local cluster (Kubernetes API, two CSI-like drivers, the app's with snapshots and CBT, a kubelet, moto S3
+on loopback) and Prefect's local API it:
 
-1. deploys the demo app (two Block PVCs, a writer that can be frozen) as ``configs/policies/demo.yaml``
-   describes it, plus the repository and its Secret;
+1. deploys the demo app (two Block PVCs of its StorageClass ``csi-hostpath-sc``, a writer that can be frozen) as
+   ``configs/policies/demo.yaml`` describes it, plus the repository and its Secret;
 2. runs ``backup-app`` from that policy twice: a full backup (CBT allocated ranges), then, after more
    writes, a CBT incremental;
 3. runs ``restore-app`` into a new namespace and checks every restored volume is byte-identical to
@@ -30,6 +30,7 @@ POLICY = REPO_ROOT / "configs" / "policies" / "demo.yaml"
 MiB = 1 << 20
 SIZES = {"data": 128 * MiB, "logs": 32 * MiB}
 TARGET_NS = "demo-restore"
+APP_CLASS = "csi-hostpath-sc"  # the app's class: the hostpath driver's (the cluster's default is the other driver's)
 
 # Prefills the data volume like a small database (pages of half random, half repeated bytes, and
 # untouched holes), from a pod that has the PVC as a block device.
@@ -82,7 +83,7 @@ def _deploy(cluster, policy) -> None:
     apply_mover_rbac(cluster, [ns, TARGET_NS])
     labels = policy.pvc_selector["matchLabels"]
     for pvc, size in SIZES.items():
-        k.create(api, m.block_pvc(pvc, ns, f"{size // MiB}Mi", None, labels))
+        k.create(api, m.block_pvc(pvc, ns, f"{size // MiB}Mi", APP_CLASS, labels))
     core.create_namespaced_pod(ns, {"metadata": {"name": "loader"}, "spec": {
         "restartPolicy": "Never", "containers": [{"name": "load", "image": "python:3-slim",
                                                   "command": ["python", "-c", LOADER],

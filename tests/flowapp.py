@@ -2,7 +2,8 @@
 
 ``deploy_app`` creates a namespace with the shipped mover identity (configs/rbac/mover.yaml applied
 for it: ServiceAccount ``cbt-mover``, its Role and RoleBinding, a subject in the ClusterRoleBinding),
-Block PVCs labelled ``app=demo``,
+Block PVCs labelled ``app=demo`` in the app's StorageClass ``APP_CLASS`` (the hostpath driver's; the
+cluster's default class belongs to the other driver),
 the demo app pod writing to them (freeze/thaw through ``HOOKS``), a moto bucket with an initialised
 repository and the ``cbt-mover-repo`` Secret the mover pods read. The flows run as the shipped
 controller identity (``flow_kubeconfig``). The flows read the repository themselves
@@ -24,6 +25,7 @@ from movers.kube import apply as k
 from movers.kube import manifests as m
 
 APP = ["python", "-m", "localcluster.demo_app"]
+APP_CLASS = "csi-hostpath-sc"
 SEL = {"matchLabels": {"app": "demo"}}
 HOOKS = {
     "pre": [{"name": "freeze", "pod_selector": SEL, "container": "app", "command": [*APP, "freeze"], "timeout": 10}],
@@ -40,7 +42,7 @@ def deploy_app(cluster, setenv: Callable[[str, str], None], ns: str, bucket: str
     core.create_namespace({"metadata": {"name": ns}})
     apply_mover_rbac(cluster, [ns])
     for pvc in pvcs:
-        k.create(api, m.block_pvc(pvc, ns, size, None, {"app": "demo"}))
+        k.create(api, m.block_pvc(pvc, ns, size, APP_CLASS, {"app": "demo"}))
     if app_pod:
         devices = {pvc: f"/dev/xvd{chr(ord('a') + i)}" for i, pvc in enumerate(pvcs)}
         core.create_namespaced_pod(ns, demo_pod("app", devices, labels={"app": "demo"}, interval=0.02))

@@ -10,31 +10,35 @@ import pytest
 
 from localcluster.controllers import names as n
 from localcluster.controllers.kube import (
+    CSI_DRIVER,
     PV,
     PVC,
     SMS,
     STORAGE_CLASS,
+    VGS_CLASS,
     VS,
     VS_CLASS,
     VSC,
     format_quantity,
-    parse_quantity,  # fmt: skip
+    parse_quantity,
 )
-from localcluster.controllers.plugin import mkfs_available
 from movers.cbt import discovery
 from movers.cbt.client import SnapshotMetadataClient
 from movers.cbt.tokens import TokenRequestToken
 from movers.errors import CbtAuthError, CbtUnavailableError
 from tests.test_controllers_helpers import (
+    DISK,
     DRIVER,
     NS,
+    SC,
     MiB,
     bound,
     gone,
     local_cluster,
     make_bound_claim,
+    node_affinity,
     pvc,
-    ready,  # fmt: skip
+    ready,
     snapshot,
     wait_event,
     wait_for,
@@ -52,22 +56,56 @@ def cluster(tmp_path):
 
 def test_quantities():
     assert [parse_quantity(q) for q in ("1Gi", "16Mi", "1G", "1500", "1.5Ki", "2e3", 7)] == [
-        1 << 30, 16 << 20, 10**9, 1500, 1536, 2000, 7]  # fmt: skip
+        1 << 30,
+        16 << 20,
+        10**9,
+        1500,
+        1536,
+        2000,
+        7,
+    ]
     assert [format_quantity(b) for b in (1 << 30, 16 << 20, 1536, 10**9)] == ["1Gi", "16Mi", "1536", "1000000000"]
     with pytest.raises(ValueError):
         parse_quantity("lots")
 
 
-def test_defaults_and_block_and_filesystem_claims_bind(cluster):
+def test_two_drivers_with_the_plan_s_classes(cluster):
     c = cluster
-    sc = c.kube.get(STORAGE_CLASS, "local-block")
-    assert sc["provisioner"] == DRIVER and sc["metadata"]["annotations"][n.ANN_DEFAULT_STORAGE_CLASS] == "true"
-    vsclass = c.kube.get(VS_CLASS, "local-snapclass")
-    assert vsclass["driver"] == DRIVER and vsclass["deletionPolicy"] == "Delete"
-    assert vsclass["metadata"]["annotations"][n.ANN_DEFAULT_SNAPSHOT_CLASS] == "true"
+    classes = {sc["metadata"]["name"]: sc for sc in c.kube.list(STORAGE_CLASS)[0]}
+    table = {
+        name: (
+            sc["provisioner"],
+            sc["volumeBindingMode"],
+            (sc.get("parameters") or {}).get("csi.storage.k8s.io/fstype"),
+            (sc["metadata"].get("annotations") or {}).get(n.ANN_DEFAULT_STORAGE_CLASS),
+            sc["reclaimPolicy"],
+        )
+        for name, sc in classes.items()
+    }
+    wffc = "WaitForFirstConsumer"
+    assert table == {
+        "standard": (DISK, wffc, "ext4", "true", "Delete"),
+        "disk-ntfs": (DISK, wffc, "ntfs", None, "Delete"),
+        "disk-immediate": (DISK, "Immediate", None, None, "Delete"),
+        "csi-hostpath-sc": (DRIVER, wffc, "ext4", None, "Delete"),
+        "csi-hostpath-xfs": (DRIVER, wffc, "xfs", None, "Delete"),
+        "csi-hostpath-immediate": (DRIVER, "Immediate", None, None, "Delete"),
+    }
+    snapclasses = {v["metadata"]["name"]: v for v in c.kube.list(VS_CLASS)[0]}
+    assert {
+        name: (v["driver"], v["deletionPolicy"], v["metadata"]["annotations"][n.ANN_DEFAULT_SNAPSHOT_CLASS])
+        for name, v in snapclasses.items()
+    } == {"csi-hostpath-snapclass": (DRIVER, "Delete", "true"), "disk-snapclass": (DISK, "Delete", "true")}
+    groupclasses = c.kube.list(VGS_CLASS)[0]
+    assert [(g["metadata"]["name"], g["driver"]) for g in groupclasses] == [("csi-hostpath-groupsnapclass", DRIVER)]
+    assert {d["metadata"]["name"] for d in c.kube.list(CSI_DRIVER)[0]} == {DRIVER, DISK}
+    assert [s["metadata"]["name"] for s in c.kube.list(SMS)[0]] == [DRIVER], "CBT only for hostpath"
 
-    block, block_pv = make_bound_claim(c, "block", size="8Mi", storage_class="local-block")
-    fs, fs_pv = make_bound_claim(c, "fs", size="12Mi", mode="Filesystem")  # no class: the default one
+
+def test_block_and_filesystem_claims_bind_with_node_affinity_and_fstype(cluster):
+    c = cluster
+    block, block_pv = make_bound_claim(c, "block", size="8Mi", node="node-b")
+    fs, fs_pv = make_bound_claim(c, "fs", size="12Mi", mode="Filesystem", storage_class="csi-hostpath-xfs")
     for claim, pv, mode, size in ((block, block_pv, "Block", "8Mi"), (fs, fs_pv, "Filesystem", "12Mi")):
         md = claim["metadata"]
         assert pv["metadata"]["name"] == f"pvc-{md['uid']}" == claim["spec"]["volumeName"]
@@ -79,17 +117,29 @@ def test_defaults_and_block_and_filesystem_claims_bind(cluster):
         spec = pv["spec"]
         assert spec["csi"]["driver"] == DRIVER and spec["volumeMode"] == mode and spec["capacity"] == {"storage": size}
         assert spec["claimRef"]["uid"] == md["uid"] and spec["claimRef"]["name"] == md["name"]
-        assert spec["persistentVolumeReclaimPolicy"] == "Delete" and spec["storageClassName"] == "local-block"
+        assert spec["persistentVolumeReclaimPolicy"] == "Delete"
         assert pv["status"]["phase"] == "Bound" and pv["metadata"]["annotations"][n.ANN_PROVISIONED_BY] == DRIVER
         assert set(pv["metadata"]["finalizers"]) == {n.FIN_PV_PROTECTION, n.FIN_PROVISIONER}
         assert c.store.volume_size(spec["csi"]["volumeHandle"]) == parse_quantity(size)
-    assert "fsType" not in block_pv["spec"]["csi"] and fs_pv["spec"]["csi"]["fsType"] == "ext4"
-    if mkfs_available():  # ext4 superblock magic at 1024 + 56
-        with open(c.store.volume_path(fs_pv["spec"]["csi"]["volumeHandle"]), "rb") as f:
-            f.seek(1080)
-            assert f.read(2) == b"\x53\xef"
-    provisioned = [e.reason for e in c.core.list_namespaced_event(NS, field_selector="involvedObject.name=fs").items]
-    assert sorted(provisioned) == ["Provisioning", "ProvisioningSucceeded"]
+    assert block_pv["spec"]["storageClassName"] == SC and fs_pv["spec"]["storageClassName"] == "csi-hostpath-xfs"
+    assert "fsType" not in block_pv["spec"]["csi"] and fs_pv["spec"]["csi"]["fsType"] == "xfs"
+    assert node_affinity(block_pv) == ("topology.hostpath.csi/node", ["node-b"])
+    assert node_affinity(fs_pv) == ("topology.hostpath.csi/node", ["node-a"])
+    with open(c.store.volume_path(fs_pv["spec"]["csi"]["volumeHandle"]), "rb") as f:
+        assert not f.read(1 << 16).strip(b"\0"), (
+            "the node formats a Filesystem volume at its first mount, not the driver"
+        )
+    events = [
+        (e.source.component, e.reason)
+        for e in c.core.list_namespaced_event(NS, field_selector="involvedObject.name=fs").items
+    ]
+    assert sorted(events) == sorted(
+        [
+            ("persistentvolume-controller", "ExternalProvisioning"),
+            (f"{DRIVER}_csi-provisioner", "Provisioning"),
+            (f"{DRIVER}_csi-provisioner", "ProvisioningSucceeded"),
+        ]
+    )
 
 
 def test_claims_of_other_provisioners_are_left_alone(cluster):
@@ -108,9 +158,18 @@ def test_claim_deletion_follows_the_reclaim_policy_and_pod_protection(cluster):
     _, gone_pv = make_bound_claim(c, "scratch")
     _, kept_pv = make_bound_claim(c, "kept", storage_class="keep")
     assert n.FIN_PROVISIONER not in kept_pv["metadata"]["finalizers"]
-    c.core.create_namespaced_pod(NS, {"metadata": {"name": "user"}, "spec": {"containers": [
-        {"name": "c", "image": "demo", "volumeDevices": [{"name": "d", "devicePath": "/dev/xvda"}]}],
-        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "scratch"}}]}})  # fmt: skip
+    c.core.create_namespaced_pod(
+        NS,
+        {
+            "metadata": {"name": "user"},
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "demo", "volumeDevices": [{"name": "d", "devicePath": "/dev/xvda"}]}
+                ],
+                "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "scratch"}}],
+            },
+        },
+    )
     c.core.delete_namespaced_persistent_volume_claim("scratch", NS)
     c.core.delete_namespaced_persistent_volume_claim("kept", NS)
     make_bound_claim(c, "later")  # queued after both deletions
@@ -123,8 +182,9 @@ def test_claim_deletion_follows_the_reclaim_policy_and_pod_protection(cluster):
     wait_for(c.kube, PV, gone_pv["metadata"]["name"], gone, namespace=None)
     assert not c.store.volume_path(gone_pv["spec"]["csi"]["volumeHandle"]).exists()
 
-    released = wait_for(c.kube, PV, kept_pv["metadata"]["name"], lambda o: o["status"]["phase"] == "Released",
-                        namespace=None)  # fmt: skip
+    released = wait_for(
+        c.kube, PV, kept_pv["metadata"]["name"], lambda o: o["status"]["phase"] == "Released", namespace=None
+    )
     assert c.store.volume_path(released["spec"]["csi"]["volumeHandle"]).exists()
     c.core.delete_persistent_volume(released["metadata"]["name"])  # a Released PV may go; its storage stays
     wait_for(c.kube, PV, released["metadata"]["name"], gone, namespace=None)
@@ -154,7 +214,7 @@ def test_snapshot_readiness_transition_and_upstream_fields(tmp_path):
 
         vs = c.kube.get(VS, "snap", NS)
         uid = vs["metadata"]["uid"]
-        assert vs["spec"]["volumeSnapshotClassName"] == "local-snapclass"
+        assert vs["spec"]["volumeSnapshotClassName"] == "csi-hostpath-snapclass"
         assert set(vs["metadata"]["finalizers"]) == {n.FIN_VS_AS_SOURCE, n.FIN_VS_BOUND}
         status = vs["status"]
         assert status["boundVolumeSnapshotContentName"] == f"snapcontent-{uid}" and status["restoreSize"] == "16Mi"
@@ -165,7 +225,7 @@ def test_snapshot_readiness_transition_and_upstream_fields(tmp_path):
         spec, cstatus = vsc["spec"], vsc["status"]
         assert spec["driver"] == DRIVER and spec["source"] == {"volumeHandle": handle}
         assert spec["sourceVolumeMode"] == "Block" and spec["deletionPolicy"] == "Delete"
-        assert spec["volumeSnapshotClassName"] == "local-snapclass"
+        assert spec["volumeSnapshotClassName"] == "csi-hostpath-snapclass"
         ref = spec["volumeSnapshotRef"]
         assert (ref["kind"], ref["name"], ref["namespace"], ref["uid"]) == ("VolumeSnapshot", "snap", NS, uid)
         assert cstatus["readyToUse"] is True and cstatus["restoreSize"] == 16 * MiB
@@ -181,10 +241,17 @@ def test_snapshot_of_a_missing_claim_reports_then_recovers(cluster):
     c = cluster
     c.kube.create(VS, snapshot("early", "later"), NS)
     failed = wait_for(c.kube, VS, "early", lambda o: (o.get("status") or {}).get("error"))
-    assert failed["status"]["readyToUse"] is False
-    assert 'failed to retrieve PVC later from the lister: persistentvolumeclaim \\"later\\" not found' in \
-        failed["status"]["error"]["message"]  # fmt: skip
-    assert wait_event(c.kube, "early", "SnapshotContentCreationFailed")["type"] == "Warning"
+    message = (
+        "Failed to set default snapshot class with error failed to retrieve PVC later from the lister:"
+        ' "persistentvolumeclaim \\"later\\" not found"'
+    )
+    assert failed["status"]["error"]["message"] == message and "readyToUse" not in failed["status"]
+    event = wait_event(c.kube, "early", "SetDefaultSnapshotClassFailed")
+    assert (event["type"], event["message"], event["source"]["component"]) == (
+        "Warning",
+        message,
+        "snapshot-controller",
+    )
     make_bound_claim(c, "later")
     done = wait_for(c.kube, VS, "early", ready)
     assert "error" not in done["status"]
@@ -226,10 +293,12 @@ def test_restore_from_snapshot_copies_data_and_checks_size(cluster):
     with open(path, "rb") as f:
         assert os.pread(f.fileno(), len(payload), 5 * MiB) == payload
 
-    c.kube.create(PVC, pvc("small", size="8Mi", snapshot="snap"), NS)
+    c.kube.create(PVC, pvc("small", size="8Mi", snapshot="snap", node="node-b"), NS)
     event = wait_event(c.kube, "small", "ProvisioningFailed")
-    assert f"requested volume size {8 * MiB} is less than the size {16 * MiB} for the source snapshot snap" in \
-        event["message"]  # fmt: skip
+    assert (
+        f"requested volume size {8 * MiB} is less than the size {16 * MiB} for the source snapshot snap"
+        in event["message"]
+    )
     assert c.kube.get(PVC, "small", NS)["status"]["phase"] == "Pending"
     # the snapshot cannot go while a claim is being restored from it
     c.kube.delete(VS, "snap", NS)
@@ -246,12 +315,13 @@ def test_volume_mode_change_needs_the_content_annotation(cluster):
     content = vs["status"]["boundVolumeSnapshotContentName"]
     assert c.kube.get(VSC, content)["spec"]["sourceVolumeMode"] == "Filesystem"
 
-    c.kube.create(PVC, pvc("asblock", mode="Block", snapshot="fssnap"), NS)
+    c.kube.create(PVC, pvc("asblock", mode="Block", snapshot="fssnap", node="node-a"), NS)
     event = wait_event(c.kube, "asblock", "ProvisioningFailed")
     assert event["type"] == "Warning"
-    assert (f"requested volume {NS}/asblock modifies the mode of the source volume but does not have permission to"
-            f" do so. {n.ANN_ALLOW_MODE_CHANGE} annotation is not present on snapshotcontent {content}") in \
-        event["message"]  # fmt: skip
+    assert (
+        f"requested volume {NS}/asblock modifies the mode of the source volume but does not have permission to"
+        f" do so. {n.ANN_ALLOW_MODE_CHANGE} annotation is not present on snapshotcontent {content}"
+    ) in event["message"]
     claim = c.kube.get(PVC, "asblock", NS)
     assert claim["status"]["phase"] == "Pending" and not claim["spec"].get("volumeName")
 
@@ -264,8 +334,11 @@ def test_cbt_delta_through_the_product_client(cluster):
     c = cluster
     sms = c.kube.get(SMS, DRIVER)
     service = discovery.snapshot_metadata_service(c.served.client, DRIVER)
-    assert (service.address, service.audience, sms["spec"]["audience"]) == (c.ctl.metadata.address, "snapshot-metadata",
-                                                                             "snapshot-metadata")  # fmt: skip
+    assert (service.address, service.audience, sms["spec"]["audience"]) == (
+        c.ctl.metadata.address,
+        "snapshot-metadata",
+        "snapshot-metadata",
+    )
     assert service.ca_pem == c.ctl.metadata.ca_pem
     c.core.create_namespaced_service_account(NS, {"metadata": {"name": "mover"}})
     # what the metadata server's SubjectAccessReview checks for the mover's token
@@ -287,8 +360,11 @@ def test_cbt_delta_through_the_product_client(cluster):
     tokens = TokenRequestToken(c.core, NS, "mover", service.audience)
     with SnapshotMetadataClient(service.address, service.ca_pem, tokens) as client:
         assert list(client.allocated(NS, "snap-1")) == [(0, BLOCK), (MiB, 2 * BLOCK)]
-        assert list(client.delta(NS, base.handle, "snap-2")) == [(BLOCK, BLOCK), (MiB + BLOCK, BLOCK),
-                                                                  (8 * MiB - BLOCK, BLOCK)]  # fmt: skip
+        assert list(client.delta(NS, base.handle, "snap-2")) == [
+            (BLOCK, BLOCK),
+            (MiB + BLOCK, BLOCK),
+            (8 * MiB - BLOCK, BLOCK),
+        ]
     wrong = TokenRequestToken(c.core, NS, "mover", "another-audience")
     with SnapshotMetadataClient(service.address, service.ca_pem, wrong, retries=0) as client:
         with pytest.raises(CbtAuthError):
@@ -296,16 +372,18 @@ def test_cbt_delta_through_the_product_client(cluster):
 
 
 def test_cbt_and_group_snapshots_can_be_turned_off(tmp_path):
-    from localcluster.controllers.kube import VGS, VGS_CLASS, VGSC
+    from localcluster.controllers.kube import VGS, VGSC
 
     with local_cluster(tmp_path, cbt=False, group_snapshots=False) as c:
         assert c.ctl.metadata is None and c.ctl.groups is None and c.ctl.group_version == "v1"
-        assert c.kube.get(SMS, DRIVER) is None and c.kube.get(VGS_CLASS, "local-groupclass") is None
+        assert c.kube.get(SMS, DRIVER) is None
+        assert c.kube.get(VGS_CLASS, "csi-hostpath-groupsnapclass") is not None, "the CRDs and classes are installed"
         with pytest.raises(CbtUnavailableError):
             discovery.snapshot_metadata_service(c.served.client, DRIVER)
         make_bound_claim(c, "data", labels={"app": "db"})
-        c.kube.create(VGS, {"metadata": {"name": "group"}, "spec": {"source": {"selector": {
-            "matchLabels": {"app": "db"}}}}}, NS)  # fmt: skip
+        c.kube.create(
+            VGS, {"metadata": {"name": "group"}, "spec": {"source": {"selector": {"matchLabels": {"app": "db"}}}}}, NS
+        )
         c.kube.create(VS, snapshot("single", "data"), NS)
         wait_for(c.kube, VS, "single", ready)  # the other controllers run
         assert "status" not in c.kube.get(VGS, "group", NS) and c.kube.list(VGSC)[0] == []
@@ -328,7 +406,7 @@ def test_a_controller_that_cannot_list_stops_cleanly(tmp_path):
     import threading
     from types import SimpleNamespace
 
-    from localcluster.controllers import CsiPlugin, Kube, LocalControllers, SnapshotController, api_client_for
+    from localcluster.controllers import Kube, LocalControllers, SnapshotController, api_client_for
     from localcluster.kubeapi import KubeAPI
     from localcluster.storage import VolumeStore
 
@@ -339,7 +417,7 @@ def test_a_controller_that_cannot_list_stops_cleanly(tmp_path):
             LocalControllers(wrong, store).start()
         api_client = api_client_for(wrong)
         try:
-            controller = SnapshotController(Kube(api_client), CsiPlugin(store, DRIVER))
+            controller = SnapshotController(Kube(api_client))
             with pytest.raises(TimeoutError, match="listing volumesnapshots"):
                 controller.start(timeout=0.3)
         finally:

@@ -32,7 +32,7 @@ def test_group_members_named_linked_and_deleted_as_upstream(tmp_path, version):
     with local_cluster(tmp_path, api={"group_snapshot_versions": SERVED[version]}) as c:
         assert c.ctl.group_version == version
         vgs_res, vgsc_res = VGS.at(version), VGSC.at(version)
-        assert c.kube.get(VGS_CLASS.at(version), "local-groupclass")["metadata"]["annotations"] == {
+        assert c.kube.get(VGS_CLASS.at(version), "csi-hostpath-groupsnapclass")["metadata"]["annotations"] == {
             n.ANN_DEFAULT_GROUP_CLASS: "true"}  # fmt: skip
         _, db_pv = make_bound_claim(c, "db", labels={"app": "shop"})
         _, log_pv = make_bound_claim(c, "log", mode="Filesystem", size="8Mi", labels={"app": "shop"})
@@ -41,7 +41,7 @@ def test_group_members_named_linked_and_deleted_as_upstream(tmp_path, version):
         vgs = wait_for(c.kube, vgs_res, "shop", ready)
 
         uid = vgs["metadata"]["uid"]
-        assert vgs["spec"]["volumeGroupSnapshotClassName"] == "local-groupclass"
+        assert vgs["spec"]["volumeGroupSnapshotClassName"] == "csi-hostpath-groupsnapclass"
         assert vgs["metadata"]["finalizers"] == [n.FIN_VGS_BOUND]
         assert set(vgs["status"]) == {"boundVolumeGroupSnapshotContentName", "readyToUse", "creationTime"}
         vgsc = c.kube.get(vgsc_res, vgs["status"]["boundVolumeGroupSnapshotContentName"])
@@ -50,7 +50,7 @@ def test_group_members_named_linked_and_deleted_as_upstream(tmp_path, version):
         spec, cstatus = vgsc["spec"], vgsc["status"]
         assert sorted(spec["source"]["volumeHandles"]) == sorted(handles)
         assert (spec["driver"], spec["deletionPolicy"], spec["volumeGroupSnapshotClassName"]) == (
-            DRIVER, "Delete", "local-groupclass")  # fmt: skip
+            DRIVER, "Delete", "csi-hostpath-groupsnapclass")  # fmt: skip
         assert spec["volumeGroupSnapshotRef"]["uid"] == uid and cstatus["readyToUse"] is True
         if version == "v1beta1":
             assert "volumeSnapshotInfoList" not in cstatus
@@ -146,10 +146,12 @@ def test_group_selecting_nothing_reports_then_recovers(tmp_path):
     with local_cluster(tmp_path) as c:
         c.kube.create(VGS, group("waiting", app="late"), NS)
         failed = wait_for(c.kube, VGS, "waiting", lambda o: (o.get("status") or {}).get("error"))
-        assert failed["status"]["readyToUse"] is False
-        assert (
-            "label selector app=late for group snapshot not applied to any PVC" in failed["status"]["error"]["message"]
+        message = (
+            "Failed to set default group snapshot class with error label selector app=late for group snapshot not"
+            " applied to any PVC"
         )
+        assert failed["status"]["error"]["message"] == message and "readyToUse" not in failed["status"]
+        assert wait_event(c.kube, "waiting", "SetDefaultGroupSnapshotClassFailed")["message"] == message
         make_bound_claim(c, "late", labels={"app": "late"})
         done = wait_for(c.kube, VGS, "waiting", ready)
         assert "error" not in done["status"]

@@ -9,16 +9,27 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from localcluster import drivers
 from localcluster.controllers import LocalControllers
-from localcluster.controllers.kube import EVENT, PVC, Kube, Res
+from localcluster.controllers import names as n
+from localcluster.controllers.kube import CSI_NODE, EVENT, NODE, PVC, Kube, Res
 from localcluster.kubeapi.testing import Kube as Served
 from localcluster.kubeapi.testing import serve
+from localcluster.nodes import DEFAULT_NODES, NodeSpec
 from localcluster.storage import VolumeStore
 
 NS = "apps"
-DRIVER = "hostpath.csi.k8s.io"
+DRIVER = drivers.HOSTPATH.name
+DISK = drivers.DISK.name
+SC = "csi-hostpath-sc"  # the app's class (WaitForFirstConsumer)
 MiB = 1 << 20
-THREAD_PREFIXES = ("csi-volumes", "snapshot-controller", "group-snapshot-controller")
+THREAD_PREFIXES = (
+    "csi-volumes",
+    "snapshot-controller",
+    "group-snapshot-controller",
+    "csi-snapshotter",
+    "csi-group-snapshotter",
+)
 
 
 @dataclass
@@ -34,20 +45,26 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def local_cluster(tmp_path, api: dict | None = None, **settings) -> Iterator[Cluster]:
-    """An emulator, a volume store and the controllers; everything stopped (and loop devices detached) after."""
+def local_cluster(tmp_path, api: dict | None = None, nodes: bool = True, **settings) -> Iterator[Cluster]:
+    """An emulator with the strict cluster's Node and CSINode objects (``localcluster.nodes.DEFAULT_NODES``, as
+    their kubelets register them; no kubelet runs; ``nodes=False``: none), a volume store and the controllers;
+    everything stopped (and loop devices detached) after."""
+    before = set(threading.enumerate())  # another cluster's (a module fixture's) threads may be running
     with serve(tmp_path, namespaces=("default", NS), **(api or {})) as served:
         store = VolumeStore(tmp_path / "storage")
         ctl = LocalControllers(served.api, store, **settings)
+        kube = Kube(served.client, "tests")
         try:
+            for spec in DEFAULT_NODES if nodes else ():
+                add_node(kube, spec)
             ctl.start()
-            yield Cluster(served, store, ctl, Kube(served.client, "tests"))
+            yield Cluster(served, store, ctl, kube)
         finally:
             try:
                 ctl.stop()
             finally:
                 store.detach_all()
-    left = [t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIXES)]
+    left = [t.name for t in threading.enumerate() if t not in before and t.name.startswith(THREAD_PREFIXES)]
     assert not left, f"controller threads still running: {left}"
 
 
@@ -114,14 +131,41 @@ def gone(obj: dict | None) -> bool:
     return obj is None
 
 
-def pvc(name: str, size: str = "16Mi", mode: str = "Block", *, storage_class: str | None = None,
-        labels: dict | None = None, snapshot: str | None = None) -> dict:  # fmt: skip
+def add_node(kube: Kube, spec: NodeSpec, csinode: bool = True) -> dict:
+    """The Node (labels, taints) and, unless ``csinode=False``, the CSINode listing the CSI node plugins that run
+    there, as the node's kubelet registers them."""
+    node = kube.create(
+        NODE,
+        {"metadata": {"name": spec.name, "labels": spec.node_labels("amd64")}, "spec": {"taints": spec.taint_dicts()}},
+    )
+    if csinode:
+        drivers = [
+            {"name": d, "nodeID": spec.name, "topologyKeys": [key]} for d, key in sorted(spec.csi_drivers().items())
+        ]
+        kube.create(CSI_NODE, {"metadata": {"name": spec.name}, "spec": {"drivers": drivers}})
+    return node
+
+
+def pvc(
+    name: str,
+    size: str = "16Mi",
+    mode: str = "Block",
+    *,
+    storage_class: str | None = SC,
+    labels: dict | None = None,
+    snapshot: str | None = None,
+    node: str | None = None,
+) -> dict:
+    """A claim (``storage_class=None``: no class, i.e. the default one); ``node``: the scheduler's selected node."""
     spec = {"accessModes": ["ReadWriteOnce"], "volumeMode": mode, "resources": {"requests": {"storage": size}}}
     if storage_class is not None:
         spec["storageClassName"] = storage_class
     if snapshot is not None:
         spec["dataSource"] = {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": snapshot}
-    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+    md = {"name": name, "labels": labels or {}}
+    if node is not None:
+        md["annotations"] = {n.ANN_SELECTED_NODE: node}
+    return {"metadata": md, "spec": spec}
 
 
 def snapshot(name: str, claim: str, snapshot_class: str | None = None) -> dict:
@@ -131,13 +175,23 @@ def snapshot(name: str, claim: str, snapshot_class: str | None = None) -> dict:
     return {"metadata": {"name": name}, "spec": spec}
 
 
-def make_bound_claim(c: Cluster, name: str, **kw) -> tuple[dict, dict]:
-    """Create a claim and wait until bound: (claim, its PV)."""
+def make_bound_claim(c: Cluster, name: str, node: str | None = "node-a", **kw) -> tuple[dict, dict]:
+    """Create a claim with ``node`` selected (as the scheduler does for a pod using it) and wait until bound:
+    (claim, its PV)."""
     from localcluster.controllers.kube import PV
 
-    c.kube.create(PVC, pvc(name, **kw), NS)
+    c.kube.create(PVC, pvc(name, node=node, **kw), NS)
     claim = wait_for(c.kube, PVC, name, bound)
     return claim, c.kube.get(PV, claim["spec"]["volumeName"])
+
+
+def node_affinity(pv: dict) -> tuple[str, list[str]]:
+    """(key, values) of a PV's one required node selector requirement."""
+    terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert len(terms) == 1 and len(terms[0]["matchExpressions"]) == 1, terms
+    expr = terms[0]["matchExpressions"][0]
+    assert expr["operator"] == "In", expr
+    return expr["key"], expr["values"]
 
 
 def write_volume(c: Cluster, handle: str, writes: list[tuple[int, bytes]]) -> None:

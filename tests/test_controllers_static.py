@@ -79,12 +79,12 @@ def test_retain_drops_the_provisioner_finalizer_and_mismatched_static_claims_wai
     k.merge_patch(c.served.client, "PersistentVolume", None, name, m.reclaim_policy_patch("Retain"))
     wait_for(c.kube, PV, name, lambda o: n.FIN_PROVISIONER not in o["metadata"]["finalizers"], namespace=None)
 
-    c.kube.create(PVC, m.prebound_pvc("thief", NS, name, "16Mi", "local-block", "Block"), NS)
+    c.kube.create(PVC, m.prebound_pvc("thief", NS, name, "16Mi", "csi-hostpath-sc", "Block"), NS)
     assert "already bound to a different claim" in wait_event(c.kube, "thief", "FailedBinding")["message"]
 
     static = m.rebound_pv("static-fs", pv, NS, "wrong-mode", "Filesystem")
     c.kube.create(PV, {k_: v for k_, v in static.items() if k_ not in ("apiVersion", "kind")})
-    c.kube.create(PVC, m.prebound_pvc("wrong-mode", NS, "static-fs", "16Mi", "local-block", "Block"), NS)
+    c.kube.create(PVC, m.prebound_pvc("wrong-mode", NS, "static-fs", "16Mi", "csi-hostpath-sc", "Block"), NS)
     assert "volumeMode" in wait_event(c.kube, "wrong-mode", "VolumeMismatch")["message"]
     assert c.kube.get(PVC, "wrong-mode", NS)["status"].get("phase") != "Bound"
     # the PV controller marks a new PV Available on its own sync, not before it reports the claim's mismatch

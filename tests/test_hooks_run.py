@@ -29,7 +29,12 @@ def py(name, code, **kw):
 def cluster(local_cluster):
     core = client.CoreV1Api(local_cluster.client)
     core.create_namespace({"metadata": {"name": NS}})
-    spec = {"accessModes": ["ReadWriteOnce"], "volumeMode": "Block", "resources": {"requests": {"storage": "16Mi"}}}
+    spec = {
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Block",
+        "resources": {"requests": {"storage": "16Mi"}},
+        "storageClassName": "csi-hostpath-sc",
+    }  # the demo app's class
     core.create_namespaced_persistent_volume_claim(NS, {"metadata": {"name": "data"}, "spec": spec})
     annotations = {
         "pre.hook.backup.velero.io/command": '["python", "-m", "localcluster.demo_app", "freeze"]',

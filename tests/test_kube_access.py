@@ -26,7 +26,7 @@ def test_a_403_is_an_access_error_with_the_apis_message(tmp_path):
         assert (err.exit_code, err.status, err.retriable) == (errors.EXIT_ACCESS, 403, False)
         assert isinstance(err, errors.KubeAccessDenied) and "\n" not in str(err)
         assert str(err) == (
-            "creating Secret closing/x: 403 secrets \"x\" is forbidden: unable to create new content in"
+            'creating Secret closing/x: 403 secrets "x" is forbidden: unable to create new content in'
             " namespace closing because it is being terminated"
         )
     assert k.ForbiddenError("m", 403).exit_code == 6 and k.KubeError("m", 403).exit_code == errors.EXIT_INTERNAL

@@ -18,6 +18,8 @@ from movers.kube import cleanup, pods, snapshots
 from movers.kube import manifests as m
 
 MiB = 1 << 20
+APP_CLASS = "csi-hostpath-sc"  # WaitForFirstConsumer: for claims a pod uses
+IMMEDIATE = "csi-hostpath-immediate"  # for claims snapshotted before (or without) any pod using them
 
 
 @pytest.fixture
@@ -38,11 +40,11 @@ def test_manifests_accepted_and_cleaned_up(local_cluster, ns):
     version = k.served_group_snapshot_version(api)
     assert version == "v1"
     labels = _labels("r1")
-    k.create(api, m.block_pvc("data", ns, "8Mi", None, labels))
+    k.create(api, m.block_pvc("data", ns, "8Mi", IMMEDIATE, labels))
     vs = k.create(api, m.volume_snapshot("snap", ns, "data", None, labels))
     assert vs["spec"]["source"]["persistentVolumeClaimName"] == "data"
     vs = snapshots.wait_snapshot_ready(api, "VolumeSnapshot", ns, "snap", timeout=20)
-    k.create(api, m.pvc_from_snapshot("read", ns, "snap", "8Mi", "local-block", labels))
+    k.create(api, m.pvc_from_snapshot("read", ns, "snap", "8Mi", IMMEDIATE, labels))
     content = vs["status"]["boundVolumeSnapshotContentName"]
     patched = snapshots.patch_content_annotation(api, content)
     assert patched["metadata"]["annotations"][m.ALLOW_VOLUME_MODE_CHANGE] == "true"
@@ -68,8 +70,8 @@ def test_group_snapshot_members_map_to_pvcs(local_cluster, ns):
     api = local_cluster.client
     version = k.served_group_snapshot_version(api)
     for pvc in ("db", "logs"):
-        k.create(api, m.block_pvc(pvc, ns, "8Mi", None, {"app": "shop"}))
-    k.create(api, m.block_pvc("other", ns, "8Mi", None, {"app": "unrelated"}))
+        k.create(api, m.block_pvc(pvc, ns, "8Mi", IMMEDIATE, {"app": "shop"}))
+    k.create(api, m.block_pvc("other", ns, "8Mi", IMMEDIATE, {"app": "unrelated"}))
     # an application's PVCs are bound before anyone snapshots them; under load binding can lag creation
     core = client.CoreV1Api(api)
     wait_until(lambda: all(core.read_namespaced_persistent_volume_claim(p, ns).status.phase == "Bound"
@@ -94,7 +96,7 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
     cluster, api = local_cluster, local_cluster.client
     core = client.CoreV1Api(api)
     labels = _labels("r3")
-    k.create(api, m.block_pvc("data", ns, "16Mi", None, {"app": "shop"}))
+    k.create(api, m.block_pvc("data", ns, "16Mi", APP_CLASS, {"app": "shop"}))
     pvc_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "writer", "namespace": ns},
                "spec": {"restartPolicy": "Never", "containers": [{
                    "name": "w", "image": "busybox", "command": [sys.executable, "-c",
@@ -106,7 +108,7 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
     snapshots.wait_snapshot_ready(api, "VolumeSnapshot", ns, "snap", timeout=20)
     ref = resolve_snapshot(api, ns, "snap")
     audience = snapshot_metadata_service(api, ref.driver).audience
-    k.create(api, m.pvc_from_snapshot("snap-read", ns, "snap", "16Mi", None, labels))
+    k.create(api, m.pvc_from_snapshot("snap-read", ns, "snap", "16Mi", APP_CLASS, labels))
 
     bucket = f"backups-{ns}"[:63]
     cluster.s3.client().create_bucket(Bucket=bucket)
@@ -137,7 +139,7 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
 
 def test_failed_pod_reports_exit_code_and_log_tail(local_cluster, ns):
     api = local_cluster.client
-    k.create(api, m.block_pvc("data", ns, "8Mi", None, None))
+    k.create(api, m.block_pvc("data", ns, "8Mi", APP_CLASS, None))
     client.CoreV1Api(api).create_namespaced_secret(ns, {"metadata": {"name": "repo"}, "stringData": {
         "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "CBT_MOVER_REPO": "s3://nowhere/repo"}})  # fmt: skip
     args = m.restore_args(volume="v", repo="file:///nonexistent/repo")
@@ -159,7 +161,7 @@ def test_older_group_snapshot_version_is_detected_and_used(make_local_cluster):
     client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
     version = k.served_group_snapshot_version(api)
     assert version == "v1beta2"
-    k.create(api, m.block_pvc("db", ns, "8Mi", None, {"app": "shop"}))
+    k.create(api, m.block_pvc("db", ns, "8Mi", IMMEDIATE, {"app": "shop"}))
     k.create(api, m.volume_group_snapshot("g", ns, {"matchLabels": {"app": "shop"}}, None, version, _labels("r5")))
     vgs = snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "g", timeout=30)
     assert vgs["apiVersion"].endswith("/v1beta2")

@@ -520,7 +520,7 @@ def test_pod_scheduling_fields(kube):
 def test_a_pod_naming_a_missing_service_account_is_refused_before_validation(kube):
     """The ServiceAccount admission plugin (a mutating one) runs before the object is validated."""
     code, body = refused(kube.core.create_namespaced_pod, "default", pod(serviceAccountName="Mover"))
-    assert code == 403 and 'error looking up service account default/Mover' in body["message"], body
+    assert code == 403 and "error looking up service account default/Mover" in body["message"], body
 
 
 def test_pod_resources(kube):

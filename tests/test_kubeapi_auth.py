@@ -133,11 +133,23 @@ def test_bearer_authentication_and_reviews(tmp_path):
         assert kube.raw("GET", "/api/v1/namespaces/default/pods", token=scoped)[0] == 401
         admin = kube.authn.create_self_subject_review({}).status.user_info
         assert admin.username == "kubernetes-admin" and "system:masters" in admin.groups
-        review = {"spec": {"user": "system:serviceaccount:default:app", "resourceAttributes": {
-            "verb": "get", "group": "snapshot.storage.k8s.io", "resource": "volumesnapshots", "namespace": "default"}}}
+        review = {
+            "spec": {
+                "user": "system:serviceaccount:default:app",
+                "resourceAttributes": {
+                    "verb": "get",
+                    "group": "snapshot.storage.k8s.io",
+                    "resource": "volumesnapshots",
+                    "namespace": "default",
+                },
+            }
+        }
         assert not AuthorizationV1Api(kube.client).create_subject_access_review(review).status.allowed
-        kube.grant("default", "default/app", [{"apiGroups": ["snapshot.storage.k8s.io"],
-                                               "resources": ["volumesnapshots"], "verbs": ["get"]}])
+        kube.grant(
+            "default",
+            "default/app",
+            [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"], "verbs": ["get"]}],
+        )
         assert AuthorizationV1Api(kube.client).create_subject_access_review(review).status.allowed  # fmt: skip
 
 

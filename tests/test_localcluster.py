@@ -30,7 +30,12 @@ MiB = 1 << 20
 
 
 def block_pvc(name, size="32Mi", source=None):
-    spec = {"accessModes": ["ReadWriteOnce"], "volumeMode": "Block", "resources": {"requests": {"storage": size}}}
+    spec = {
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Block",
+        "resources": {"requests": {"storage": size}},
+        "storageClassName": "csi-hostpath-sc",
+    }  # the app's class (WaitForFirstConsumer, bound by the pod)
     if source:
         spec["dataSource"] = {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": source}
     return {"metadata": {"name": name}, "spec": spec}

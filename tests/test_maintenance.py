@@ -122,8 +122,10 @@ def test_policy_retention_then_prune_and_full_verify(repo_url, harness, tmp_path
     assert sum(1 for k in store.list(pack.PACK_PREFIX)) < sum(1 for k in before if k.startswith(pack.PACK_PREFIX))
     assert len(restores_exactly(repo_url, expected, tmp_path)) == 6
 
-    latest = {what: max(artifacts(artifact_key(repo_url, what)), key=lambda a: a.created)
-              for what in ("retention", "prune", "verify")}
+    latest = {
+        what: max(artifacts(artifact_key(repo_url, what)), key=lambda a: a.created)
+        for what in ("retention", "prune", "verify")
+    }
     rows = json.loads(latest["retention"].data)
     assert sorted(r["backup"] for r in rows if r["action"] == "forget") == sorted(
         made["shop/db"][:2] + made["shop/logs"][:1])  # fmt: skip

@@ -1,24 +1,42 @@
-"""``LocalControllers``: the driver, the snapshot and group snapshot controllers and the CBT service, together.
+"""``LocalControllers``: the drivers' control planes, the snapshot and group snapshot controllers and the CBT
+service, together.
 
     with KubeAPI() as api, LocalControllers(api, VolumeStore(tmp / "storage")) as ctl:
         ...  # PVCs bind, snapshots become ready, ctl.metadata.address serves CBT
 
 ``api`` is a running ``KubeAPI`` (or anything with ``url`` and ``token``); the controllers reach it over HTTP
-with the official client, like out-of-process controllers would. ``start()`` creates, when absent, the
-cluster-wide defaults (the CSIDriver object; StorageClass ``local-block`` marked default, binding Immediate,
-reclaim Delete; VolumeSnapshotClass ``local-snapclass`` and, when group snapshots run, VolumeGroupSnapshotClass
-``local-groupclass``, both default for the driver with deletionPolicy Delete), then starts each controller (each
-has listed everything it watches when ``start()`` returns) and the metadata service. Settings:
+with the official client, like out-of-process controllers would. ``start()`` creates, when absent, what the
+drivers' installations create (``localcluster.drivers``: for each driver its CSIDriver object, its StorageClasses
+with reclaim policy Delete, its VolumeSnapshotClass and, for a driver with group snapshots, its
+VolumeGroupSnapshotClass, deletionPolicy Delete, default for the driver; ``standard`` is the default
+StorageClass), then starts, each having listed everything it watches when ``start()`` returns:
 
-- ``driver``: the CSI driver name (default ``hostpath.csi.k8s.io``); ``ready_delay``: seconds from taking a
-  snapshot to ``readyToUse: true`` (default 0.2); ``mkfs``: format new Filesystem volumes (default: when
-  ``mkfs.ext4`` exists);
+- per driver: a ``VolumeController`` (external-provisioner + the PV controller's part), a ``SnapshotSidecar``
+  (csi-snapshotter), a ``GroupSnapshotSidecar`` while group snapshots are processed, and for a driver with CBT a
+  ``MetadataService`` with its SnapshotMetadataService CR (``self.metadata``: the first one, the hostpath driver's);
+- once: the ``SnapshotController`` (snapshot-controller) and, while group snapshots are processed, the
+  ``GroupSnapshotController``. Exactly one controller acts on each object: the common ones on VolumeSnapshots and
+  VolumeGroupSnapshots, each driver's on its claims, PVs and contents.
+
+Settings (each off by default; each makes the cluster poorer or older in one point):
+
+- ``drivers``: the ``DriverSpec`` tuple (default ``DEFAULT_DRIVERS``); ``ready_delay``: seconds from taking a
+  snapshot to ``readyToUse: true`` (default 0.2);
 - ``cbt=False``: no SnapshotMetadata server and no SnapshotMetadataService CR (the product falls back to scans);
   ``audience`` / ``block_type`` configure the service otherwise;
-- ``group_snapshots=False``: no group snapshot controller and no group class (VolumeGroupSnapshots stay
-  unprocessed, as with the feature gate off). To emulate a cluster without the group snapshot CRDs, start the
-  API with ``KubeAPI(group_snapshot_versions=())``: the controller is then skipped whatever this says. With the
-  CRDs served, it speaks the group's preferred version (v1 > v1beta2 > v1beta1, from discovery).
+- ``group_snapshots="unprocessed"`` (``False`` is an alias): the group snapshot CRDs are served and the classes
+  exist, but nothing processes VolumeGroupSnapshots (no status at all), as with the snapshot-controller's
+  CSIVolumeGroupSnapshot feature gate off. A cluster without the CRDs is ``KubeAPI(group_snapshot_versions=())``:
+  no group class and no group controller then. With the CRDs served the controllers speak the group's preferred
+  version (v1 > v1beta2 > v1beta1, from discovery);
+- ``restore_size=False``: the drivers report no snapshot sizes, so contents (single and group members), the
+  VolumeSnapshots and the group contents' info lists carry no ``restoreSize``;
+- ``default_snapshot_class="none"``: the VolumeSnapshotClasses exist but none is default; ``"two"``: each driver
+  has a second default class ``<class>-retain`` (deletionPolicy Retain). Either way the snapshot-controller
+  refuses VolumeSnapshots that name no class (``SetDefaultSnapshotClassFailed``) and the metadata sidecar answers
+  UNAVAILABLE for group members (they name no class);
+- ``hostpath_group_capability=False``: the hostpath driver lacks the GroupController capability (its group class
+  still exists): its group contents fail with Unimplemented.
 
 ``stop()`` stops everything started, in reverse order, whatever happened; it does not touch the storage (loop
 devices belong to whoever attached them, e.g. the kubelet).
@@ -31,14 +49,16 @@ from typing import Any
 
 from localcluster.controllers import names as n
 from localcluster.controllers.driver import VolumeController
-from localcluster.controllers.groups import GroupSnapshotController
+from localcluster.controllers.groups import GroupSnapshotController, GroupSnapshotSidecar
 from localcluster.controllers.kube import CSI_DRIVER, STORAGE_CLASS, VGS, VGS_CLASS, VS_CLASS, Kube
 from localcluster.controllers.metadata import MetadataService
 from localcluster.controllers.plugin import CsiPlugin
-from localcluster.controllers.snapshots import SnapshotController
+from localcluster.controllers.snapshots import SnapshotController, SnapshotSidecar
+from localcluster.drivers import ANN_FSTYPE, DEFAULT_DRIVERS, HOSTPATH, DriverSpec
 from localcluster.storage import VolumeStore
 
 log = logging.getLogger(__name__)
+SNAPSHOT_CLASS_SETTINGS = ("one", "none", "two")
 
 
 def api_client_for(api: Any):
@@ -63,20 +83,45 @@ def served_version(api_client, group: str) -> str | None:
 
 
 class LocalControllers:
-    def __init__(self, api: Any, store: VolumeStore, *, driver: str = n.DEFAULT_DRIVER, cbt: bool = True,
-                 group_snapshots: bool = True, ready_delay: float = 0.2, mkfs: bool | None = None,
-                 audience: str = n.DEFAULT_AUDIENCE, block_type: str = "FIXED_LENGTH") -> None:  # fmt: skip
+    def __init__(
+        self,
+        api: Any,
+        store: VolumeStore,
+        *,
+        drivers: tuple[DriverSpec, ...] = DEFAULT_DRIVERS,
+        cbt: bool = True,
+        group_snapshots: bool | str = True,
+        ready_delay: float = 0.2,
+        restore_size: bool = True,
+        default_snapshot_class: str = "one",
+        hostpath_group_capability: bool = True,
+        audience: str = n.DEFAULT_AUDIENCE,
+        block_type: str = "FIXED_LENGTH",
+    ) -> None:
+        if group_snapshots not in (True, False, "unprocessed"):
+            raise ValueError(f"group_snapshots must be True, False or 'unprocessed', not {group_snapshots!r}")
+        if default_snapshot_class not in SNAPSHOT_CLASS_SETTINGS:
+            raise ValueError(f"default_snapshot_class must be one of {SNAPSHOT_CLASS_SETTINGS}")
         self.api = api
         self.store = store
-        self.plugin = CsiPlugin(store, driver, mkfs=mkfs)
-        self.driver = driver
+        self.drivers = drivers
+        self.plugins = {
+            d.name: CsiPlugin(
+                store,
+                d,
+                restore_size=restore_size,
+                group_capability=(d.groups and hostpath_group_capability) if d.name == HOSTPATH.name else None,
+            )
+            for d in drivers
+        }
         self.cbt = cbt
-        self.group_snapshots = group_snapshots
+        self.group_snapshots = group_snapshots is True
+        self.default_snapshot_class = default_snapshot_class
         self.ready_delay = ready_delay
         self.audience = audience
         self.block_type = block_type
         self.group_version: str | None = None
-        self.volumes: VolumeController | None = None
+        self.volumes: dict[str, VolumeController] = {}
         self.snapshots: SnapshotController | None = None
         self.groups: GroupSnapshotController | None = None
         self.metadata: MetadataService | None = None
@@ -95,24 +140,37 @@ class LocalControllers:
             kube = self._kube("localcluster-controllers")
             self.group_version = served_version(kube.api_client, n.GROUP_SNAPSHOT_GROUP)
             groups = self.group_snapshots and self.group_version is not None
-            self._defaults(kube, groups)
-            vgs = VGS.at(self.group_version) if self.group_version else None
-            self.volumes = VolumeController(self._kube("csi-provisioner"), self.plugin)
-            self.snapshots = SnapshotController(self._kube("snapshot-controller"), self.plugin,
-                                                ready_delay=self.ready_delay, vgs=vgs)  # fmt: skip
-            parts: list = [self.volumes, self.snapshots]
+            self._defaults(kube)
+            parts: list = []
+            self.snapshots = SnapshotController(
+                self._kube("snapshot-controller"), vgs=VGS.at(self.group_version) if groups else None
+            )
+            parts.append(self.snapshots)
             if groups:
-                self.groups = GroupSnapshotController(
-                    self._kube("group-snapshot-controller"),
-                    self.plugin,
-                    version=self.group_version,
-                    ready_delay=self.ready_delay,
-                )
+                self.groups = GroupSnapshotController(self._kube("snapshot-controller"), version=self.group_version)
                 parts.append(self.groups)
-            if self.cbt:
-                self.metadata = MetadataService(self._kube("csi-snapshot-metadata"), self.plugin,
-                                                audience=self.audience, block_type=self.block_type)  # fmt: skip
-                parts.append(self.metadata)
+            for spec in self.drivers:
+                plugin = self.plugins[spec.name]
+                volumes = VolumeController(self._kube(f"{spec.name}_csi-provisioner"), plugin)
+                self.volumes[spec.name] = volumes
+                parts.append(volumes)
+                if spec.snapshots:
+                    kube = self._kube(f"csi-snapshotter-{spec.name}")
+                    parts.append(SnapshotSidecar(kube, plugin, ready_delay=self.ready_delay))
+                    if groups:
+                        sidecar = GroupSnapshotSidecar(
+                            kube, plugin, version=self.group_version, ready_delay=self.ready_delay
+                        )
+                        parts.append(sidecar)
+                if spec.cbt and self.cbt:
+                    service = MetadataService(
+                        self._kube(f"csi-snapshot-metadata-{spec.name}"),
+                        plugin,
+                        audience=self.audience,
+                        block_type=self.block_type,
+                    )
+                    self.metadata = self.metadata or service
+                    parts.append(service)
             for part in parts:
                 part.start()
                 self._running.append(part)
@@ -145,25 +203,58 @@ class LocalControllers:
     @property
     def errors(self) -> list:
         """Recent reconcile failures of every controller (diagnostics for tests)."""
-        return [e for c in (self.volumes, self.snapshots, self.groups) if c is not None for e in c.errors]
+        return [e for c in self._running if hasattr(c, "errors") for e in c.errors]
 
-    def _defaults(self, kube: Kube, groups: bool) -> None:
-        wanted = [
-            (CSI_DRIVER, {"metadata": {"name": self.driver}, "spec": {
-                "attachRequired": False, "podInfoOnMount": True, "fsGroupPolicy": "File",
-                "volumeLifecycleModes": ["Persistent"]}}),
-            (STORAGE_CLASS, {"metadata": {"name": n.DEFAULT_STORAGE_CLASS,
-                                          "annotations": {n.ANN_DEFAULT_STORAGE_CLASS: "true"}},
-                             "provisioner": self.driver, "reclaimPolicy": "Delete",
-                             "volumeBindingMode": "Immediate", "allowVolumeExpansion": False}),
-            (VS_CLASS, {"metadata": {"name": n.DEFAULT_SNAPSHOT_CLASS,
-                                     "annotations": {n.ANN_DEFAULT_SNAPSHOT_CLASS: "true"}},
-                        "driver": self.driver, "deletionPolicy": "Delete"}),
-        ]  # fmt: skip
-        if groups:
-            wanted.append((VGS_CLASS.at(self.group_version), {
-                "metadata": {"name": n.DEFAULT_GROUP_CLASS, "annotations": {n.ANN_DEFAULT_GROUP_CLASS: "true"}},
-                "driver": self.driver, "deletionPolicy": "Delete"}))  # fmt: skip
+    def _defaults(self, kube: Kube) -> None:
+        """The CSIDriver objects and classes of the drivers (created when absent; existing ones are kept)."""
+        wanted = []
+        default_vs = self.default_snapshot_class != "none"
+        for spec in self.drivers:
+            wanted.append(
+                (
+                    CSI_DRIVER,
+                    {
+                        "metadata": {"name": spec.name},
+                        "spec": {
+                            "attachRequired": False,
+                            "podInfoOnMount": True,
+                            "fsGroupPolicy": "File",
+                            "volumeLifecycleModes": ["Persistent"],
+                            "storageCapacity": False,
+                        },
+                    },
+                )
+            )
+            for cls in spec.storage_classes:
+                body = {
+                    "metadata": {"name": cls.name},
+                    "provisioner": spec.name,
+                    "reclaimPolicy": "Delete",
+                    "volumeBindingMode": cls.binding,
+                    "allowVolumeExpansion": False,
+                }
+                if cls.default:
+                    body["metadata"]["annotations"] = {n.ANN_DEFAULT_STORAGE_CLASS: "true"}
+                if cls.fstype:
+                    body["parameters"] = {ANN_FSTYPE: cls.fstype}
+                wanted.append((STORAGE_CLASS, body))
+            if spec.snapshots and spec.snapshot_class:
+                wanted.append((VS_CLASS, _snapshot_class(spec.snapshot_class, spec.name, "Delete", default_vs)))
+                if self.default_snapshot_class == "two":
+                    name = f"{spec.snapshot_class}-retain"
+                    wanted.append((VS_CLASS, _snapshot_class(name, spec.name, "Retain", True)))
+            if spec.group_class and self.group_version is not None:
+                body = {
+                    "metadata": {"name": spec.group_class, "annotations": {n.ANN_DEFAULT_GROUP_CLASS: "true"}},
+                    "driver": spec.name,
+                    "deletionPolicy": "Delete",
+                }
+                wanted.append((VGS_CLASS.at(self.group_version), body))
         for res, body in wanted:
             if kube.get(res, body["metadata"]["name"]) is None:
                 kube.create(res, body)
+
+
+def _snapshot_class(name: str, driver: str, policy: str, default: bool) -> dict:
+    md = {"name": name, "annotations": {n.ANN_DEFAULT_SNAPSHOT_CLASS: "true"}} if default else {"name": name}
+    return {"metadata": md, "driver": driver, "deletionPolicy": policy}

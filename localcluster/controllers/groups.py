@@ -1,35 +1,53 @@
-"""The group snapshot controller (external-snapshotter's common controller and csi-snapshotter, group part).
+"""The group snapshot controller (external-snapshotter's common controller, group part, one per cluster) and the
+csi-snapshotter's group part (``GroupSnapshotSidecar``, one per driver with snapshots).
 
-``GroupSnapshotController(kube, plugin, version=..., ready_delay=0.2)`` speaks the groupsnapshot.storage.k8s.io
-version it is given (the cluster's preferred one: v1, v1beta2 or v1beta1) and watches VolumeGroupSnapshots,
-VolumeGroupSnapshotContents and PVCs. Like upstream:
+Both speak the groupsnapshot.storage.k8s.io version they are given (the cluster's preferred one: v1, v1beta2 or
+v1beta1). They run only while the group snapshot feature runs (``LocalControllers(group_snapshots=True)``): with
+``"unprocessed"`` the CRDs are served and nothing processes VolumeGroupSnapshots (they get no status at all), as
+with the CSIVolumeGroupSnapshot feature gate off.
 
-- a VGS with ``spec.source.selector`` gets the default VolumeGroupSnapshotClass of the PVs' driver written into
-  ``spec.volumeGroupSnapshotClassName`` when it names none, then one VolumeGroupSnapshotContent
-  ``groupsnapcontent-<vgs uid>`` (``source.volumeHandles`` of the selected, bound PVCs' PVs, ``driver``,
-  ``deletionPolicy`` and class from the class, ``volumeGroupSnapshotRef`` with uid), finalizer
-  ``volumegroupsnapshot-bound-protection`` and ``status.boundVolumeGroupSnapshotContentName``; selection
-  failures go to ``status.error`` (readyToUse false) with a Warning Event and are retried, also whenever a PVC
-  of the namespace changes;
-- the sidecar takes every member snapshot under the plugin's one lock at one instant
-  (``CsiPlugin.create_group_snapshot``) and writes the content's ``volumeGroupSnapshotHandle``, ``creationTime``,
-  ``readyToUse`` (false, then true after ``ready_delay``) and ``volumeSnapshotInfoList`` (v1beta2, v1: handles,
-  creationTime, readyToUse, restoreSize) or ``volumeSnapshotHandlePairList`` (v1beta1: handles only);
-- then the members, named and linked as upstream: VolumeSnapshotContent ``snapcontent-<h>`` and VolumeSnapshot
-  ``snapshot-<h>``, ``h = sha256hex(vgs.uid + volumeHandle)``, in the VGS namespace; the VS has an ownerReference
-  (kind VolumeGroupSnapshot, name, uid, the controller's apiVersion), finalizer
-  ``volumesnapshot-in-group-protection``, ``spec.source.persistentVolumeClaimName`` (from the PV's claimRef, ""
-  without one), ``status.boundVolumeSnapshotContentName``; the content has annotation
+``GroupSnapshotController(kube, version=...)`` watches VolumeGroupSnapshots, VolumeGroupSnapshotContents and PVCs.
+Like upstream:
+
+- the class first (``checkAndUpdateGroupSnapshotClass``): a VGS with ``spec.source.selector`` naming no class gets
+  the default VolumeGroupSnapshotClass of the selected PVs' driver written into ``spec.volumeGroupSnapshotClassName``;
+  failures (nothing selected, a claim not bound, no default class for the driver -- e.g. a driver without group
+  snapshots -- or several) set ``status.error`` only, with a Warning Event ``SetDefaultGroupSnapshotClassFailed``
+  "Failed to set default group snapshot class with error cannot find default group snapshot class" (or the
+  selection's message); a named class that does not exist: ``GetGroupSnapshotClassFailed``. Retried, also whenever
+  a PVC of the namespace changes;
+- then one VolumeGroupSnapshotContent ``groupsnapcontent-<vgs uid>`` (``source.volumeHandles`` of the selected,
+  bound PVCs' PVs, ``driver``, ``deletionPolicy`` and class from the class, ``volumeGroupSnapshotRef`` with uid),
+  finalizer ``volumegroupsnapshot-bound-protection``, Event ``CreatingGroupSnapshot`` and
+  ``status.boundVolumeGroupSnapshotContentName``; content creation failures go to ``status.error`` (readyToUse
+  false) with a Warning Event ``GroupSnapshotContentCreationFailed``;
+- once the sidecar has cut the group, the members, named and linked as upstream: VolumeSnapshotContent
+  ``snapcontent-<h>`` and VolumeSnapshot ``snapshot-<h>``, ``h = sha256hex(vgs.uid + volumeHandle)``, in the VGS
+  namespace; the VS has an ownerReference (kind VolumeGroupSnapshot, name, uid, the controller's apiVersion),
+  finalizer ``volumesnapshot-in-group-protection``, ``spec.source.persistentVolumeClaimName`` (from the PV's
+  claimRef, "" without one), ``status.boundVolumeSnapshotContentName``; the content has annotation
   ``groupsnapshot.storage.k8s.io/volumeGroupSnapshotHandle``, ``source.volumeHandle``, ``sourceVolumeMode``, the
   group's driver and deletionPolicy, ``volumeSnapshotRef`` (with uid), status ``snapshotHandle``,
-  ``volumeGroupSnapshotHandle``, ``creationTime``, ``restoreSize``, ``readyToUse``. No class on members. The
-  snapshot controller then fills the member VS status (``volumeGroupSnapshotName`` ...) and readiness;
-- the VGS status carries ``boundVolumeGroupSnapshotContentName``, ``creationTime``, ``readyToUse``, ``error``,
-  and no member list;
+  ``volumeGroupSnapshotHandle`` and, from the group's info list (v1beta2, v1), ``creationTime``, ``readyToUse`` and
+  ``restoreSize`` when listed (v1beta1 lists handles only: the driver's csi-snapshotter fills them in). No class on
+  members. The snapshot controller then fills the member VS status (``volumeGroupSnapshotName`` ...);
+- the VGS status follows its content: ``boundVolumeGroupSnapshotContentName``, ``creationTime``, ``readyToUse``,
+  ``error`` (the content's, e.g. the driver's refusal), and no member list;
 - deleting the VGS: waits while a Pending PVC restores from a member, marks the content
   ``volumegroupsnapshot-being-deleted``, deletes it when its policy is Delete (the sidecar removes every member
   snapshot file), deletes the member VolumeSnapshots (their contents follow the group's policy), and drops the
   VGS finalizer once the content is gone (at once for Retain).
+
+``GroupSnapshotSidecar(kube, plugin, version=..., ready_delay=0.2)`` (contents of the plugin's driver): takes every
+member snapshot under the plugin's one lock at one instant (``CsiPlugin.create_group_snapshot``) and writes the
+content's ``volumeGroupSnapshotHandle``, ``creationTime``, ``readyToUse`` (false, then true after ``ready_delay``)
+and ``volumeSnapshotInfoList`` (v1beta2, v1: handles, creationTime, readyToUse, restoreSize when the driver reports
+sizes) or ``volumeSnapshotHandlePairList`` (v1beta1: handles only). As upstream's csi-snapshotter, it runs for a
+driver without the GroupController capability too (it only logs a warning): the driver answers Unimplemented and
+the content gets ``status.readyToUse: false`` and ``status.error`` "Failed to create group snapshot: failed to take
+group snapshot of the volumes [<handles>]: "rpc error: code = Unimplemented desc = unknown service
+csi.v1.GroupController"" with a Warning Event ``GroupSnapshotCreationFailed`` on the content (retried; status and
+Event written when the message changes); the VGS copies the error and stays not ready.
 
 Simplified: no pre-provisioned group snapshots (``volumeGroupSnapshotContentName`` gets an error status), no
 secrets.
@@ -44,7 +62,7 @@ from localcluster.controllers import names as n
 from localcluster.controllers.kube import PV, PVC, VGS, VGS_CLASS, VGSC, VS, VSC, Kube, Obj, ref_of, rfc3339, rfc3339_ns
 from localcluster.controllers.plugin import CsiPlugin
 from localcluster.controllers.runtime import Controller, Key, Pending, WatchSpec
-from localcluster.controllers.snapshots import restoring_from
+from localcluster.controllers.snapshots import go_quote, restoring_from
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +70,11 @@ log = logging.getLogger(__name__)
 class GroupSnapshotController(Controller):
     name = "group-snapshot-controller"
 
-    def __init__(self, kube: Kube, plugin: CsiPlugin, *, version: str = "v1", ready_delay: float = 0.2) -> None:
+    def __init__(self, kube: Kube, *, version: str = "v1") -> None:
         super().__init__(kube)
-        self.plugin = plugin
-        self.driver = plugin.driver
         self.version = version
-        self.ready_delay = ready_delay
         self.vgs, self.vgsc, self.vgs_class = VGS.at(version), VGSC.at(version), VGS_CLASS.at(version)
-        self.list_field = "volumeSnapshotHandlePairList" if version == "v1beta1" else "volumeSnapshotInfoList"
+        self.list_field = _list_field(version)
 
     def watches(self) -> list[WatchSpec]:
         def vgs_keys(_type, obj):
@@ -80,8 +95,8 @@ class GroupSnapshotController(Controller):
         kind, namespace, name = key
         if kind == "vgs":
             return self._group(namespace, name)
-        if kind == "vgsc":
-            return self._content(name)
+        if kind == "vgsc":  # the common controller acts on contents only through their groups
+            return None
         if kind == "pvc":  # unbound groups may select it now; deleting groups may wait for restores from it
             for vgs in self.kube.list(self.vgs, namespace)[0]:
                 if vgs["metadata"].get("deletionTimestamp") or \
@@ -99,9 +114,10 @@ class GroupSnapshotController(Controller):
             return self._delete_group(vgs)
         source = (vgs.get("spec") or {}).get("source") or {}
         if source.get("volumeGroupSnapshotContentName"):
-            self._error(vgs, "GroupSnapshotContentMissing",
-                        "pre-provisioned group snapshots are not supported by the local cluster")  # fmt: skip
+            message = "pre-provisioned group snapshots are not supported by the local cluster"
+            self._error(vgs, "GroupSnapshotContentMissing", message)
             return None
+        vgs = self._check_class(vgs)
         status = vgs.get("status") or {}
         content_name = status.get("boundVolumeGroupSnapshotContentName") or n.group_content_name(vgs["metadata"]["uid"])
         vgsc = self.kube.get(self.vgsc, content_name)
@@ -134,7 +150,8 @@ class GroupSnapshotController(Controller):
         self._sync_status(vgs, vgsc)
         return None
 
-    def _create_content(self, vgs: Obj, content_name: str) -> Obj:
+    def _selected_volumes(self, vgs: Obj) -> list[Obj]:
+        """The PVs of the claims the group selects (upstream's getVolumesFromVolumeGroupSnapshot and messages)."""
         md, spec = vgs["metadata"], vgs["spec"]
         selector = label_selector(spec["source"].get("selector") or {})
         pvcs = self.kube.list(PVC, md["namespace"], label_selector=selector or None)[0]
@@ -142,21 +159,67 @@ class GroupSnapshotController(Controller):
             raise Pending(f"label selector {selector} for group snapshot not applied to any PVC")
         pvs = []
         for pvc in sorted(pvcs, key=lambda p: p["metadata"]["name"]):
-            volume = (pvc.get("spec") or {}).get("volumeName")
-            if (pvc.get("status") or {}).get("phase") != "Bound" or not volume:
-                raise Pending(f"the PVC {pvc['metadata']['name']} is not yet bound to a PV, will not attempt to take"
-                              " a group snapshot")  # fmt: skip
-            pv = self.kube.get(PV, volume)
-            if pv is None or not (pv.get("spec") or {}).get("csi"):
-                raise Pending(f"snapshotting non-CSI volumes is not supported, group snapshot:{md['namespace']}/"
-                              f"{md['name']}")  # fmt: skip
+            claim, volume = pvc["metadata"]["name"], (pvc.get("spec") or {}).get("volumeName") or ""
+            if (pvc.get("status") or {}).get("phase") != "Bound":
+                raise Pending(f"the PVC {claim} is not yet bound to a PV, will not attempt to take a group snapshot")
+            pv = self.kube.get(PV, volume) if volume else None
+            if pv is None:
+                missing = go_quote(f'persistentvolumes "{volume}" not found')
+                raise Pending(f"failed to retrieve PV {volume} from the API server: {missing}")
             pvs.append(pv)
-        cls = self._group_class(vgs, pvs[0]["spec"]["csi"]["driver"])
+        if not (pvs[0].get("spec") or {}).get("csi"):
+            raise Pending(
+                f"snapshotting non-CSI volumes is not supported, group snapshot:{md['namespace']}/{md['name']}"
+            )
+        return pvs
+
+    def _check_class(self, vgs: Obj) -> Obj:
+        """The group with its class resolved (upstream's checkAndUpdateGroupSnapshotClass); ``Pending`` on errors."""
+        md = vgs["metadata"]
+        name = (vgs.get("spec") or {}).get("volumeGroupSnapshotClassName")
+        if name:
+            if self.kube.get(self.vgs_class, name) is None:
+                message = f'volumegroupsnapshotclass.groupsnapshot.storage.k8s.io "{name}" not found'
+                self._error(
+                    vgs,
+                    "GetGroupSnapshotClassFailed",
+                    f"failed to get group snapshot class with error {message}",
+                    ready_false=False,
+                )
+                raise Pending(message)
+            return vgs
+        try:
+            driver = self._selected_volumes(vgs)[0]["spec"]["csi"]["driver"]
+            defaults = [
+                c
+                for c in self.kube.list(self.vgs_class)[0]
+                if c.get("driver") == driver
+                and (c["metadata"].get("annotations") or {}).get(n.ANN_DEFAULT_GROUP_CLASS) == "true"
+            ]
+            if not defaults:
+                raise Pending("cannot find default group snapshot class")
+            if len(defaults) > 1:
+                raise Pending(f"{len(defaults)} default snapshot classes were found")
+        except Pending as exc:
+            message = f"Failed to set default group snapshot class with error {exc}"
+            self._error(vgs, "SetDefaultGroupSnapshotClassFailed", message, ready_false=False)
+            raise
+        patch = {"spec": {"volumeGroupSnapshotClassName": defaults[0]["metadata"]["name"]}}
+        return self.kube.patch(self.vgs, md["name"], patch, md["namespace"])
+
+    def _create_content(self, vgs: Obj, content_name: str) -> Obj:
+        md = vgs["metadata"]
+        pvs = self._selected_volumes(vgs)
+        class_name = vgs["spec"].get("volumeGroupSnapshotClassName") or ""
+        cls = self.kube.get(self.vgs_class, class_name)
+        if cls is None:
+            raise Pending(f'volumegroupsnapshotclass.groupsnapshot.storage.k8s.io "{class_name}" not found')
         for pv in pvs:
             if pv["spec"]["csi"]["driver"] != cls["driver"]:
-                raise Pending(f"Volume CSI driver ({pv['spec']['csi']['driver']}) mismatch with"
-                              f" VolumeGroupSnapshotClass ({cls['driver']}) {md['namespace']}/{md['name']}:"
-                              f" {pv['metadata']['name']}")  # fmt: skip
+                raise Pending(
+                    f"Volume CSI driver ({pv['spec']['csi']['driver']}) mismatch with VolumeGroupSnapshotClass"
+                    f" ({cls['driver']}) {md['namespace']}/{md['name']}: {pv['metadata']['name']}"
+                )
         body = {
             "metadata": {"name": content_name},
             "spec": {
@@ -184,32 +247,16 @@ class GroupSnapshotController(Controller):
         )
         return vgsc
 
-    def _group_class(self, vgs: Obj, driver: str) -> Obj:
-        name = (vgs.get("spec") or {}).get("volumeGroupSnapshotClassName")
-        if name:
-            cls = self.kube.get(self.vgs_class, name)
-            if cls is None:
-                raise Pending(f'volumegroupsnapshotclasses "{name}" not found')
-            return cls
-        defaults = [c for c in self.kube.list(self.vgs_class)[0] if c.get("driver") == driver and
-                    (c["metadata"].get("annotations") or {}).get(n.ANN_DEFAULT_GROUP_CLASS) == "true"]  # fmt: skip
-        if len(defaults) != 1:
-            raise Pending("cannot find default group snapshot class" if not defaults else
-                          f"{len(defaults)} default snapshot classes were found")  # fmt: skip
+    def _error(self, vgs: Obj, reason: str, message: str, *, ready_false: bool = True) -> None:
+        """Set ``status.error`` (and readyToUse false when ``ready_false``) and record the Event, only when the
+        message changes (upstream's updateGroupSnapshotErrorStatusWithEvent)."""
         md = vgs["metadata"]
-        self.kube.patch(
-            self.vgs,
-            md["name"],
-            {"spec": {"volumeGroupSnapshotClassName": defaults[0]["metadata"]["name"]}},
-            md["namespace"],
-        )
-        return defaults[0]
-
-    def _error(self, vgs: Obj, reason: str, message: str) -> None:
-        md = vgs["metadata"]
-        if ((vgs.get("status") or {}).get("error") or {}).get("message") != message:
-            self.kube.patch(self.vgs, md["name"], {"status": {"readyToUse": False, "error": {
-                "message": message, "time": rfc3339(time.time())}}}, md["namespace"], status=True)  # fmt: skip
+        if ((vgs.get("status") or {}).get("error") or {}).get("message") == message:
+            return
+        status = {"error": {"message": message, "time": rfc3339(time.time())}}
+        if ready_false:
+            status["readyToUse"] = False
+        self.kube.patch(self.vgs, md["name"], {"status": status}, md["namespace"], status=True)
         self.kube.event(self.vgs, vgs, "Warning", reason, message)
 
     def _sync_status(self, vgs: Obj, vgsc: Obj) -> None:
@@ -279,13 +326,13 @@ class GroupSnapshotController(Controller):
             if not (vs.get("status") or {}).get("boundVolumeSnapshotContentName"):
                 self.kube.patch(VS, snap_name, {"status": {"boundVolumeSnapshotContentName": content_name}}, namespace,
                                 status=True)  # fmt: skip
-            size, created = info.get("restoreSize"), info.get("creationTime")
-            if size is None or created is None:  # v1beta1 lists handles only: ask the driver (GetSnapshot)
-                size, created = self.plugin.snapshot_info(handle) or (None, None)
-            self.kube.patch(VSC, content_name, {"status": {
-                "snapshotHandle": handle, "volumeGroupSnapshotHandle": group_handle, "creationTime": created,
-                "restoreSize": size, "readyToUse": bool(info.get("readyToUse", cstatus.get("readyToUse"))),
-            }}, status=True)  # fmt: skip
+            status = {"snapshotHandle": handle, "volumeGroupSnapshotHandle": group_handle}
+            if self.list_field == "volumeSnapshotInfoList":  # v1beta1 lists handles only: the sidecar asks the driver
+                status["readyToUse"] = bool(info.get("readyToUse", cstatus.get("readyToUse")))
+                for field in ("creationTime", "restoreSize"):
+                    if info.get(field) is not None:
+                        status[field] = info[field]
+            self.kube.patch(VSC, content_name, {"status": status}, status=True)
 
     def _create_or_get(self, res, body: Obj, name: str, namespace: str | None = None) -> Obj:
         from kubernetes.client.exceptions import ApiException
@@ -337,7 +384,30 @@ class GroupSnapshotController(Controller):
             self.kube.set_finalizers(self.vgs, vgs, [f for f in finalizers if f != n.FIN_VGS_BOUND])
         return None
 
-    # ---- VolumeGroupSnapshotContent (the sidecar) --------------------------------------------------------------
+
+class GroupSnapshotSidecar(Controller):
+    """The csi-snapshotter's group part for one driver (see the module docstring)."""
+
+    name = "csi-group-snapshotter"
+
+    def __init__(self, kube: Kube, plugin: CsiPlugin, *, version: str = "v1", ready_delay: float = 0.2) -> None:
+        super().__init__(kube)
+        self.plugin = plugin
+        self.driver = plugin.driver
+        self.name = f"csi-group-snapshotter-{self.driver}"
+        self.ready_delay = ready_delay
+        self.vgsc = VGSC.at(version)
+        self.list_field = _list_field(version)
+
+    def watches(self) -> list[WatchSpec]:
+        def vgsc_keys(_type, obj):
+            if (obj.get("spec") or {}).get("driver") == self.driver:
+                yield ("vgsc", "", obj["metadata"]["name"])
+
+        return [WatchSpec(self.vgsc, vgsc_keys)]
+
+    def reconcile(self, key: Key) -> float | None:
+        return self._content(key[2])
 
     def _content(self, name: str) -> float | None:
         vgsc = self.kube.get(self.vgsc, name)
@@ -361,15 +431,16 @@ class GroupSnapshotController(Controller):
             try:
                 group, infos = self.plugin.create_group_snapshot(volumes, name)
             except Exception as exc:
-                message = f"failed to create group snapshot: {exc}"
-                self.kube.patch(self.vgsc, name, {"status": {"readyToUse": False, "error": {
-                    "message": message, "time": rfc3339(time.time())}}}, status=True)  # fmt: skip
-                raise Pending(message) from None
+                failed = f"failed to take group snapshot of the volumes [{' '.join(volumes)}]: {go_quote(str(exc))}"
+                self._content_error(vgsc, f"Failed to create group snapshot: {failed}")
+                raise Pending(str(exc)) from None
             ready = self.ready_delay <= 0
             entries = [{"volumeHandle": i.volume_handle, "snapshotHandle": i.snapshot_handle} for i in infos]
             if self.list_field == "volumeSnapshotInfoList":
                 for entry, i in zip(entries, infos, strict=True):
-                    entry.update(creationTime=i.creation_ns, readyToUse=ready, restoreSize=i.size)
+                    entry.update(creationTime=i.creation_ns, readyToUse=ready)
+                    if i.size > 0:
+                        entry["restoreSize"] = i.size
             status = {"volumeGroupSnapshotHandle": group, "creationTime": rfc3339_ns(infos[0].creation_ns),
                       "readyToUse": ready, self.list_field: entries, "error": None}  # fmt: skip
             vgsc = self.kube.patch(self.vgsc, name, {"status": status}, status=True)
@@ -385,6 +456,20 @@ class GroupSnapshotController(Controller):
                     entry["readyToUse"] = True
             self.kube.patch(self.vgsc, name, {"status": {"readyToUse": True, self.list_field: entries}}, status=True)
         return None
+
+    def _content_error(self, vgsc: Obj, message: str) -> None:
+        """upstream's updateGroupSnapshotContentErrorStatusWithEvent: status and Event only when the message changes."""
+        if ((vgsc.get("status") or {}).get("error") or {}).get("message") == message:
+            return
+        error = {"message": message, "time": rfc3339(time.time())}
+        self.kube.patch(
+            self.vgsc, vgsc["metadata"]["name"], {"status": {"readyToUse": False, "error": error}}, status=True
+        )
+        self.kube.event(self.vgsc, vgsc, "Warning", "GroupSnapshotCreationFailed", message)
+
+
+def _list_field(version: str) -> str:
+    return "volumeSnapshotHandlePairList" if version == "v1beta1" else "volumeSnapshotInfoList"
 
 
 def label_selector(selector: Obj) -> str:

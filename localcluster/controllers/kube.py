@@ -6,7 +6,8 @@ methods, always as the dicts that travel on the wire (``_preload_content=False``
 same code handles built-in and custom kinds. ``get``/``delete`` answer None/False on 404; other API errors
 propagate as ``kubernetes.client.ApiException``. ``patch`` sends a JSON merge patch, ``json_patch`` an RFC 6902
 patch (used for finalizers, guarded by a resourceVersion ``test``). ``event`` records a core/v1 Event the way
-client-go's recorder does (a repeat of the same reason and message bumps ``count``).
+client-go's recorder does (a repeat of the same reason and message bumps ``count``), from this client's component
+or another one (one process emulating two components, e.g. the PV controller and external-provisioner).
 
 Also here: Kubernetes quantities (``parse_quantity``, ``format_quantity``) and timestamps.
 """
@@ -48,9 +49,11 @@ class Res:
 PVC = Res("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", True, "persistent_volume_claim")
 PV = Res("PersistentVolume", "", "v1", "persistentvolumes", False, "persistent_volume")
 POD = Res("Pod", "", "v1", "pods", True, "pod")
+NODE = Res("Node", "", "v1", "nodes", False, "node")
 EVENT = Res("Event", "", "v1", "events", True, "event")
 STORAGE_CLASS = Res("StorageClass", "storage.k8s.io", "v1", "storageclasses", False, "storage_class")
 CSI_DRIVER = Res("CSIDriver", "storage.k8s.io", "v1", "csidrivers", False, "csi_driver")
+CSI_NODE = Res("CSINode", "storage.k8s.io", "v1", "csinodes", False, "csi_node")
 VS = Res("VolumeSnapshot", SNAPSHOT_GROUP, "v1", "volumesnapshots", True)
 VSC = Res("VolumeSnapshotContent", SNAPSHOT_GROUP, "v1", "volumesnapshotcontents", False)
 VS_CLASS = Res("VolumeSnapshotClass", SNAPSHOT_GROUP, "v1", "volumesnapshotclasses", False)
@@ -83,7 +86,7 @@ class Kube:
         self.core = client.CoreV1Api(api_client)
         self.storage = client.StorageV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-        self._events: dict[tuple[str, str, str], tuple[str, int]] = {}
+        self._events: dict[tuple[str, str, str, str], tuple[str, int]] = {}
         self._events_lock = threading.Lock()
 
     # ---- typed-API plumbing --------------------------------------------------------------------
@@ -185,11 +188,13 @@ class Kube:
 
     # ---- events ----------------------------------------------------------------------------------
 
-    def event(self, res: Res, obj: Obj, type_: str, reason: str, message: str) -> None:
-        """Record an Event about ``obj`` (cluster-scoped objects: in namespace ``default``, as client-go does)."""
+    def event(self, res: Res, obj: Obj, type_: str, reason: str, message: str, *, component: str | None = None) -> None:
+        """Record an Event about ``obj`` (cluster-scoped objects: in namespace ``default``, as client-go does), from
+        ``component`` (default: this client's)."""
         md = obj["metadata"]
         namespace = md.get("namespace") or "default"
-        key = (md.get("uid", ""), reason, message)
+        component = component or self.component
+        key = (md.get("uid", ""), reason, message, component)
         now = rfc3339(time.time())
         with self._events_lock:
             seen = self._events.get(key)
@@ -204,8 +209,8 @@ class Kube:
             body = {
                 "metadata": {"generateName": f"{md['name'][:200]}.", "namespace": namespace},
                 "involvedObject": ref_of(res, obj), "reason": reason, "message": message, "type": type_,
-                "source": {"component": self.component}, "reportingComponent": self.component,
-                "reportingInstance": self.component, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+                "source": {"component": component}, "reportingComponent": component,
+                "reportingInstance": component, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
             }  # fmt: skip
             created = self.create(EVENT, body, namespace)
             self._events[key] = (created["metadata"]["name"], 1)

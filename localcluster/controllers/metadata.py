@@ -4,11 +4,15 @@ loopback, and the SnapshotMetadataService CR that advertises it.
 ``KubeSnapshotCatalog(kube, plugin)`` is the ``SnapshotCatalog`` the server needs, resolved the way the
 external-snapshot-metadata sidecar resolves it, through the API on every call:
 
-- ``by_name(namespace, name)``: VolumeSnapshot -> ``status.boundVolumeSnapshotContentName`` -> content of this
-  driver -> ``status.snapshotHandle`` -> an ``ImageSnapshot`` of the driver's snapshot file, ``volume_id`` = the
-  content's ``source.volumeHandle``, ``ready`` = VS and content ``readyToUse``. A missing VS, content, handle or
-  file raises ``SnapshotNotFound`` (the server answers UNAVAILABLE, as the sidecar does for a VS that is not
-  ready); a content of another driver too (the sidecar says INVALID_ARGUMENT; the catalog protocol cannot).
+- ``by_name(namespace, name)``: VolumeSnapshot -> ``status.boundVolumeSnapshotContentName`` -> content ->
+  ``status.snapshotHandle`` -> an ``ImageSnapshot`` of the driver's snapshot file, ``volume_id`` = the content's
+  ``source.volumeHandle``, ``ready`` = VS and content ``readyToUse``. A missing VS, content, handle or file raises
+  ``SnapshotNotFound`` (the server answers UNAVAILABLE, as the sidecar does for a VS that is not ready). For a ready
+  snapshot, as the sidecar: a content of another driver is INVALID_ARGUMENT "VolumeSnapshot '<name>' does not
+  belong to the CSI driver '<driver>'"; then the snapshotter secret lookup needs the VS's VolumeSnapshotClass or,
+  when it names none (group members never do), the driver's default one: UNAVAILABLE "failed to get
+  VolumeSnapshotClass '<name>': ...", "no default VolumeSnapshotClass is set for the CSI driver '<driver>'" or
+  "multiple default VolumeSnapshotClasses are set for the CSI driver '<driver>'" (``SnapshotRefused``).
 - ``by_handle(handle)``: the content of this driver whose ``status.snapshotHandle`` is ``handle`` (the delta
   base; NOT_FOUND when no content has it any more, e.g. deleted with policy Delete).
 
@@ -28,9 +32,10 @@ from __future__ import annotations
 import base64
 import logging
 
-from localcluster.controllers.kube import SMS, VS, VSC, Kube
+from localcluster.controllers import names as n
+from localcluster.controllers.kube import SMS, VS, VS_CLASS, VSC, Kube
 from localcluster.controllers.plugin import CsiPlugin
-from localcluster.snapshot_metadata import ImageSnapshot, SnapshotMetadataServer, SnapshotNotFound
+from localcluster.snapshot_metadata import ImageSnapshot, SnapshotMetadataServer, SnapshotNotFound, SnapshotRefused
 from localcluster.snapshot_metadata.kube_auth import TokenReviewValidator
 
 log = logging.getLogger(__name__)
@@ -50,7 +55,42 @@ class KubeSnapshotCatalog:
         vsc = self.kube.get(VSC, content) if content else None
         if vsc is None:
             raise SnapshotNotFound(f"VolumeSnapshot {namespace}/{name} is not bound to a VolumeSnapshotContent")
-        return self._image(vsc, namespace, name, ready=bool(status.get("readyToUse")))
+        ready = bool(status.get("readyToUse")) and bool((vsc.get("status") or {}).get("readyToUse"))
+        if ready:
+            if vsc["spec"].get("driver") != self.plugin.driver:
+                raise SnapshotRefused(
+                    "INVALID_ARGUMENT",
+                    f"VolumeSnapshot '{name}' does not belong to the CSI driver '{self.plugin.driver}'",
+                )
+            self._snapshot_class(vs)
+        return self._image(vsc, namespace, name, ready=ready)
+
+    def _snapshot_class(self, vs: dict) -> dict:
+        """The VolumeSnapshotClass the sidecar reads the snapshotter secret from (``SnapshotRefused`` when none)."""
+        name = (vs.get("spec") or {}).get("volumeSnapshotClassName")
+        if name:
+            cls = self.kube.get(VS_CLASS, name)
+            if cls is None:
+                raise SnapshotRefused(
+                    "UNAVAILABLE",
+                    f"failed to get VolumeSnapshotClass '{name}':"
+                    f' volumesnapshotclasses.snapshot.storage.k8s.io "{name}" not found',
+                )
+            return cls
+        driver = self.plugin.driver
+        defaults = [
+            c
+            for c in self.kube.list(VS_CLASS)[0]
+            if c.get("driver") == driver
+            and (c["metadata"].get("annotations") or {}).get(n.ANN_DEFAULT_SNAPSHOT_CLASS) == "true"
+        ]
+        if len(defaults) > 1:
+            raise SnapshotRefused(
+                "UNAVAILABLE", f"multiple default VolumeSnapshotClasses are set for the CSI driver '{driver}'"
+            )
+        if not defaults:
+            raise SnapshotRefused("UNAVAILABLE", f"no default VolumeSnapshotClass is set for the CSI driver '{driver}'")
+        return defaults[0]
 
     def by_handle(self, handle: str) -> ImageSnapshot:
         for vsc in self.kube.list(VSC)[0]:

@@ -2,6 +2,7 @@
 
 Sources: external-snapshotter ``pkg/utils/util.go`` and ``pkg/common-controller/groupsnapshot_controller_helper.go``,
 external-provisioner ``pkg/controller/controller.go``, kube-controller-manager (pv/pvc protection, PV binding).
+The drivers and their classes are in ``localcluster.drivers``.
 """
 
 from __future__ import annotations
@@ -9,10 +10,6 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-DEFAULT_DRIVER = "hostpath.csi.k8s.io"
-DEFAULT_STORAGE_CLASS = "local-block"
-DEFAULT_SNAPSHOT_CLASS = "local-snapclass"
-DEFAULT_GROUP_CLASS = "local-groupclass"
 DEFAULT_AUDIENCE = "snapshot-metadata"
 
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
@@ -46,6 +43,7 @@ ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
 FIN_PV_PROTECTION = "kubernetes.io/pv-protection"
 FIN_PVC_PROTECTION = "kubernetes.io/pvc-protection"
 FIN_PROVISIONER = "external-provisioner.volume.kubernetes.io/finalizer"
+ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 
 _HANDLES = uuid.UUID("6b1d9f0e-4a39-4f51-9a3c-2c8e6f0a7d11")  # namespace of the driver's deterministic handles
 

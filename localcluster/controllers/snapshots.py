@@ -1,33 +1,47 @@
-"""The snapshot controller: external-snapshotter's common controller and its csi-snapshotter sidecar in one.
+"""The snapshot controller (external-snapshotter's common controller, one per cluster) and the csi-snapshotter
+sidecar (``SnapshotSidecar``, one per driver with snapshots, acting only on its driver's contents).
 
-``SnapshotController(kube, plugin, ready_delay=0.2)`` watches VolumeSnapshots, VolumeSnapshotContents, PVCs
-and (when served) VolumeGroupSnapshots. Like upstream:
+``SnapshotController(kube, vgs=None)`` watches VolumeSnapshots, VolumeSnapshotContents, PVCs and (``vgs``: the
+VolumeGroupSnapshot resource when the group snapshot feature runs) VolumeGroupSnapshots. Like upstream:
 
-- a dynamic VolumeSnapshot (``source.persistentVolumeClaimName``) gets the default VolumeSnapshotClass of the
-  PV's driver written into ``spec.volumeSnapshotClassName`` when it names none, finalizers
-  ``volumesnapshot-as-source-protection`` and ``volumesnapshot-bound-protection``, the source PVC gets
-  ``pvc-as-source-protection`` until the snapshot is ready; then a VolumeSnapshotContent
-  ``snapcontent-<vs uid>`` (``driver``, ``source.volumeHandle``, ``sourceVolumeMode``, ``volumeSnapshotRef`` with
-  uid, ``deletionPolicy`` and class from the class) and the VS ``status.boundVolumeSnapshotContentName``;
-  failures (missing or unbound PVC, no class) go to ``status.error`` with ``readyToUse: false`` and a Warning
-  Event, and are retried;
-- the sidecar (contents of this driver): adds ``volumesnapshotcontent-bound-protection`` (policy Delete),
-  takes the snapshot (``CsiPlugin.create_snapshot``) and writes ``status.snapshotHandle``, ``creationTime`` (unix
-  ns), ``restoreSize`` (bytes) and ``readyToUse: false``, then ``readyToUse: true`` once ``ready_delay`` seconds
-  have passed since creation (also for group members, whose status the group controller fills);
-  a pre-provisioned content (``source.snapshotHandle``) gets its status from the storage;
-- the VS status follows its content: ``readyToUse``, ``restoreSize`` (quantity), ``creationTime`` (RFC 3339),
-  ``error``, and ``volumeGroupSnapshotName`` for group members; a VS naming ``source.volumeSnapshotContentName``
-  is bound to that content (static binding, uid written into its ref);
+- the class first (``checkAndUpdateSnapshotClass``): a dynamic VolumeSnapshot (``source.persistentVolumeClaimName``,
+  not a group member) naming no class gets the default VolumeSnapshotClass of its PV's driver written into
+  ``spec.volumeSnapshotClassName``. No default for the driver, several defaults, or a claim that cannot be resolved
+  (missing, unbound, non-CSI) set ``status.error`` only (readyToUse untouched) with a Warning Event
+  ``SetDefaultSnapshotClassFailed`` "Failed to set default snapshot class with error cannot find default snapshot
+  class" / "... 2 default snapshot classes were found" / "... failed to retrieve PVC ..."; a named class that does
+  not exist: ``GetSnapshotClassFailed``. Retried with backoff (a default class created later is picked up);
+- finalizers ``volumesnapshot-as-source-protection`` and ``volumesnapshot-bound-protection``; the source PVC gets
+  ``pvc-as-source-protection`` until the snapshot is ready; then a VolumeSnapshotContent ``snapcontent-<vs uid>``
+  (``driver``, ``source.volumeHandle``, ``sourceVolumeMode``, ``volumeSnapshotRef`` with uid, ``deletionPolicy``
+  and class from the class), Event ``CreatingSnapshot`` and the VS ``status.boundVolumeSnapshotContentName``;
+  content creation failures set ``status.error`` with ``readyToUse: false`` and a Warning Event, retried;
+- the VS status follows its content: ``readyToUse``, ``restoreSize`` (quantity, only when the content has one),
+  ``creationTime`` (RFC 3339), ``error``, and ``volumeGroupSnapshotName`` for group members; a VS naming
+  ``source.volumeSnapshotContentName`` is bound to that content (static binding, uid written into its ref);
 - deletion: while a Pending PVC restores from the VS nothing happens (Event ``SnapshotDeletePending``); a group
   member is refused (same Event, upstream's message; every finalizer stays) while its VolumeGroupSnapshot exists
   and is not being deleted; otherwise the content gets ``volumesnapshot-being-deleted``, is deleted when its
-  policy is Delete (the sidecar removes the snapshot file, then its finalizer) and the VS finalizers go once
-  the content is gone (at once for Retain, which keeps content and file).
+  policy is Delete (the sidecar removes the snapshot, then its finalizer) and the VS finalizers go once the
+  content is gone (at once for Retain, which keeps content and snapshot).
+
+Error statuses and their Events are written only when the message changes (upstream's
+``updateSnapshotErrorStatusWithEvent``).
+
+``SnapshotSidecar(kube, plugin, ready_delay=0.2)`` (contents whose ``spec.driver`` is the plugin's): adds
+``volumesnapshotcontent-bound-protection`` (policy Delete), takes the snapshot (``CsiPlugin.create_snapshot``)
+and writes ``status.snapshotHandle``, ``creationTime`` (unix ns), ``restoreSize`` (bytes, only when the driver
+reports a size: ``CsiPlugin(restore_size=False)`` leaves it out) and ``readyToUse: false``, then ``readyToUse:
+true`` once ``ready_delay`` seconds have passed since creation (also for group members). A content that has a
+handle but no creation time (a pre-provisioned one, or a group member of the v1beta1 API, whose group status
+lists handles only) gets it from the driver (GetSnapshot), with the reported size; a failed snapshot is a Warning
+``SnapshotCreationFailed`` on the content. On deletion with policy Delete it removes the snapshot file, then its
+finalizer.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -55,12 +69,9 @@ log = logging.getLogger(__name__)
 class SnapshotController(Controller):
     name = "snapshot-controller"
 
-    def __init__(self, kube: Kube, plugin: CsiPlugin, *, ready_delay: float = 0.2, vgs: Res | None = None) -> None:
+    def __init__(self, kube: Kube, *, vgs: Res | None = None) -> None:
         super().__init__(kube)
-        self.plugin = plugin
-        self.driver = plugin.driver
-        self.ready_delay = ready_delay
-        self.vgs = vgs  # the VolumeGroupSnapshot resource at the served version, None when not served
+        self.vgs = vgs  # the VolumeGroupSnapshot resource at the served version, None when groups are not processed
 
     def watches(self) -> list[WatchSpec]:
         def vs_keys(_type, obj):
@@ -90,8 +101,8 @@ class SnapshotController(Controller):
         kind, namespace, name = key
         if kind == "vs":
             return self._snapshot(namespace, name)
-        if kind == "vsc":
-            return self._content(name)
+        if kind == "vsc":  # the common controller acts on contents only through their snapshots
+            return None
         if kind == "pvc":  # snapshots of (or restores from) this claim may proceed now
             for vs in self.kube.list(VS, namespace)[0]:
                 if _source_pvc(vs) == name or vs["metadata"].get("deletionTimestamp"):
@@ -112,6 +123,7 @@ class SnapshotController(Controller):
         if vs["metadata"].get("deletionTimestamp"):
             return self._delete_snapshot(vs)
         source = (vs.get("spec") or {}).get("source") or {}
+        vs = self._check_class(vs)
         vs = self._add_finalizers(vs, [n.FIN_VS_AS_SOURCE])
         status = vs.get("status") or {}
         content_name = status.get("boundVolumeSnapshotContentName")
@@ -125,9 +137,8 @@ class SnapshotController(Controller):
                 try:
                     self._create_content(vs, content_name)
                 except Pending as exc:
-                    self._snapshot_error(
-                        vs, "SnapshotContentCreationFailed", f"Failed to create snapshot content with error {exc}"
-                    )
+                    message = f"Failed to create snapshot content with error {exc}"
+                    self._snapshot_error(vs, "SnapshotContentCreationFailed", message)
                     raise
                 vs = self.kube.get(VS, name, namespace) or vs
         vsc = self.kube.get(VSC, content_name)
@@ -147,23 +158,88 @@ class SnapshotController(Controller):
         self._sync_status(vs, vsc)
         return None
 
+    def _check_class(self, vs: Obj) -> Obj:
+        """The snapshot with its class resolved (upstream's checkAndUpdateSnapshotClass); ``Pending`` on errors."""
+        md, spec = vs["metadata"], vs.get("spec") or {}
+        source = spec.get("source") or {}
+        if "volumeSnapshotContentName" in source or _group_owner(vs) is not None:
+            return vs  # pre-provisioned snapshots and group members need no class
+        name = spec.get("volumeSnapshotClassName")
+        if name:
+            if self.kube.get(VS_CLASS, name) is None:
+                message = f'volumesnapshotclass.snapshot.storage.k8s.io "{name}" not found'
+                self._snapshot_error(
+                    vs,
+                    "GetSnapshotClassFailed",
+                    f"Failed to get snapshot class with error {message}",
+                    ready_false=False,
+                )
+                raise Pending(message)
+            return vs
+        try:
+            pv = self._volume_of(vs)
+            csi = (pv.get("spec") or {}).get("csi")
+            if csi is None:
+                raise Pending(f"snapshotting non-CSI volumes is not supported, snapshot:{md['namespace']}/{md['name']}")
+            defaults = [
+                c
+                for c in self.kube.list(VS_CLASS)[0]
+                if c.get("driver") == csi["driver"]
+                and (c["metadata"].get("annotations") or {}).get(n.ANN_DEFAULT_SNAPSHOT_CLASS) == "true"
+            ]
+            if not defaults:
+                raise Pending("cannot find default snapshot class")
+            if len(defaults) > 1:
+                raise Pending(f"{len(defaults)} default snapshot classes were found")
+        except Pending as exc:
+            message = f"Failed to set default snapshot class with error {exc}"
+            self._snapshot_error(vs, "SetDefaultSnapshotClassFailed", message, ready_false=False)
+            raise
+        patch = {"spec": {"volumeSnapshotClassName": defaults[0]["metadata"]["name"]}}
+        return self.kube.patch(VS, md["name"], patch, md["namespace"])
+
+    def _volume_of(self, vs: Obj) -> Obj:
+        """The PV of the snapshot's source claim (upstream's getVolumeFromVolumeSnapshot and its messages)."""
+        pvc_name, namespace = _source_pvc(vs), vs["metadata"]["namespace"]
+        if not pvc_name:
+            raise Pending(f"the PVC name is not specified in snapshot {namespace}/{vs['metadata']['name']}")
+        pvc = self.kube.get(PVC, pvc_name, namespace)
+        if pvc is None:
+            missing = go_quote(f'persistentvolumeclaim "{pvc_name}" not found')
+            raise Pending(f"failed to retrieve PVC {pvc_name} from the lister: {missing}")
+        if (pvc.get("status") or {}).get("phase") != "Bound":
+            raise Pending(f"the PVC {pvc_name} is not yet bound to a PV, will not attempt to take a snapshot")
+        pv_name = (pvc.get("spec") or {}).get("volumeName") or ""
+        pv = self.kube.get(PV, pv_name) if pv_name else None
+        if pv is None:
+            missing = go_quote(f'persistentvolumes "{pv_name}" not found')
+            raise Pending(f"failed to retrieve PV {pv_name} from the API server: {missing}")
+        ref = (pv.get("spec") or {}).get("claimRef") or {}
+        if (ref.get("name"), ref.get("namespace")) != (pvc_name, namespace) or ref.get("uid") not in (
+            None,
+            "",
+            pvc["metadata"]["uid"],
+        ):
+            raise Pending("claim in dataSource not bound or invalid")
+        return pv
+
     def _create_content(self, vs: Obj, content_name: str) -> None:
         md = vs["metadata"]
-        pvc_name = _source_pvc(vs)
-        pvc = self.kube.get(PVC, pvc_name, md["namespace"]) if pvc_name else None
-        prefix = f"failed to get input parameters to create snapshot {md['name']}: "
-        if pvc is None:
-            raise Pending(f'{prefix}"failed to retrieve PVC {pvc_name} from the lister: persistentvolumeclaim'
-                          f' \\"{pvc_name}\\" not found"')  # fmt: skip
-        if (pvc.get("status") or {}).get("phase") != "Bound" or not pvc["spec"].get("volumeName"):
-            raise Pending(f'{prefix}"the PVC {pvc_name} is not yet bound to a PV, will not attempt to take a'
-                          ' snapshot"')  # fmt: skip
-        pv = self.kube.get(PV, pvc["spec"]["volumeName"])
-        csi = ((pv or {}).get("spec") or {}).get("csi")
-        if pv is None or csi is None:
-            raise Pending(f'{prefix}"cannot snapshot a non-CSI volume: {pvc["spec"]["volumeName"]}"')
-        cls = self._snapshot_class(vs, csi["driver"])
-        if pvc["metadata"].get("deletionTimestamp") is None:
+        class_name = (vs.get("spec") or {}).get("volumeSnapshotClassName") or ""
+        try:
+            cls = self.kube.get(VS_CLASS, class_name)
+            if cls is None:
+                raise Pending(f'volumesnapshotclass.snapshot.storage.k8s.io "{class_name}" not found')
+            pv = self._volume_of(vs)
+            csi = pv["spec"].get("csi")
+            if csi is None:
+                raise Pending(f"snapshotting non-CSI volumes is not supported, snapshot:{md['namespace']}/{md['name']}")
+        except Pending as exc:
+            raise Pending(
+                f"failed to get input parameters to create snapshot {md['name']}: {go_quote(str(exc))}"
+            ) from None
+        pvc = self.kube.get(PVC, _source_pvc(vs), md["namespace"])
+        if pvc is not None and pvc["metadata"].get("deletionTimestamp") is None:
             self._add_finalizers(pvc, [n.FIN_PVC_AS_SOURCE], PVC)
         body = {
             "metadata": {"name": content_name},
@@ -177,39 +253,21 @@ class SnapshotController(Controller):
             },
         }
         self.kube.create(VSC, body)
-        self.kube.patch(VS, md["name"], {"status": {"boundVolumeSnapshotContentName": content_name,
-                                                    "readyToUse": False}}, md["namespace"], status=True)  # fmt: skip
-        self.kube.event(
-            VS,
-            vs,
-            "Normal",
-            "CreatingSnapshot",
-            f"Waiting for a snapshot {md['namespace']}/{md['name']} to be created by the CSI driver.",
-        )
+        status = {"boundVolumeSnapshotContentName": content_name, "readyToUse": False}
+        self.kube.patch(VS, md["name"], {"status": status}, md["namespace"], status=True)
+        message = f"Waiting for a snapshot {md['namespace']}/{md['name']} to be created by the CSI driver."
+        self.kube.event(VS, vs, "Normal", "CreatingSnapshot", message)
 
-    def _snapshot_class(self, vs: Obj, driver: str) -> Obj:
-        name = (vs.get("spec") or {}).get("volumeSnapshotClassName")
-        if name:
-            cls = self.kube.get(VS_CLASS, name)
-            if cls is None:
-                raise Pending(f'failed to retrieve snapshot class {name}: volumesnapshotclasses "{name}" not found')
-            return cls
-        defaults = [c for c in self.kube.list(VS_CLASS)[0] if c.get("driver") == driver and
-                    (c["metadata"].get("annotations") or {}).get(n.ANN_DEFAULT_SNAPSHOT_CLASS) == "true"]  # fmt: skip
-        if len(defaults) != 1:
-            raise Pending("cannot find default snapshot class" if not defaults else
-                          f"{len(defaults)} default snapshot classes were found")  # fmt: skip
+    def _snapshot_error(self, vs: Obj, reason: str, message: str, *, ready_false: bool = True) -> None:
+        """Set ``status.error`` (and readyToUse false when ``ready_false``) and record the Event, only when the
+        message changes (upstream's updateSnapshotErrorStatusWithEvent)."""
         md = vs["metadata"]
-        self.kube.patch(VS, md["name"], {"spec": {"volumeSnapshotClassName": defaults[0]["metadata"]["name"]}},
-                        md["namespace"])  # fmt: skip
-        return defaults[0]
-
-    def _snapshot_error(self, vs: Obj, reason: str, message: str) -> None:
-        md = vs["metadata"]
-        status = vs.get("status") or {}
-        if (status.get("error") or {}).get("message") != message:
-            self.kube.patch(VS, md["name"], {"status": {"readyToUse": False, "error": {
-                "message": message, "time": rfc3339(time.time())}}}, md["namespace"], status=True)  # fmt: skip
+        if ((vs.get("status") or {}).get("error") or {}).get("message") == message:
+            return
+        status = {"error": {"message": message, "time": rfc3339(time.time())}}
+        if ready_false:
+            status["readyToUse"] = False
+        self.kube.patch(VS, md["name"], {"status": status}, md["namespace"], status=True)
         self.kube.event(VS, vs, "Warning", reason, message)
 
     def _sync_status(self, vs: Obj, vsc: Obj) -> None:
@@ -300,7 +358,28 @@ class SnapshotController(Controller):
         self._release_pvc(vs)  # a snapshot deleted before it was ready no longer holds its claim
         return None
 
-    # ---- VolumeSnapshotContent (the sidecar) ------------------------------------------------------------
+
+class SnapshotSidecar(Controller):
+    """csi-snapshotter for one driver: takes and deletes its contents' snapshots (see the module docstring)."""
+
+    name = "csi-snapshotter"
+
+    def __init__(self, kube: Kube, plugin: CsiPlugin, *, ready_delay: float = 0.2) -> None:
+        super().__init__(kube)
+        self.plugin = plugin
+        self.driver = plugin.driver
+        self.name = f"csi-snapshotter-{self.driver}"
+        self.ready_delay = ready_delay
+
+    def watches(self) -> list[WatchSpec]:
+        def vsc_keys(_type, obj):
+            if (obj.get("spec") or {}).get("driver") == self.driver:
+                yield ("vsc", "", obj["metadata"]["name"])
+
+        return [WatchSpec(VSC, vsc_keys)]
+
+    def reconcile(self, key: Key) -> float | None:
+        return self._content(key[2])
 
     def _content(self, name: str) -> float | None:
         vsc = self.kube.get(VSC, name)
@@ -318,49 +397,57 @@ class SnapshotController(Controller):
         if spec.get("deletionPolicy") == "Delete" and n.FIN_VSC_BOUND not in finalizers:
             vsc = self.kube.set_finalizers(VSC, vsc, [*finalizers, n.FIN_VSC_BOUND])
         source = spec.get("source") or {}
+        handle = status.get("snapshotHandle") or source.get("snapshotHandle")
         if not status.get("snapshotHandle"):
             if (md.get("annotations") or {}).get(n.ANN_GROUP_HANDLE):
-                return None  # a group member: the group controller writes its status
-            if source.get("snapshotHandle"):  # pre-provisioned
-                size = self.plugin.snapshot_size(source["snapshotHandle"])
-                if size is None:
-                    self._content_error(vsc, f"snapshot {source['snapshotHandle']} does not exist")
-                    return None
-                self.kube.patch(
-                    VSC,
-                    name,
-                    {"status": {"snapshotHandle": source["snapshotHandle"], "restoreSize": size, "readyToUse": True}},
-                    status=True,
-                )
+                return None  # a group member: the group controller writes its handle
+            if not handle:
+                try:
+                    info = self.plugin.create_snapshot(source["volumeHandle"], name)
+                except Exception as exc:
+                    self._content_error(
+                        vsc, f"failed to take snapshot of the volume {source.get('volumeHandle')}: {go_quote(str(exc))}"
+                    )
+                    raise Pending(str(exc)) from None
+                status = {
+                    "snapshotHandle": info.snapshot_handle,
+                    "creationTime": info.creation_ns,
+                    "readyToUse": self.ready_delay <= 0,
+                    "error": None,
+                }
+                if info.size > 0:
+                    status["restoreSize"] = info.size
+                vsc = self.kube.patch(VSC, name, {"status": status}, status=True)
+                status = vsc.get("status") or {}
+        if status.get("creationTime") is None:  # pre-provisioned, or a v1beta1 group member: ask the driver
+            info = self.plugin.snapshot_info(handle)
+            if info is None:
+                self._content_error(vsc, f"snapshot {handle} does not exist")
                 return None
-            try:
-                info = self.plugin.create_snapshot(source["volumeHandle"], name)
-            except Exception as exc:
-                self._content_error(vsc, f"failed to take snapshot of the volume {source.get('volumeHandle')}:"
-                                         f" {exc}")  # fmt: skip
-                raise Pending(str(exc)) from None
-            status = {
-                "snapshotHandle": info.snapshot_handle,
-                "creationTime": info.creation_ns,
-                "restoreSize": info.size,
-                "readyToUse": self.ready_delay <= 0,
-                "error": None,
-            }
-            self.kube.patch(VSC, name, {"status": status}, status=True)
+            size, created = info
+            patch = {"snapshotHandle": handle, "creationTime": created, "readyToUse": self.ready_delay <= 0}
+            if size > 0 and status.get("restoreSize") is None:
+                patch["restoreSize"] = size
+            vsc = self.kube.patch(VSC, name, {"status": patch}, status=True)
+            status = vsc.get("status") or {}
         if not status.get("readyToUse"):
             left = int(status.get("creationTime") or 0) / 1e9 + self.ready_delay - time.time()
             if left > 0:
                 return left
-            patch = {"readyToUse": True}
-            if status.get("restoreSize") is None:
-                patch["restoreSize"] = self.plugin.snapshot_size(status["snapshotHandle"])
-            self.kube.patch(VSC, name, {"status": patch}, status=True)
+            self.kube.patch(VSC, name, {"status": {"readyToUse": True}}, status=True)
         return None
 
     def _content_error(self, vsc: Obj, message: str) -> None:
-        self.kube.patch(VSC, vsc["metadata"]["name"], {"status": {"readyToUse": False, "error": {
-            "message": message, "time": rfc3339(time.time())}}}, status=True)  # fmt: skip
+        if ((vsc.get("status") or {}).get("error") or {}).get("message") == message:
+            return
+        error = {"message": message, "time": rfc3339(time.time())}
+        self.kube.patch(VSC, vsc["metadata"]["name"], {"status": {"readyToUse": False, "error": error}}, status=True)
         self.kube.event(VSC, vsc, "Warning", "SnapshotCreationFailed", message)
+
+
+def go_quote(text: str) -> str:
+    """Go's ``%q`` of a string (upstream messages quote wrapped errors with it)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def restoring_from(kube: Kube, vs: Obj) -> bool:

@@ -28,6 +28,7 @@ from localcluster.snapshot_metadata.snapshots import (
     Snapshot,
     SnapshotCatalog,
     SnapshotNotFound,
+    SnapshotRefused,
     SyntheticSnapshot,
 )
 from localcluster.snapshot_metadata.tls import TlsMaterial, make_ca_and_cert
@@ -45,6 +46,7 @@ __all__ = [
     "SnapshotCatalog",
     "SnapshotMetadataServer",
     "SnapshotNotFound",
+    "SnapshotRefused",
     "StaticTokens",
     "SyntheticSnapshot",
     "TlsMaterial",

@@ -11,8 +11,9 @@ Each RPC, in the sidecar's order:
 2. field checks, INVALID_ARGUMENT with the sidecar's messages ("securityToken is missing", ...);
    a negative max_results is INVALID_ARGUMENT too;
 3. ``validator.validate(token, namespace)``: UNAUTHENTICATED / PERMISSION_DENIED (any other error: INTERNAL);
-4. target VolumeSnapshot missing or not ready: UNAVAILABLE; delta base handle unknown: NOT_FOUND, not ready:
-   UNAVAILABLE; different volumes: INVALID_ARGUMENT "snapshots don't belong to the same Volume";
+4. target VolumeSnapshot missing or not ready: UNAVAILABLE; refused by the catalog (``SnapshotRefused``, e.g. its
+   VolumeSnapshotClass cannot be resolved): the catalog's code and message; delta base handle unknown: NOT_FOUND,
+   not ready: UNAVAILABLE; different volumes: INVALID_ARGUMENT "snapshots don't belong to the same Volume";
 5. ``starting_offset`` < 0 or > capacity: OUT_OF_RANGE (== capacity is an empty, successful stream);
 6. the stream: from block ``starting_offset // block_size``, FIXED_LENGTH sends one ``block_size`` tuple per
    allocated/changed block (the last one runs past a capacity that is not a multiple of ``block_size``),
@@ -41,7 +42,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from localcluster.snapshot_metadata import auth, stream
 from localcluster.snapshot_metadata.faults import CallPlan, Faults, shape
-from localcluster.snapshot_metadata.snapshots import Snapshot, SnapshotCatalog, SnapshotNotFound
+from localcluster.snapshot_metadata.snapshots import Snapshot, SnapshotCatalog, SnapshotNotFound, SnapshotRefused
 from localcluster.snapshot_metadata.tls import TlsMaterial, make_ca_and_cert
 from movers.cbt._pb import schema_pb2 as pb
 
@@ -240,6 +241,8 @@ class SnapshotMetadataServer:
     def _target(self, namespace: str, name: str, context) -> Snapshot:
         try:
             snap = self.catalog.by_name(namespace, name)
+        except SnapshotRefused as exc:
+            context.abort(grpc.StatusCode[exc.code], str(exc))
         except SnapshotNotFound:
             snap = None
         if snap is None or not snap.ready:

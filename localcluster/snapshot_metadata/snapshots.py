@@ -17,7 +17,10 @@ base, iff ``i % pattern == 0``, so a benchmark can stream millions of blocks wit
 
 ``SnapshotCatalog`` is the lookup the server needs: ``by_name(namespace, name)`` for the VolumeSnapshot an RPC
 names and ``by_handle(handle)`` for the delta's base; both raise ``SnapshotNotFound`` and must be thread-safe.
-A not-ready snapshot is still returned (the server answers UNAVAILABLE). ``InMemoryCatalog`` is the simple one.
+A not-ready snapshot is still returned (the server answers UNAVAILABLE). ``by_name`` may raise
+``SnapshotRefused(code, message)`` for a ready snapshot the sidecar refuses (the server answers with that gRPC
+status code name and message, e.g. UNAVAILABLE "no default VolumeSnapshotClass is set for the CSI driver ...").
+``InMemoryCatalog`` is the simple one.
 """
 
 from __future__ import annotations
@@ -39,6 +42,14 @@ DEFAULT_VOLUME = "vol-1"
 
 class SnapshotNotFound(LookupError):
     """No snapshot with that namespace/name or handle."""
+
+
+class SnapshotRefused(SnapshotNotFound):
+    """The sidecar refuses the target snapshot: ``code`` is a ``grpc.StatusCode`` name (``UNAVAILABLE`` ...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @functools.lru_cache(maxsize=16)
