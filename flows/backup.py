@@ -209,7 +209,7 @@ def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
         raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(missing)}")
     by_name = {p["name"]: p for p in pvcs}
     tags = {RUN_TAG: run_id, APP_TAG: policy.name}
-    members = [x | {"storage_class": by_name[x["pvc"]]["storage_class"],
+    members = [x | {"storage_class": by_name[x["pvc"]]["storage_class"], "size": by_name[x["pvc"]]["size"],
                     "volume_mode": by_name[x["pvc"]]["volume_mode"], "tags": tags} for x in members]  # fmt: skip
     mover = policy.to_dict()["mover"]
     audiences: dict[str, str | None] = {}

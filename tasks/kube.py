@@ -22,7 +22,7 @@ from movers.kube import manifests as m
 from tasks import retry_if_retriable
 
 # a member of the snapshot set as plain data: pvc, snapshot, content, handle, driver, restore_size, source_volume_mode;
-# the flow adds the PVC's storage_class and volume_mode and the manifest tags (run, app) before moving it
+# the flow adds the PVC's storage_class, size and volume_mode and the manifest tags (run, app) before moving it
 Member = dict[str, Any]
 
 KEPT_LABEL = "cbt-mover.io/kept-for"  # a kept base snapshot (its run label removed): value = the app's name
@@ -189,8 +189,11 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
     if member.get("source_volume_mode") == "Filesystem":
         snapshots.patch_content_annotation(api, member["content"])
     read_pvc = f"{run_id}-{pvc}"[:63].rstrip("-")
-    k.create(api, m.pvc_from_snapshot(read_pvc, namespace, member["snapshot"], str(member["restore_size"]),
-                                      None, labels))  # fmt: skip
+    # the source claim's class (the cluster default may belong to another driver, which cannot restore this
+    # snapshot), sized from restoreSize or, when the driver leaves it out, the source claim's capacity
+    size = m.reader_claim_size(member["restore_size"], member.get("size"))
+    claim = m.pvc_from_snapshot(read_pvc, namespace, member["snapshot"], size, member.get("storage_class"), labels)
+    k.create(api, claim)
     args = m.backup_args(volume=f"{namespace}/{pvc}", namespace=namespace, snapshot=member["snapshot"], pvc=pvc,
                          base_handle=plan.get("base_handle"), storage_class=member.get("storage_class"),
                          volume_mode=member.get("volume_mode"), tags=member.get("tags"),
