@@ -128,12 +128,15 @@ def test_plan_is_said_and_selector_syntax():
 
     def plan(*args):
         with disable_run_logger():
-            return plan_member.fn(*args)["change_source"]
+            return plan_member.fn(*args)
 
-    assert plan("ns/a", "h1", "aud") == "cbt-delta"
-    assert plan("ns/a", None, "aud") == "cbt-allocated"
-    assert plan("ns/a", "h1", None) == "scan"
-    assert plan("ns/a", "h1", "aud", "off") == "scan"
+    delta, full = {"handle": "h1", "reason": "delta since b1"}, {"handle": None, "reason": "another volume"}
+    assert plan("ns/a", delta, "aud") == {"change_source": "cbt-delta", "base_handle": "h1", "audience": "aud",
+                                          "why": "delta since b1"}  # fmt: skip
+    assert plan("ns/a", full, "aud")["change_source"] == "cbt-allocated"
+    assert plan("ns/a", full, "aud")["why"] == "another volume"
+    assert plan("ns/a", delta, None, "CBT disabled") == {"change_source": "scan", "base_handle": None,
+                                                        "audience": None, "why": "CBT disabled"}  # fmt: skip
     assert selector_string({"matchLabels": {"b": "2", "a": "1"}, "matchExpressions": [
         {"key": "t", "operator": "In", "values": ["x", "y"]}, {"key": "g", "operator": "DoesNotExist"}]}) == (
         "a=1,b=2,t in (x,y),!g")  # fmt: skip

@@ -124,10 +124,10 @@ def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(lo
 
 
 def _members(api, ns, group):
-    from tasks.kube import _member_of
+    from movers.kube.snapshotset import member
 
     vgs = k.get(api, "VolumeGroupSnapshot", ns, group, k.served_group_snapshot_version(api))
-    return [_member_of(api, ns, x.snapshot) for x in snapshots.group_members(api, vgs)]
+    return [member(api, ns, x.snapshot) for x in snapshots.group_members(api, vgs)]
 
 
 def _exists(api, kind, name):
