@@ -102,8 +102,9 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     kubeconfig = params.get("kubeconfig")
     run_id = run_id_for(flow_run_.id)
     try:
-        policy = resolve_policy(params.get("policy_path"),
-                                **{key: v for key, v in params.items() if key in POLICY_OVERRIDES})
+        policy = resolve_policy(
+            params.get("policy_path"), **{key: v for key, v in params.items() if key in POLICY_OVERRIDES}
+        )
         ns, hooks, annotations = policy.namespace, policy.to_dict()["hooks"], policy.use_pod_annotations
         app = policy.name
     except Exception as err:  # noqa: BLE001  (fall back to the raw parameters)
@@ -196,17 +197,31 @@ def backup_app(
     create_markdown_artifact(key=f"backup-{policy.name}-restore",
                              markdown=report.restore_markdown(run_id, ns, policy.name, url, rows))  # fmt: skip
     snapshots = {"path": snap["path"], "reason": snap["reason"], "fallback": snap["fallback"], "kind": snap["kind"]}
-    summary = {"run_id": run_id, "namespace": ns, "app": policy.name, "repository": url, "freeze_s": snap["freeze_s"],
-               "freezes": snap["freezes"], "snapshots": snapshots, "duration_s": round(time.monotonic() - t0, 3),
-               "volumes": rows, "expired": expired}  # fmt: skip
+    summary = {
+        "run_id": run_id,
+        "namespace": ns,
+        "app": policy.name,
+        "repository": url,
+        "freeze_s": snap["freeze_s"],
+        "freezes": snap["freezes"],
+        "snapshots": snapshots,
+        "duration_s": round(time.monotonic() - t0, 3),
+        "volumes": rows,
+        "expired": expired,
+    }
     report.emit("completed", ns, policy.name, run_id, {k: v for k, v in summary.items() if k != "volumes"} | {
         "volumes": {r["volume"]: {"mode": r["mode"], "backup_id": r["backup_id"], "read_bytes": r["read_bytes"],
                                   "uploaded_bytes": r["uploaded_bytes"], "why": r["why"]} for r in rows}},
         [r["volume"] for r in rows])  # fmt: skip
     if snap["fallback"]:
         log.warning("backup %s: snapshots per PVC after a fallback: %s", run_id, snap["fallback"])
-    log.info("backup %s done (%s snapshots: %s): %s", run_id, snap["path"], snap["reason"],
-             ", ".join(f"{r['volume']} {r['mode']}" for r in rows))  # fmt: skip
+    log.info(
+        "backup %s done (%s snapshots: %s): %s",
+        run_id,
+        snap["path"],
+        snap["reason"],
+        ", ".join(f"{r['volume']} {r['mode']}" for r in rows),
+    )
     return summary
 
 
@@ -222,15 +237,17 @@ def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
     check_repository(url)
     found = inspect_cluster(kubeconfig, ns, settings)
     sources = {s["pvc"]: s for s in found["sources"]}
-    bases = {pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"])
-             for pvc, s in sources.items()}  # fmt: skip
+    bases = {
+        pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"])
+        for pvc, s in sources.items()
+    }
     snap = take_snapshots(kubeconfig, ns, run_id, policy.name, settings, found)
     missing = set(sources) - {x["pvc"] for x in snap["members"]}
     if missing:
         raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(missing)}")
     snap["reason"] = found["path_reason"]
     how = report.snapshot_text(snap)
-    members = [_movable(x, sources[x["pvc"]], sorted(sources), run_id, policy) for x in snap["members"]]
+    members = [_movable(x, sources[x["pvc"]], sorted(sources), snap["group"], run_id, policy) for x in snap["members"]]
     done: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = []
     # submit in waves of `parallelism` (the task runner has more threads than that)
     for start in range(0, len(members), policy.parallelism):
@@ -238,8 +255,9 @@ def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
         for member in members[start : start + policy.parallelism]:
             cbt = found["cbt"][member["driver"]]
             no_cbt = cbt["unavailable"] or (cbt["group_members"] if snap["kind"] == "VolumeGroupSnapshot" else None)
-            plan = plan_member(f"{ns}/{member['pvc']}", bases[member["pvc"]], None if no_cbt else cbt["audience"],
-                               no_cbt)  # fmt: skip
+            plan = plan_member(
+                f"{ns}/{member['pvc']}", bases[member["pvc"]], None if no_cbt else cbt["audience"], no_cbt
+            )
             fut = move_volume.submit(kubeconfig, ns, run_id, member, plan, settings["mover"],
                                      policy.repository.credentials_secret, policy.timeouts.mover)  # fmt: skip
             wave.append((member, plan, fut))
@@ -257,16 +275,23 @@ def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
     return snap, rows
 
 
-def _movable(member: dict[str, Any], source: dict[str, Any], run_pvcs: list[str], run_id: str,
-             policy: BackupPolicy) -> dict[str, Any]:  # fmt: skip
+def _movable(
+    member: dict[str, Any],
+    source: dict[str, Any],
+    run_pvcs: list[str],
+    group: str | None,
+    run_id: str,
+    policy: BackupPolicy,
+) -> dict[str, Any]:
     """A snapshot set member with what its mover records: the claim's class, size and mode, its PV's identity,
-    the run's claims, the manifest tags, the application and the repository."""
+    the run's claims, its group snapshot, the manifest tags, the application and the repository."""
     return member | {
         "storage_class": source["storage_class"],
         "size": source["size"],
         "volume_mode": source["volume_mode"],
         "identity": source["identity"],
         "run_pvcs": run_pvcs,
+        "group_snapshot": group,
         "tags": {RUN_TAG: run_id, APP_TAG: policy.name},
         "app": policy.name,
         "repo": policy.repository.url,

@@ -73,8 +73,9 @@ def inspect_cluster(kubeconfig: str | None, namespace: str, settings: dict[str, 
 
 
 @task(name="snapshot-set")
-def take_snapshots(kubeconfig: str | None, namespace: str, run_id: str, app: str, settings: dict[str, Any],
-                   plan: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def take_snapshots(
+    kubeconfig: str | None, namespace: str, run_id: str, app: str, settings: dict[str, Any], plan: dict[str, Any]
+) -> dict[str, Any]:
     """The claims' snapshots under a freeze bounded by the policy (``snapshotset.take``): its result as plain
     data, with ``members`` (``snapshotset.member`` of each) and ``freeze_s`` (every freeze window together)."""
     from movers.hooks import annotation_hooks, hookset_from_policy
@@ -84,11 +85,20 @@ def take_snapshots(kubeconfig: str | None, namespace: str, run_id: str, app: str
     if settings.get("use_pod_annotations"):
         hookset = hookset + annotation_hooks(api, namespace)
     request = snapshotset.Request(
-        name=run_id, selector=settings["pvc_selector"], pvcs={s["pvc"]: s["driver"] for s in plan["sources"]},
-        path=plan["path"], group_version=plan["group_version"], group_class=plan["group_class"],
-        snapshot_classes=plan["snapshot_classes"], fallback_problem=plan["fallback_problem"],
-        labels=m.run_labels(run_id, app=app), freeze_timeout=group["freeze_timeout"], on_timeout=group["on_timeout"],
-        ready_timeout=settings["timeouts"]["snapshot"], group_timeout=group["timeout"])  # fmt: skip
+        name=run_id,
+        selector=settings["pvc_selector"],
+        pvcs={s["pvc"]: s["driver"] for s in plan["sources"]},
+        path=plan["path"],
+        group_version=plan["group_version"],
+        group_class=plan["group_class"],
+        snapshot_classes=plan["snapshot_classes"],
+        fallback_problem=plan["fallback_problem"],
+        labels=m.run_labels(run_id, app=app),
+        freeze_timeout=group["freeze_timeout"],
+        on_timeout=group["on_timeout"],
+        ready_timeout=settings["timeouts"]["snapshot"],
+        group_timeout=group["timeout"],
+    )
     log = get_run_logger()
     done = snapshotset.take(api, namespace, request, hookset, log)
     for line in done.hooks:
@@ -161,14 +171,27 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
     k.create(api, claim)
     args = m.backup_args(volume=f"{namespace}/{pvc}", namespace=namespace, snapshot=member["snapshot"], pvc=pvc,
                          repo=member.get("repo"), base_handle=plan.get("base_handle"),
+                         scan=plan["change_source"] == "scan", snapshot_handle=member.get("handle"),
+                         group_snapshot=member.get("group_snapshot"),
                          storage_class=member.get("storage_class"), volume_mode=member.get("volume_mode"),
                          tags=member.get("tags"), run_pvcs=member.get("run_pvcs"), **(member.get("identity") or {}),
                          extra=["--progress-interval", f"{mover.get('progress_interval', 1.0):g}"])  # fmt: skip
-    pod = m.mover_pod(read_pvc, namespace, image=mover["image"], args=args, pvc=read_pvc,
-                      service_account=mover["service_account"], repo_secret=repo_secret,
-                      cbt_audience=plan.get("audience"), resources=mover.get("resources"), labels=labels,
-                      node_selector=mover.get("node_selector"), tolerations=mover.get("tolerations"),
-                      affinity=mover.get("affinity"), active_deadline_seconds=int(timeout))  # fmt: skip
+    pod = m.mover_pod(
+        read_pvc,
+        namespace,
+        image=mover["image"],
+        args=args,
+        pvc=read_pvc,
+        service_account=mover["service_account"],
+        repo_secret=repo_secret,
+        cbt_audience=plan.get("audience"),
+        resources=mover.get("resources"),
+        labels=labels,
+        node_selector=mover.get("node_selector"),
+        tolerations=mover.get("tolerations"),
+        affinity=mover.get("affinity"),
+        active_deadline_seconds=int(timeout),
+    )
     progress = ProgressArtifact(progress_key(namespace, pvc), f"backup of {namespace}/{pvc} ({run_id})")
 
     def on_log_line(line: str) -> None:
@@ -184,8 +207,9 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
     if not res.succeeded or not res.result:
         log.error("mover pod %s/%s: the last lines of its log:\n%s", namespace, read_pvc, "\n".join(res.log_tail))
         why = " ".join(res.message.split()) or "no message"
-        raise MoverPodFailed(f"mover pod {namespace}/{read_pvc} for {pvc} failed (exit {res.exit_code}): {why}",
-                             res.exit_code)  # fmt: skip
+        raise MoverPodFailed(
+            f"mover pod {namespace}/{read_pvc} for {pvc} failed (exit {res.exit_code}): {why}", res.exit_code
+        )
     progress.set(100.0)
     return res.result
 

@@ -64,15 +64,26 @@ def _times(r: float | None) -> str:
 
 def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
     """The rows as people read them (sizes in KiB/MiB/GiB, ratios as ``1.25x``)."""
-    return [{"volume": r["volume"], "mode": r["mode"] or "-",
-             "change source": r["change_source"] if r["change_source"] == r["planned"]
-             else f"{r['change_source']} (planned {r['planned']})",
-             "changed": human_bytes(r["changed_bytes"]), "read": human_bytes(r["read_bytes"]),
-             "uploaded": human_bytes(r["uploaded_bytes"]), "dedup": _times(r["dedup_ratio"]),
-             "compression": _times(r["compression_ratio"]), "duration": f"{r['duration_s']:.1f} s",
-             "throughput": "-" if r["throughput_bps"] is None else f"{human_bytes(r['throughput_bps'])}/s",
-             "backup id": r["backup_id"] or "-", "snapshot": r.get("snapshot") or "-",
-             "plan": r.get("why") or "-"} for r in rows]  # fmt: skip
+    return [
+        {
+            "volume": r["volume"],
+            "mode": r["mode"] or "-",
+            "change source": r["change_source"]
+            if r["change_source"] == r["planned"]
+            else f"{r['change_source']} (planned {r['planned']})",
+            "changed": human_bytes(r["changed_bytes"]),
+            "read": human_bytes(r["read_bytes"]),
+            "uploaded": human_bytes(r["uploaded_bytes"]),
+            "dedup": _times(r["dedup_ratio"]),
+            "compression": _times(r["compression_ratio"]),
+            "duration": f"{r['duration_s']:.1f} s",
+            "throughput": "-" if r["throughput_bps"] is None else f"{human_bytes(r['throughput_bps'])}/s",
+            "backup id": r["backup_id"] or "-",
+            "snapshot": r.get("snapshot") or "-",
+            "plan": r.get("why") or "-",
+        }
+        for r in rows
+    ]
 
 
 def restore_markdown(run_id: str, namespace: str, app: str, repo_url: str, rows: list[dict[str, Any]]) -> str:

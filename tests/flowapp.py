@@ -34,8 +34,16 @@ HOOKS = {
 }  # fmt: skip
 
 
-def deploy_app(cluster, setenv: Callable[[str, str], None], ns: str, bucket: str, pvcs=("data", "logs"),
-               size: str = "16Mi", app_pod: bool = True, storage_class: str = APP_CLASS) -> dict:  # fmt: skip
+def deploy_app(
+    cluster,
+    setenv: Callable[[str, str], None],
+    ns: str,
+    bucket: str,
+    pvcs=("data", "logs"),
+    size: str = "16Mi",
+    app_pod: bool = True,
+    storage_class: str = APP_CLASS,
+) -> dict:
     """The app, its repository (``s3://<bucket>/repo``) and Secret; returns ``{"repo", "env"}``.
 
     The PVCs are in ``storage_class``; the app pod writes to each (device ``i`` of its records is ``pvcs[i]``)."""

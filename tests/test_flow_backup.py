@@ -104,12 +104,31 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
     pv = core.read_persistent_volume(core.read_namespaced_persistent_volume_claim("logs", NS).spec.volume_name)
     recorded = _listed(app, f"{NS}/logs")[logs["backup_id"]]
     assert (recorded["pv_name"], recorded["pv_uid"], recorded["pv_volume_handle"]) == (
-        pv.metadata.name, pv.metadata.uid, pv.spec.csi.volume_handle), recorded  # fmt: skip
+        pv.metadata.name,
+        pv.metadata.uid,
+        pv.spec.csi.volume_handle,
+    ), recorded
     assert recorded["run_pvcs"] == ["data", "logs"], recorded
     image = tmp_path / "logs-recreated.img"
-    subprocess.run([sys.executable, "-m", "movers", "restore", "--repo", app["repo"], "--volume", f"{NS}/logs",
-                    "--backup", logs["backup_id"], "--device", str(image)], check=True, env=app["env"],
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "movers",
+            "restore",
+            "--repo",
+            app["repo"],
+            "--volume",
+            f"{NS}/logs",
+            "--backup",
+            logs["backup_id"],
+            "--device",
+            str(image),
+        ],
+        check=True,
+        env=app["env"],
+        capture_output=True,
+    )
     records = demo_records(image)
     assert records and all(t >= since for _device, t in records), "the restored logs hold the old volume's records"
 
@@ -140,8 +159,13 @@ def _gone(read, *args) -> bool:
 
 def _listed(app, volume: str) -> dict[str, dict]:
     """``movers ls --json`` of ``volume``: backup id -> what it records."""
-    out = subprocess.run([sys.executable, "-m", "movers", "ls", "--repo", app["repo"], "--volume", volume, "--json"],
-                         check=True, env=app["env"], capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "movers", "ls", "--repo", app["repo"], "--volume", volume, "--json"],
+        check=True,
+        env=app["env"],
+        capture_output=True,
+        text=True,
+    )
     return {b["backup_id"]: b for b in json.loads(out.stdout)["backups"]}
 
 
@@ -211,12 +235,20 @@ def test_plan_is_said_and_selector_syntax():
             return plan_member.fn(*args)
 
     delta, full = {"handle": "h1", "reason": "delta since b1"}, {"handle": None, "reason": "another volume"}
-    assert plan("ns/a", delta, "aud") == {"change_source": "cbt-delta", "base_handle": "h1", "audience": "aud",
-                                          "why": "delta since b1"}  # fmt: skip
+    assert plan("ns/a", delta, "aud") == {
+        "change_source": "cbt-delta",
+        "base_handle": "h1",
+        "audience": "aud",
+        "why": "delta since b1",
+    }
     assert plan("ns/a", full, "aud")["change_source"] == "cbt-allocated"
     assert plan("ns/a", full, "aud")["why"] == "another volume"
-    assert plan("ns/a", delta, None, "CBT disabled") == {"change_source": "scan", "base_handle": None,
-                                                        "audience": None, "why": "CBT disabled"}  # fmt: skip
+    assert plan("ns/a", delta, None, "CBT disabled") == {
+        "change_source": "scan",
+        "base_handle": None,
+        "audience": None,
+        "why": "CBT disabled",
+    }
     assert selector_string({"matchLabels": {"b": "2", "a": "1"}, "matchExpressions": [
         {"key": "t", "operator": "In", "values": ["x", "y"]}, {"key": "g", "operator": "DoesNotExist"}]}) == (
         "a=1,b=2,t in (x,y),!g")  # fmt: skip
@@ -241,12 +273,18 @@ def test_without_group_snapshots_one_snapshot_per_pvc_while_frozen(make_local_cl
 LONG_PREFIX = "shop.primary-database.volume-for-table"
 LONG = (f"{LONG_PREFIX}.wal-segments-archive-of-1", f"{LONG_PREFIX}.wal-segments-archive-of-2")
 TAINT = {"key": "dedicated", "value": "backup", "effect": "NoSchedule"}
-BACKUP_POOL = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["backup"]}]}]}}}  # fmt: skip
+BACKUP_POOL = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["backup"]}]}]
+        }
+    }
+}
 
 
-def test_disk_app_backed_up_per_pvc_on_a_tainted_backup_node_with_long_claim_names(local_cluster, harness,
-                                                                                   monkeypatch, tmp_path):  # fmt: skip
+def test_disk_app_backed_up_per_pvc_on_a_tainted_backup_node_with_long_claim_names(
+    local_cluster, harness, monkeypatch, tmp_path
+):
     """disk.csi.local has no group snapshots (and no CBT): one VolumeSnapshot per claim under one freeze, scans.
     The policy's toleration and required node affinity put every mover on the tainted node-b; every object the
     run creates carries the app.kubernetes.io labels; names derived from long dotted claim names are valid and
@@ -276,9 +314,14 @@ def test_disk_app_backed_up_per_pvc_on_a_tainted_backup_node_with_long_claim_nam
     assert sorted(o["kind"] for o in created) == ["PersistentVolumeClaim"] * 3 + ["Pod"] * 3 + ["VolumeSnapshot"] * 3
     for obj in created:
         meta = obj["metadata"]
-        assert {k_: meta["labels"].get(k_) for k_ in (m.NAME_LABEL, m.MANAGED_BY_LABEL, m.INSTANCE_LABEL,
-                m.PART_OF_LABEL)} == {m.NAME_LABEL: "cbt-mover", m.MANAGED_BY_LABEL: "cbt-mover",
-                                      m.INSTANCE_LABEL: run, m.PART_OF_LABEL: "disk-shop"}, meta  # fmt: skip
+        assert {
+            k_: meta["labels"].get(k_) for k_ in (m.NAME_LABEL, m.MANAGED_BY_LABEL, m.INSTANCE_LABEL, m.PART_OF_LABEL)
+        } == {
+            m.NAME_LABEL: "cbt-mover",
+            m.MANAGED_BY_LABEL: "cbt-mover",
+            m.INSTANCE_LABEL: run,
+            m.PART_OF_LABEL: "disk-shop",
+        }, meta
         assert meta["labels"][m.COMPONENT_LABEL] in m.COMPONENTS and len(meta["name"]) <= 63, meta
     names = {o["kind"]: sorted(x["metadata"]["name"] for x in created if x["kind"] == o["kind"]) for o in created}
     assert all(len(set(v)) == 3 for v in names.values()), names
@@ -287,8 +330,23 @@ def test_disk_app_backed_up_per_pvc_on_a_tainted_backup_node_with_long_claim_nam
 
     for index, pvc in enumerate(pvcs):
         image = tmp_path / f"{index}.img"
-        subprocess.run([sys.executable, "-m", "movers", "restore", "--repo", app["repo"], "--volume", f"{ns}/{pvc}",
-                        "--device", str(image)], check=True, env=app["env"], capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "movers",
+                "restore",
+                "--repo",
+                app["repo"],
+                "--volume",
+                f"{ns}/{pvc}",
+                "--device",
+                str(image),
+            ],
+            check=True,
+            env=app["env"],
+            capture_output=True,
+        )
         devices = {device for device, _t in demo_records(image)}
         assert devices == {index}, (pvc, devices)
 
