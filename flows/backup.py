@@ -227,9 +227,9 @@ def backup_app(
 
 def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
                        ) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
-    """Preflight, plan, quiesce + snapshot (bounded freeze), move every member (``parallelism`` at a time),
-    keep the new base snapshots. Returns the snapshot set (plus the preflight's path reason) and one summary
-    row per volume."""
+    """Preflight, plan the bases, snapshot under a bounded freeze, move every member (``parallelism`` at a
+    time), keep the new base snapshots. Returns the snapshot set (with the path's reason) and one summary row
+    per volume."""
     log = get_run_logger()
     ns, url, settings = policy.namespace, policy.repository.url, policy.to_dict()
     # preflight: nothing is frozen or created before all of it passed; the permissions first
@@ -241,61 +241,74 @@ def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
         pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"])
         for pvc, s in sources.items()
     }
-    snap = take_snapshots(kubeconfig, ns, run_id, policy.name, settings, found)
-    missing = set(sources) - {x["pvc"] for x in snap["members"]}
-    if missing:
-        raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(missing)}")
-    snap["reason"] = found["path_reason"]
-    how = report.snapshot_text(snap)
-    members = [_movable(x, sources[x["pvc"]], sorted(sources), snap["group"], run_id, policy) for x in snap["members"]]
+    snap = take_snapshots(kubeconfig, ns, run_id, policy.name, settings, found) | {"reason": found["path_reason"]}
+    members = _members(snap, sources, run_id, policy)
     done: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = []
     # submit in waves of `parallelism` (the task runner has more threads than that)
     for start in range(0, len(members), policy.parallelism):
         wave = []
         for member in members[start : start + policy.parallelism]:
-            cbt = found["cbt"][member["driver"]]
-            no_cbt = cbt["unavailable"] or (cbt["group_members"] if snap["kind"] == "VolumeGroupSnapshot" else None)
-            plan = plan_member(
-                f"{ns}/{member['pvc']}", bases[member["pvc"]], None if no_cbt else cbt["audience"], no_cbt
+            audience, no_cbt = _cbt(found, snap, member["driver"])
+            plan = plan_member(f"{ns}/{member['pvc']}", bases[member["pvc"]], audience, no_cbt)
+            fut = move_volume.submit(
+                kubeconfig,
+                ns,
+                run_id,
+                member,
+                plan,
+                settings["mover"],
+                policy.repository.credentials_secret,
+                policy.timeouts.mover,
             )
-            fut = move_volume.submit(kubeconfig, ns, run_id, member, plan, settings["mover"],
-                                     policy.repository.credentials_secret, policy.timeouts.mover)  # fmt: skip
             wave.append((member, plan, fut))
         wait([fut for _, _, fut in wave])  # all of the wave has ended before a failure triggers the cleanup
-        for member, plan, fut in wave:
-            done.append((member, plan, fut.result()))
+        done += [(member, plan, fut.result()) for member, plan, fut in wave]
     rows = []
     for member, plan, res in done:
-        rows.append(report.volume_row(f"{ns}/{member['pvc']}", plan, res, how))
+        rows.append(report.volume_row(f"{ns}/{member['pvc']}", plan, res, report.snapshot_text(snap)))
         if res.get("change_source") != plan["change_source"]:
-            log.warning("%s: planned %s but the mover used %s (%s)", member["pvc"], plan["change_source"],
-                        res.get("change_source"), res.get("cbt_fallback", "no reason given"))  # fmt: skip
+            log.warning(
+                "%s: planned %s but the mover used %s (%s)",
+                member["pvc"],
+                plan["change_source"],
+                res.get("change_source"),
+                res.get("cbt_fallback", "no reason given"),
+            )
     kept = [snap["group"]] if snap["group"] else [x["snapshot"] for x in members]
     keep_base_snapshots(kubeconfig, ns, policy.name, snap["kind"], snap["group_version"], kept)
     return snap, rows
 
 
-def _movable(
-    member: dict[str, Any],
-    source: dict[str, Any],
-    run_pvcs: list[str],
-    group: str | None,
-    run_id: str,
-    policy: BackupPolicy,
-) -> dict[str, Any]:
-    """A snapshot set member with what its mover records: the claim's class, size and mode, its PV's identity,
-    the run's claims, its group snapshot, the manifest tags, the application and the repository."""
-    return member | {
-        "storage_class": source["storage_class"],
-        "size": source["size"],
-        "volume_mode": source["volume_mode"],
-        "identity": source["identity"],
-        "run_pvcs": run_pvcs,
-        "group_snapshot": group,
-        "tags": {RUN_TAG: run_id, APP_TAG: policy.name},
+def _cbt(found: dict[str, Any], snap: dict[str, Any], driver: str) -> tuple[str | None, str | None]:
+    """The SnapshotMetadataService audience for a member of ``driver``, or None and why its CBT cannot work
+    (no service, CBT off, or a group member the service cannot serve)."""
+    cbt = found["cbt"][driver]
+    why = cbt["unavailable"] or (cbt["group_members"] if snap["kind"] == "VolumeGroupSnapshot" else None)
+    return (None, why) if why else (cbt["audience"], None)
+
+
+def _members(
+    snap: dict[str, Any], sources: dict[str, dict[str, Any]], run_id: str, policy: BackupPolicy
+) -> list[dict[str, Any]]:
+    """The snapshot set's members of the preflight's claims, with what their movers record: the claim's class,
+    size and mode, its PV's identity, the run's claims, the group, the manifest tags, the app and the repository."""
+    taken = {x["pvc"] for x in snap["members"]}
+    if set(sources) - taken:
+        raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(set(sources) - taken)}")
+    if taken - set(sources):  # a claim created since the preflight: the next run takes it
+        get_run_logger().warning(
+            "the group snapshot also took PVC(s) %s, created since the preflight: not backed up by this run",
+            sorted(taken - set(sources)),
+        )
+    common = {
+        "run_pvcs": sorted(sources),
+        "group_snapshot": snap["group"],
         "app": policy.name,
+        "tags": {RUN_TAG: run_id, APP_TAG: policy.name},
         "repo": policy.repository.url,
     }
+    mine = ("storage_class", "size", "volume_mode", "identity")
+    return [x | {f: sources[x["pvc"]][f] for f in mine} | common for x in snap["members"] if x["pvc"] in sources]
 
 
 def forget_backups_of(repo_url: str, volumes: list[str], policy: BackupPolicy) -> dict[str, Any] | None:

@@ -80,25 +80,11 @@ def take_snapshots(
     data, with ``members`` (``snapshotset.member`` of each) and ``freeze_s`` (every freeze window together)."""
     from movers.hooks import annotation_hooks, hookset_from_policy
 
-    api, group = api_client(kubeconfig), settings["group_snapshot"]
+    api = api_client(kubeconfig)
     hookset = hookset_from_policy(settings.get("hooks") or {})
     if settings.get("use_pod_annotations"):
         hookset = hookset + annotation_hooks(api, namespace)
-    request = snapshotset.Request(
-        name=run_id,
-        selector=settings["pvc_selector"],
-        pvcs={s["pvc"]: s["driver"] for s in plan["sources"]},
-        path=plan["path"],
-        group_version=plan["group_version"],
-        group_class=plan["group_class"],
-        snapshot_classes=plan["snapshot_classes"],
-        fallback_problem=plan["fallback_problem"],
-        labels=m.run_labels(run_id, app=app),
-        freeze_timeout=group["freeze_timeout"],
-        on_timeout=group["on_timeout"],
-        ready_timeout=settings["timeouts"]["snapshot"],
-        group_timeout=group["timeout"],
-    )
+    request = snapshotset.Request.of(run_id, m.run_labels(run_id, app=app), settings, plan)
     log = get_run_logger()
     done = snapshotset.take(api, namespace, request, hookset, log)
     for line in done.hooks:

@@ -16,6 +16,7 @@ from localcluster.kubelet.testing import wait_until
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT
 from movers.kube import apply as k
 from movers.kube import manifests as m
+from movers.kube.names import derived_name
 from tests.flowapp import (
     APP_CLASS,
     HOOKS,
@@ -131,6 +132,25 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
     )
     records = demo_records(image)
     assert records and all(t >= since for _device, t in records), "the restored logs hold the old volume's records"
+
+    # a run that takes one VolumeSnapshot per PVC (the policy names a group class that does not exist) keeps those
+    # as the next bases and deletes the group kept before
+    from flows.backup import backup_app
+
+    policy = policy_file(tmp_path / "p.yaml", NS, NS, app["repo"], group_snapshot={"class": "no-such-class"})
+    fourth = backup_app(policy_path=policy, kubeconfig=flow_kubeconfig(local_cluster))
+    assert fourth["snapshots"]["path"] == "per-pvc" and "no-such-class does not exist" in fourth["snapshots"]["reason"]
+    assert [r["change_source"] for r in fourth["volumes"]] == ["cbt-delta"] * 2, fourth["volumes"]
+    assert _kept(api) == {"VolumeSnapshot": sorted(derived_name(fourth["run_id"], p) for p in ("data", "logs"))}
+
+
+def _kept(api) -> dict[str, list[str]]:
+    """The snapshots kept as bases in NS, by kind."""
+    kept = {
+        kind: sorted(o["metadata"]["name"] for o in k.list_objects(api, kind, NS, "cbt-mover.io/kept-for"))
+        for kind in ("VolumeGroupSnapshot", "VolumeSnapshot")
+    }
+    return {kind: names for kind, names in kept.items() if names}
 
 
 def _recreate_claim(core, pvc: str) -> int:

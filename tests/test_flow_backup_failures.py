@@ -18,6 +18,7 @@ from kubernetes import client
 from localcluster.kubelet.testing import wait_until
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT
 from movers.kube import apply as k
+from movers.kube import manifests as m
 from movers.kube import snapshots
 from tests.flowapp import (
     HOOKS,
@@ -333,9 +334,16 @@ def test_preflight_refuses_before_anything_is_frozen(local_cluster, harness, mon
     core.delete_namespaced_secret(REPO_SECRET, ns)
     message, _ = _failed_run(local_cluster, app["repo"], ns)
     _one_line(message, f"the credentials Secret {ns}/{REPO_SECRET} (repository.credentials_secret) does not exist")
+    core.create_namespaced_secret(ns, {"metadata": {"name": REPO_SECRET}, "stringData": {**local_cluster.s3.env}})
+    message, _ = _failed_run(local_cluster, app["repo"], ns)
+    _one_line(message, f"the credentials Secret {ns}/{REPO_SECRET} lacks the key(s) CBT_MOVER_REPO")
+    # a claim of the app no pod uses yet, in a WaitForFirstConsumer class: nothing to snapshot
+    k.create(api, m.block_pvc("pending", ns, "16Mi", "standard", {"app": "demo"}))
+    message, _ = _failed_run(local_cluster, app["repo"], ns)
+    _one_line(message, f"PVC {ns}/pending is not bound to a volume (phase Pending)")
     assert app_states(core, ns) == [], "frozen before the preflight passed"
     assert any_run_objects(api, ns) == {}
-    failed = wait_until(lambda: len(_events("cbt-mover.backup.failed", f"cbt-mover.app.{ns}.{ns}")) >= 5, 20, "events")
+    failed = wait_until(lambda: len(_events("cbt-mover.backup.failed", f"cbt-mover.app.{ns}.{ns}")) >= 7, 20, "events")
     assert failed
 
 

@@ -1,7 +1,7 @@
 """The application's point in time: its claims' snapshots, cut under a freeze the policy bounds.
 
-``take(api, namespace, request, hookset, log)`` -> ``SnapshotSet``. ``request`` (``Request``) says the path
-the preflight chose (``movers.kube.preflight``): GROUP, one VolumeGroupSnapshot of the claims the selector
+``take(api, namespace, request, hookset, logger)`` -> ``SnapshotSet``. ``request`` (``Request``) says the path
+the preflight chose (``movers.kube.preflight``; ``Request.of`` builds it): GROUP, one VolumeGroupSnapshot of the claims the selector
 picks, in the preflight's class; PER_PVC, one VolumeSnapshot per claim in its driver's class.
 
 The freeze (``movers.hooks.quiesced``: pre hooks, the cut, post hooks always) lasts until the snapshots are
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,27 @@ class Request:
     on_timeout: str = "per-pvc"  # or "fail"
     ready_timeout: float = 300.0  # per-claim snapshots to become ready after the thaw
     group_timeout: float = 300.0  # the group to become ready after the thaw; a failed group to be deleted
+
+    @classmethod
+    def of(cls, name: str, labels: Mapping[str, str], settings: Mapping[str, Any], plan: Mapping[str, Any]) -> Request:
+        """The request of run ``name`` from the policy's plain data (``BackupPolicy.to_dict()``) and the
+        preflight's (``dataclasses.asdict(preflight.Preflight)``)."""
+        group = settings["group_snapshot"]
+        return cls(
+            name=name,
+            selector=dict(settings["pvc_selector"]),
+            pvcs={s["pvc"]: s["driver"] for s in plan["sources"]},
+            path=plan["path"],
+            group_version=plan["group_version"],
+            group_class=plan["group_class"],
+            snapshot_classes=dict(plan["snapshot_classes"]),
+            fallback_problem=plan["fallback_problem"],
+            labels=dict(labels),
+            freeze_timeout=group["freeze_timeout"],
+            on_timeout=group["on_timeout"],
+            ready_timeout=settings["timeouts"]["snapshot"],
+            group_timeout=group["timeout"],
+        )
 
 
 @dataclass
@@ -111,7 +133,12 @@ def _not_cut(api, kind: str, namespace: str, name: str, version: str) -> str | N
     if error:
         return f"{kind} {name}: {error}"
     if not status:
-        return f"{kind} {name} has no status: nothing processed it (is the snapshot controller's feature for it on?)"
+        hint = (
+            "is the snapshot-controller's CSIVolumeGroupSnapshot feature gate on?"
+            if kind == "VolumeGroupSnapshot"
+            else "is a snapshot-controller running?"
+        )
+        return f"{kind} {name} has no status: nothing processed it ({hint})"
     return f"{kind} {name} not cut yet"
 
 
@@ -154,7 +181,7 @@ def _frozen_cut(
     return why
 
 
-def _per_claim(api, namespace: str, request: Request, hookset, done: SnapshotSet, log_) -> None:
+def _per_claim(api, namespace: str, request: Request, hookset, done: SnapshotSet, logger) -> None:
     names = {pvc: snapshot_name(request, pvc) for pvc in sorted(request.pvcs)}
 
     def create() -> None:
@@ -173,7 +200,7 @@ def _per_claim(api, namespace: str, request: Request, hookset, done: SnapshotSet
     for snap in names.values():
         snapshots.wait_snapshot_ready(api, "VolumeSnapshot", namespace, snap, request.ready_timeout)
     done.kind, done.snapshots = "VolumeSnapshot", list(names.values())
-    log_.info("one VolumeSnapshot per claim cut: %s", ", ".join(names.values()))
+    logger.info("one VolumeSnapshot per claim cut: %s", ", ".join(names.values()))
 
 
 def _remove_group(api, namespace: str, name: str, version: str, timeout: float) -> None:
@@ -188,12 +215,12 @@ def _remove_group(api, namespace: str, name: str, version: str, timeout: float) 
         time.sleep(0.2)
 
 
-def take(api, namespace: str, request: Request, hookset, log_: Any = None) -> SnapshotSet:
+def take(api, namespace: str, request: Request, hookset, logger: Any = None) -> SnapshotSet:
     """Cut the snapshot set under a bounded freeze (see the module doc)."""
-    log_ = log_ or log
+    logger = logger or log
     done = SnapshotSet(kind="", group=None, group_version=request.group_version, snapshots=[], path=request.path)
     if request.path == PER_PVC:
-        _per_claim(api, namespace, request, hookset, done, log_)
+        _per_claim(api, namespace, request, hookset, done, logger)
         return done
     if request.path != GROUP:
         raise ValueError(f"unknown snapshot path {request.path!r}")
@@ -215,15 +242,15 @@ def take(api, namespace: str, request: Request, hookset, log_: Any = None) -> Sn
         return done
     reason = f"the VolumeGroupSnapshot was not cut within group_snapshot.freeze_timeout {request.freeze_timeout:g} s"
     reason += f" ({why})"
-    log_.warning("%s: the application was thawed; deleting the group", reason)
+    logger.warning("%s: the application was thawed; deleting the group", reason)
     _remove_group(api, namespace, name, version, request.group_timeout)
     if request.on_timeout == "fail":
         raise SnapshotSetError(f"{reason}: the application was thawed and the group deleted (on_timeout: fail)")
     if request.fallback_problem:
         raise SnapshotSetError(f"{reason}, and one VolumeSnapshot per claim is impossible: {request.fallback_problem}")
-    log_.warning("falling back to one VolumeSnapshot per claim under a new freeze (on_timeout: per-pvc)")
+    logger.warning("falling back to one VolumeSnapshot per claim under a new freeze (on_timeout: per-pvc)")
     done.path, done.fallback = PER_PVC, reason
-    _per_claim(api, namespace, request, hookset, done, log_)
+    _per_claim(api, namespace, request, hookset, done, logger)
     return done
 
 
