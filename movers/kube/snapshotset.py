@@ -1,8 +1,8 @@
 """The application's point in time: its claims' snapshots, cut under a freeze the policy bounds.
 
-``take(api, namespace, request, hookset, logger)`` -> ``SnapshotSet``. ``request`` (``Request``) says the path
-the preflight chose (``movers.kube.preflight``; ``Request.of`` builds it): GROUP, one VolumeGroupSnapshot of the claims the selector
-picks, in the preflight's class; PER_PVC, one VolumeSnapshot per claim in its driver's class.
+``take(api, namespace, request, hookset, logger)`` -> ``SnapshotSet``. ``request`` (``Request``; ``Request.of``
+builds it) says the path the preflight chose (``movers.kube.preflight``): GROUP, one VolumeGroupSnapshot of the
+claims the selector picks, in the preflight's class; PER_PVC, one VolumeSnapshot per claim in its driver's class.
 
 The freeze (``movers.hooks.quiesced``: pre hooks, the cut, post hooks always) lasts until the snapshots are
 *cut* (``status.creationTime``), readiness is awaited after the thaw. The cut is awaited until
