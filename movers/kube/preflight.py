@@ -118,15 +118,12 @@ def base_checks(namespace: str, settings: Mapping[str, Any], group_served: bool)
         ),
         (Check("get", "", "pods", "log", namespace=ns), "to follow the movers' progress"),
     ]
-    if secret:
-        checks.insert(
-            2,
-            (
-                Check("get", "", "secrets", namespace=ns, name=secret),
-                "to check the credentials Secret (repository.credentials_secret); the controller's role names the"
-                " Secrets it may read: add this one to its resourceNames, or name one it may read in the policy",
-            ),
+    if secret:  # the shipped controller role grants get on Secrets by name
+        why = (
+            "to check the credentials Secret (repository.credentials_secret); the controller's role names the"
+            " Secrets it may read: add this one to its resourceNames, or name one it may read in the policy"
         )
+        checks.append((Check("get", "", "secrets", namespace=ns, name=secret), why))
     if group_served:
         checks.append((Check("list", GROUP_SNAPSHOT_GROUP, "volumegroupsnapshotclasses"), "to resolve group classes"))
         checks.append(
