@@ -1,11 +1,26 @@
-"""The ``backup-app`` flow: quiesce an application, snapshot its PVCs as a group, and back every
-member up to the repository from a Block-mode mover pod (CBT delta / CBT allocated / scan).
+"""The ``backup-app`` flow: check, quiesce an application, snapshot its PVCs at one point in time, and
+back every member up to the repository from a Block-mode mover pod (CBT delta / CBT allocated / scan).
 
 Parameters come from a policy file (``configs/policies/``) or directly; direct parameters override
-the policy's. Everything the run creates in the cluster carries ``cbt-mover.io/run=<run id>`` and is
-deleted in every outcome (after a failure, a cleanup error is logged and the run's own error raised);
-the group snapshot of a successful run is kept (run label removed) as the base of the next CBT delta,
-and the one it replaces is deleted.
+the policy's. In order:
+
+1. preflight, before anything is frozen or created (``movers.kube.preflight``): the run's own permissions
+   (SelfSubjectAccessReview), the repository (with the flow's environment), the selected claims (bound CSI
+   volumes), the credentials Secret and the movers' ServiceAccount, the snapshot path and its classes, the
+   drivers' CBT. A failure is one line (and the ``failed`` event);
+2. per claim the base of its delta: the newest backup of the same source volume (``movers.repo.lineage``),
+   else a full backup, with the reason in the plan and the summary;
+3. the snapshots, under a freeze bounded by ``group_snapshot.freeze_timeout`` (``movers.kube.snapshotset``):
+   one VolumeGroupSnapshot where the cluster can take one (the group API served and a class for the claims'
+   driver), else one VolumeSnapshot per claim; a group not cut in time is deleted after the thaw and, by
+   ``group_snapshot.on_timeout``, replaced by per-claim snapshots under a new freeze, or the run fails.
+   The path, its reason and any fallback are in the summary, the table and the logs;
+4. a mover pod per claim, ``parallelism`` at a time, recording the source volume's identity and the run's claims.
+
+Everything the run creates in the cluster carries ``cbt-mover.io/run=<run id>`` (and the
+``app.kubernetes.io/*`` labels, part-of = the policy's name) and is deleted in every outcome (after a
+failure, a cleanup error is logged and the run's own error raised); the snapshots of a successful run are
+kept (run label removed) as the base of the next CBT delta, and the ones they replace are deleted.
 """
 
 from __future__ import annotations
@@ -22,9 +37,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.policy import BackupPolicy, parse_policy
 from tasks import report, state_hook_logger
-from tasks.kube import cbt_audience, cleanup_run, discover_pvcs, keep_base_snapshots, move_volume, quiesce_and_snapshot
+from tasks.kube import check_permissions, cleanup_run, inspect_cluster, keep_base_snapshots, move_volume, take_snapshots
 from tasks.maintenance import forget_backups
-from tasks.repo import latest_base_handle, plan_member
+from tasks.repo import check_repository, choose_base, plan_member
 
 
 def _run_name() -> str:
@@ -87,8 +102,9 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     kubeconfig = params.get("kubeconfig")
     run_id = run_id_for(flow_run_.id)
     try:
-        policy = resolve_policy(params.get("policy_path"),
-                                **{key: v for key, v in params.items() if key in POLICY_OVERRIDES})
+        policy = resolve_policy(
+            params.get("policy_path"), **{key: v for key, v in params.items() if key in POLICY_OVERRIDES}
+        )
         ns, hooks, annotations = policy.namespace, policy.to_dict()["hooks"], policy.use_pod_annotations
         app = policy.name
     except Exception as err:  # noqa: BLE001  (fall back to the raw parameters)
@@ -180,64 +196,119 @@ def backup_app(
                           description=f"backup of {ns} ({run_id}) to {url}")  # fmt: skip
     create_markdown_artifact(key=f"backup-{policy.name}-restore",
                              markdown=report.restore_markdown(run_id, ns, policy.name, url, rows))  # fmt: skip
-    summary = {"run_id": run_id, "namespace": ns, "app": policy.name, "repository": url, "freeze_s": snap["freeze_s"],
-               "duration_s": round(time.monotonic() - t0, 3), "volumes": rows, "expired": expired}  # fmt: skip
+    snapshots = {"path": snap["path"], "reason": snap["reason"], "fallback": snap["fallback"], "kind": snap["kind"]}
+    summary = {
+        "run_id": run_id,
+        "namespace": ns,
+        "app": policy.name,
+        "repository": url,
+        "freeze_s": snap["freeze_s"],
+        "freezes": snap["freezes"],
+        "snapshots": snapshots,
+        "duration_s": round(time.monotonic() - t0, 3),
+        "volumes": rows,
+        "expired": expired,
+    }
     report.emit("completed", ns, policy.name, run_id, {k: v for k, v in summary.items() if k != "volumes"} | {
         "volumes": {r["volume"]: {"mode": r["mode"], "backup_id": r["backup_id"], "read_bytes": r["read_bytes"],
-                                  "uploaded_bytes": r["uploaded_bytes"]} for r in rows}},
+                                  "uploaded_bytes": r["uploaded_bytes"], "why": r["why"]} for r in rows}},
         [r["volume"] for r in rows])  # fmt: skip
-    log.info("backup %s done: %s", run_id, ", ".join(f"{r['volume']} {r['mode']}" for r in rows))
+    if snap["fallback"]:
+        log.warning("backup %s: snapshots per PVC after a fallback: %s", run_id, snap["fallback"])
+    log.info(
+        "backup %s done (%s snapshots: %s): %s",
+        run_id,
+        snap["path"],
+        snap["reason"],
+        ", ".join(f"{r['volume']} {r['mode']}" for r in rows),
+    )
     return summary
 
 
 def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
                        ) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
-    """Discover, quiesce + snapshot, move every member (``parallelism`` at a time), keep the new base
-    snapshots. Returns the snapshot task's result and one summary row per volume."""
+    """Preflight, plan the bases, snapshot under a bounded freeze, move every member (``parallelism`` at a
+    time), keep the new base snapshots. Returns the snapshot set (with the path's reason) and one summary row
+    per volume."""
     log = get_run_logger()
-    ns, url = policy.namespace, policy.repository.url
-    pvcs = discover_pvcs(kubeconfig, ns, policy.pvc_selector)
-    if not pvcs:
-        raise ValueError(f"no PVC in {ns} matches {policy.pvc_selector}")
-    snap = quiesce_and_snapshot(kubeconfig, ns, policy.pvc_selector, [p["name"] for p in pvcs], run_id,
-                                run_id, policy.to_dict()["hooks"], policy.use_pod_annotations,
-                                policy.group_snapshot.class_name, policy.snapshot_class,
-                                policy.group_snapshot.timeout)  # fmt: skip
-    members = snap["members"]
-    missing = {p["name"] for p in pvcs} - {x["pvc"] for x in members}
-    if missing:
-        raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(missing)}")
-    by_name = {p["name"]: p for p in pvcs}
-    tags = {RUN_TAG: run_id, APP_TAG: policy.name}
-    members = [x | {"storage_class": by_name[x["pvc"]]["storage_class"], "size": by_name[x["pvc"]]["size"],
-                    "volume_mode": by_name[x["pvc"]]["volume_mode"], "tags": tags} for x in members]  # fmt: skip
-    mover = policy.to_dict()["mover"]
-    audiences: dict[str, str | None] = {}
+    ns, url, settings = policy.namespace, policy.repository.url, policy.to_dict()
+    # preflight: nothing is frozen or created before all of it passed; the permissions first
+    check_permissions(kubeconfig, ns, settings)
+    check_repository(url)
+    found = inspect_cluster(kubeconfig, ns, settings)
+    sources = {s["pvc"]: s for s in found["sources"]}
+    bases = {
+        pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"])
+        for pvc, s in sources.items()
+    }
+    snap = take_snapshots(kubeconfig, ns, run_id, policy.name, settings, found) | {"reason": found["path_reason"]}
+    members = _members(snap, sources, run_id, policy)
     done: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = []
     # submit in waves of `parallelism` (the task runner has more threads than that)
     for start in range(0, len(members), policy.parallelism):
         wave = []
         for member in members[start : start + policy.parallelism]:
-            volume_id = f"{ns}/{member['pvc']}"
-            if member["driver"] not in audiences:
-                audiences[member["driver"]] = cbt_audience(kubeconfig, member["driver"])
-            base = latest_base_handle(url, volume_id)
-            plan = plan_member(volume_id, base, audiences[member["driver"]], policy.cbt.enabled)
-            fut = move_volume.submit(kubeconfig, ns, run_id, member, plan, mover,
-                                     policy.repository.credentials_secret, policy.timeouts.mover)  # fmt: skip
+            audience, no_cbt = _cbt(found, snap, member["driver"])
+            plan = plan_member(f"{ns}/{member['pvc']}", bases[member["pvc"]], audience, no_cbt)
+            fut = move_volume.submit(
+                kubeconfig,
+                ns,
+                run_id,
+                member,
+                plan,
+                settings["mover"],
+                policy.repository.credentials_secret,
+                policy.timeouts.mover,
+            )
             wave.append((member, plan, fut))
         wait([fut for _, _, fut in wave])  # all of the wave has ended before a failure triggers the cleanup
-        for member, plan, fut in wave:
-            done.append((member, plan, fut.result()))
+        done += [(member, plan, fut.result()) for member, plan, fut in wave]
     rows = []
     for member, plan, res in done:
-        rows.append(report.volume_row(f"{ns}/{member['pvc']}", plan, res))
+        rows.append(report.volume_row(f"{ns}/{member['pvc']}", plan, res, report.snapshot_text(snap)))
         if res.get("change_source") != plan["change_source"]:
-            log.warning("%s: planned %s but the mover used %s (%s)", member["pvc"], plan["change_source"],
-                        res.get("change_source"), res.get("cbt_fallback", "no reason given"))  # fmt: skip
+            log.warning(
+                "%s: planned %s but the mover used %s (%s)",
+                member["pvc"],
+                plan["change_source"],
+                res.get("change_source"),
+                res.get("cbt_fallback", "no reason given"),
+            )
     kept = [snap["group"]] if snap["group"] else [x["snapshot"] for x in members]
     keep_base_snapshots(kubeconfig, ns, policy.name, snap["kind"], snap["group_version"], kept)
     return snap, rows
+
+
+def _cbt(found: dict[str, Any], snap: dict[str, Any], driver: str) -> tuple[str | None, str | None]:
+    """The SnapshotMetadataService audience for a member of ``driver``, or None and why its CBT cannot work
+    (no service, CBT off, or a group member the service cannot serve)."""
+    cbt = found["cbt"][driver]
+    why = cbt["unavailable"] or (cbt["group_members"] if snap["kind"] == "VolumeGroupSnapshot" else None)
+    return (None, why) if why else (cbt["audience"], None)
+
+
+def _members(
+    snap: dict[str, Any], sources: dict[str, dict[str, Any]], run_id: str, policy: BackupPolicy
+) -> list[dict[str, Any]]:
+    """The snapshot set's members of the preflight's claims, with what their movers record: the claim's class,
+    size and mode, its PV's identity, the run's claims, the group, the manifest tags, the app and the repository."""
+    taken = {x["pvc"] for x in snap["members"]}
+    if set(sources) - taken:
+        raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(set(sources) - taken)}")
+    if taken - set(sources):  # a claim created since the preflight: the next run takes it
+        get_run_logger().warning(
+            "the group snapshot also took PVC(s) %s, created since the preflight: not backed up by this run",
+            sorted(taken - set(sources)),
+        )
+    common = {
+        "run_pvcs": sorted(sources),
+        "group_snapshot": snap["group"],
+        "app": policy.name,
+        "tags": {RUN_TAG: run_id, APP_TAG: policy.name},
+        "repo": policy.repository.url,
+    }
+    mine = ("storage_class", "size", "volume_mode", "identity")
+    return [x | {f: sources[x["pvc"]][f] for f in mine} | common for x in snap["members"] if x["pvc"] in sources]
 
 
 def forget_backups_of(repo_url: str, volumes: list[str], policy: BackupPolicy) -> dict[str, Any] | None:

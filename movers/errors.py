@@ -110,6 +110,16 @@ class KubeAccessDenied(MoverError):
     exit_code = EXIT_ACCESS
 
 
+class PreflightError(MoverError):
+    """A backup's checks before its freeze found what would make the run fail (nothing was frozen or
+    created yet). The message is one line: what is wrong and how to fix it; ``exit_code`` is the cause's
+    (6 a permission, 3 something missing, 2 a setting)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 class CbtError(MoverError):
     """Base of errors talking to a SnapshotMetadata (changed block tracking) service."""
 

@@ -6,6 +6,7 @@ builds its API client itself (cached per process), so that task inputs stay seri
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import re
@@ -17,15 +18,18 @@ from prefect import get_run_logger, task
 
 from movers.errors import NotFoundError
 from movers.kube import apply as k
-from movers.kube import cleanup, pods, snapshots
+from movers.kube import cleanup, pods, preflight, snapshots, snapshotset
 from movers.kube import manifests as m
+from movers.kube.names import derived_name
 from tasks import retry_if_retriable
 
-# a member of the snapshot set as plain data: pvc, snapshot, content, handle, driver, restore_size, source_volume_mode;
-# the flow adds the PVC's storage_class, size and volume_mode and the manifest tags (run, app) before moving it
+# a member of the snapshot set as plain data (snapshotset.member: pvc, snapshot, content, handle, driver,
+# restore_size, source_volume_mode); the flow adds before moving it the claim's storage_class, size and volume_mode,
+# its PV's identity (volumes.source_identity), the run's claims (run_pvcs), the manifest tags (run, app), the
+# application (app) and the repository (repo)
 Member = dict[str, Any]
 
-KEPT_LABEL = "cbt-mover.io/kept-for"  # a kept base snapshot (its run label removed): value = the app's name
+KEPT_LABEL = snapshotset.KEPT_LABEL
 
 
 @functools.lru_cache(maxsize=8)
@@ -45,95 +49,49 @@ def api_client(kubeconfig: str | None = None):
 
 def selector_string(selector: dict[str, Any]) -> str:
     """A LabelSelector dict in the API's ``labelSelector`` query syntax."""
-    parts = [f"{key}={value}" for key, value in sorted((selector.get("matchLabels") or {}).items())]
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr["key"], expr["operator"], ",".join(expr.get("values") or [])
-        parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key,
-                      "DoesNotExist": f"!{key}"}[op])  # fmt: skip
-    return ",".join(parts)
+    return preflight.selector_string(selector)
 
 
-@task(name="discover-pvcs", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
-def discover_pvcs(kubeconfig: str | None, namespace: str, selector: dict[str, Any]) -> list[dict[str, Any]]:
-    """The PVCs of ``namespace`` that ``selector`` matches: name, volume mode, size, storage class."""
-    items = k.list_objects(api_client(kubeconfig), "PersistentVolumeClaim", namespace, selector_string(selector))
-    return [{"name": p["metadata"]["name"], "volume_mode": p["spec"].get("volumeMode", "Filesystem"),
-             "size": ((p.get("status") or {}).get("capacity") or {}).get("storage")
-             or p["spec"]["resources"]["requests"]["storage"],
-             "storage_class": p["spec"].get("storageClassName")} for p in items]  # fmt: skip
+@task(name="check-permissions")
+def check_permissions(kubeconfig: str | None, namespace: str, settings: dict[str, Any]) -> None:
+    """Preflight, first: may the run's identity make every call of a run (``preflight.check_permissions``)?"""
+    preflight.check_permissions(api_client(kubeconfig), namespace, settings)
 
 
-def _member_of(api, namespace: str, snapshot: str) -> Member:
-    from movers.cbt.discovery import resolve_snapshot
-
-    ref = resolve_snapshot(api, namespace, snapshot)
-    content = k.get(api, "VolumeSnapshotContent", None, ref.content)
-    return {"pvc": ref.source_pvc, "snapshot": snapshot, "content": ref.content, "handle": ref.handle,
-            "driver": ref.driver, "restore_size": ref.restore_size,
-            "source_volume_mode": (content.get("spec") or {}).get("sourceVolumeMode")}  # fmt: skip
-
-
-@task(name="quiesce-and-snapshot")
-def quiesce_and_snapshot(kubeconfig: str | None, namespace: str, selector: dict[str, Any], pvcs: list[str],
-                         run_id: str, name: str, hooks: dict[str, Any], use_pod_annotations: bool = False,
-                         group_class: str | None = None, snapshot_class: str | None = None,
-                         timeout: float = 300.0) -> dict[str, Any]:  # fmt: skip
-    """Pre hooks, a VolumeGroupSnapshot (or one VolumeSnapshot per PVC) until cut, post hooks ALWAYS, then
-    the wait for readiness.
-
-    Returns ``{"kind", "group", "members": [Member], "freeze_s", "hooks": [str]}``.
-    """
-    from movers.hooks import annotation_hooks, hookset_from_policy, quiesced
-
+@task(name="inspect-cluster", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
+def inspect_cluster(kubeconfig: str | None, namespace: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """Preflight: the claims, the mover identity, the snapshot path, classes and CBT (``preflight.inspect``)."""
     log = get_run_logger()
+    found = preflight.inspect(api_client(kubeconfig), namespace, settings)
+    log.info("snapshot path %s: %s", found.path, found.path_reason)
+    for driver, cbt in found.cbt.items():
+        for why in filter(None, (cbt.unavailable, found.path == preflight.GROUP and cbt.group_members)):
+            log.warning("CBT unavailable for %s: %s (its volumes are scanned)", driver, why)
+    for line in [*found.warnings, *([found.fallback_problem] if found.fallback_problem else [])]:
+        log.warning(line)
+    return dataclasses.asdict(found)
+
+
+@task(name="snapshot-set")
+def take_snapshots(
+    kubeconfig: str | None, namespace: str, run_id: str, app: str, settings: dict[str, Any], plan: dict[str, Any]
+) -> dict[str, Any]:
+    """The claims' snapshots under a freeze bounded by the policy (``snapshotset.take``): its result as plain
+    data, with ``members`` (``snapshotset.member`` of each) and ``freeze_s`` (every freeze window together)."""
+    from movers.hooks import annotation_hooks, hookset_from_policy
+
     api = api_client(kubeconfig)
-    hookset = hookset_from_policy(hooks or {})
-    if use_pod_annotations:
+    hookset = hookset_from_policy(settings.get("hooks") or {})
+    if settings.get("use_pod_annotations"):
         hookset = hookset + annotation_hooks(api, namespace)
-    labels = m.run_labels(run_id)
-    version = k.served_group_snapshot_version(api)
-    snapshot_names: list[str] = []
-    # frozen only until the point in time is cut (creationTime); readiness is awaited after the thaw
-    with quiesced(api, namespace, hookset) as q:
-        if version:
-            k.create(api, m.volume_group_snapshot(name, namespace, selector, group_class, version, labels))
-            snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", namespace, name, timeout, version, until="cut")
-        else:
-            log.warning("the cluster serves no VolumeGroupSnapshot API: one VolumeSnapshot per PVC while frozen")
-            for pvc in pvcs:
-                snap = f"{name}-{pvc}"[:253]
-                k.create(api, m.volume_snapshot(snap, namespace, pvc, snapshot_class, labels))
-                snapshot_names.append(snap)
-            for snap in snapshot_names:
-                snapshots.wait_snapshot_ready(api, "VolumeSnapshot", namespace, snap, timeout=timeout, until="cut")
-    if version:
-        vgs = snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", namespace, name, timeout=timeout,
-                                            version=version)  # fmt: skip
-    else:
-        for snap in snapshot_names:
-            snapshots.wait_snapshot_ready(api, "VolumeSnapshot", namespace, snap, timeout=timeout)
-    if version:
-        snapshot_names = [x.snapshot for x in snapshots.group_members(api, vgs)]
-    members = [_member_of(api, namespace, s) for s in snapshot_names]
-    done = [r.describe() for r in q.pre_results + q.post_results]
-    for line in done:
+    request = snapshotset.Request.of(run_id, m.run_labels(run_id, app=app), settings, plan)
+    log = get_run_logger()
+    done = snapshotset.take(api, namespace, request, hookset, log)
+    for line in done.hooks:
         log.info(line)
-    log.info("freeze window %.3f s; %d member snapshot(s)", q.freeze_s or 0.0, len(members))
-    return {"kind": "VolumeGroupSnapshot" if version else "VolumeSnapshot", "group": name if version else None,
-            "group_version": version, "members": members, "freeze_s": q.freeze_s, "hooks": done}  # fmt: skip
-
-
-@task(name="cbt-audience")
-def cbt_audience(kubeconfig: str | None, driver: str) -> str | None:
-    """The SnapshotMetadataService audience of ``driver``, or None when CBT is unavailable."""
-    from movers.cbt.discovery import snapshot_metadata_service
-    from movers.errors import CbtUnavailableError, NotFoundError
-
-    try:
-        return snapshot_metadata_service(api_client(kubeconfig), driver).audience
-    except (CbtUnavailableError, NotFoundError) as err:
-        get_run_logger().warning("CBT unavailable for driver %s: %s", driver, err)
-        return None
+    log.info("freeze window(s) %s s; %d member snapshot(s)", done.freezes, len(done.snapshots))
+    members = [snapshotset.member(api, namespace, s) for s in done.snapshots]
+    return dataclasses.asdict(done) | {"members": members, "freeze_s": round(sum(done.freezes), 3)}
 
 
 def progress_key(namespace: str, pvc: str) -> str:
@@ -181,27 +139,45 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
                 mover: dict[str, Any], repo_secret: str, timeout: float = 3600.0) -> dict[str, Any]:  # fmt: skip
     """A Block PVC from the member's snapshot and a mover pod backing it up; the pod's result JSON.
 
-    ``plan``: ``{"change_source", "base_handle", "audience"}`` (see tasks.repo.plan_member).
+    ``plan``: ``{"change_source", "base_handle", "audience", "why"}`` (see tasks.repo.plan_member). The claim
+    and the pod are named ``names.derived_name(run_id, pvc)``; the pod takes the policy's node selector,
+    tolerations and affinity (``mover``). A failed pod is one line (its log tail is logged).
     """
     log = get_run_logger()
     api = api_client(kubeconfig)
-    pvc, labels = member["pvc"], m.run_labels(run_id, **{"cbt-mover.io/pvc": member["pvc"]})
+    pvc = member["pvc"]
+    labels = m.run_labels(run_id, app=member.get("app"), **{"cbt-mover.io/pvc": m.label_value(pvc)})
     if member.get("source_volume_mode") == "Filesystem":
         snapshots.patch_content_annotation(api, member["content"])
-    read_pvc = f"{run_id}-{pvc}"[:63].rstrip("-")
+    read_pvc = derived_name(run_id, pvc)  # the claim and the pod: valid and distinct whatever the PVC's name
     # the source claim's class (the cluster default may belong to another driver, which cannot restore this
     # snapshot), sized from restoreSize or, when the driver leaves it out, the source claim's capacity
     size = m.reader_claim_size(member["restore_size"], member.get("size"))
     claim = m.pvc_from_snapshot(read_pvc, namespace, member["snapshot"], size, member.get("storage_class"), labels)
     k.create(api, claim)
     args = m.backup_args(volume=f"{namespace}/{pvc}", namespace=namespace, snapshot=member["snapshot"], pvc=pvc,
-                         base_handle=plan.get("base_handle"), storage_class=member.get("storage_class"),
-                         volume_mode=member.get("volume_mode"), tags=member.get("tags"),
+                         repo=member.get("repo"), base_handle=plan.get("base_handle"),
+                         scan=plan["change_source"] == "scan", snapshot_handle=member.get("handle"),
+                         group_snapshot=member.get("group_snapshot"),
+                         storage_class=member.get("storage_class"), volume_mode=member.get("volume_mode"),
+                         tags=member.get("tags"), run_pvcs=member.get("run_pvcs"), **(member.get("identity") or {}),
                          extra=["--progress-interval", f"{mover.get('progress_interval', 1.0):g}"])  # fmt: skip
-    pod = m.mover_pod(read_pvc, namespace, image=mover["image"], args=args, pvc=read_pvc,
-                      service_account=mover["service_account"], repo_secret=repo_secret,
-                      cbt_audience=plan.get("audience"), resources=mover.get("resources"), labels=labels,
-                      node_selector=mover.get("node_selector"), active_deadline_seconds=int(timeout))  # fmt: skip
+    pod = m.mover_pod(
+        read_pvc,
+        namespace,
+        image=mover["image"],
+        args=args,
+        pvc=read_pvc,
+        service_account=mover["service_account"],
+        repo_secret=repo_secret,
+        cbt_audience=plan.get("audience"),
+        resources=mover.get("resources"),
+        labels=labels,
+        node_selector=mover.get("node_selector"),
+        tolerations=mover.get("tolerations"),
+        affinity=mover.get("affinity"),
+        active_deadline_seconds=int(timeout),
+    )
     progress = ProgressArtifact(progress_key(namespace, pvc), f"backup of {namespace}/{pvc} ({run_id})")
 
     def on_log_line(line: str) -> None:
@@ -215,8 +191,11 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
         raise MoverPodFailed(f"mover pod {namespace}/{read_pvc} disappeared while running (deleted or evicted)",
                              None) from None  # fmt: skip
     if not res.succeeded or not res.result:
-        raise MoverPodFailed(f"mover pod {namespace}/{read_pvc} failed (exit {res.exit_code}): {res.message.strip()}"
-                             f"\n" + "\n".join(res.log_tail), res.exit_code)  # fmt: skip
+        log.error("mover pod %s/%s: the last lines of its log:\n%s", namespace, read_pvc, "\n".join(res.log_tail))
+        why = " ".join(res.message.split()) or "no message"
+        raise MoverPodFailed(
+            f"mover pod {namespace}/{read_pvc} for {pvc} failed (exit {res.exit_code}): {why}", res.exit_code
+        )
     progress.set(100.0)
     return res.result
 
@@ -253,15 +232,7 @@ def cleanup_run(kubeconfig: str | None, namespace: str, run_id: str, timeout: fl
 @task(name="keep-base-snapshots")
 def keep_base_snapshots(kubeconfig: str | None, namespace: str, app: str, kind: str, version: str | None,
                         names: list[str]) -> list[str]:  # fmt: skip
-    """Keep this run's snapshots as the next delta's base (run label off, ``KEPT_LABEL=app`` on) and
-    delete the previously kept ones of ``app``; returns the names deleted."""
-    api = api_client(kubeconfig)
-    version = version or "v1"
-    old = [o["metadata"]["name"] for o in k.list_objects(api, kind, namespace, f"{KEPT_LABEL}={app}", version)]
-    for name in names:
-        k.patch_labels(api, kind, namespace, name, {m.RUN_LABEL: None, KEPT_LABEL: app}, version)
-    gone = [o for o in old if o not in names]
-    for name in gone:
-        k.delete(api, kind, namespace, name, version)
-    logging.getLogger(__name__).debug("kept %s, deleted %s", names, gone)
+    """Keep this run's snapshots as the next delta's base and delete the ones kept before (``snapshotset.keep``)."""
+    gone = snapshotset.keep(api_client(kubeconfig), namespace, app, kind, version, names)
+    get_run_logger().info("kept %s as the next base; deleted %s", names, gone or "nothing")
     return gone

@@ -86,8 +86,13 @@ def verify_markdown(url: str, report: dict[str, Any]) -> str:
     if report["damage"]:
         lines += ["", "## Damage", "", "| volume | backup | volume offset | object | error |", "|---|---|---|---|---|"]
         for d in report["damage"][:MAX_DAMAGE_ROWS]:
-            lines.append("| " + " | ".join(_cell("-" if d[k] is None else d[k])
-                                             for k in ("volume", "backup_id", "offset", "object", "error")) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    _cell("-" if d[k] is None else d[k]) for k in ("volume", "backup_id", "offset", "object", "error")
+                )
+                + " |"
+            )
         if len(report["damage"]) > MAX_DAMAGE_ROWS:
             lines.append(f"\n... and {len(report['damage']) - MAX_DAMAGE_ROWS} more")
     if report["warnings"]:

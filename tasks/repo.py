@@ -9,28 +9,49 @@ from prefect import get_run_logger, task
 from tasks import retry_if_retriable
 
 
-@task(name="latest-base-handle", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
-def latest_base_handle(repo_url: str, volume_id: str) -> str | None:
-    """The CSI snapshot handle recorded in ``volume_id``'s latest backup (the next delta's base), or None."""
+def _open(repo_url: str):
     from movers.repo.repository import Repository
     from movers.repo.store import open_store
 
-    latest = Repository.open(open_store(repo_url)).latest(volume_id)
-    return latest.snapshot.snapshot_handle if latest is not None and latest.snapshot is not None else None
+    return Repository.open(open_store(repo_url))
+
+
+@task(name="check-repository", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
+def check_repository(repo_url: str) -> None:
+    """Preflight: the repository opens with the flow's own environment (credentials, endpoint). A missing
+    bucket, a bucket without a repository, rejected credentials: a ``PreflightError`` of one line with the
+    cause's exit code; an unreachable endpoint is retried first."""
+    from movers.errors import MoverError, PreflightError
+
+    try:
+        _open(repo_url)
+    except MoverError as err:
+        if err.retriable:
+            raise
+        raise PreflightError(f"the repository {repo_url} cannot be used: {err}", err.exit_code) from None
+
+
+@task(name="choose-base", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
+def choose_base(repo_url: str, volume_id: str, pv_handle: str | None, pv_uid: str | None) -> dict[str, Any]:
+    """The next CBT delta's base of ``volume_id``, whose source is now volume ``pv_handle`` (PV ``pv_uid``):
+    ``{"handle", "reason"}``, handle None for a full backup (``movers.repo.lineage.choose_base``)."""
+    from movers.repo.lineage import choose_base as choose
+
+    choice = choose(_open(repo_url), volume_id, pv_handle, pv_uid)
+    return {"handle": choice.handle, "reason": choice.reason}
 
 
 @task(name="plan-member")
-def plan_member(volume_id: str, base_handle: str | None, audience: str | None, cbt_enabled: str = "auto"
-                ) -> dict[str, Any]:  # fmt: skip
-    """cbt-delta (CBT and a base), cbt-allocated (CBT, no base) or scan; logged, never silent."""
-    if cbt_enabled == "off" or audience is None:
-        plan = {"change_source": "scan", "base_handle": None, "audience": None,
-                "why": "CBT disabled by policy" if cbt_enabled == "off" else "no SnapshotMetadataService"}  # fmt: skip
-    elif base_handle:
-        plan = {"change_source": "cbt-delta", "base_handle": base_handle, "audience": audience,
-                "why": f"delta since {base_handle}"}  # fmt: skip
+def plan_member(
+    volume_id: str, base: dict[str, Any], audience: str | None, no_cbt: str | None = None
+) -> dict[str, Any]:
+    """cbt-delta (CBT and a base of the same volume), cbt-allocated (CBT, no such base) or scan (no CBT:
+    ``no_cbt`` says why); ``why`` is the reason, logged, never silent."""
+    if audience is None:
+        source, handle, why = "scan", None, no_cbt or "no SnapshotMetadataService"
     else:
-        plan = {"change_source": "cbt-allocated", "base_handle": None, "audience": audience,
-                "why": "no earlier backup with a snapshot handle"}  # fmt: skip
+        handle, why = base.get("handle"), base["reason"]
+        source = "cbt-delta" if handle else "cbt-allocated"
+    plan = {"change_source": source, "base_handle": handle, "audience": audience, "why": why}
     get_run_logger().info("%s: planned %s (%s)", volume_id, plan["change_source"], plan["why"])
     return plan

@@ -25,8 +25,11 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return math.inf if denominator <= 0 else round(numerator / denominator, 2)
 
 
-def volume_row(volume: str, plan: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-    """One volume's summary (plain numbers) from its plan and the mover's result JSON."""
+def volume_row(
+    volume: str, plan: dict[str, Any], result: dict[str, Any], snapshot: str | None = None
+) -> dict[str, Any]:
+    """One volume's summary (plain numbers) from its plan and the mover's result JSON; ``snapshot`` says how
+    its snapshot was taken (e.g. ``per-pvc (fallback: ...)``), ``why`` is the plan's reason."""
     read, zero = int(result.get("read_bytes") or 0), int(result.get("zero_bytes") or 0)
     new, stored = int(result.get("new_chunk_bytes") or 0), int(result.get("stored_bytes") or 0)
     data_uploaded = stored - int(result.get("metadata_bytes") or 0)
@@ -35,6 +38,8 @@ def volume_row(volume: str, plan: dict[str, Any], result: dict[str, Any]) -> dic
         "volume": volume,
         "mode": result.get("mode"),
         "planned": plan.get("change_source"),
+        "why": plan.get("why"),
+        "snapshot": snapshot,
         "change_source": result.get("change_source"),
         "changed_bytes": int(result.get("changed_bytes") or 0),
         "read_bytes": read,
@@ -48,20 +53,37 @@ def volume_row(volume: str, plan: dict[str, Any], result: dict[str, Any]) -> dic
     }
 
 
+def snapshot_text(snap: dict[str, Any]) -> str:
+    """How a run took its snapshots, for its table: ``group``, ``per-pvc`` or ``per-pvc (fallback: why)``."""
+    return f"{snap['path']} (fallback: {snap['fallback']})" if snap.get("fallback") else snap["path"]
+
+
 def _times(r: float | None) -> str:
     return "-" if r is None else "all stored before" if math.isinf(r) else f"{r:.2f}x"
 
 
 def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
     """The rows as people read them (sizes in KiB/MiB/GiB, ratios as ``1.25x``)."""
-    return [{"volume": r["volume"], "mode": r["mode"] or "-",
-             "change source": r["change_source"] if r["change_source"] == r["planned"]
-             else f"{r['change_source']} (planned {r['planned']})",
-             "changed": human_bytes(r["changed_bytes"]), "read": human_bytes(r["read_bytes"]),
-             "uploaded": human_bytes(r["uploaded_bytes"]), "dedup": _times(r["dedup_ratio"]),
-             "compression": _times(r["compression_ratio"]), "duration": f"{r['duration_s']:.1f} s",
-             "throughput": "-" if r["throughput_bps"] is None else f"{human_bytes(r['throughput_bps'])}/s",
-             "backup id": r["backup_id"] or "-"} for r in rows]  # fmt: skip
+    return [
+        {
+            "volume": r["volume"],
+            "mode": r["mode"] or "-",
+            "change source": r["change_source"]
+            if r["change_source"] == r["planned"]
+            else f"{r['change_source']} (planned {r['planned']})",
+            "changed": human_bytes(r["changed_bytes"]),
+            "read": human_bytes(r["read_bytes"]),
+            "uploaded": human_bytes(r["uploaded_bytes"]),
+            "dedup": _times(r["dedup_ratio"]),
+            "compression": _times(r["compression_ratio"]),
+            "duration": f"{r['duration_s']:.1f} s",
+            "throughput": "-" if r["throughput_bps"] is None else f"{human_bytes(r['throughput_bps'])}/s",
+            "backup id": r["backup_id"] or "-",
+            "snapshot": r.get("snapshot") or "-",
+            "plan": r.get("why") or "-",
+        }
+        for r in rows
+    ]
 
 
 def restore_markdown(run_id: str, namespace: str, app: str, repo_url: str, rows: list[dict[str, Any]]) -> str:

@@ -34,20 +34,27 @@ HOOKS = {
 }  # fmt: skip
 
 
-def deploy_app(cluster, setenv: Callable[[str, str], None], ns: str, bucket: str, pvcs=("data", "logs"),
-               size: str = "16Mi", app_pod: bool = True) -> dict:  # fmt: skip
-    """The app, its repository (``s3://<bucket>/repo``) and Secret; returns ``{"repo", "env"}``."""
+def deploy_app(
+    cluster,
+    setenv: Callable[[str, str], None],
+    ns: str,
+    bucket: str,
+    pvcs=("data", "logs"),
+    size: str = "16Mi",
+    app_pod: bool = True,
+    storage_class: str = APP_CLASS,
+) -> dict:
+    """The app, its repository (``s3://<bucket>/repo``) and Secret; returns ``{"repo", "env"}``.
+
+    The PVCs are in ``storage_class``; the app pod writes to each (device ``i`` of its records is ``pvcs[i]``)."""
     api = cluster.client
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
     apply_mover_rbac(cluster, [ns])
     for pvc in pvcs:
-        k.create(api, m.block_pvc(pvc, ns, size, APP_CLASS, {"app": "demo"}))
+        k.create(api, m.block_pvc(pvc, ns, size, storage_class, {"app": "demo"}))
     if app_pod:
-        devices = {pvc: f"/dev/xvd{chr(ord('a') + i)}" for i, pvc in enumerate(pvcs)}
-        core.create_namespaced_pod(ns, demo_pod("app", devices, labels={"app": "demo"}, interval=0.02))
-        wait_pod(core, "app", phase_in("Running"), namespace=ns, timeout=30)
-        wait_until(lambda: core.read_namespaced_pod_log("app", ns).count("write seq=") >= 5, 30, "app writes")
+        start_app_pod(core, ns, pvcs)
     cluster.s3.client().create_bucket(Bucket=bucket)
     repo = f"s3://{bucket}/repo"
     env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
@@ -57,6 +64,18 @@ def deploy_app(cluster, setenv: Callable[[str, str], None], ns: str, bucket: str
     for key, value in cluster.s3.env.items():
         setenv(key, value)
     return {"repo": repo, "env": env}
+
+
+def start_app_pod(core, ns: str, pvcs) -> None:
+    """The demo app pod ``app`` writing to ``pvcs`` (device ``i`` is ``pvcs[i]``), Running and writing."""
+    devices = {pvc: f"/dev/xvd{chr(ord('a') + i)}" for i, pvc in enumerate(pvcs)}
+    pod = demo_pod("app", devices, labels={"app": "demo"}, interval=0.02)
+    spec = pod["spec"]
+    for i, volume in enumerate(spec["volumes"][: len(pvcs)]):  # a pod's volume names are DNS labels, PVC names not
+        spec["containers"][0]["volumeDevices"][i]["name"] = volume["name"] = f"vol{i}"
+    core.create_namespaced_pod(ns, pod)
+    wait_pod(core, "app", phase_in("Running"), namespace=ns, timeout=30)
+    wait_until(lambda: core.read_namespaced_pod_log("app", ns).count("write seq=") >= 5, 30, "app writes")
 
 
 def backup_params(cluster, repo: str, ns: str, **overrides) -> dict:
@@ -75,6 +94,58 @@ def app_states(core, ns: str) -> list[str]:
     """``frozen`` / ``thawed`` in the order the demo app logged them."""
     lines = core.read_namespaced_pod_log("app", ns).splitlines()
     return [line.split(" ", 1)[0] for line in lines if line.startswith(("frozen", "thawed"))]
+
+
+def freeze_windows(core, ns: str) -> list[float]:
+    """Each frozen -> thawed window of the demo app, in seconds, from its log's timestamps (``t=NS``)."""
+    lines = core.read_namespaced_pod_log("app", ns).splitlines()
+    marks = [line.split(" t=") for line in lines if line.startswith(("frozen t=", "thawed t="))]
+    windows, frozen = [], None
+    for state, t in marks:
+        if state == "frozen" and frozen is None:
+            frozen = int(t)
+        elif state == "thawed" and frozen is not None:
+            windows.append((int(t) - frozen) / 1e9)
+            frozen = None
+    assert frozen is None, "the app is still frozen"
+    return windows
+
+
+def policy_file(path, name: str, ns: str, repo: str, **fields) -> str:
+    """A policy file for the demo app (its hooks, the shipped Secret and mover identity) with ``fields`` over
+    it (a mapping merged key by key into the default one: ``mover``, ``repository``)."""
+    import yaml
+
+    policy = {
+        "name": name,
+        "namespace": ns,
+        "pvc_selector": SEL,
+        "hooks": HOOKS,
+        "repository": {"url": repo, "credentials_secret": REPO_SECRET},
+        "mover": {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT},
+    }
+    for key, value in fields.items():
+        policy[key] = {**policy[key], **value} if isinstance(value, dict) and key in policy else value
+    path.write_text(yaml.safe_dump(policy))
+    return str(path)
+
+
+def audited_creations(cluster, ns: str) -> list[dict]:
+    """The objects the flows' identity created in ``ns`` (from the cluster's audit log), as sent."""
+    import json
+
+    from localcluster.shipped_rbac import CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT
+
+    user = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_SERVICE_ACCOUNT}"
+    found = []
+    with open(cluster.audit_log, encoding="utf-8") as f:
+        for line in f:
+            entry = json.loads(line)
+            authz, body = entry.get("authz") or {}, entry.get("body")
+            if entry["user"] == user and entry["method"] == "POST" and entry["code"] < 300 and isinstance(body, dict):
+                if authz.get("namespace") == ns and not authz.get("subresource"):
+                    found.append(body)
+    return found
 
 
 def any_run_objects(api, ns: str) -> dict[str, list[str]]:

@@ -4,8 +4,10 @@ and each volume restored through the CLI passes the demo app's ``verify``."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 
 import pytest
 from kubernetes import client
@@ -14,7 +16,20 @@ from localcluster.kubelet.testing import wait_until
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT
 from movers.kube import apply as k
 from movers.kube import manifests as m
-from tests.flowapp import HOOKS, REPO_SECRET, SEL, app_states, backup_params, deploy_app, flow_kubeconfig
+from movers.kube.names import derived_name
+from tests.flowapp import (
+    APP_CLASS,
+    HOOKS,
+    REPO_SECRET,
+    SEL,
+    app_states,
+    audited_creations,
+    backup_params,
+    deploy_app,
+    flow_kubeconfig,
+    policy_file,
+    start_app_pod,
+)
 
 NS = "flowapp"
 
@@ -76,6 +91,115 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
         keys = {a.key for a in prefect.read_artifacts()}
     assert {f"backup-{NS}", f"backup-{NS}-restore"} <= keys, keys
     _assert_progress_done(NS, ("data", "logs"), runs=2)
+    assert all(r["why"].startswith("delta since backup") for r in second["volumes"]), second["volumes"]
+    assert second["snapshots"]["path"] == "group" and second["snapshots"]["fallback"] is None, second["snapshots"]
+
+    # lineage: "logs" deleted and re-created (a new PV): its next backup is full, never a delta across volumes
+    since = _recreate_claim(core, "logs")
+    third = _backup(local_cluster, app["repo"])
+    rows = {r["volume"]: r for r in third["volumes"]}
+    assert (rows[f"{NS}/data"]["planned"], rows[f"{NS}/data"]["mode"]) == ("cbt-delta", "incremental-cbt"), rows
+    logs = rows[f"{NS}/logs"]
+    assert (logs["planned"], logs["change_source"], logs["mode"]) == ("cbt-allocated", "cbt-allocated", "full"), logs
+    assert "bound to another volume" in logs["why"] and logs["why"].endswith("full backup"), logs["why"]
+    pv = core.read_persistent_volume(core.read_namespaced_persistent_volume_claim("logs", NS).spec.volume_name)
+    recorded = _listed(app, f"{NS}/logs")[logs["backup_id"]]
+    assert (recorded["pv_name"], recorded["pv_uid"], recorded["pv_volume_handle"]) == (
+        pv.metadata.name,
+        pv.metadata.uid,
+        pv.spec.csi.volume_handle,
+    ), recorded
+    assert recorded["run_pvcs"] == ["data", "logs"], recorded
+    image = tmp_path / "logs-recreated.img"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "movers",
+            "restore",
+            "--repo",
+            app["repo"],
+            "--volume",
+            f"{NS}/logs",
+            "--backup",
+            logs["backup_id"],
+            "--device",
+            str(image),
+        ],
+        check=True,
+        env=app["env"],
+        capture_output=True,
+    )
+    records = demo_records(image)
+    assert records and all(t >= since for _device, t in records), "the restored logs hold the old volume's records"
+
+    # a run that takes one VolumeSnapshot per PVC (the policy names a group class that does not exist) keeps those
+    # as the next bases and deletes the group kept before
+    from flows.backup import backup_app
+
+    policy = policy_file(tmp_path / "p.yaml", NS, NS, app["repo"], group_snapshot={"class": "no-such-class"})
+    fourth = backup_app(policy_path=policy, kubeconfig=flow_kubeconfig(local_cluster))
+    assert fourth["snapshots"]["path"] == "per-pvc" and "no-such-class does not exist" in fourth["snapshots"]["reason"]
+    assert [r["change_source"] for r in fourth["volumes"]] == ["cbt-delta"] * 2, fourth["volumes"]
+    assert _kept(api) == {"VolumeSnapshot": sorted(derived_name(fourth["run_id"], p) for p in ("data", "logs"))}
+
+
+def _kept(api) -> dict[str, list[str]]:
+    """The snapshots kept as bases in NS, by kind."""
+    kept = {
+        kind: sorted(o["metadata"]["name"] for o in k.list_objects(api, kind, NS, "cbt-mover.io/kept-for"))
+        for kind in ("VolumeGroupSnapshot", "VolumeSnapshot")
+    }
+    return {kind: names for kind, names in kept.items() if names}
+
+
+def _recreate_claim(core, pvc: str) -> int:
+    """Delete the app pod and claim ``pvc`` (its PV goes), create the claim anew, start the app again; the
+    time (ns) from which the new volume exists."""
+    core.delete_namespaced_pod("app", NS, grace_period_seconds=0)
+    wait_until(lambda: _gone(core.read_namespaced_pod, "app", NS), 30, "app pod gone")
+    old = core.read_namespaced_persistent_volume_claim(pvc, NS).spec.volume_name
+    core.delete_namespaced_persistent_volume_claim(pvc, NS)
+    wait_until(lambda: _gone(core.read_persistent_volume, old), 30, "old PV gone")
+    since = time.time_ns()
+    k.create(core.api_client, m.block_pvc(pvc, NS, "16Mi", APP_CLASS, {"app": "demo"}))
+    start_app_pod(core, NS, ("data", "logs"))
+    return since
+
+
+def _gone(read, *args) -> bool:
+    try:
+        read(*args)
+    except client.exceptions.ApiException as err:
+        if err.status == 404:
+            return True
+        raise
+    return False
+
+
+def _listed(app, volume: str) -> dict[str, dict]:
+    """``movers ls --json`` of ``volume``: backup id -> what it records."""
+    out = subprocess.run(
+        [sys.executable, "-m", "movers", "ls", "--repo", app["repo"], "--volume", volume, "--json"],
+        check=True,
+        env=app["env"],
+        capture_output=True,
+        text=True,
+    )
+    return {b["backup_id"]: b for b in json.loads(out.stdout)["backups"]}
+
+
+def demo_records(image) -> list[tuple[int, int]]:
+    """(device index, write time ns) of every intact demo app record on ``image``."""
+    from localcluster.demo_app import _HEAD, MAGIC, RECORD, check_record
+
+    found = []
+    with open(image, "rb") as f:
+        while block := f.read(RECORD):
+            if block.startswith(MAGIC) and check_record(block):
+                _magic, _seq, t, device, _crc = _HEAD.unpack_from(block)
+                found.append((device, t))
+    return found
 
 
 def _assert_progress_done(ns, pvcs, runs):
@@ -128,12 +252,23 @@ def test_plan_is_said_and_selector_syntax():
 
     def plan(*args):
         with disable_run_logger():
-            return plan_member.fn(*args)["change_source"]
+            return plan_member.fn(*args)
 
-    assert plan("ns/a", "h1", "aud") == "cbt-delta"
-    assert plan("ns/a", None, "aud") == "cbt-allocated"
-    assert plan("ns/a", "h1", None) == "scan"
-    assert plan("ns/a", "h1", "aud", "off") == "scan"
+    delta, full = {"handle": "h1", "reason": "delta since b1"}, {"handle": None, "reason": "another volume"}
+    assert plan("ns/a", delta, "aud") == {
+        "change_source": "cbt-delta",
+        "base_handle": "h1",
+        "audience": "aud",
+        "why": "delta since b1",
+    }
+    assert plan("ns/a", full, "aud")["change_source"] == "cbt-allocated"
+    assert plan("ns/a", full, "aud")["why"] == "another volume"
+    assert plan("ns/a", delta, None, "CBT disabled") == {
+        "change_source": "scan",
+        "base_handle": None,
+        "audience": None,
+        "why": "CBT disabled",
+    }
     assert selector_string({"matchLabels": {"b": "2", "a": "1"}, "matchExpressions": [
         {"key": "t", "operator": "In", "values": ["x", "y"]}, {"key": "g", "operator": "DoesNotExist"}]}) == (
         "a=1,b=2,t in (x,y),!g")  # fmt: skip
@@ -151,3 +286,95 @@ def test_without_group_snapshots_one_snapshot_per_pvc_while_frozen(make_local_cl
         assert k.list_objects(cluster.client, kind, ns, f"{m.RUN_LABEL}={second['run_id']}") == [], kind
     kept = k.list_objects(cluster.client, "VolumeSnapshot", ns, "cbt-mover.io/kept-for")
     assert sorted(s["metadata"]["name"] for s in kept) == [f"{second['run_id']}-{p}" for p in ("data", "logs")]
+
+
+# two claims whose names share their first 39 characters, a '.' the 39th: "<run id>-<name>"[:63] ended in '.' and
+# named both claims' mover claim and pod alike
+LONG_PREFIX = "shop.primary-database.volume-for-table"
+LONG = (f"{LONG_PREFIX}.wal-segments-archive-of-1", f"{LONG_PREFIX}.wal-segments-archive-of-2")
+TAINT = {"key": "dedicated", "value": "backup", "effect": "NoSchedule"}
+BACKUP_POOL = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["backup"]}]}]
+        }
+    }
+}
+
+
+def test_disk_app_backed_up_per_pvc_on_a_tainted_backup_node_with_long_claim_names(
+    local_cluster, harness, monkeypatch, tmp_path
+):
+    """disk.csi.local has no group snapshots (and no CBT): one VolumeSnapshot per claim under one freeze, scans.
+    The policy's toleration and required node affinity put every mover on the tainted node-b; every object the
+    run creates carries the app.kubernetes.io labels; names derived from long dotted claim names are valid and
+    distinct, so each volume's backup holds its own data."""
+    from flows.backup import backup_app
+
+    ns, api = "diskapp", local_cluster.client
+    core = client.CoreV1Api(api)
+    assert len(LONG_PREFIX) == 38 and all(len(n) > 60 for n in LONG)
+    core.patch_node("node-b", {"metadata": {"labels": {"pool": "backup"}}, "spec": {"taints": [TAINT]}})
+    try:
+        pvcs = ("data", *LONG)
+        app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-diskapp", pvcs=pvcs, storage_class="standard")
+        mover = {"tolerations": [{**TAINT, "operator": "Equal"}], "affinity": BACKUP_POOL}
+        policy = policy_file(tmp_path / "disk.yaml", "disk-shop", ns, app["repo"], mover=mover)
+        result = backup_app(policy_path=policy, kubeconfig=flow_kubeconfig(local_cluster))
+    finally:
+        core.patch_node("node-b", {"metadata": {"labels": {"pool": None}}, "spec": {"taints": None}})
+    run = result["run_id"]
+    assert result["snapshots"]["path"] == "per-pvc", result["snapshots"]
+    assert "disk.csi.local has no VolumeGroupSnapshotClass" in result["snapshots"]["reason"], result["snapshots"]
+    assert [(r["mode"], r["change_source"]) for r in result["volumes"]] == [("full", "scan")] * 3, result
+    assert all("disk.csi.local has no SnapshotMetadataService" in r["why"] for r in result["volumes"])
+    assert app_states(core, ns) == ["frozen", "thawed"]
+
+    created = audited_creations(local_cluster, ns)
+    assert sorted(o["kind"] for o in created) == ["PersistentVolumeClaim"] * 3 + ["Pod"] * 3 + ["VolumeSnapshot"] * 3
+    for obj in created:
+        meta = obj["metadata"]
+        assert {
+            k_: meta["labels"].get(k_) for k_ in (m.NAME_LABEL, m.MANAGED_BY_LABEL, m.INSTANCE_LABEL, m.PART_OF_LABEL)
+        } == {
+            m.NAME_LABEL: "cbt-mover",
+            m.MANAGED_BY_LABEL: "cbt-mover",
+            m.INSTANCE_LABEL: run,
+            m.PART_OF_LABEL: "disk-shop",
+        }, meta
+        assert meta["labels"][m.COMPONENT_LABEL] in m.COMPONENTS and len(meta["name"]) <= 63, meta
+    names = {o["kind"]: sorted(x["metadata"]["name"] for x in created if x["kind"] == o["kind"]) for o in created}
+    assert all(len(set(v)) == 3 for v in names.values()), names
+    movers = [o["metadata"]["name"] for o in created if o["kind"] == "Pod"]
+    assert _scheduled_to(core, ns, movers) == {pod: "node-b" for pod in movers}
+
+    for index, pvc in enumerate(pvcs):
+        image = tmp_path / f"{index}.img"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "movers",
+                "restore",
+                "--repo",
+                app["repo"],
+                "--volume",
+                f"{ns}/{pvc}",
+                "--device",
+                str(image),
+            ],
+            check=True,
+            env=app["env"],
+            capture_output=True,
+        )
+        devices = {device for device, _t in demo_records(image)}
+        assert devices == {index}, (pvc, devices)
+
+
+def _scheduled_to(core, ns: str, pods: list[str]) -> dict[str, str]:
+    """Pod -> the node the scheduler bound it to (its ``Scheduled`` events: the pods are gone)."""
+    found = {}
+    for event in core.list_namespaced_event(ns).items:
+        if event.reason == "Scheduled" and event.involved_object.name in pods:
+            found[event.involved_object.name] = event.message.rsplit(" to ", 1)[1]
+    return found

@@ -5,6 +5,7 @@ nothing labelled with the run is left, and the previous base snapshot survives a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ from kubernetes import client
 from localcluster.kubelet.testing import wait_until
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT
 from movers.kube import apply as k
+from movers.kube import manifests as m
 from movers.kube import snapshots
 from tests.flowapp import (
     HOOKS,
@@ -27,6 +29,8 @@ from tests.flowapp import (
     backup_params,
     deploy_app,
     flow_kubeconfig,
+    freeze_windows,
+    policy_file,
 )
 
 KEPT = "cbt-mover.io/kept-for"
@@ -103,12 +107,15 @@ def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(lo
     for volume in (f"{ns}/data", f"{ns}/logs"):
         _restore_verifies(app["env"], app["repo"], volume, tmp_path)
 
-    # a mover whose Secret names a repository that does not exist: exit 3 is not retried; the run
-    # cleans up and thaws
-    core.create_namespaced_secret(ns, {"metadata": {"name": "badrepo"}, "stringData": {
-        **local_cluster.s3.env, "CBT_MOVER_REPO": "s3://no-such-bucket/repo"}})  # fmt: skip
-    message, run = _failed_run(local_cluster, app["repo"], ns, repo_secret="badrepo")
-    assert "exit 3" in message, message
+    # a mover whose credentials the repository's endpoint rejects (the flow's own pass its preflight): exit 6 is
+    # not retried; the run cleans up and thaws
+    with _rejecting_s3() as endpoint:
+        core.patch_namespaced_secret(REPO_SECRET, ns, {"stringData": {"AWS_ENDPOINT_URL": endpoint}})
+        try:
+            message, run = _failed_run(local_cluster, app["repo"], ns)
+        finally:
+            core.patch_namespaced_secret(REPO_SECRET, ns, {"stringData": local_cluster.s3.env})
+    assert "exit 6" in message and "\n" not in message, message
     moves = _task_runs(run, "move-volume")
     failed_counts = [t.run_count for t in moves if t.state.is_failed()]
     assert failed_counts and set(failed_counts) == {1}, ("a permanent mover error is not retried", failed_counts)
@@ -117,17 +124,52 @@ def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(lo
     assert _kept(api, ns) == [second["run_id"]], "a failed run must keep the previous base"
     resource = f"cbt-mover.app.{ns}.{ns}"
     failed = wait_until(lambda: _events("cbt-mover.backup.failed", resource), 20, "failed event")
-    assert "exit 3" in failed[0].payload["error"], failed[0].payload
+    assert "exit 6" in failed[0].payload["error"], failed[0].payload
     assert local_cluster.s3.env["AWS_SECRET_ACCESS_KEY"] not in json.dumps(failed[0].payload)
     done = wait_until(lambda: _events("cbt-mover.backup.completed", resource), 20, "completed events")
     assert {e.resource["cbt-mover.run"] for e in done} == {first["run_id"], second["run_id"]}
 
 
+@contextlib.contextmanager
+def _rejecting_s3():
+    """An S3 endpoint (``http://127.0.0.1:PORT``) that refuses every request: 403 InvalidAccessKeyId."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyId</Code><Message>The AWS Access'
+        b" Key Id you provided does not exist in our records.</Message></Error>"
+    )
+
+    class Refuse(BaseHTTPRequestHandler):
+        def refuse(self):
+            self.send_response(403)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = refuse
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
 def _members(api, ns, group):
-    from tasks.kube import _member_of
+    from movers.kube.snapshotset import member
 
     vgs = k.get(api, "VolumeGroupSnapshot", ns, group, k.served_group_snapshot_version(api))
-    return [_member_of(api, ns, x.snapshot) for x in snapshots.group_members(api, vgs)]
+    return [member(api, ns, x.snapshot) for x in snapshots.group_members(api, vgs)]
 
 
 def _exists(api, kind, name):
@@ -263,3 +305,158 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
     assert len(table) == 2 and all(a.type == "table" for a in table)
     rows = json.loads(table[0].data)
     assert {"dedup", "compression", "throughput", "uploaded"} <= set(rows[0]), rows
+
+
+def _one_line(message: str, *expected: str) -> None:
+    assert "\n" not in message and all(e in message for e in expected), (expected, message)
+
+
+def test_preflight_refuses_before_anything_is_frozen(local_cluster, harness, monkeypatch):
+    """A permission the flow's identity lacks, a missing ServiceAccount, repository or Secret: the run fails
+    with one line before the app is frozen or anything is created, and says so in its failed event."""
+    ns, api = "preflight", local_cluster.client
+    core = client.CoreV1Api(api)
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-preflight", pvcs=("data",))
+    core.create_namespaced_secret(
+        ns, {"metadata": {"name": "shop-creds"}, "stringData": {**local_cluster.s3.env, "CBT_MOVER_REPO": app["repo"]}}
+    )
+    cases = [
+        # the shipped controller role may read the Secret cbt-mover-repo only
+        ({"repo_secret": "shop-creds"}, 'cannot get secrets "shop-creds" in namespace preflight', "resourceNames"),
+        ({"service_account": "nobody"}, "the movers' ServiceAccount preflight/nobody", "does not exist"),
+        ({"repo": "s3://flow-preflight/elsewhere"}, "no cbt-mover repository at s3://flow-preflight/elsewhere"),
+        ({"repo": "s3://no-such-bucket/repo"}, "bucket no-such-bucket does not exist"),
+    ]
+    for overrides, *expected in cases:
+        repo = overrides.pop("repo", app["repo"])
+        message, _ = _failed_run(local_cluster, repo, ns, **overrides)
+        _one_line(message, "PreflightError", *expected)
+    core.delete_namespaced_secret(REPO_SECRET, ns)
+    message, _ = _failed_run(local_cluster, app["repo"], ns)
+    _one_line(message, f"the credentials Secret {ns}/{REPO_SECRET} (repository.credentials_secret) does not exist")
+    core.create_namespaced_secret(ns, {"metadata": {"name": REPO_SECRET}, "stringData": {**local_cluster.s3.env}})
+    message, _ = _failed_run(local_cluster, app["repo"], ns)
+    _one_line(message, f"the credentials Secret {ns}/{REPO_SECRET} lacks the key(s) CBT_MOVER_REPO")
+    # a claim of the app no pod uses yet, in a WaitForFirstConsumer class: nothing to snapshot
+    k.create(api, m.block_pvc("pending", ns, "16Mi", "standard", {"app": "demo"}))
+    message, _ = _failed_run(local_cluster, app["repo"], ns)
+    _one_line(message, f"PVC {ns}/pending is not bound to a volume (phase Pending)")
+    assert app_states(core, ns) == [], "frozen before the preflight passed"
+    assert any_run_objects(api, ns) == {}
+    failed = wait_until(lambda: len(_events("cbt-mover.backup.failed", f"cbt-mover.app.{ns}.{ns}")) >= 7, 20, "events")
+    assert failed
+
+
+def test_snapshot_classes_the_cluster_lacks(make_local_cluster, harness, monkeypatch):
+    """No default VolumeSnapshotClass, or two: per-PVC snapshots (the disk driver has no groups) fail the
+    preflight with one line naming the classes and the fix, nothing frozen; a group's members (which name no
+    class) are scanned with that reason instead of failing late in the metadata service."""
+    cluster = make_local_cluster(default_snapshot_class="none")
+    api = cluster.client
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    ns = "nodefault"
+    disk = deploy_app(cluster, monkeypatch.setenv, ns, "flow-nodefault", pvcs=("data",), storage_class="standard")
+    message, _ = _failed_run(cluster, disk["repo"], ns)
+    _one_line(
+        message,
+        "CSI driver disk.csi.local has no default VolumeSnapshotClass (its classes: disk-snapclass)",
+        "set snapshot_class in the policy",
+    )
+    default = {"snapshot.storage.kubernetes.io/is-default-class": "true"}
+    custom.patch_cluster_custom_object(
+        "snapshot.storage.k8s.io",
+        "v1",
+        "volumesnapshotclasses",
+        "disk-snapclass",
+        {"metadata": {"annotations": default}},
+    )
+    custom.create_cluster_custom_object(
+        "snapshot.storage.k8s.io",
+        "v1",
+        "volumesnapshotclasses",
+        {
+            "apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshotClass",
+            "driver": "disk.csi.local",
+            "deletionPolicy": "Delete",
+            "metadata": {"name": "disk-snapclass-b", "annotations": default},
+        },
+    )
+    message, _ = _failed_run(cluster, disk["repo"], ns)
+    _one_line(
+        message, "CSI driver disk.csi.local has 2 default VolumeSnapshotClasses (disk-snapclass, disk-snapclass-b)"
+    )
+    assert app_states(core, ns) == [] and any_run_objects(api, ns) == {}
+
+    ns = "groupnoclass"
+    app = deploy_app(cluster, monkeypatch.setenv, ns, "flow-groupnoclass", pvcs=("data",))
+    result = _backup(cluster, app["repo"], ns)
+    assert result["snapshots"]["path"] == "group", result["snapshots"]
+    [row] = result["volumes"]
+    assert (row["planned"], row["change_source"], row["mode"]) == ("scan", "scan", "full"), row
+    assert "CSI driver hostpath.csi.k8s.io has no default VolumeSnapshotClass" in row["why"], row
+
+
+BOUND = 4.0  # group_snapshot.freeze_timeout of the tests below, seconds
+
+
+@pytest.mark.parametrize(
+    ("settings", "why"),
+    [
+        ({"group_snapshots": "unprocessed"}, "has no status: nothing processed it"),
+        ({"hostpath_group_capability": False}, "Unimplemented"),
+    ],
+    ids=["unprocessed", "no-group-capability"],
+)
+def test_group_not_cut_in_time_thaws_then_falls_back_to_one_snapshot_per_pvc(
+    make_local_cluster, harness, monkeypatch, tmp_path, request, settings, why
+):
+    """The group API is served and the class exists, but nothing cuts the group (the snapshot controller's
+    feature gate off, or a driver without the capability): the app is thawed within the bound and the group
+    deleted; on_timeout fail fails with one line, per-pvc backs up from one VolumeSnapshot per PVC taken under
+    a new bounded freeze, and says so in the summary and the table."""
+    from flows.backup import backup_app
+    from movers.kube.names import derived_name
+
+    cluster = make_local_cluster(**settings)
+    ns, api = "stuckgroup", cluster.client
+    core = client.CoreV1Api(api)
+    app = deploy_app(cluster, monkeypatch.setenv, ns, "flow-stuckgroup")
+    kubeconfig, name = flow_kubeconfig(cluster), f"stuck-{request.node.callspec.id}"  # name: the artifacts' keys
+    bounded = {"freeze_timeout": BOUND, "on_timeout": "fail"}
+    fail = policy_file(tmp_path / "fail.yaml", name, ns, app["repo"], group_snapshot=bounded)
+    state = backup_app(policy_path=fail, kubeconfig=kubeconfig, return_state=True)
+    assert state.is_failed(), state
+    _one_line(state.message, f"was not cut within group_snapshot.freeze_timeout {BOUND:g} s", why, "on_timeout: fail")
+    assert app_states(core, ns) == ["frozen", "thawed"]
+    assert _group_leftovers(api, ns) == ([], [])
+
+    policy = policy_file(tmp_path / "per-pvc.yaml", name, ns, app["repo"], group_snapshot={"freeze_timeout": BOUND})
+    result = backup_app(policy_path=policy, kubeconfig=kubeconfig)
+    snaps = result["snapshots"]
+    assert (snaps["path"], snaps["kind"]) == ("per-pvc", "VolumeSnapshot") and why in snaps["fallback"], snaps
+    assert [(r["mode"], r["change_source"]) for r in result["volumes"]] == [("full", "cbt-allocated")] * 2, result
+    assert all(
+        r["snapshot"].startswith("per-pvc (fallback: the VolumeGroupSnapshot was not cut") for r in result["volumes"]
+    )
+    assert app_states(core, ns) == ["frozen", "thawed"] * 3  # the failed run's, the group's, the per-PVC one's
+    windows = freeze_windows(core, ns)
+    assert len(windows) == 3 and max(windows) < BOUND, windows
+    assert _group_leftovers(api, ns) == ([], [])
+    assert any_run_objects(api, ns) == {}
+    kept = k.list_objects(api, "VolumeSnapshot", ns, KEPT)
+    assert sorted(s["metadata"]["name"] for s in kept) == [derived_name(result["run_id"], p) for p in ("data", "logs")]
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as prefect:
+        [table] = [a for a in prefect.read_artifacts() if a.key == f"backup-{name}"]
+    assert all(row["snapshot"].startswith("per-pvc (fallback:") for row in json.loads(table.data)), table.data
+
+
+def _group_leftovers(api, ns):
+    """The VolumeGroupSnapshots of ``ns`` and every VolumeGroupSnapshotContent of the cluster."""
+    version = k.served_group_snapshot_version(api)
+    return (
+        [o["metadata"]["name"] for o in k.list_objects(api, "VolumeGroupSnapshot", ns, version=version)],
+        [o["metadata"]["name"] for o in k.list_objects(api, "VolumeGroupSnapshotContent", None, version=version)],
+    )

@@ -1,6 +1,8 @@
 """Kubernetes for cbt-mover: pure manifest builders (``manifests``) and the modules that apply them.
 
 ``apply`` is the generic layer (get/list/create/patch/delete by kind); ``pods``, ``snapshots``,
-``volumes`` and ``cleanup`` build on it (never the reverse); ``restore`` drives a restore run.
+``volumes``, ``access`` and ``cleanup`` build on it (never the reverse); ``names`` derives valid object
+names; ``preflight`` checks a backup run before it freezes anything and picks its snapshot path,
+``snapshotset`` cuts the snapshots under a bounded freeze; ``restore`` drives a restore run.
 No Prefect imports here: the flows and tasks call these.
 """

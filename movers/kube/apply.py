@@ -40,8 +40,10 @@ KINDS = {
     "StorageClass": ("storage.k8s.io", "storageclasses", False),
     "VolumeSnapshot": (SNAPSHOT_GROUP, "volumesnapshots", True),
     "VolumeSnapshotContent": (SNAPSHOT_GROUP, "volumesnapshotcontents", False),
+    "VolumeSnapshotClass": (SNAPSHOT_GROUP, "volumesnapshotclasses", False),
     "VolumeGroupSnapshot": (GROUP_SNAPSHOT_GROUP, "volumegroupsnapshots", True),
     "VolumeGroupSnapshotContent": (GROUP_SNAPSHOT_GROUP, "volumegroupsnapshotcontents", False),
+    "VolumeGroupSnapshotClass": (GROUP_SNAPSHOT_GROUP, "volumegroupsnapshotclasses", False),
 }
 
 

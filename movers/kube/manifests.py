@@ -259,9 +259,13 @@ def backup_args(
     fs_type: str | None = None,
     node_affinity: Mapping[str, Any] | None = None,
     run_pvcs: Sequence[str] | None = None,
+    scan: bool = False,
+    snapshot_handle: str | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    """The argv (after the ``cbt-mover`` entrypoint) of a mover pod backing up ``snapshot`` via CBT.
+    """The argv (after the ``cbt-mover`` entrypoint) of a mover pod backing up ``snapshot`` via CBT, or with
+    ``scan`` by reading the whole device (``--scan``: no snapshot lookup, no CBT; ``snapshot_handle``, the
+    snapshot's CSI handle, is recorded for a later delta since it).
 
     ``--kube`` looks the snapshot, its driver's SnapshotMetadataService and CA up in-cluster; the
     JSON result goes to stdout and to the termination log. ``repo`` None: the pod's
@@ -275,8 +279,10 @@ def backup_args(
     compact JSON) are recorded; a delta is only applied on a parent of the same volume. ``run_pvcs``: every
     PVC of the application run (sorted, comma-separated), so that a restore can tell a complete run.
     """
-    args = ["backup", "--volume", volume, "--device", device, "--kube", "--namespace", namespace,
-            "--snapshot", snapshot, "--cbt-fallback", cbt_fallback]  # fmt: skip
+    source = ["--scan"] if scan else ["--kube"]
+    args = ["backup", "--volume", volume, "--device", device, *source, "--namespace", namespace, "--snapshot", snapshot]
+    if not scan:
+        args += ["--cbt-fallback", cbt_fallback]
     affinity = json.dumps(node_affinity, sort_keys=True, separators=(",", ":")) if node_affinity else None
     members = ",".join(sorted(set(run_pvcs))) if run_pvcs else None
     for flag, value in (
@@ -284,6 +290,7 @@ def backup_args(
         ("--base-handle", base_handle),
         ("--cluster", cluster),
         ("--pvc", pvc),
+        ("--snapshot-handle", snapshot_handle),
         ("--group-snapshot", group_snapshot),
         ("--storage-class", storage_class),
         ("--volume-mode", volume_mode),

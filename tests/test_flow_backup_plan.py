@@ -1,0 +1,111 @@
+"""The backup's decisions that need no cluster: derived object names, the snapshot path and classes a
+preflight picks from the classes the cluster has (``movers.kube.preflight``)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from movers.kube import preflight as p
+from movers.kube.names import derived_name, is_dns_label
+from movers.kube.preflight import GROUP, PER_PVC, Source
+
+RUN = "backup-0123456789abcdef"
+DEFAULT_VS = {p.DEFAULT_SNAPSHOT_CLASS: "true"}
+DEFAULT_VGS = {p.DEFAULT_GROUP_CLASS: "true"}
+
+
+def _class(name: str, driver: str, annotations: dict | None = None) -> dict:
+    return {"metadata": {"name": name, "annotations": annotations or {}}, "driver": driver}
+
+
+def _source(pvc: str, driver: str = "hostpath.csi.k8s.io") -> Source:
+    return Source(pvc, "Block", "16Mi", "sc", driver, {"csi_driver": driver, "pv_handle": f"h-{pvc}"})
+
+
+def test_derived_names_are_dns_labels_and_distinct_whatever_the_claim_name():
+    assert derived_name(RUN, "data") == f"{RUN}-data"  # an ordinary name stays readable and unchanged
+    prefix = "shop.primary-database.volume-for-table"  # "<run>-<prefix>."[:63] ended in "."
+    one, two = (derived_name(RUN, f"{prefix}.wal-segments-archive-of-{i}") for i in (1, 2))
+    assert one != two and all(is_dns_label(n) and len(n) == 63 for n in (one, two)), (one, two)
+    assert one.startswith(f"{RUN}-shop-primary") and re.fullmatch(r".*-[0-9a-f]{8}", one)
+    assert derived_name(RUN, f"{prefix}.wal-segments-archive-of-1") == one  # stable across retries
+    assert derived_name(RUN, "data.v1") != derived_name(RUN, "data-v1")  # a dot is not a dash
+    assert is_dns_label(derived_name(RUN, "x" * 253)) and is_dns_label(derived_name("..", "--"))
+    with pytest.raises(ValueError):
+        derived_name(RUN, "data", max_length=64)
+
+
+def test_the_group_path_needs_the_api_and_a_class_of_the_claims_one_driver():
+    host, disk = "hostpath.csi.k8s.io", "disk.csi.local"
+    groups = [_class("hp-group", host, DEFAULT_VGS), _class("hp-other", host)]
+    claims = [_source("a"), _source("b")]
+    assert p.choose_path(claims, "v1", groups, None) == (
+        GROUP,
+        f"the default VolumeGroupSnapshotClass hp-group of CSI driver {host}",
+        "hp-group",
+    )
+    assert p.choose_path(claims, "v1", groups, "hp-other")[::2] == (GROUP, "hp-other")
+    path, why, cls = p.choose_path(claims, None, groups, None)
+    assert (path, cls) == (PER_PVC, None) and "serves no groupsnapshot.storage.k8s.io API" in why
+    path, why, _ = p.choose_path([_source("a"), _source("b", disk)], "v1", groups, None)
+    assert path == PER_PVC and "several CSI drivers (disk.csi.local, hostpath.csi.k8s.io)" in why
+    assert p.choose_path([_source("a", disk)], "v1", groups, None)[:2] == (
+        PER_PVC,
+        f"CSI driver {disk} has no VolumeGroupSnapshotClass",
+    )
+    assert "does not exist" in p.choose_path(claims, "v1", groups, "typo")[1]
+    assert "is of CSI driver" in p.choose_path(claims, "v1", [_class("d", disk)], "d")[1]
+    path, why, _ = p.choose_path(claims, "v1", [_class("hp-other", host)], None)
+    assert path == PER_PVC and "no default VolumeGroupSnapshotClass (its classes: hp-other" in why
+    path, why, _ = p.choose_path(claims, "v1", [*groups, _class("hp-3", host, DEFAULT_VGS)], None)
+    assert path == PER_PVC and "2 default VolumeGroupSnapshotClasses (hp-3, hp-group;" in why
+
+
+def test_snapshot_classes_per_driver_and_what_group_members_need():
+    host = "hostpath.csi.k8s.io"
+    classes = [_class("hp-snap", host, DEFAULT_VS), _class("hp-retain", host), _class("disk", "disk.csi.local")]
+    assert p.snapshot_class_for(classes, host, None) == ("hp-snap", None)
+    assert p.snapshot_class_for(classes, host, "hp-retain") == ("hp-retain", None)
+    assert p.snapshot_class_for(classes, host, "disk") == ("hp-snap", None)  # the policy's is another driver's
+    assert p.member_cbt_problem(classes, host) is None
+    name, why = p.snapshot_class_for(classes, "disk.csi.local", None)
+    assert name is None and "no default VolumeSnapshotClass (its classes: disk)" in why and "snapshot_class" in why
+    name, why = p.snapshot_class_for(classes, "other.csi", None)
+    assert name is None and "has no VolumeSnapshotClass" in why
+    two = [*classes, _class("hp-b", host, DEFAULT_VS)]
+    name, why = p.snapshot_class_for(two, host, None)
+    assert name is None and "2 default VolumeSnapshotClasses (hp-b, hp-snap)" in why
+    assert "2 (hp-b, hp-snap)" in p.member_cbt_problem(two, host)
+    assert "no default VolumeSnapshotClass" in p.member_cbt_problem(classes, "disk.csi.local")
+
+
+def test_the_permissions_a_run_asks_for():
+    settings = {
+        "repository": {"credentials_secret": "creds"},
+        "mover": {"service_account": "sa"},
+        "hooks": {"pre": [{"name": "x"}]},
+        "cbt": {"enabled": "auto"},
+    }
+    checks = [c for c, _why in p.base_checks("shop", settings, group_served=True)]
+    assert p.Check("get", "", "secrets", namespace="shop", name="creds") in checks
+    assert p.Check("create", "", "pods", "exec", namespace="shop") in checks
+    assert p.Check("list", "groupsnapshot.storage.k8s.io", "volumegroupsnapshotclasses") in checks
+    quiet = {**settings, "hooks": {}, "cbt": {"enabled": "off"}}
+    fewer = [c for c, _why in p.base_checks("shop", quiet, group_served=False)]
+    assert not [
+        c for c in fewer if c.subresource == "exec" or c.group in ("groupsnapshot.storage.k8s.io", "cbt.storage.k8s.io")
+    ]
+
+
+def test_a_planned_scan_reaches_the_mover():
+    """A mover planned to scan (no CBT for its volume, or CBT off) reads the whole device and asks no CBT service:
+    with ``--kube`` it would ask the driver's service anyway; the snapshot's handle is recorded all the same."""
+    from movers.kube.manifests import backup_args
+
+    scan = backup_args(volume="ns/a", namespace="ns", snapshot="s", scan=True, snapshot_handle="snap-1")
+    assert "--scan" in scan and "--kube" not in scan and "--cbt-fallback" not in scan
+    assert scan[scan.index("--snapshot-handle") + 1] == "snap-1"
+    cbt = backup_args(volume="ns/a", namespace="ns", snapshot="s")
+    assert "--kube" in cbt and "--scan" not in cbt
