@@ -165,8 +165,6 @@ def restore_app(
     try:
         check_parameters(namespace, pvcs, backup, target, parallelism, timeout)
         mover = writer_settings(
-            repo,
-            namespace,
             policy_path,
             image=image,
             service_account=service_account,

@@ -3,6 +3,7 @@ data (targets travel as ``Target.to_dict()``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -62,28 +63,18 @@ def select_backups(
     }
 
 
-def writer_settings(repo: str, namespace: str, policy_path: str | None = None, **given: Any) -> dict[str, Any]:
+def writer_settings(policy_path: str | None = None, **given: Any) -> dict[str, Any]:
     """The writer pods' settings ``{image, service_account, resources, node_selector, tolerations, affinity}``:
     the policy's ``mover`` section when ``policy_path`` is given, overridden by the non-None ``given`` ones,
-    validated as a policy's mover section (``movers.policy``; a ``PolicyError`` names the field). Without a
-    policy, ``resources`` is None (the writer's default)."""
-    import yaml
+    validated as a policy's mover section (``movers.policy.parse_mover``; a ``PolicyError`` names the
+    field). Without a policy and without ``resources``, ``resources`` is None (the writer's default)."""
+    from movers.policy import load_policy, parse_mover
 
-    from movers.policy import parse_policy
-
-    data: dict[str, Any] = {
-        "name": "restore",
-        "namespace": namespace,
-        "pvc_selector": {"matchLabels": {}},
-        "repository": {"url": repo},
-    }
-    if policy_path:
-        with open(policy_path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
-    data["mover"] = {**(data.get("mover") or {}), **{key: value for key, value in given.items() if value is not None}}
-    mover = parse_policy(data, policy_path or "restore-app parameters").mover
-    keys = ("image", "service_account", "node_selector", "tolerations", "affinity")
-    settings = {key: getattr(mover, key) for key in keys}
+    section = dataclasses.asdict(load_policy(policy_path).mover) if policy_path else {}
+    section |= {key: value for key, value in given.items() if value is not None}
+    mover = parse_mover(section, policy_path or "restore-app parameters")
+    settings = {key: getattr(mover, key) for key in ("image", "service_account", "node_selector", "tolerations")}
+    settings["affinity"] = mover.affinity
     settings["resources"] = mover.resources if policy_path or given.get("resources") is not None else None
     return settings
 
