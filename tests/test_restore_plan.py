@@ -134,3 +134,52 @@ def test_target_round_trips_through_plain_data(pvc):
         "shop",
     )
     assert r.Target.from_dict(t.to_dict()) == t
+
+
+def test_the_writer_pod_mounts_no_token_and_carries_the_run_s_labels_and_placement():
+    pvc = "orders.archive-" + "x" * 60
+    t = r.Target(
+        pvc,
+        f"shop/{pvc}",
+        "20260101T000000000000Z-abcdef",
+        1 << 24,
+        "fast",
+        "Block",
+        pvc,
+        False,
+        node_affinity=NODE_B,
+        app="shop",
+    )
+    tolerations = [{"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"}]
+    pod = r.writer_pod(
+        "restored",
+        RUN,
+        t,
+        image="cbt-mover",
+        service_account="cbt-mover",
+        repo_secret="cbt-mover-repo",
+        tolerations=tolerations,
+    )
+    spec, labels = pod["spec"], pod["metadata"]["labels"]
+    assert spec["automountServiceAccountToken"] is False and len(spec["volumes"]) == 1, "no API token"
+    assert "readOnly" not in spec["volumes"][0]["persistentVolumeClaim"], "a writer writes its claim"
+    assert spec["tolerations"] == tolerations and spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert spec["affinity"] == r.writer_affinity(NODE_B, None)
+    assert pod["metadata"]["name"] == r.pod_name(RUN, pvc)
+    assert labels == {
+        m.RUN_LABEL: RUN,
+        m.NAME_LABEL: "cbt-mover",
+        m.MANAGED_BY_LABEL: "cbt-mover",
+        m.INSTANCE_LABEL: RUN,
+        m.COMPONENT_LABEL: m.WRITER,
+        m.PART_OF_LABEL: "shop",
+        r.PVC_LABEL: m.label_value(pvc),
+    }
+    assert spec["containers"][0]["args"][:6] == [
+        "restore",
+        "--volume",
+        f"shop/{pvc}",
+        "--backup",
+        t.backup_id,
+        "--device",
+    ]

@@ -322,6 +322,43 @@ def wait_scheduled(api, namespace: str, pod: str, claim: str, timeout: float, in
         time.sleep(interval)
 
 
+def writer_pod(
+    namespace: str,
+    run_id: str,
+    target: Target,
+    *,
+    image: str,
+    service_account: str,
+    repo_secret: str,
+    timeout: float = 3600.0,
+    verify_device: bool = True,
+    resources: Mapping[str, Any] | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    tolerations: Sequence[Mapping[str, Any]] | None = None,
+    affinity: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The writer pod of ``target`` (``pod_name``): ``cbt-mover restore`` of its backup onto the claim
+    ``target.write_claim`` (reading the device back with ``verify_device``), no API token (a writer),
+    the run's labels (``labels_of``), ``affinity`` plus the source volume's placement (``writer_affinity``)."""
+    extra = ["--progress-interval", "1", *(["--verify-device"] if verify_device else [])]
+    return m.mover_pod(
+        pod_name(run_id, target.pvc),
+        namespace,
+        image=image,
+        args=m.restore_args(volume=target.volume, backup=target.backup_id, extra=extra),
+        pvc=target.write_claim,
+        service_account=service_account,
+        repo_secret=repo_secret,
+        resources=resources,
+        labels=labels_of(run_id, target.pvc, target.app),
+        node_selector=node_selector,
+        active_deadline_seconds=int(timeout),
+        tolerations=tolerations,
+        affinity=writer_affinity(target.node_affinity, affinity),
+        role=m.WRITER,
+    )
+
+
 def write_volume(
     api,
     namespace: str,
@@ -355,24 +392,21 @@ def write_volume(
     labels = labels_of(run_id, target.pvc, target.app)
     k.create(api, m.block_pvc(target.write_claim, namespace, m.quantity(target.capacity_bytes),
                               target.storage_class or None, labels))  # fmt: skip
-    extra = ["--progress-interval", "1", *(["--verify-device"] if verify_device else [])]
-    args = m.restore_args(volume=target.volume, backup=target.backup_id, extra=extra)
-    name = pod_name(run_id, target.pvc)
-    pod = m.mover_pod(
-        name,
+    pod = writer_pod(
         namespace,
+        run_id,
+        target,
         image=image,
-        args=args,
-        pvc=target.write_claim,
         service_account=service_account,
         repo_secret=repo_secret,
+        timeout=timeout,
+        verify_device=verify_device,
         resources=resources,
-        labels=labels,
         node_selector=node_selector,
-        active_deadline_seconds=int(timeout),
         tolerations=tolerations,
-        affinity=writer_affinity(target.node_affinity, affinity),
+        affinity=affinity,
     )
+    name = pod["metadata"]["name"]
     k.delete_and_wait(api, "Pod", namespace, name)  # a failed attempt's pod
     started = time.monotonic()
     try:
