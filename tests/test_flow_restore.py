@@ -439,6 +439,22 @@ def test_writer_settings_from_a_policy_place_the_writer_and_a_writer_nowhere_to_
         _restore(
             local_cluster, repo, pvcs=["logs"], target_namespace="nowhere", node_selector={"pool": "backup"}, timeout=5
         )
+    broken = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "two-fstypes"},
+        "provisioner": "hostpath.csi.k8s.io",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "parameters": {"fstype": "ext4", "csi.storage.k8s.io/fstype": "xfs"},
+    }
+    local_cluster.apply([broken])
+    try:
+        with pytest.raises(WriterNotScheduled, match=r"; its claim logs: ProvisioningFailed: fstype specified"):
+            _restore(
+                local_cluster, repo, pvcs=["logs"], target_namespace="nowhere", storage_class="two-fstypes", timeout=10
+            )
+    finally:
+        k.delete(api, "StorageClass", None, "two-fstypes")
     assert k.list_objects(api, "PersistentVolumeClaim", "nowhere") == []
     _no_writer_pods(local_cluster, "elsewhere", "nowhere")
 

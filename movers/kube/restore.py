@@ -303,8 +303,8 @@ def plan_targets(api, namespace: str, volumes: Sequence[Mapping[str, Any]], run_
 def wait_scheduled(api, namespace: str, pod: str, claim: str, timeout: float, interval: float = 0.5) -> dict:
     """Wait until writer pod ``pod`` is scheduled (``spec.nodeName``; the scheduler binds its claim first,
     also a WaitForFirstConsumer one) or has finished; the pod. ``WriterNotScheduled`` after ``timeout``
-    names the last Warning about the pod or its claim ``claim`` (FailedScheduling, ProvisioningFailed),
-    else its PodScheduled condition."""
+    names the last Warning about the pod (the scheduler's FailedScheduling; else its PodScheduled
+    condition) and the last one about its claim ``claim`` (e.g. the provisioner's ProvisioningFailed)."""
     deadline = time.monotonic() + timeout
     while True:
         current = k.get(api, "Pod", namespace, pod)
@@ -312,12 +312,14 @@ def wait_scheduled(api, namespace: str, pod: str, claim: str, timeout: float, in
         if (current.get("spec") or {}).get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
             return current
         if time.monotonic() >= deadline:
-            why = last_warning(api, namespace, [("Pod", pod), ("PersistentVolumeClaim", claim)])
+            why = last_warning(api, namespace, [("Pod", pod)])
             if not why:
                 cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
                 why = f": {cond.get('reason')}: {cond.get('message')}" if cond.get("message") else ""
+            claim_why = last_warning(api, namespace, [("PersistentVolumeClaim", claim)])
             raise WriterNotScheduled(
-                f"writer pod {namespace}/{pod} (claim {claim}) not scheduled after {timeout:g} s{why}"
+                f"writer pod {namespace}/{pod} not scheduled after {timeout:g} s{why}"
+                + (f"; its claim {claim}{claim_why}" if claim_why else "")
             )
         time.sleep(interval)
 
