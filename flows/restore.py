@@ -4,15 +4,23 @@ namespace.
 Order (``movers.kube.restore`` has the details):
 
 1. select the backups (``movers.repo.selection``): ``backup="latest"`` is the newest backup run that covers
-   the PVCs asked for (every volume of the newest run when none are named), or each PVC's latest backup for
-   repositories without run tags (logged as a warning); a run id; or one volume's backup id;
-2. check everything before creating anything: target namespace, ServiceAccount and repository Secret in it,
-   storage classes, existing claims (refused unless ``overwrite``; refused when a pod uses them);
+   the PVCs asked for (with none named: the newest COMPLETE run of the application, a newer partial run
+   being named in the logs and the report), or each PVC's latest backup for repositories without run tags
+   (logged as a warning); a run id; or one volume's backup id. A partial run (a mover of it failed) is
+   restored as a whole application only with ``allow_partial``, else the run fails here, naming the
+   missing PVCs;
+2. check everything before creating anything: the run's own permissions (SelfSubjectAccessReviews for
+   every call the restore makes), target namespace, ServiceAccount and repository Secret in it, storage
+   classes, existing claims (refused unless ``overwrite``; refused when a pod uses them);
 3. write every volume into a NEW Block claim of the recorded capacity and class from a writer pod that
-   verifies every chunk and reads the device back (``--verify-device``), ``parallelism`` at a time;
+   verifies every chunk and reads the device back (``--verify-device``), ``parallelism`` at a time. The
+   claim and the pod are created together (a WaitForFirstConsumer claim binds when the pod is scheduled);
+   the pod prefers the nodes where the source volume lived (its recorded node affinity), and takes the
+   writer settings (``node_selector``, ``tolerations``, ``affinity``, or a policy's ``mover`` section);
 4. only when all are written: give each volume its final claim (the original name; handed over to a
-   Filesystem claim when the recorded mode is Filesystem or ``hand_over``; an existing claim replaced when
-   ``overwrite``) and mark it ``cbt-mover.io/restored-from=<volume>@<backup id>``.
+   Filesystem claim with the recorded fsType when the recorded mode is Filesystem or ``hand_over``; an
+   existing claim replaced when ``overwrite``) and mark it ``cbt-mover.io/restored-from=<volume>@<backup id>``.
+   A volume restored elsewhere than its source lived is noted (logs, report).
 
 Everything the run creates carries ``cbt-mover.io/run=<run id>``. Writer pods are deleted in every outcome;
 after a failure (or cancellation/crash) the claims and volumes the run created are deleted too, except a
@@ -39,9 +47,8 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.errors import UsageError
-from movers.policy import DEFAULT_IMAGE, DEFAULT_SERVICE_ACCOUNT
 from tasks import events, state_hook_logger
-from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume
+from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume, writer_settings
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -122,8 +129,13 @@ def restore_app(
     storage_class: str | None = None,
     overwrite: bool = False,
     hand_over: bool | None = None,
-    image: str = DEFAULT_IMAGE,
-    service_account: str = DEFAULT_SERVICE_ACCOUNT,
+    allow_partial: bool = False,
+    image: str | None = None,
+    service_account: str | None = None,
+    node_selector: dict[str, str] | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
+    affinity: dict[str, Any] | None = None,
+    policy_path: str | None = None,
     parallelism: int = 2,
     timeout: float = 3600.0,
     kubeconfig: str | None = None,
@@ -134,9 +146,15 @@ def restore_app(
     (``cbt-mover.io/run`` tag) or a backup id of one volume. ``storage_class`` overrides the recorded class
     (default: recorded, else the cluster default). ``overwrite``: replace existing claims of those names
     once the restored data is complete (refused while a pod uses them). ``hand_over``: give the volume to a
-    Filesystem-mode claim (None: when it was recorded as Filesystem). ``repo_secret`` and
-    ``service_account`` must exist in the target namespace. ``timeout``: seconds per writer pod.
-    Returns ``{"run_id", "namespace", "target_namespace", "selected", "volumes": [row]}``.
+    Filesystem-mode claim (None: when it was recorded as Filesystem). ``allow_partial``: a whole-app
+    restore may take a partial run (one whose mover failed for some PVCs; restored without them).
+    ``repo_secret`` and ``service_account`` must exist in the target namespace. ``timeout``: seconds per
+    writer pod (which must be scheduled within ``min(timeout, 600)`` s).
+
+    Writer pods: ``image``, ``service_account``, ``node_selector`` (Linux nodes by default), ``tolerations``
+    (e.g. for a tainted node pool) and ``affinity`` (nodeAffinity), each as in a policy's ``mover`` section;
+    with ``policy_path`` that policy's ``mover`` section supplies what is not given.
+    Returns ``{"run_id", "namespace", "target_namespace", "selected", "notes", "volumes": [row]}``.
     """
     log = get_run_logger()
     target = target_namespace or namespace
@@ -146,12 +164,19 @@ def restore_app(
     failed = True
     try:
         check_parameters(namespace, pvcs, backup, target, parallelism, timeout)
-        selected = select_backups(repo, namespace, pvcs, backup)
+        mover = writer_settings(
+            policy_path,
+            image=image,
+            service_account=service_account,
+            node_selector=node_selector,
+            tolerations=tolerations,
+            affinity=affinity,
+        )
+        selected = select_backups(repo, namespace, pvcs, backup, allow_partial)
         options = {"storage_class": storage_class, "overwrite": overwrite, "hand_over": hand_over,
-                   "repo_secret": repo_secret, "service_account": service_account}  # fmt: skip
+                   "repo_secret": repo_secret, "service_account": mover["service_account"]}  # fmt: skip
         targets = plan_restore(kubeconfig, target, selected["volumes"], run_id, options)
         log.info("run %s: restoring %s of %s into %s", run_id, selected["how"], namespace, target)
-        mover = {"image": image, "service_account": service_account}
         written: list[dict[str, Any]] = []
         for start in range(0, len(targets), parallelism):
             wave = [write_volume.submit(kubeconfig, target, run_id, t, mover, repo_secret, timeout)
@@ -177,10 +202,17 @@ def restore_app(
     rows = [_row(t, w, f) for t, w, f in zip(targets, written, finished, strict=True)]
     for row in rows:
         _emit("cbt-mover.restore.completed", target, row["pvc"], {"run_id": run_id, **row})
-    _report(namespace, target, run_id, repo, selected["how"], rows)
+    _report(namespace, target, run_id, repo, selected, rows)
     log.info("restore %s done: %s", run_id, ", ".join(f"{r['pvc']} {r['written_bytes']} B" for r in rows))
-    return {"run_id": run_id, "namespace": namespace, "target_namespace": target, "selected": selected["how"],
-            "duration_s": round(time.monotonic() - t0, 3), "volumes": rows}  # fmt: skip
+    return {
+        "run_id": run_id,
+        "namespace": namespace,
+        "target_namespace": target,
+        "selected": selected["how"],
+        "notes": selected["notes"],
+        "duration_s": round(time.monotonic() - t0, 3),
+        "volumes": rows,
+    }
 
 
 def _row(target: dict[str, Any], written: dict[str, Any], finished: dict[str, Any]) -> dict[str, Any]:
@@ -191,10 +223,14 @@ def _row(target: dict[str, Any], written: dict[str, Any], finished: dict[str, An
             "replaced": finished["replaced"], "written_bytes": written.get("written_bytes"),
             "capacity_bytes": written.get("capacity_bytes"), "duration_s": seconds,
             "mib_per_s": round(written.get("written_bytes", 0) / seconds / (1 << 20), 1) if seconds else None,
-            "readback_s": readback.get("duration_s"), "wall_s": written.get("wall_s")}  # fmt: skip
+            "readback_s": readback.get("duration_s"), "wall_s": written.get("wall_s"),
+            "fs_type": finished.get("fs_type"), "node_affinity": finished.get("node_affinity"),
+            "notes": [*target.get("notes", ()), *finished.get("notes", ())]}  # fmt: skip
 
 
-def _report(namespace: str, target: str, run_id: str, repo: str, how: str, rows: list[dict[str, Any]]) -> None:
+def _report(
+    namespace: str, target: str, run_id: str, repo: str, selected: dict[str, Any], rows: list[dict[str, Any]]
+) -> None:
     create_table_artifact(key=f"restore-{target}", table=[
         {k: r[k] for k in ("pvc", "volume", "backup_id", "written_bytes", "duration_s", "mib_per_s", "readback_s",
                            "volume_mode", "replaced")} for r in rows],
@@ -202,7 +238,10 @@ def _report(namespace: str, target: str, run_id: str, repo: str, how: str, rows:
     lines = "\n".join(
         f"- `{target}/{r['pvc']}` ({r['volume_mode']}, class `{r['storage_class']}`, PV `{r['pv']}`"
         f"{', replaced the existing claim' if r['replaced'] else ''}): backup `{r['backup_id']}` of `{r['volume']}`,"
-        f" {r['written_bytes']} bytes written in {r['duration_s']} s, read back identical" for r in rows)  # fmt: skip
+        f" {r['written_bytes']} bytes written in {r['duration_s']} s, read back identical"
+        + "".join(f"\n  - note: {n}" for n in r["notes"]) for r in rows)  # fmt: skip
+    notes = "".join(f"- {n}\n" for n in selected["notes"])
     create_markdown_artifact(key=f"restore-{target}-report", markdown=(
-        f"# Restore {run_id}\n\nFrom `{repo}`, {how}, namespace `{namespace}` into `{target}`:\n\n{lines}\n\n"
+        f"# Restore {run_id}\n\nFrom `{repo}`, {selected['how']}, namespace `{namespace}` into `{target}`:\n\n"
+        + (f"{notes}\n" if notes else "") + f"{lines}\n\n"
         "Each claim is annotated `cbt-mover.io/restored-from=<volume>@<backup id>`.\n"))  # fmt: skip

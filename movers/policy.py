@@ -71,6 +71,7 @@ __all__ = [
     "Timeouts",
     "load_policies",
     "load_policy",
+    "parse_mover",
     "parse_policy",
 ]
 
@@ -243,6 +244,32 @@ def load_policies(directory: str | Path) -> list[BackupPolicy]:
     return policies
 
 
+def parse_mover(data: Any, source: str | Path | None = None) -> MoverSettings:
+    """Validate a policy's ``mover`` section (a mapping, or None for the defaults) into ``MoverSettings``
+    (the restore flow's writer settings use it too)."""
+    v = _Validator(source)
+    mv = v.mapping(data, "mover")
+    mdef = MoverSettings()
+    v.known(
+        mv,
+        "mover",
+        {"image", "service_account", "resources", "node_selector", "tolerations", "affinity", "progress_interval"},
+    )
+    node_selector = {**LINUX_NODE_SELECTOR, **v.string_map(mv.get("node_selector"), "mover.node_selector")}
+    if node_selector["kubernetes.io/os"] != "linux":
+        raise PolicyError(source, "mover.node_selector", "kubernetes.io/os must be linux: block volumes cannot "
+                          "attach to Windows nodes")  # fmt: skip
+    return MoverSettings(
+        image=v.string(mv.get("image", mdef.image), "mover.image"),
+        service_account=v.dns_subdomain(mv.get("service_account", mdef.service_account), "mover.service_account"),
+        resources=v.resources(mv.get("resources", mdef.resources), "mover.resources"),
+        node_selector=node_selector,
+        tolerations=v.tolerations(mv.get("tolerations"), "mover.tolerations"),
+        affinity=v.affinity(mv.get("affinity"), "mover.affinity"),
+        progress_interval=v.duration(mv.get("progress_interval", mdef.progress_interval), "mover.progress_interval"),
+    )
+
+
 def parse_policy(data: Any, source: str | Path | None = None) -> BackupPolicy:
     """Validate already-parsed YAML data (a mapping) into a ``BackupPolicy``."""
     v = _Validator(source)
@@ -291,26 +318,7 @@ def parse_policy(data: Any, source: str | Path | None = None) -> BackupPolicy:
     if not any(dataclasses.astuple(retention)):
         raise PolicyError(source, "retention", "keeps no backup at all; set at least one keep_* above 0")
 
-    mv = v.mapping(top.get("mover"), "mover")
-    mdef = MoverSettings()
-    v.known(
-        mv,
-        "mover",
-        {"image", "service_account", "resources", "node_selector", "tolerations", "affinity", "progress_interval"},
-    )
-    node_selector = {**LINUX_NODE_SELECTOR, **v.string_map(mv.get("node_selector"), "mover.node_selector")}
-    if node_selector["kubernetes.io/os"] != "linux":
-        raise PolicyError(source, "mover.node_selector", "kubernetes.io/os must be linux: block volumes cannot "
-                          "attach to Windows nodes")  # fmt: skip
-    mover = MoverSettings(
-        image=v.string(mv.get("image", mdef.image), "mover.image"),
-        service_account=v.dns_subdomain(mv.get("service_account", mdef.service_account), "mover.service_account"),
-        resources=v.resources(mv.get("resources", mdef.resources), "mover.resources"),
-        node_selector=node_selector,
-        tolerations=v.tolerations(mv.get("tolerations"), "mover.tolerations"),
-        affinity=v.affinity(mv.get("affinity"), "mover.affinity"),
-        progress_interval=v.duration(mv.get("progress_interval", mdef.progress_interval), "mover.progress_interval"),
-    )
+    mover = parse_mover(top.get("mover"), source)
 
     cb = v.mapping(top.get("cbt"), "cbt")
     v.known(cb, "cbt", {"enabled", "max_results"})

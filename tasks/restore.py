@@ -3,6 +3,7 @@ data (targets travel as ``Target.to_dict()``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -14,20 +15,68 @@ from tasks.kube import ProgressArtifact, api_client, progress_key
 
 
 @task(name="select-backups", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
-def select_backups(repo_url: str, namespace: str, pvcs: list[str] | None, backup: str) -> dict[str, Any]:
-    """``{"how", "run", "volumes": [...]}``, each volume ``{pvc, volume, backup_id, capacity_bytes, storage_class,
-    volume_mode, created}`` as recorded (``movers.repo.selection.select``)."""
+def select_backups(
+    repo_url: str, namespace: str, pvcs: list[str] | None, backup: str, allow_partial: bool = False
+) -> dict[str, Any]:
+    """``{"how", "run", "app", "missing", "notes", "volumes": [...]}``, each volume ``{pvc, volume, backup_id,
+    capacity_bytes, storage_class, volume_mode, fs_type, node_affinity, app, created}`` as recorded
+    (``movers.repo.selection.select``: a whole-app "latest" is the newest complete run; a partial run
+    needs ``allow_partial``). Logs which run was taken and why (a newer partial run, missing PVCs)."""
+    from movers.repo.manifest import APP_TAG
     from movers.repo.repository import Repository
     from movers.repo.selection import select
     from movers.repo.store import open_store
 
-    sel = select(Repository.open(open_store(repo_url)), namespace, pvcs, backup)
-    (get_run_logger().warning if sel.run is None else get_run_logger().info)("restoring %s", sel.how)
-    volumes = [{"pvc": s.pvc, "volume": s.manifest.volume.id, "backup_id": s.manifest.backup_id,
-                "capacity_bytes": s.manifest.capacity_bytes, "storage_class": s.manifest.volume.storage_class,
-                "volume_mode": s.manifest.volume.volume_mode, "created": s.manifest.created}
-               for s in sel.volumes]  # fmt: skip
-    return {"how": sel.how, "run": sel.run, "volumes": volumes}
+    sel = select(Repository.open(open_store(repo_url)), namespace, pvcs, backup, allow_partial=allow_partial)
+    log = get_run_logger()
+    for note in sel.notes:
+        log.warning("%s", note)
+    if sel.missing:
+        log.warning(
+            "restoring the partial %s (allow_partial): PVC(s) %s are not in it", sel.how, ", ".join(sel.missing)
+        )
+    (log.warning if sel.run is None else log.info)("restoring %s", sel.how)
+    volumes = [
+        {
+            "pvc": s.pvc,
+            "volume": s.manifest.volume.id,
+            "backup_id": s.manifest.backup_id,
+            "capacity_bytes": s.manifest.capacity_bytes,
+            "storage_class": s.manifest.volume.storage_class,
+            "volume_mode": s.manifest.volume.volume_mode,
+            "fs_type": s.manifest.volume.fs_type,
+            "node_affinity": s.manifest.volume.node_affinity,
+            "app": s.manifest.tags.get(APP_TAG),
+            "created": s.manifest.created,
+        }
+        for s in sel.volumes
+    ]
+    apps = {v["app"] for v in volumes if v["app"]}
+    app = apps.pop() if len(apps) == 1 else None
+    return {
+        "how": sel.how,
+        "run": sel.run,
+        "app": app,
+        "missing": list(sel.missing),
+        "notes": list(sel.notes),
+        "volumes": volumes,
+    }
+
+
+def writer_settings(policy_path: str | None = None, **given: Any) -> dict[str, Any]:
+    """The writer pods' settings ``{image, service_account, resources, node_selector, tolerations, affinity}``:
+    the policy's ``mover`` section when ``policy_path`` is given, overridden by the non-None ``given`` ones,
+    validated as a policy's mover section (``movers.policy.parse_mover``; a ``PolicyError`` names the
+    field). Without a policy and without ``resources``, ``resources`` is None (the writer's default)."""
+    from movers.policy import load_policy, parse_mover
+
+    section = dataclasses.asdict(load_policy(policy_path).mover) if policy_path else {}
+    section |= {key: value for key, value in given.items() if value is not None}
+    mover = parse_mover(section, policy_path or "restore-app parameters")
+    settings = {key: getattr(mover, key) for key in ("image", "service_account", "node_selector", "tolerations")}
+    settings["affinity"] = mover.affinity
+    settings["resources"] = mover.resources if policy_path or given.get("resources") is not None else None
+    return settings
 
 
 @task(name="plan-restore")
@@ -47,23 +96,39 @@ def plan_restore(kubeconfig: str | None, namespace: str, volumes: list[dict[str,
 @task(name="write-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
 def write_volume(kubeconfig: str | None, namespace: str, run_id: str, target: dict[str, Any], mover: dict[str, Any],
                  repo_secret: str, timeout: float = 3600.0) -> dict[str, Any]:  # fmt: skip
-    """Restore one volume into its new Block claim from a writer pod; the mover's result plus ``wall_s``."""
+    """Restore one volume into its new Block claim from a writer pod (``mover``: ``writer_settings``); the
+    mover's result plus ``wall_s``. The pod must be scheduled within ``min(timeout, 600)`` s."""
     t = r.Target.from_dict(target)
     what = f"restore of {t.volume} backup {t.backup_id} into {namespace}/{t.pvc} ({run_id})"
     progress = ProgressArtifact("restore-" + progress_key(namespace, t.pvc), what)
     started = time.monotonic()
-    result = r.write_volume(api_client(kubeconfig), namespace, run_id, t, image=mover["image"],
-                            service_account=mover["service_account"], repo_secret=repo_secret, timeout=timeout,
-                            resources=mover.get("resources"), node_selector=mover.get("node_selector"),
-                            on_log_line=progress.on_line)  # fmt: skip
+    result = r.write_volume(
+        api_client(kubeconfig),
+        namespace,
+        run_id,
+        t,
+        image=mover["image"],
+        service_account=mover["service_account"],
+        repo_secret=repo_secret,
+        timeout=timeout,
+        resources=mover.get("resources"),
+        node_selector=mover.get("node_selector"),
+        tolerations=mover.get("tolerations"),
+        affinity=mover.get("affinity"),
+        on_log_line=progress.on_line,
+    )
     progress.set(100.0)
     return {**result, "wall_s": round(time.monotonic() - started, 3)}
 
 
 @task(name="finish-volume")
 def finish_volume(kubeconfig: str | None, namespace: str, run_id: str, target: dict[str, Any]) -> dict[str, Any]:
-    """Hand the written volume to its final claim and mark it restored (``movers.kube.restore.finish_volume``)."""
-    return r.finish_volume(api_client(kubeconfig), namespace, run_id, r.Target.from_dict(target))
+    """Hand the written volume to its final claim and mark it restored (``movers.kube.restore.finish_volume``);
+    a volume restored elsewhere than its source was is logged as a warning."""
+    done = r.finish_volume(api_client(kubeconfig), namespace, run_id, r.Target.from_dict(target))
+    for note in done["notes"]:
+        get_run_logger().warning("%s/%s: %s", namespace, done["pvc"], note)
+    return done
 
 
 @task(name="discard-restore")

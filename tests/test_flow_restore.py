@@ -1,7 +1,12 @@
-"""The ``restore-app`` flow end to end on the local cluster with Prefect's test harness: a two-PVC demo app and
-a Filesystem volume are backed up by ``backup-app``, then restored: the whole app into a new namespace
-(byte-identical to the backed-up snapshots), one PVC by backup id, a refused and an allowed overwrite, a
-Filesystem hand-over a pod mounts, a missing backup and a failing writer; no writer pod is ever left."""
+"""The ``restore-app`` flow end to end on the local cluster with Prefect's test harness, as the shipped
+identities. The demo app runs on node-b (its WaitForFirstConsumer hostpath volumes are node-b's): Block
+PVCs data, logs and one with a long name, and an xfs Filesystem PVC files with a file on it. It is backed
+up twice by ``backup-app``; the second run then loses its backup of logs (what a failed mover leaves): the
+newest run is partial. Restores: the whole app into a new namespace (the latest COMPLETE run,
+byte-identical, on node-b again, files mounted as xfs), one PVC by backup id, a refused and an allowed
+overwrite, a Filesystem hand-over into a class that says ext4, a partial run, writer settings from a
+policy, a writer that cannot be scheduled, a missing permission, a missing backup and a failing writer;
+no writer pod is ever left."""
 
 from __future__ import annotations
 
@@ -10,20 +15,31 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from kubernetes import client
 
 from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, pod_manifest, wait_pod, wait_until
-from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
-from movers.errors import NotFoundError
+from localcluster.shipped_rbac import CONTROLLER_YAML, MOVER_SERVICE_ACCOUNT, apply_mover_rbac
+from movers.errors import NotFoundError, UsageError
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import volumes
-from movers.kube.restore import RestoreRefused
-from tests.flowapp import APP, HOOKS, REPO_SECRET, SEL, flow_kubeconfig
+from movers.kube.restore import PVC_LABEL, PermissionsMissing, RestoreRefused, WriterNotScheduled
+from tests.flowapp import APP, APP_CLASS, HOOKS, REPO_SECRET, SEL, flow_kubeconfig
 
 SRC = "shop"
 MOVER = {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT, "repo_secret": REPO_SECRET}
+XFS_CLASS = "csi-hostpath-xfs"
+IMMEDIATE = "csi-hostpath-immediate"  # for claims no pod uses (a WaitForFirstConsumer one would never bind)
+NODE = "node-b"  # where the app and so its node-local volumes live
+ON_NODE = {"kubernetes.io/hostname": NODE}
+LONG = "orders.archive-kept-for-the-auditors-until-the-end-of-fiscal-year-2031"  # > 63: not a label value
+CLAIMS = (
+    ("data", "Block", "16Mi"),
+    ("logs", "Block", "16Mi"),
+    ("files", "Filesystem", "320Mi"),
+)  # files: mkfs.xfs wants 300 MB at least (sparse)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +49,7 @@ def harness(prefect_api):
 
 @pytest.fixture(scope="module")
 def backed_up(local_cluster, harness):
-    """The demo app in SRC (Block PVCs data and logs, and a Filesystem PVC files with a file), backed up once."""
+    """The app in SRC on node-b, backed up twice; the second run made partial (its logs backup forgotten)."""
     from flows.backup import backup_app
 
     cluster, api = local_cluster, local_cluster.client
@@ -46,27 +62,63 @@ def backed_up(local_cluster, harness):
         for key, value in cluster.s3.env.items():
             mp.setenv(key, value)
         _namespace(cluster, SRC, repo)
-        for pvc, mode in (("data", "Block"), ("logs", "Block"), ("files", "Filesystem")):
-            claim = m.block_pvc(pvc, SRC, "16Mi", None, {"app": "demo"})
+        for pvc, mode, size in CLAIMS:
+            claim = m.block_pvc(pvc, SRC, size, XFS_CLASS if mode == "Filesystem" else APP_CLASS, {"app": "demo"})
             claim["spec"]["volumeMode"] = mode
             k.create(api, claim)
-        _run_pod(core, SRC, "writer", "echo kept > /mnt/files/hello && sync", "files")
-        core.create_namespaced_pod(SRC, demo_pod("app", {"data": "/dev/xvda", "logs": "/dev/xvdb"},
-                                                 labels={"app": "demo"}, interval=0.02))  # fmt: skip
+        _run_pod(core, SRC, "writer", "echo kept > /mnt/files/hello && sync", "files", ON_NODE)
+        devices = {"data": "/dev/xvda", "logs": "/dev/xvdb"}
+        core.create_namespaced_pod(
+            SRC, demo_pod("app", devices, labels={"app": "demo"}, interval=0.02, node_selector=ON_NODE)
+        )
         wait_pod(core, "app", phase_in("Running"), namespace=SRC, timeout=30)
         wait_until(lambda: core.read_namespaced_pod_log("app", SRC).count("write seq=") >= 5, 30, "app writes")
-        app = backup_app(
-            namespace=SRC,
-            selector=SEL,
-            repo=repo,
-            repo_secret=REPO_SECRET,
-            hooks=HOOKS,
-            image="cbt-mover",
-            service_account=MOVER_SERVICE_ACCOUNT,
-            parallelism=3,
-            kubeconfig=flow_kubeconfig(cluster),
-        )
-        yield {"repo": repo, "app": app, "backups": {r["volume"].split("/")[1]: r["backup_id"] for r in app["volumes"]}}
+        params = {
+            "namespace": SRC,
+            "selector": SEL,
+            "repo": repo,
+            "repo_secret": REPO_SECRET,
+            "hooks": HOOKS,
+            "image": "cbt-mover",
+            "service_account": MOVER_SERVICE_ACCOUNT,
+            "parallelism": 4,
+            "kubeconfig": flow_kubeconfig(cluster),
+        }
+        first = backup_app(**params)
+        shas = _snapshot_shas(cluster, repo, first)  # the next run replaces these snapshots as its bases
+        second = backup_app(**params)
+        shas |= _snapshot_shas(cluster, repo, second)
+        forgotten = next(r["backup_id"] for r in second["volumes"] if r["volume"] == f"{SRC}/logs")
+        _forget(repo, f"{SRC}/logs", forgotten)  # as if the mover of logs had failed in the second run
+        sources = {}
+        for pvc, _, _ in CLAIMS:
+            _, _, pv = _volume_image(cluster, SRC, pvc)
+            sources[pvc] = pv["spec"]["nodeAffinity"]["required"]
+        yield {
+            "cluster": cluster,
+            "repo": repo,
+            "app": first,
+            "partial": second["run_id"],
+            "shas": shas,
+            "sources": sources,
+            "backups": {r["volume"].split("/", 1)[1]: r["backup_id"] for r in first["volumes"]},
+        }
+
+
+def _snapshot_shas(cluster, repo, app) -> dict[str, str]:
+    return {
+        r["backup_id"]: _sha(_snapshot_image(cluster, repo, SRC, r["volume"].split("/", 1)[1], r["backup_id"]))
+        for r in app["volumes"]
+    }
+
+
+def _forget(repo, volume, backup_id):
+    from movers.repo.repository import Repository
+    from movers.repo.store import open_store
+
+    store = Repository.open(open_store(repo))
+    (ref,) = [ref for ref in store.list_backups(volume) if ref.backup_id == backup_id]
+    store.store.delete(ref.key)
 
 
 def _namespace(cluster, name, repo, secret=None):
@@ -77,9 +129,16 @@ def _namespace(cluster, name, repo, secret=None):
     core.create_namespaced_secret(name, {"metadata": {"name": REPO_SECRET}, "stringData": data})
 
 
-def _run_pod(core, ns, name, script, claim):
-    pod = pod_manifest(name, ["sh", "-c", script], volumeMounts=[{"name": "v", "mountPath": f"/mnt/{claim}"}])
+def _run_pod(core, ns, name, script, claim, node_selector=None, device=None):
+    attach = (
+        {"volumeDevices": [{"name": "v", "devicePath": device}]}
+        if device
+        else {"volumeMounts": [{"name": "v", "mountPath": f"/mnt/{claim}"}]}
+    )
+    pod = pod_manifest(name, ["sh", "-c", script], **attach)
     pod["spec"]["volumes"] = [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]
+    if node_selector:
+        pod["spec"]["nodeSelector"] = node_selector
     core.create_namespaced_pod(ns, pod)
     done = wait_pod(core, name, phase_in("Succeeded", "Failed"), namespace=ns, timeout=30)
     log = core.read_namespaced_pod_log(name, ns)
@@ -92,9 +151,15 @@ def _run_pod(core, ns, name, script, claim):
 def _restore(cluster, repo, **kw):
     from flows.restore import restore_app
 
-    return restore_app(repo=repo, namespace=kw.pop("namespace", SRC), image=MOVER["image"],
-                       service_account=MOVER["service_account"], repo_secret=MOVER["repo_secret"],
-                       kubeconfig=flow_kubeconfig(cluster), **kw)  # fmt: skip
+    kw.setdefault("kubeconfig", flow_kubeconfig(cluster))
+    return restore_app(
+        repo=repo,
+        namespace=kw.pop("namespace", SRC),
+        image=MOVER["image"],
+        service_account=MOVER["service_account"],
+        repo_secret=MOVER["repo_secret"],
+        **kw,
+    )
 
 
 def _sha(path) -> str:
@@ -116,10 +181,10 @@ def _snapshot_image(cluster, repo, ns, pvc, backup_id):
     return cluster.store.snapshot_path(manifest.snapshot.snapshot_handle)
 
 
-def _assert_identical(cluster, repo, row, ns, src_ns=SRC):
-    restored, claim, _pv = _volume_image(cluster, ns, row["pvc"])
-    snapshot = _snapshot_image(cluster, repo, src_ns, row["pvc"], row["backup_id"])
-    assert _sha(restored) == _sha(snapshot), f"{ns}/{row['pvc']} differs from the snapshot it was backed up from"
+def _assert_identical(backed_up, row, ns, src_ns=SRC):
+    restored, claim, _pv = _volume_image(backed_up["cluster"], ns, row["pvc"])
+    expected = backed_up["shas"][row["backup_id"]]
+    assert _sha(restored) == expected, f"{ns}/{row['pvc']} differs from the snapshot it was backed up from"
     annotations = claim["metadata"]["annotations"]
     assert annotations[m.RESTORED_FROM] == f"{src_ns}/{row['pvc']}@{row['backup_id']}"
     return restored
@@ -147,20 +212,31 @@ def _recorded_mode(repo, pvc, backup_id):
     return Repository.open(open_store(repo)).read_manifest(f"{SRC}/{pvc}", backup_id).volume.volume_mode
 
 
-def test_whole_app_into_a_new_namespace_is_byte_identical(local_cluster, backed_up):
-    repo = backed_up["repo"]
+def test_whole_app_into_a_new_namespace_is_the_latest_complete_run_where_it_was(local_cluster, backed_up):
+    repo, core = backed_up["repo"], client.CoreV1Api(local_cluster.client)
     _namespace(local_cluster, "shop-copy", repo)
-    out = _restore(local_cluster, repo, target_namespace="shop-copy", parallelism=3)
+    out = _restore(local_cluster, repo, target_namespace="shop-copy", parallelism=4)
 
-    assert {r["pvc"]: r["backup_id"] for r in out["volumes"]} == backed_up["backups"]
+    first = backed_up["app"]["run_id"]
+    assert {r["pvc"]: r["backup_id"] for r in out["volumes"]} == backed_up["backups"], "the newest run is partial"
+    assert first in out["selected"] and "latest complete run" in out["selected"], out["selected"]
+    assert out["notes"] == [f"newer run {backed_up['partial']} is partial: no backup of PVC(s) logs"]
     for row in out["volumes"]:
-        image = _assert_identical(local_cluster, repo, row, "shop-copy")
+        image = _assert_identical(backed_up, row, "shop-copy")
         recorded = _recorded_mode(repo, row["pvc"], row["backup_id"])
         assert row["volume_mode"] == ("Filesystem" if recorded == "Filesystem" else "Block"), (row, recorded)
         assert row["written_bytes"] > 0 and not row["replaced"]
-        if row["pvc"] != "files":
+        _, claim, pv = _volume_image(local_cluster, "shop-copy", row["pvc"])
+        assert pv["spec"]["nodeAffinity"]["required"] == backed_up["sources"][row["pvc"]], "restored where it was"
+        assert row["notes"] == [], row["notes"]
+        labels = claim["metadata"]["labels"]
+        assert (labels[m.PART_OF_LABEL], labels[PVC_LABEL]) == (SRC, m.label_value(row["pvc"])), labels
+        if row["volume_mode"] == "Block":
             check = subprocess.run([*APP, "verify", "--device", str(image)], capture_output=True, text=True)
             assert check.returncode == 0, check.stdout + check.stderr
+    assert next(r for r in out["volumes"] if r["pvc"] == "files")["fs_type"] == "xfs"
+    if local_cluster.store.use_loop:  # the fallback kubelet gives Filesystem claims a directory, not the image
+        assert _run_pod(core, "shop-copy", "reader", "cat /mnt/files/hello", "files") == "kept\n"
     assert _run_objects(local_cluster, "shop-copy", out["run_id"])["Pod"] == []
     _assert_artifacts("shop-copy", ("data", "logs", "files"))
     _assert_events("cbt-mover.restore.completed", [f"cbt-mover.volume.shop-copy/{p}" for p in ("data", "logs")])
@@ -196,7 +272,7 @@ def test_one_pvc_by_backup_id_and_refusal_when_the_claim_exists(local_cluster, b
     _namespace(local_cluster, "logs-only", repo)
     out = _restore(local_cluster, repo, pvcs=["logs"], backup=logs, target_namespace="logs-only")
     assert [(r["pvc"], r["backup_id"]) for r in out["volumes"]] == [("logs", logs)]
-    _assert_identical(local_cluster, repo, out["volumes"][0], "logs-only")
+    _assert_identical(backed_up, out["volumes"][0], "logs-only")
 
     claims = sorted(p["metadata"]["name"] for p in k.list_objects(local_cluster.client, "PersistentVolumeClaim", SRC))
     with pytest.raises(RestoreRefused, match=f"PersistentVolumeClaim {SRC}/data exists: pass overwrite"):
@@ -204,7 +280,7 @@ def test_one_pvc_by_backup_id_and_refusal_when_the_claim_exists(local_cluster, b
     with pytest.raises(RestoreRefused, match="is used by pod.s. app"):
         _restore(local_cluster, repo, pvcs=["data", "logs"], overwrite=True)  # the demo app still runs on them
     after = sorted(p["metadata"]["name"] for p in k.list_objects(local_cluster.client, "PersistentVolumeClaim", SRC))
-    assert claims == after == ["data", "files", "logs"]
+    assert claims == after == sorted(pvc for pvc, _, _ in CLAIMS)
     _no_writer_pods(local_cluster, SRC, "logs-only")
     _assert_events("cbt-mover.restore.failed", [f"cbt-mover.volume.{SRC}/*"])
 
@@ -212,7 +288,7 @@ def test_one_pvc_by_backup_id_and_refusal_when_the_claim_exists(local_cluster, b
 def test_overwrite_replaces_the_claim_only_with_complete_data(local_cluster, backed_up):
     repo, api = backed_up["repo"], local_cluster.client
     _namespace(local_cluster, "overwrite", repo)
-    k.create(api, m.block_pvc("data", "overwrite", "16Mi"))  # what the app has now
+    k.create(api, m.block_pvc("data", "overwrite", "16Mi", IMMEDIATE))  # what the app has now
     wait_until(lambda: k.get(api, "PersistentVolumeClaim", "overwrite", "data")["status"].get("phase") == "Bound",
                20, "the existing claim is bound")  # fmt: skip
     old_image, _, old_pv = _volume_image(local_cluster, "overwrite", "data")
@@ -220,7 +296,7 @@ def test_overwrite_replaces_the_claim_only_with_complete_data(local_cluster, bac
     out = _restore(local_cluster, repo, pvcs=["data"], target_namespace="overwrite", overwrite=True)
 
     assert out["volumes"][0]["replaced"]
-    _assert_identical(local_cluster, repo, out["volumes"][0], "overwrite")
+    _assert_identical(backed_up, out["volumes"][0], "overwrite")
     _, claim, pv = _volume_image(local_cluster, "overwrite", "data")
     assert pv["metadata"]["name"] != old_pv["metadata"]["name"] and claim["spec"]["volumeMode"] == "Block"
     assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Delete"
@@ -228,16 +304,20 @@ def test_overwrite_replaces_the_claim_only_with_complete_data(local_cluster, bac
     assert [p["metadata"]["name"] for p in k.list_objects(api, "PersistentVolumeClaim", "overwrite")] == ["data"]
 
 
-def test_filesystem_volume_is_handed_to_a_filesystem_claim_a_pod_mounts(local_cluster, backed_up):
+def test_filesystem_volume_keeps_its_recorded_fs_type_in_a_class_that_says_ext4(local_cluster, backed_up):
     repo = backed_up["repo"]
     _namespace(local_cluster, "files-copy", repo)
-    out = _restore(local_cluster, repo, pvcs=["files"], target_namespace="files-copy", hand_over=True)
+    out = _restore(
+        local_cluster, repo, pvcs=["files"], target_namespace="files-copy", hand_over=True, storage_class=APP_CLASS
+    )
 
     (row,) = out["volumes"]
-    assert (row["pvc"], row["volume_mode"]) == ("files", "Filesystem")
-    _assert_identical(local_cluster, repo, row, "files-copy")
-    claim = k.get(local_cluster.client, "PersistentVolumeClaim", "files-copy", "files")
+    assert (row["pvc"], row["volume_mode"], row["storage_class"]) == ("files", "Filesystem", APP_CLASS)
+    _assert_identical(backed_up, row, "files-copy")
+    _, claim, pv = _volume_image(local_cluster, "files-copy", "files")
     assert claim["spec"]["volumeMode"] == "Filesystem" and claim["status"]["phase"] == "Bound"
+    assert pv["spec"]["csi"]["fsType"] == row["fs_type"] == "xfs", "recorded xfs, not the class's ext4"
+    assert row["notes"] == [], "nothing was guessed"
     names = [p["metadata"]["name"] for p in k.list_objects(local_cluster.client, "PersistentVolumeClaim", "files-copy")]
     assert names == ["files"], "the temporary Block claim is gone"
     if local_cluster.store.use_loop:  # the fallback kubelet gives Filesystem claims a directory, not the image
@@ -274,8 +354,8 @@ def test_on_cancellation_deletes_what_the_run_created(local_cluster, backed_up):
                                                             "kubeconfig": flow_kubeconfig(local_cluster)})  # fmt: skip
     run_id = run_id_for(flow_run.id)
     labels = m.run_labels(run_id, **{"cbt-mover.io/pvc": "data"})
-    k.create(api, m.block_pvc(f"data-{run_id}", "cancelled", "16Mi", None, labels))
-    k.create(api, m.block_pvc("unrelated", "cancelled", "16Mi"))
+    k.create(api, m.block_pvc(f"data-{run_id}", "cancelled", "16Mi", IMMEDIATE, labels))
+    k.create(api, m.block_pvc("unrelated", "cancelled", "16Mi", IMMEDIATE))
     claim = volumes.wait_claim_bound(api, "cancelled", f"data-{run_id}", timeout=20)
     k.merge_patch(api, "PersistentVolume", None, claim["spec"]["volumeName"], {"metadata": {"labels": labels}})
 
@@ -284,3 +364,176 @@ def test_on_cancellation_deletes_what_the_run_created(local_cluster, backed_up):
     assert _run_objects(local_cluster, "cancelled", run_id) == {"Pod": [], "PersistentVolumeClaim": [],
                                                                 "PersistentVolume": []}  # fmt: skip
     assert [p["metadata"]["name"] for p in k.list_objects(api, "PersistentVolumeClaim", "cancelled")] == ["unrelated"]
+
+
+def test_a_partial_run_is_restored_only_when_allowed(local_cluster, backed_up):
+    repo, api, partial = backed_up["repo"], local_cluster.client, backed_up["partial"]
+    _namespace(local_cluster, "partial", repo)
+    with pytest.raises(
+        UsageError, match=rf"run {partial} of namespace {SRC} is partial: it has no backup of PVC\(s\) logs"
+    ) as err:
+        _restore(local_cluster, repo, backup=partial, target_namespace="partial")
+    assert "allow_partial" in str(err.value) and "\n" not in str(err.value)
+    assert k.list_objects(api, "PersistentVolumeClaim", "partial") == [], "refused before anything was created"
+
+    # allowed, it restores the volumes the run has: here refused only because they exist in the source namespace
+    with pytest.raises(RestoreRefused) as refused:
+        _restore(local_cluster, repo, backup=partial, allow_partial=True)
+    exists = sorted(p for p, _, _ in CLAIMS if f"PersistentVolumeClaim {SRC}/{p} exists" in str(refused.value))
+    assert exists == sorted({p for p, _, _ in CLAIMS} - {"logs"}), str(refused.value)
+
+
+def test_writer_settings_from_a_policy_place_the_writer_and_a_writer_nowhere_to_go_says_why(
+    local_cluster, backed_up, tmp_path
+):
+    repo, api = backed_up["repo"], local_cluster.client
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "name": "shop",
+                "namespace": SRC,
+                "pvc_selector": SEL,
+                "repository": {"url": repo},
+                "mover": {
+                    "image": "cbt-mover",
+                    "service_account": MOVER_SERVICE_ACCOUNT,
+                    "tolerations": [
+                        {"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"}
+                    ],
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-a"]}
+                                        ]
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                },
+            }
+        )
+    )
+    _namespace(local_cluster, "elsewhere", repo)
+    out = _restore(
+        local_cluster,
+        repo,
+        pvcs=["logs"],
+        backup=backed_up["backups"]["logs"],
+        policy_path=str(policy),
+        target_namespace="elsewhere",
+    )
+    (row,) = out["volumes"]
+    _, _, pv = _volume_image(local_cluster, "elsewhere", "logs")
+    on_a = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+    assert on_a == ["node-a"], "the policy's required affinity wins over the source's preferred node-b"
+    assert len(row["notes"]) == 1 and "not where the source volume was" in row["notes"][0], row["notes"]
+    assert "[node-b]" in row["notes"][0]
+
+    _namespace(local_cluster, "nowhere", repo)
+    with pytest.raises(WriterNotScheduled, match=r"not scheduled after 5 s: FailedScheduling: 0/3 nodes are available"):
+        _restore(
+            local_cluster, repo, pvcs=["logs"], target_namespace="nowhere", node_selector={"pool": "backup"}, timeout=5
+        )
+    broken = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "two-fstypes"},
+        "provisioner": "hostpath.csi.k8s.io",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "parameters": {"fstype": "ext4", "csi.storage.k8s.io/fstype": "xfs"},
+    }
+    local_cluster.apply([broken])
+    try:
+        with pytest.raises(WriterNotScheduled, match=r"; its claim logs: ProvisioningFailed: fstype specified"):
+            _restore(
+                local_cluster, repo, pvcs=["logs"], target_namespace="nowhere", storage_class="two-fstypes", timeout=10
+            )
+    finally:
+        k.delete(api, "StorageClass", None, "two-fstypes")
+    assert k.list_objects(api, "PersistentVolumeClaim", "nowhere") == []
+    _no_writer_pods(local_cluster, "elsewhere", "nowhere")
+
+
+def test_a_missing_permission_fails_the_restore_before_anything_is_created(local_cluster, backed_up):
+    """An identity whose role lacks one verb the restore calls (here: creating the PV of a hand-over)."""
+    repo, api = backed_up["repo"], local_cluster.client
+    role = next(d for d in yaml.safe_load_all(CONTROLLER_YAML.read_text()) if d and d["kind"] == "ClusterRole")
+    for rule in role["rules"]:
+        if rule["resources"] == ["persistentvolumes"]:
+            rule["verbs"] = [v for v in rule["verbs"] if v != "create"]
+    name, ns = "restorer-without-pv-create", "cbt-mover-system"
+    local_cluster.apply(
+        [
+            {**role, "metadata": {"name": name}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+            },
+        ]
+    )
+    kubeconfig = str(local_cluster.kubeconfig_for(ns, name))
+    _namespace(local_cluster, "preflight", repo)
+    with pytest.raises(
+        PermissionsMissing, match="^cannot restore into preflight: .*cannot create persistentvolumes cluster-wide"
+    ) as err:
+        _restore(local_cluster, repo, pvcs=["files"], target_namespace="preflight", kubeconfig=kubeconfig)
+    assert "\n" not in str(err.value) and err.value.exit_code == 6
+    for kind in ("PersistentVolumeClaim", "Pod"):
+        assert k.list_objects(api, kind, "preflight") == [], kind
+
+
+def test_a_long_pvc_name_gives_valid_names_and_labels(local_cluster, backed_up, tmp_path):
+    """A backup of a PVC whose name is no label value (made with the engine's CLI, as by hand: no class or
+    mode recorded) restored into another namespace: writer pod, claim and labels valid, data identical."""
+    repo = backed_up["repo"]
+    image = tmp_path / "ledger.img"
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+        f.seek(5 << 20)
+        f.write(b"ledger entries " * 1000)
+    backup = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "movers",
+            "backup",
+            "--repo",
+            repo,
+            "--volume",
+            f"ledger/{LONG}",
+            "--namespace",
+            "ledger",
+            "--pvc",
+            LONG,
+            "--device",
+            str(image),
+            "--scan",
+            "--tag",
+            "cbt-mover.io/app=ledger",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env={**local_cluster.env(), "PATH": "/usr/bin:/bin"},
+    )
+    assert backup.returncode == 0, backup.stderr
+    _namespace(local_cluster, "ledger-copy", repo)
+
+    out = _restore(local_cluster, repo, namespace="ledger", target_namespace="ledger-copy")
+
+    (row,) = out["volumes"]
+    restored, claim, _ = _volume_image(local_cluster, "ledger-copy", LONG)
+    assert _sha(restored) == _sha(image)
+    labels = claim["metadata"]["labels"]
+    assert labels[PVC_LABEL] == m.label_value(LONG) and labels[m.PART_OF_LABEL] == "ledger", labels
+    assert row["storage_class"] == "standard" and any("cluster default standard" in n for n in row["notes"])
+    _no_writer_pods(local_cluster, "ledger-copy")

@@ -1,6 +1,6 @@
 """Claims and volumes: a source volume's identity (``source_identity``), the default StorageClass, waiting
-for a claim to bind, and ``rebind_volume``, which hands the volume of one claim to a new claim of another
-volume mode.
+for a claim to bind, the last Warning event about some objects (``last_warning``), and ``rebind_volume``,
+which hands the volume of one claim to a new claim of another volume mode.
 
 Errors are ``apply.KubeError`` / ``apply.ConflictError``; ``wait_claim_bound`` names the last
 Warning event about a claim that did not bind.
@@ -9,7 +9,7 @@ Warning event about a claim that did not bind.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,10 +45,21 @@ def default_storage_class(api_client) -> str | None:
     return classes[-1]["metadata"]["name"] if classes else None
 
 
-def _warning_about(api_client, namespace: str, name: str) -> str:
-    events = [e for e in list_objects(api_client, "Event", namespace)
-              if (e.get("involvedObject") or {}).get("name") == name and e.get("type") == "Warning"]  # fmt: skip
-    events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+def last_warning(api_client, namespace: str, objects: Iterable[tuple[str, str]]) -> str:
+    """``": <reason>: <message>"`` of the newest Warning event in ``namespace`` about any of ``objects``
+    (kind, name), e.g. the scheduler's FailedScheduling about a pod or the provisioner's ProvisioningFailed
+    about its claim; ``""`` when there is none."""
+    wanted = set(objects)
+
+    def about(event: Mapping[str, Any]) -> bool:
+        involved = event.get("involvedObject") or {}
+        return event.get("type") == "Warning" and (involved.get("kind"), involved.get("name")) in wanted
+
+    def when(event: Mapping[str, Any]) -> str:
+        stamps = (event.get(key) for key in ("lastTimestamp", "eventTime", "firstTimestamp"))
+        return next((s for s in stamps if s), None) or (event.get("metadata") or {}).get("creationTimestamp") or ""
+
+    events = sorted(filter(about, list_objects(api_client, "Event", namespace)), key=when)
     return f": {events[-1].get('reason')}: {events[-1].get('message')}" if events else ""
 
 
@@ -63,7 +74,7 @@ def wait_claim_bound(api_client, namespace: str, name: str, timeout: float = 120
             return pvc
         if time.monotonic() >= deadline:
             raise KubeError(f"PersistentVolumeClaim {namespace}/{name} not bound after {timeout:g} s (phase {phase})"
-                            f"{_warning_about(api_client, namespace, name)}")  # fmt: skip
+                            f"{last_warning(api_client, namespace, [('PersistentVolumeClaim', name)])}")  # fmt: skip
         time.sleep(interval)
 
 

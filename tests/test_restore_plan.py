@@ -1,0 +1,185 @@
+"""The pure parts of ``movers.kube.restore``: names and labels whatever the PVC name, the hand-over's fsType,
+the writer's placement from the source volume's recorded node affinity, and the permissions the preflight
+asks for (compared with the shipped controller role)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from movers.kube import manifests as m
+from movers.kube import restore as r
+
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+RUN = "restore-0123456789abcdef"
+NODE_B = {
+    "nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.hostpath.csi/node", "operator": "In", "values": ["node-b"]}]}
+    ]
+}
+
+
+def test_names_and_labels_are_valid_and_distinct_whatever_the_pvc_name():
+    prefix = "orders.archive-" + "x" * 50
+    longest = "a" * 240 + ".b" * 6  # 252 characters: the write claim cannot just add a suffix
+    pvcs = ["data", f"{prefix}-one", f"{prefix}-two", longest, longest[:-2]]
+    pods = [r.pod_name(RUN, p) for p in pvcs]
+    claims = [r.write_claim_name(p, RUN) for p in pvcs]
+    assert pods[0] == f"{RUN}-data" and claims[0] == f"data-{RUN}", "short names stay readable"
+    assert len(set(pods)) == len(set(claims)) == len(pvcs), "names cut to fit stay distinct"
+    for pod in pods:
+        assert len(pod) <= 63 and DNS_LABEL.fullmatch(pod), pod
+    for pvc, claim in zip(pvcs, claims, strict=True):
+        assert claim != pvc and len(claim) <= 253 and DNS_SUBDOMAIN.fullmatch(claim), claim
+    for pvc in pvcs:
+        labels = r.labels_of(RUN, pvc, app="shop")
+        assert all(len(v) <= 63 and LABEL_VALUE.fullmatch(v) for v in labels.values()), labels
+        assert labels[r.PVC_LABEL] == m.label_value(pvc) and labels[m.PART_OF_LABEL] == "shop"
+    assert r.labels_of(RUN, "data")[r.PVC_LABEL] == "data" and m.PART_OF_LABEL not in r.labels_of(RUN, "data")
+
+
+def test_the_hand_over_keeps_the_recorded_fs_type_and_falls_back_to_the_class():
+    xfs_class = {"metadata": {"name": "fast"}, "parameters": {"csi.storage.k8s.io/fstype": "xfs"}}
+    old_class = {"metadata": {"name": "old"}, "parameters": {"FSType": "ext3"}}
+    plain = {"metadata": {"name": "plain"}, "parameters": {"type": "ssd"}}
+    assert r.handover_fs_type("ntfs", xfs_class) == ("ntfs", None), "the recorded fsType wins over the class"
+    fs, note = r.handover_fs_type(None, xfs_class)
+    assert fs == "xfs" and "no fsType recorded" in note and "fast" in note
+    assert r.handover_fs_type(None, old_class)[0] == "ext3", "the deprecated key, any case, as the provisioner"
+    fs, note = r.handover_fs_type(None, plain)
+    assert fs == "ext4" and "names none" in note
+
+
+def test_the_writer_prefers_the_source_volume_s_nodes_besides_its_own_affinity():
+    own = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["backup"]}]}]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 5, "preference": {"matchExpressions": [{"key": "ssd", "operator": "Exists"}]}}
+            ],
+        }
+    }
+    got = r.writer_affinity(NODE_B, own)
+    node = got["nodeAffinity"]
+    assert (
+        node["requiredDuringSchedulingIgnoredDuringExecution"]
+        == own["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    ), "the settings' own requirement stays"
+    assert node["preferredDuringSchedulingIgnoredDuringExecution"] == [
+        own["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0],
+        {"weight": 100, "preference": NODE_B["nodeSelectorTerms"][0]},
+    ]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in r.writer_affinity(NODE_B, None)["nodeAffinity"]
+    assert r.writer_affinity(None, None) is None and r.writer_affinity(None, own) == own
+    assert own["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 5, "not mutated"
+
+
+def test_a_volume_restored_elsewhere_is_noted():
+    def pv(selector):
+        return {"spec": {"nodeAffinity": {"required": selector}} if selector else {}}
+
+    node_a = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "topology.hostpath.csi/node", "operator": "In", "values": ["node-a"]}]}
+        ]
+    }
+    assert r.placement_note(NODE_B, pv(NODE_B)) is None
+    assert r.placement_note(NODE_B, pv(None)) is None, "a volume reachable from every node is fine"
+    assert r.placement_note(None, pv(node_a)) is None, "nothing recorded: nothing to compare"
+    note = r.placement_note(NODE_B, pv(node_a))
+    assert "topology.hostpath.csi/node In [node-a]" in note and "[node-b]" in note
+
+
+def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants():
+    import yaml
+
+    from localcluster.shipped_rbac import CONTROLLER_YAML
+
+    role = next(d for d in yaml.safe_load_all(CONTROLLER_YAML.read_text()) if d and d["kind"] == "ClusterRole")
+    granted = set()
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    granted.add((verb, group, resource, tuple(rule.get("resourceNames") or ())))
+    checks = r.required_permissions("shop", "cbt-mover-repo", "cbt-mover")
+    missing = []
+    for c in checks:
+        resource = c.resource + (f"/{c.subresource}" if c.subresource else "")
+        if not ((c.verb, c.group, resource, ()) in granted or (c.verb, c.group, resource, (c.name,)) in granted):
+            missing.append(c.describe())
+    assert missing == [], "the restore needs what the shipped role does not grant"
+    assert any(c.resource == "persistentvolumes" and c.verb == "create" for c in checks)
+
+
+@pytest.mark.parametrize("pvc", ["data", "a" * 253])
+def test_target_round_trips_through_plain_data(pvc):
+    t = r.Target(
+        pvc,
+        f"shop/{pvc}",
+        "20260101T000000000000Z-abcdef",
+        1 << 24,
+        "fast",
+        "Filesystem",
+        r.write_claim_name(pvc, RUN),
+        False,
+        ("a note",),
+        "xfs",
+        NODE_B,
+        "shop",
+    )
+    assert r.Target.from_dict(t.to_dict()) == t
+
+
+def test_the_writer_pod_mounts_no_token_and_carries_the_run_s_labels_and_placement():
+    pvc = "orders.archive-" + "x" * 60
+    t = r.Target(
+        pvc,
+        f"shop/{pvc}",
+        "20260101T000000000000Z-abcdef",
+        1 << 24,
+        "fast",
+        "Block",
+        pvc,
+        False,
+        node_affinity=NODE_B,
+        app="shop",
+    )
+    tolerations = [{"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"}]
+    pod = r.writer_pod(
+        "restored",
+        RUN,
+        t,
+        image="cbt-mover",
+        service_account="cbt-mover",
+        repo_secret="cbt-mover-repo",
+        tolerations=tolerations,
+    )
+    spec, labels = pod["spec"], pod["metadata"]["labels"]
+    assert spec["automountServiceAccountToken"] is False and len(spec["volumes"]) == 1, "no API token"
+    assert "readOnly" not in spec["volumes"][0]["persistentVolumeClaim"], "a writer writes its claim"
+    assert spec["tolerations"] == tolerations and spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert spec["affinity"] == r.writer_affinity(NODE_B, None)
+    assert pod["metadata"]["name"] == r.pod_name(RUN, pvc)
+    assert labels == {
+        m.RUN_LABEL: RUN,
+        m.NAME_LABEL: "cbt-mover",
+        m.MANAGED_BY_LABEL: "cbt-mover",
+        m.INSTANCE_LABEL: RUN,
+        m.COMPONENT_LABEL: m.WRITER,
+        m.PART_OF_LABEL: "shop",
+        r.PVC_LABEL: m.label_value(pvc),
+    }
+    assert spec["containers"][0]["args"][:6] == [
+        "restore",
+        "--volume",
+        f"shop/{pvc}",
+        "--backup",
+        t.backup_id,
+        "--device",
+    ]
