@@ -181,9 +181,10 @@ def test_backup_scans_the_ntfs_volume_from_linux_movers(local_cluster, scenario)
         DRIVER,
     )
     assert vol.node_affinity == pv["spec"]["nodeAffinity"]["required"]
+    content = scenario["snapshot_content"]
+    assert manifest.snapshot.snapshot_handle == content["status"]["snapshotHandle"]  # a scan records it too
     # the Filesystem snapshot was read through a Block claim: its content allows the volume mode change
-    annotations = scenario["snapshot_content"]["metadata"]["annotations"]
-    assert annotations[m.ALLOW_VOLUME_MODE_CHANGE] == "true"
+    assert content["metadata"]["annotations"][m.ALLOW_VOLUME_MODE_CHANGE] == "true"
     assert pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"] == [
         {"key": ZONE_KEY, "operator": "In", "values": ["zone-a"]}
     ]
