@@ -312,6 +312,27 @@ def _check_extents_parent(repo, volume, full: bool) -> None:
         )
 
 
+def _record_snapshot(ref, volume, snapshot) -> None:
+    """What ``--kube`` looked up about the snapshot (a ``SnapshotRef``; None: nothing) goes into the manifest's
+    identities, for the next delta (flags given explicitly win, but the snapshot's source volume handle)."""
+    if ref is None:
+        return
+    snapshot.volume_snapshot, snapshot.namespace = ref.name, ref.namespace
+    snapshot.snapshot_handle = snapshot.snapshot_handle or ref.handle
+    snapshot.group_snapshot = snapshot.group_snapshot or ref.group_snapshot
+    snapshot.group_snapshot_handle = snapshot.group_snapshot_handle or ref.group_snapshot_handle
+    volume.csi_driver = volume.csi_driver or ref.driver
+    volume.namespace = volume.namespace or ref.namespace
+    volume.pvc = volume.pvc or ref.source_pvc
+    if ref.source_volume_handle and volume.pv_volume_handle not in (None, ref.source_volume_handle):
+        log.warning(
+            "--pv-handle %s is not the snapshot's source volume %s: recording the snapshot's",
+            volume.pv_volume_handle,
+            ref.source_volume_handle,
+        )
+    volume.pv_volume_handle = ref.source_volume_handle or volume.pv_volume_handle
+
+
 def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
     """Back up the ranges the SnapshotMetadata service names: a delta since ``--base-handle`` when the
     base's backup is of the same source volume, else (or when the service refuses the base) a full backup
@@ -330,24 +351,10 @@ def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
     try:
         session = open_session(cbt, clamp_to=size)
     except CbtUnavailableError as err:
+        _record_snapshot(err.snapshot, volume, snapshot)
         return _fallback(args, err, repo, volume, snapshot, run, extra)
     try:
-        ref = session.snapshot
-        if ref is not None:  # looked up with --kube: record what the next delta needs
-            snapshot.volume_snapshot, snapshot.namespace = ref.name, ref.namespace
-            snapshot.snapshot_handle = snapshot.snapshot_handle or ref.handle
-            snapshot.group_snapshot = snapshot.group_snapshot or ref.group_snapshot
-            snapshot.group_snapshot_handle = snapshot.group_snapshot_handle or ref.group_snapshot_handle
-            volume.csi_driver = volume.csi_driver or ref.driver
-            volume.namespace = volume.namespace or ref.namespace
-            volume.pvc = volume.pvc or ref.source_pvc
-            if ref.source_volume_handle and volume.pv_volume_handle not in (None, ref.source_volume_handle):
-                log.warning(
-                    "--pv-handle %s is not the snapshot's source volume %s: recording the snapshot's",
-                    volume.pv_volume_handle,
-                    ref.source_volume_handle,
-                )
-            volume.pv_volume_handle = ref.source_volume_handle or volume.pv_volume_handle
+        _record_snapshot(session.snapshot, volume, snapshot)
         if not snapshot.snapshot_handle:
             log.warning("no --snapshot-handle: the next backup cannot ask for a delta since this one")
         base, stream = cbt.base_handle, session.stream

@@ -128,9 +128,12 @@ class CbtError(MoverError):
 
 class CbtUnavailableError(CbtError):
     """CBT cannot answer for this snapshot or base (FAILED_PRECONDITION, UNIMPLEMENTED, base
-    NOT_FOUND, no SnapshotMetadataService): callers fall back to a scan backup."""
+    NOT_FOUND, no SnapshotMetadataService): callers fall back to a scan backup. ``snapshot``: the
+    snapshot looked up before CBT turned out unavailable (a ``SnapshotRef``; None when not known), which
+    that scan still records."""
 
     exit_code = EXIT_CBT_UNAVAILABLE
+    snapshot = None
 
 
 class CbtBaseRejectedError(CbtUnavailableError):

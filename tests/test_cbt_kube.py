@@ -206,3 +206,20 @@ def test_kube_backup_of_a_snapshot_of_another_volume_is_full(cluster, tmp_path):
     assert (doc["mode"], doc["change_source"], doc["pv_volume_handle"]) == ("full", "cbt-allocated", "vol-handle-2")
     assert "volume handle vol-handle-2, the base's vol-handle-1" in doc["cbt_fallback"]
     assert server.calls.get("GetMetadataDelta", 0) == 0 and server.calls["GetMetadataAllocated"] == 2
+
+
+def test_kube_backup_without_cbt_is_a_scan_that_records_the_snapshot(cluster, tmp_path):
+    """A driver without a SnapshotMetadataService (no CBT): a scan, whose manifest still records the snapshot
+    and source volume the mover looked up, like a CBT backup's (the next backup's lineage needs them)."""
+    kube, server, base_img, _ = cluster
+    kube.custom.delete_cluster_custom_object("cbt.storage.k8s.io", "v1beta1", "snapshotmetadataservices", DRIVER)
+    repo = f"file://{tmp_path}/repo"
+    cli(kube, "init", "--repo", repo)
+    common = ["backup", "--repo", repo, "--volume", "apps/data", "--json", "--device", base_img]
+    doc = json.loads(cli(kube, *common, *kube_args(kube, "snap-1")).stdout)
+    assert (doc["change_source"], doc["mode"]) == ("scan", "full")
+    assert "no SnapshotMetadataService" in doc["cbt_fallback"]
+    assert (doc["snapshot_handle"], doc["pv_volume_handle"]) == ("handle-1", "vol-handle-1")
+    (listed,) = json.loads(cli(kube, "ls", "--repo", repo, "--json").stdout)["backups"]
+    assert listed["snapshot_handle"] == "handle-1"
+    assert server.calls.get("GetMetadataAllocated", 0) == 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from movers.cbt import discovery
 from movers.cbt.client import ExtentStream, SnapshotMetadataClient
 from movers.cbt.tokens import FileToken, TokenRequestToken, service_account_of
-from movers.errors import UsageError
+from movers.errors import CbtUnavailableError, UsageError
 
 IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
@@ -68,7 +68,11 @@ def open_session(opts: CbtOptions, clamp_to: int | None = None) -> CbtSession:
     address, audience, ca_pem = opts.address, opts.audience, None
     if opts.kube:
         ref = discovery.wait_snapshot_ready(api, opts.namespace, opts.snapshot, opts.wait_timeout)
-        service = discovery.snapshot_metadata_service(api, ref.driver)
+        try:
+            service = discovery.snapshot_metadata_service(api, ref.driver)
+        except CbtUnavailableError as err:  # no CBT for this driver: the caller's scan records the snapshot
+            err.snapshot = ref
+            raise
         address = address or service.address
         audience = audience or service.audience
         ca_pem = service.ca_pem
