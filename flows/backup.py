@@ -291,7 +291,7 @@ def _members(
     snap: dict[str, Any], sources: dict[str, dict[str, Any]], run_id: str, policy: BackupPolicy
 ) -> list[dict[str, Any]]:
     """The snapshot set's members of the preflight's claims, with what their movers record: the claim's class,
-    size and mode, its PV's identity, the run's claims, the group, the manifest tags, the app and the repository."""
+    size and mode, its PV's identity and its labels, the run's claims, the group, the manifest tags, the app and the repository."""
     taken = {x["pvc"] for x in snap["members"]}
     if set(sources) - taken:
         raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(set(sources) - taken)}")
@@ -307,7 +307,7 @@ def _members(
         "tags": {RUN_TAG: run_id, APP_TAG: policy.name},
         "repo": policy.repository.url,
     }
-    mine = ("storage_class", "size", "volume_mode", "identity")
+    mine = ("storage_class", "size", "volume_mode", "identity", "labels")
     return [x | {f: sources[x["pvc"]][f] for f in mine} | common for x in snap["members"] if x["pvc"] in sources]
 
 

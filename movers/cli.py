@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the source PV's spec.nodeAffinity.required (a NodeSelector), where a restore may place it",
     )
     ident.add_argument(
+        "--pvc-labels",
+        metavar="JSON",
+        help="the source PVC's metadata.labels, which a restored claim gets back (an application's selector finds it)",
+    )
+    ident.add_argument(
         "--run-pvcs",
         metavar="PVC,PVC",
         help="every PVC of the application run this backup is part"
@@ -227,6 +232,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         SnapshotIdentity,
         VolumeIdentity,
         parse_node_affinity,
+        parse_pvc_labels,
         parse_run_pvcs,
         parse_tags,
     )
@@ -256,6 +262,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         args.pv_uid,
         fs_type,
         node_affinity,
+        parse_pvc_labels(args.pvc_labels),
     )
     snapshot = SnapshotIdentity(args.snapshot, args.namespace, args.snapshot_handle, args.group_snapshot,
                                 args.group_snapshot_handle)  # fmt: skip

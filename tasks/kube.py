@@ -25,7 +25,7 @@ from tasks import retry_if_retriable
 
 # a member of the snapshot set as plain data (snapshotset.member: pvc, snapshot, content, handle, driver,
 # restore_size, source_volume_mode); the flow adds before moving it the claim's storage_class, size and volume_mode,
-# its PV's identity (volumes.source_identity), the run's claims (run_pvcs), the manifest tags (run, app), the
+# its PV's identity (volumes.source_identity), its labels, the run's claims (run_pvcs), the manifest tags (run, app), the
 # application (app) and the repository (repo)
 Member = dict[str, Any]
 
@@ -160,7 +160,8 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
                          scan=plan["change_source"] == "scan", snapshot_handle=member.get("handle"),
                          group_snapshot=member.get("group_snapshot"),
                          storage_class=member.get("storage_class"), volume_mode=member.get("volume_mode"),
-                         tags=member.get("tags"), run_pvcs=member.get("run_pvcs"), **(member.get("identity") or {}),
+                         tags=member.get("tags"), run_pvcs=member.get("run_pvcs"), pvc_labels=member.get("labels"),
+                         **(member.get("identity") or {}),
                          extra=["--progress-interval", f"{mover.get('progress_interval', 1.0):g}"])  # fmt: skip
     pod = m.mover_pod(
         read_pvc,

@@ -19,7 +19,7 @@ def select_backups(
     repo_url: str, namespace: str, pvcs: list[str] | None, backup: str, allow_partial: bool = False
 ) -> dict[str, Any]:
     """``{"how", "run", "app", "missing", "notes", "volumes": [...]}``, each volume ``{pvc, volume, backup_id,
-    capacity_bytes, storage_class, volume_mode, fs_type, node_affinity, app, created}`` as recorded
+    capacity_bytes, storage_class, volume_mode, fs_type, node_affinity, labels, app, created}`` as recorded
     (``movers.repo.selection.select``: a whole-app "latest" is the newest complete run; a partial run
     needs ``allow_partial``). Logs which run was taken and why (a newer partial run, missing PVCs)."""
     from movers.repo.manifest import APP_TAG
@@ -46,6 +46,7 @@ def select_backups(
             "volume_mode": s.manifest.volume.volume_mode,
             "fs_type": s.manifest.volume.fs_type,
             "node_affinity": s.manifest.volume.node_affinity,
+            "labels": s.manifest.volume.labels,
             "app": s.manifest.tags.get(APP_TAG),
             "created": s.manifest.created,
         }

@@ -72,7 +72,7 @@ def test_old_manifest_decodes_with_defaults_and_unknown_optional_fields_are_igno
     old = Manifest.decode(json.dumps(_doc()).encode())
     assert (old.volume.storage_class, old.volume.volume_mode, old.tags) == (None, None, {})
     v = old.volume
-    assert (v.pv_name, v.pv_uid, v.fs_type, v.node_affinity, old.run_pvcs) == (None, None, None, None, None)
+    assert (v.pv_name, v.pv_uid, v.fs_type, v.node_affinity, v.labels, old.run_pvcs) == (None,) * 6
 
     newer = _doc()
     newer["volume"].update(storage_class="fast", volume_mode="Block", zone="eu-1")
@@ -91,6 +91,8 @@ def test_old_manifest_decodes_with_defaults_and_unknown_optional_fields_are_igno
         {"run_pvcs": "data"},
         {"run_pvcs": [""]},
         {"volume": {"id": "v", "node_affinity": ["x"]}},
+        {"volume": {"id": "v", "labels": {"app": 1}}},
+        {"volume": {"id": "v", "labels": ["app=db"]}},
     ):
         with pytest.raises(IntegrityError):
             Manifest.decode(json.dumps({**_doc(), **bad}).encode())
@@ -114,6 +116,8 @@ AFFINITY = {
         {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]}
     ]
 }
+
+LABELS = {"app": "db", "app.kubernetes.io/name": "postgres"}
 
 
 def test_backup_records_the_source_volume_and_the_runs_pvcs(repo, tmp_path):
@@ -154,6 +158,8 @@ def test_backup_records_the_source_volume_and_the_runs_pvcs(repo, tmp_path):
         "xfs",
         "--node-affinity",
         json.dumps(AFFINITY),
+        "--pvc-labels",
+        json.dumps(LABELS),
         check_rc=0,
     )
     assert json.loads(out.stdout)["pv_volume_handle"] == "vol-1"
@@ -186,6 +192,7 @@ def test_backup_records_the_source_volume_and_the_runs_pvcs(repo, tmp_path):
     key = next((tmp_path / "repo" / "backups").glob("ns%2Fdata/*"))
     stored = json.loads(key.read_text())
     assert stored["volume"]["node_affinity"] == AFFINITY and stored["format_version"] == 1
+    assert stored["volume"]["labels"] == LABELS
     assert stored["run_pvcs"] == ["data", "wal"]
     # the run with a member that has no backup in it is listed as partial
     run(
@@ -213,6 +220,8 @@ def test_backup_records_the_source_volume_and_the_runs_pvcs(repo, tmp_path):
         (["--node-affinity", "{zone: a}"], "--node-affinity must be JSON"),
         (["--node-affinity", '{"required": {"nodeSelectorTerms": []}}'], "must be a NodeSelector"),
         (["--run-pvcs", "data,,wal"], "--run-pvcs"),
+        (["--pvc-labels", "app=db"], "--pvc-labels must be JSON"),
+        (["--pvc-labels", '{"app": 1}'], "--pvc-labels must be an object of strings"),
     ],
 )
 def test_bad_identity_flags_are_usage_errors(repo, tmp_path, flags, fragment):

@@ -40,6 +40,8 @@ CLAIMS = (
     ("logs", "Block", "16Mi"),
     ("files", "Filesystem", "320Mi"),
 )  # files: mkfs.xfs wants 300 MB at least (sparse)
+# the app's claims' own labels (the backup's selector picks app=demo): a restored claim must get them back
+CLAIM_LABELS = {"app": "demo", m.NAME_LABEL: "shop-db"}
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,7 @@ def backed_up(local_cluster, harness):
             mp.setenv(key, value)
         _namespace(cluster, SRC, repo)
         for pvc, mode, size in CLAIMS:
-            claim = m.block_pvc(pvc, SRC, size, XFS_CLASS if mode == "Filesystem" else APP_CLASS, {"app": "demo"})
+            claim = m.block_pvc(pvc, SRC, size, XFS_CLASS if mode == "Filesystem" else APP_CLASS, CLAIM_LABELS)
             claim["spec"]["volumeMode"] = mode
             k.create(api, claim)
         _run_pod(core, SRC, "writer", "echo kept > /mnt/files/hello && sync", "files", ON_NODE)
@@ -231,10 +233,13 @@ def test_whole_app_into_a_new_namespace_is_the_latest_complete_run_where_it_was(
         assert row["notes"] == [], row["notes"]
         labels = claim["metadata"]["labels"]
         assert (labels[m.PART_OF_LABEL], labels[PVC_LABEL]) == (SRC, m.label_value(row["pvc"])), labels
+        assert {key: labels[key] for key in CLAIM_LABELS} == CLAIM_LABELS, "the source claim's labels win"
         if row["volume_mode"] == "Block":
             check = subprocess.run([*APP, "verify", "--device", str(image)], capture_output=True, text=True)
             assert check.returncode == 0, check.stdout + check.stderr
     assert next(r for r in out["volumes"] if r["pvc"] == "files")["fs_type"] == "xfs"
+    selected = core.list_namespaced_persistent_volume_claim("shop-copy", label_selector="app=demo").items
+    assert {c.metadata.name for c in selected} == {"data", "logs", "files"}, "the app's next backup takes them"
     if local_cluster.store.use_loop:  # the fallback kubelet gives Filesystem claims a directory, not the image
         assert _run_pod(core, "shop-copy", "reader", "cat /mnt/files/hello", "files") == "kept\n"
     assert _run_objects(local_cluster, "shop-copy", out["run_id"])["Pod"] == []

@@ -164,6 +164,10 @@ def test_args_parse_with_the_cli():
         "a,b",
     )
     assert json.loads(args.node_affinity) == SOURCE_PV["spec"]["nodeAffinity"]["required"]
+    args = build_parser().parse_args(
+        m.backup_args(volume="v", namespace="ns", snapshot="s", pvc_labels={"b": "2", "a": "1"})
+    )
+    assert args.pvc_labels == '{"a":"1","b":"2"}'
     args = build_parser().parse_args(m.restore_args(volume="v", backup="b1", repo="s3://b/r", workers=3))
     assert (args.command, args.backup, args.repo, args.workers, args.json) == ("restore", "b1", "s3://b/r", 3, True)
 
@@ -290,3 +294,11 @@ def test_writer_and_mover_pods():
     assert (placed["spec"]["tolerations"], placed["spec"]["affinity"]) == (TOLERATIONS, AFFINITY)
     placed["spec"]["tolerations"][0]["key"] = "changed"
     assert TOLERATIONS[0]["key"] == "node-role.example.com/backup"
+
+
+def test_the_restored_patch_gives_the_claim_its_source_labels_but_keeps_the_runs_own():
+    source = {"app": "db", m.NAME_LABEL: "postgres", m.RUN_LABEL: "backup-old", "cbt-mover.io/pvc": "x"}
+    patch = m.restored_patch("ns/data", "b1", "restore-1", source)
+    assert patch["metadata"]["labels"] == {"app": "db", m.NAME_LABEL: "postgres"}
+    assert patch["metadata"]["annotations"] == {m.RESTORED_FROM: "ns/data@b1", m.RESTORED_BY: "restore-1"}
+    assert "labels" not in m.restored_patch("ns/data", "b1", "restore-1", None)["metadata"]

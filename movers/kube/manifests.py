@@ -26,7 +26,8 @@ from typing import Any
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
 GROUP_SNAPSHOT_GROUP = "groupsnapshot.storage.k8s.io"
 GROUP_SNAPSHOT_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first (cbt-api-facts §5)
-RUN_LABEL = "cbt-mover.io/run"
+LABEL_PREFIX = "cbt-mover.io/"  # the product's own labels (run, pvc, kept, ...)
+RUN_LABEL = LABEL_PREFIX + "run"
 NAME_LABEL = "app.kubernetes.io/name"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -258,26 +259,28 @@ def backup_args(
     csi_driver: str | None = None,
     fs_type: str | None = None,
     node_affinity: Mapping[str, Any] | None = None,
+    pvc_labels: Mapping[str, str] | None = None,
     run_pvcs: Sequence[str] | None = None,
     scan: bool = False,
     snapshot_handle: str | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The argv (after the ``cbt-mover`` entrypoint) of a mover pod backing up ``snapshot`` via CBT, or with
-    ``scan`` by reading the whole device (``--scan``: no snapshot lookup, no CBT; ``snapshot_handle``, the
-    snapshot's CSI handle, is recorded for a later delta since it).
+        ``scan`` by reading the whole device (``--scan``: no snapshot lookup, no CBT; ``snapshot_handle``, the
+        snapshot's CSI handle, is recorded for a later delta since it).
 
-    ``--kube`` looks the snapshot, its driver's SnapshotMetadataService and CA up in-cluster; the
-    JSON result goes to stdout and to the termination log. ``repo`` None: the pod's
-    ``CBT_MOVER_REPO`` (from the repository Secret). ``base_handle``: a delta since that snapshot.
-    ``storage_class`` / ``volume_mode`` (the source PVC's) and ``tags`` (e.g. ``cbt-mover.io/run``,
-    ``cbt-mover.io/app``; sorted by key) are recorded in the manifest for restores.
+        ``--kube`` looks the snapshot, its driver's SnapshotMetadataService and CA up in-cluster; the
+        JSON result goes to stdout and to the termination log. ``repo`` None: the pod's
+        ``CBT_MOVER_REPO`` (from the repository Secret). ``base_handle``: a delta since that snapshot.
+        ``storage_class`` / ``volume_mode`` (the source PVC's) and ``tags`` (e.g. ``cbt-mover.io/run``,
+        ``cbt-mover.io/app``; sorted by key) are recorded in the manifest for restores.
 
-    The source volume's identity (``volumes.source_identity`` of its PV gives all of them): ``pv_name``,
-    ``pv_uid``, ``pv_handle`` (``spec.csi.volumeHandle``), ``csi_driver``, ``fs_type`` (``spec.csi.fsType``,
-    None for Block) and ``node_affinity`` (the PV's ``spec.nodeAffinity.required``, a NodeSelector, as
-    compact JSON) are recorded; a delta is only applied on a parent of the same volume. ``run_pvcs``: every
-    PVC of the application run (sorted, comma-separated), so that a restore can tell a complete run.
+        The source volume's identity (``volumes.source_identity`` of its PV gives all of them): ``pv_name``,
+        ``pv_uid``, ``pv_handle`` (``spec.csi.volumeHandle``), ``csi_driver``, ``fs_type`` (``spec.csi.fsType``,
+        None for Block) and ``node_affinity`` (the PV's ``spec.nodeAffinity.required``, a NodeSelector, as
+        compact JSON) are recorded; a delta is only applied on a parent of the same volume. ``pvc_labels``: the
+    source PVC's labels (compact JSON), which a restored claim gets back. ``run_pvcs``: every
+        PVC of the application run (sorted, comma-separated), so that a restore can tell a complete run.
     """
     source = ["--scan"] if scan else ["--kube"]
     args = ["backup", "--volume", volume, "--device", device, *source, "--namespace", namespace, "--snapshot", snapshot]
@@ -285,6 +288,7 @@ def backup_args(
         args += ["--cbt-fallback", cbt_fallback]
     affinity = json.dumps(node_affinity, sort_keys=True, separators=(",", ":")) if node_affinity else None
     members = ",".join(sorted(set(run_pvcs))) if run_pvcs else None
+    labels = json.dumps(dict(pvc_labels), sort_keys=True, separators=(",", ":")) if pvc_labels else None
     for flag, value in (
         ("--repo", repo),
         ("--base-handle", base_handle),
@@ -300,6 +304,7 @@ def backup_args(
         ("--csi-driver", csi_driver),
         ("--fs-type", fs_type),
         ("--node-affinity", affinity),
+        ("--pvc-labels", labels),
         ("--run-pvcs", members),
     ):
         if value:
@@ -543,9 +548,15 @@ def prebound_pvc(
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
 
 
-def restored_patch(volume: str, backup_id: str, run_id: str) -> dict[str, Any]:
-    """The merge patch that marks a claim as a complete restore of ``backup_id`` of ``volume`` (set last)."""
-    return {"metadata": {"annotations": {RESTORED_FROM: f"{volume}@{backup_id}", RESTORED_BY: run_id}}}
+def restored_patch(volume: str, backup_id: str, run_id: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The merge patch that marks a claim as a complete restore of ``backup_id`` of ``volume`` (set last) and
+    gives it ``labels``, the source claim's, so that the application's selectors (and its next backup) find
+    it: they win over the restore's ``app.kubernetes.io/*`` labels; ``cbt-mover.io/*`` ones stay the run's."""
+    meta: dict[str, Any] = {"annotations": {RESTORED_FROM: f"{volume}@{backup_id}", RESTORED_BY: run_id}}
+    own = {key: value for key, value in (labels or {}).items() if not key.startswith(LABEL_PREFIX)}
+    if own:
+        meta["labels"] = own
+    return {"metadata": meta}
 
 
 def quantity(n_bytes: int) -> str:

@@ -57,7 +57,7 @@ CBT_GROUP = "cbt.storage.k8s.io"
 
 @dataclass(frozen=True)
 class Source:
-    """A claim the backup takes: its name, volume mode, capacity, class, CSI driver and PV identity."""
+    """A claim the backup takes: its name, volume mode, capacity, class, CSI driver, PV identity and labels."""
 
     pvc: str
     volume_mode: str
@@ -65,6 +65,7 @@ class Source:
     storage_class: str | None
     driver: str
     identity: dict[str, Any]  # volumes.source_identity of its PV: backup_args keywords
+    labels: dict[str, str] = field(default_factory=dict)  # the claim's metadata.labels (a restore reapplies them)
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,7 @@ def select_sources(api, namespace: str, selector: Mapping[str, Any]) -> list[Sou
                 storage_class=spec.get("storageClassName"),
                 driver=identity["csi_driver"],
                 identity=identity,
+                labels=dict(claim["metadata"].get("labels") or {}),
             )
         )
     return sources

@@ -88,6 +88,7 @@ class Target:
     fs_type: str | None = None  # the Filesystem hand-over's fsType (recorded, else the class's); None: Block
     node_affinity: dict[str, Any] | None = None  # the source PV's required NodeSelector, as recorded
     app: str | None = None  # the backed-up application (the run's cbt-mover.io/app tag), for part-of
+    labels: dict[str, str] | None = None  # the source claim's labels, as recorded: the restored claim's
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -293,6 +294,7 @@ def plan_targets(api, namespace: str, volumes: Sequence[Mapping[str, Any]], run_
                 fs_type,
                 copy.deepcopy(vol.get("node_affinity")) or None,
                 vol.get("app"),
+                dict(vol.get("labels") or {}) or None,
             )
         )
     if problems:
@@ -433,9 +435,10 @@ def finish_volume(api, namespace: str, run_id: str, target: Target, timeout: flo
 
     A temporary claim is handed over (``volumes.rebind_volume``) to ``target.pvc`` in ``target.volume_mode``
     with ``target.fs_type``, replacing an existing claim when ``target.replace``. The ``RESTORED_FROM``
-    annotation is set last: a claim without it is not a complete restore.
+    annotation and the source claim's recorded labels (``manifests.restored_patch``) are set last: a claim
+    without the annotation is not a complete restore.
     """
-    patch = m.restored_patch(target.volume, target.backup_id, run_id)
+    patch = m.restored_patch(target.volume, target.backup_id, run_id, target.labels)
     if target.write_claim == target.pvc:
         claim = k.merge_patch(api, "PersistentVolumeClaim", namespace, target.pvc, patch)
         pv_name, replaced = claim["spec"].get("volumeName"), False

@@ -8,8 +8,8 @@ The manifest carries ``format_version`` and ``mandatory_features``; a reader ref
 versions newer than it knows and features it does not implement (``IncompatibleError``).
 Optional fields may be added without a version bump: a missing one decodes to its default and
 an unknown key of the manifest, ``volume`` or ``snapshot`` is ignored (``map`` stays strict:
-a change there is a mandatory feature). ``volume.pv_name``, ``pv_uid``, ``fs_type``, ``node_affinity``
-and ``run_pvcs`` were added that way (see docs/format.md).
+a change there is a mandatory feature). ``volume.pv_name``, ``pv_uid``, ``fs_type``, ``node_affinity``,
+``labels`` and ``run_pvcs`` were added that way (see docs/format.md).
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ class VolumeIdentity:
     pv_uid: str | None = None  # the source PV's metadata.uid (a re-created PV of the same name differs)
     fs_type: str | None = None  # the source PV's spec.csi.fsType (None: Block, or not recorded)
     node_affinity: dict[str, Any] | None = None  # the source PV's spec.nodeAffinity.required (a NodeSelector)
+    labels: dict[str, str] | None = None  # the source PVC's metadata.labels (a restored claim gets them back)
 
 
 @dataclass
@@ -153,6 +154,8 @@ class Manifest:
         affinity = manifest.volume.node_affinity
         if affinity is not None and not isinstance(affinity, dict):
             raise IntegrityError(f"{key} has a node affinity that is not an object")
+        if manifest.volume.labels is not None and not _string_map(manifest.volume.labels):
+            raise IntegrityError(f"{key} has volume labels that are not strings")
         return manifest
 
 
@@ -220,9 +223,27 @@ def parse_node_affinity(text: str | None) -> dict[str, Any] | None:
     return doc
 
 
+def parse_pvc_labels(text: str | None) -> dict[str, str] | None:
+    """``--pvc-labels JSON``: the source PVC's ``metadata.labels``, an object of strings (``{}`` and
+    nothing: None); ``UsageError`` for anything else."""
+    if text is None or text == "":
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise UsageError("--pvc-labels must be JSON: the source PVC's metadata.labels") from None
+    if not _string_map(doc):
+        raise UsageError('--pvc-labels must be an object of strings: {"app": "db", ...}')
+    return doc or None
+
+
+def _string_map(doc: Any) -> bool:
+    return isinstance(doc, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items())
+
+
 def _tags(doc: Any) -> dict[str, str]:
     if doc is None:
         return {}
-    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
+    if not _string_map(doc):
         raise TypeError("tags must map strings to strings")
     return dict(doc)
