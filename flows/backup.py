@@ -291,7 +291,8 @@ def _members(
     snap: dict[str, Any], sources: dict[str, dict[str, Any]], run_id: str, policy: BackupPolicy
 ) -> list[dict[str, Any]]:
     """The snapshot set's members of the preflight's claims, with what their movers record: the claim's class,
-    size and mode, its PV's identity and its labels, the run's claims, the group, the manifest tags, the app and the repository."""
+    size, mode and labels, its PV's identity, the run's claims, the group, the manifest tags, the app and the
+    repository."""
     taken = {x["pvc"] for x in snap["members"]}
     if set(sources) - taken:
         raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(set(sources) - taken)}")

@@ -24,8 +24,8 @@ from movers.kube.names import derived_name
 from tasks import retry_if_retriable
 
 # a member of the snapshot set as plain data (snapshotset.member: pvc, snapshot, content, handle, driver,
-# restore_size, source_volume_mode); the flow adds before moving it the claim's storage_class, size and volume_mode,
-# its PV's identity (volumes.source_identity), its labels, the run's claims (run_pvcs), the manifest tags (run, app), the
+# restore_size, source_volume_mode); the flow adds before moving it the claim's storage_class, size, volume_mode and
+# labels, its PV's identity (volumes.source_identity), the run's claims (run_pvcs), the manifest tags (run, app), the
 # application (app) and the repository (repo)
 Member = dict[str, Any]
 
