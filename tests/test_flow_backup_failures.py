@@ -212,8 +212,9 @@ SIZE = 384 << 20  # the mover reports progress every 0.2 s (policy mover.progres
 def test_mover_pod_killed_half_way_is_retried_and_reuses_the_upload(local_cluster, harness, monkeypatch, tmp_path):
     ns, api = "killed", local_cluster.client
     core = client.CoreV1Api(api)
+    # no app pod (the data stays as filled): a class that binds without a consumer
     app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-killed", pvcs=("big",), size=f"{SIZE >> 20}Mi",
-                     app_pod=False)  # fmt: skip
+                     app_pod=False, storage_class="csi-hostpath-immediate")  # fmt: skip
     wait_until(lambda: core.read_namespaced_persistent_volume_claim("big", ns).spec.volume_name, 30, "PVC bound")
     _fill_random(local_cluster, ns, "big", SIZE)
     killed: list[str] = []
