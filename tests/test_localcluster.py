@@ -24,6 +24,7 @@ from localcluster.shipped_rbac import (
     apply_mover_rbac,
     mover_objects,
 )
+from movers.cbt.discovery import snapshot_metadata_service
 
 NS = "shop"
 MiB = 1 << 20
@@ -81,14 +82,21 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
                    capture_output=True)  # fmt: skip
     core.create_namespaced_persistent_volume_claim(NS, block_pvc("snap-1-read", source="snap-1"))
     aws_env = [{"name": k, "value": v} for k, v in cluster.s3.env.items()]
+    # the CBT token as the backup flow gives it: projected for the service's audience (the shipped mover role
+    # grants no TokenRequest)
+    audience = snapshot_metadata_service(cluster.client, "hostpath.csi.k8s.io").audience
+    token = {"serviceAccountToken": {"audience": audience, "expirationSeconds": 600, "path": "token"}}
     core.create_namespaced_pod(NS, {
         "metadata": {"name": "mover"},
         "spec": {"serviceAccountName": MOVER_SERVICE_ACCOUNT, "restartPolicy": "Never", "containers": [{
             "name": "mover", "image": "cbt-mover", "env": aws_env,
             "args": ["backup", "--repo", "s3://backups/repo", "--volume", f"{NS}/data", "--device", "/dev/xvdb",
-                     "--kube", "--namespace", NS, "--snapshot", "snap-1", "--json"],
+                     "--kube", "--namespace", NS, "--snapshot", "snap-1", "--json",
+                     "--cbt-token-file", "/var/run/cbt/token"],
             "volumeDevices": [{"name": "snap", "devicePath": "/dev/xvdb"}],
-        }], "volumes": [{"name": "snap", "persistentVolumeClaim": {"claimName": "snap-1-read"}}]},
+            "volumeMounts": [{"name": "cbt-token", "mountPath": "/var/run/cbt", "readOnly": True}],
+        }], "volumes": [{"name": "snap", "persistentVolumeClaim": {"claimName": "snap-1-read"}},
+                        {"name": "cbt-token", "projected": {"sources": [token]}}]},
     })  # fmt: skip
     pod = wait_pod(core, "mover", phase_in("Succeeded", "Failed"), namespace=NS, timeout=60)
     out = core.read_namespaced_pod_log("mover", NS)

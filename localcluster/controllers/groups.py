@@ -62,7 +62,7 @@ from localcluster.controllers import names as n
 from localcluster.controllers.kube import PV, PVC, VGS, VGS_CLASS, VGSC, VS, VSC, Kube, Obj, ref_of, rfc3339, rfc3339_ns
 from localcluster.controllers.plugin import CsiPlugin
 from localcluster.controllers.runtime import Controller, Key, Pending, WatchSpec
-from localcluster.controllers.snapshots import go_quote, restoring_from
+from localcluster.controllers.snapshots import default_class, go_quote, restoring_from
 
 log = logging.getLogger(__name__)
 
@@ -190,21 +190,14 @@ class GroupSnapshotController(Controller):
             return vgs
         try:
             driver = self._selected_volumes(vgs)[0]["spec"]["csi"]["driver"]
-            defaults = [
-                c
-                for c in self.kube.list(self.vgs_class)[0]
-                if c.get("driver") == driver
-                and (c["metadata"].get("annotations") or {}).get(n.ANN_DEFAULT_GROUP_CLASS) == "true"
-            ]
-            if not defaults:
-                raise Pending("cannot find default group snapshot class")
-            if len(defaults) > 1:
-                raise Pending(f"{len(defaults)} default snapshot classes were found")
+            default = default_class(
+                self.kube.list(self.vgs_class)[0], driver, n.ANN_DEFAULT_GROUP_CLASS, "group snapshot"
+            )
         except Pending as exc:
             message = f"Failed to set default group snapshot class with error {exc}"
             self._error(vgs, "SetDefaultGroupSnapshotClassFailed", message, ready_false=False)
             raise
-        patch = {"spec": {"volumeGroupSnapshotClassName": defaults[0]["metadata"]["name"]}}
+        patch = {"spec": {"volumeGroupSnapshotClassName": default["metadata"]["name"]}}
         return self.kube.patch(self.vgs, md["name"], patch, md["namespace"])
 
     def _create_content(self, vgs: Obj, content_name: str) -> Obj:

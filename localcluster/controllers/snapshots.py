@@ -181,21 +181,14 @@ class SnapshotController(Controller):
             csi = (pv.get("spec") or {}).get("csi")
             if csi is None:
                 raise Pending(f"snapshotting non-CSI volumes is not supported, snapshot:{md['namespace']}/{md['name']}")
-            defaults = [
-                c
-                for c in self.kube.list(VS_CLASS)[0]
-                if c.get("driver") == csi["driver"]
-                and (c["metadata"].get("annotations") or {}).get(n.ANN_DEFAULT_SNAPSHOT_CLASS) == "true"
-            ]
-            if not defaults:
-                raise Pending("cannot find default snapshot class")
-            if len(defaults) > 1:
-                raise Pending(f"{len(defaults)} default snapshot classes were found")
+            default = default_class(
+                self.kube.list(VS_CLASS)[0], csi["driver"], n.ANN_DEFAULT_SNAPSHOT_CLASS, "snapshot"
+            )
         except Pending as exc:
             message = f"Failed to set default snapshot class with error {exc}"
             self._snapshot_error(vs, "SetDefaultSnapshotClassFailed", message, ready_false=False)
             raise
-        patch = {"spec": {"volumeSnapshotClassName": defaults[0]["metadata"]["name"]}}
+        patch = {"spec": {"volumeSnapshotClassName": default["metadata"]["name"]}}
         return self.kube.patch(VS, md["name"], patch, md["namespace"])
 
     def _volume_of(self, vs: Obj) -> Obj:
@@ -443,6 +436,21 @@ class SnapshotSidecar(Controller):
         error = {"message": message, "time": rfc3339(time.time())}
         self.kube.patch(VSC, vsc["metadata"]["name"], {"status": {"readyToUse": False, "error": error}}, status=True)
         self.kube.event(VSC, vsc, "Warning", "SnapshotCreationFailed", message)
+
+
+def default_class(classes: list[Obj], driver: str, annotation: str, what: str) -> Obj:
+    """The one class of ``driver`` marked default by ``annotation``; ``Pending`` with the snapshot-controller's
+    words when there is none (``cannot find default <what> class``) or more than one."""
+    defaults = [
+        c
+        for c in classes
+        if c.get("driver") == driver and (c["metadata"].get("annotations") or {}).get(annotation) == "true"
+    ]
+    if not defaults:
+        raise Pending(f"cannot find default {what} class")
+    if len(defaults) > 1:
+        raise Pending(f"{len(defaults)} default snapshot classes were found")
+    return defaults[0]
 
 
 def go_quote(text: str) -> str:

@@ -37,6 +37,7 @@ from movers.repo import digests as dg
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import chunk_id, encode_chunk
+from movers.repo.lineage import backup_with_handle
 from movers.repo.manifest import Manifest, MapRef, SnapshotIdentity, VolumeIdentity, new_backup_id
 from movers.repo.mapwriter import DigestUpdate, MapWriter
 from movers.repo.prunestate import garbage_keys
@@ -194,14 +195,7 @@ def run_backup(
 def _parent(repo: Repository, volume_id: str, base_handle: str | None) -> Manifest | None:
     if base_handle is None:
         return repo.latest(volume_id)
-    for ref in reversed(repo.list_backups(volume_id)):
-        manifest = repo.read_manifest(volume_id, ref.backup_id)
-        if manifest.snapshot.snapshot_handle == base_handle:
-            return manifest
-    raise UsageError(
-        f"no backup of volume {volume_id} recorded snapshot handle {base_handle}: a delta since it has nothing"
-        " to build on (back up without a base for a full)"
-    )
+    return backup_with_handle(repo, volume_id, base_handle)
 
 
 def _count_changed(extents: Iterable[Extent], stats: BackupStats) -> Iterable[Extent]:
