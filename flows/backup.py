@@ -92,7 +92,8 @@ def run_id_for(flow_run_id: Any) -> str:
 def _abandon_run(flow_run_: Any, why: str) -> None:
     """Best effort after a cancelled/crashed run: the policy's post hooks (thaw), then delete everything
     labelled with the run. Never raises (errors are logged)."""
-    from movers.hooks import annotation_hooks, hookset_from_policy, run_hooks
+    from movers.hooks import app_hooks, run_hooks
+    from movers.hooks.model import DEFAULT_TIMEOUT_S
     from movers.kube import cleanup
     from movers.kube import manifests as m
     from tasks.kube import api_client
@@ -106,11 +107,11 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
             params.get("policy_path"), **{key: v for key, v in params.items() if key in POLICY_OVERRIDES}
         )
         ns, hooks, annotations = policy.namespace, policy.to_dict()["hooks"], policy.use_pod_annotations
-        app = policy.name
+        app, hook_timeout = policy.name, policy.timeouts.hook
     except Exception as err:  # noqa: BLE001  (fall back to the raw parameters)
         log.warning("run %s (%s): cannot resolve the policy (%s); using the parameters", run_id, why, err)
         ns, hooks, annotations = params.get("namespace"), params.get("hooks"), False
-        app = ns
+        app, hook_timeout = ns, DEFAULT_TIMEOUT_S
     if not ns:
         log.error("run %s (%s): no namespace known, nothing to thaw or clean up", run_id, why)
         return
@@ -120,9 +121,7 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
         log.error("run %s (%s): no cluster client: %s", run_id, why, err)
         return
     try:
-        hookset = hookset_from_policy(hooks or {})
-        if annotations:
-            hookset = hookset + annotation_hooks(api, ns)
+        hookset = app_hooks(api, ns, hooks, use_pod_annotations=annotations, default_timeout=hook_timeout)
         for result in run_hooks(api, ns, list(reversed(hookset.post)), stop_on_failure=False):
             log.info("run %s (%s): %s", run_id, why, result.describe())
     except Exception as err:  # noqa: BLE001  (best effort: still clean up)
@@ -249,7 +248,7 @@ def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
         wave = []
         for member in members[start : start + policy.parallelism]:
             audience, no_cbt = _cbt(found, snap, member["driver"])
-            plan = plan_member(f"{ns}/{member['pvc']}", bases[member["pvc"]], audience, no_cbt)
+            plan = plan_member(f"{ns}/{member['pvc']}", bases[member["pvc"]], audience, no_cbt, policy.cbt.max_results)
             fut = move_volume.submit(
                 kubeconfig,
                 ns,
@@ -259,6 +258,7 @@ def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
                 settings["mover"],
                 policy.repository.credentials_secret,
                 policy.timeouts.mover,
+                policy.timeouts.pvc_bound,
             )
             wave.append((member, plan, fut))
         wait([fut for _, _, fut in wave])  # all of the wave has ended before a failure triggers the cleanup

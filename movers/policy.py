@@ -177,7 +177,7 @@ class GroupSnapshotSettings:
 @dataclass(frozen=True)
 class Timeouts:
     snapshot: float = 300.0  # a VolumeSnapshot (per-PVC fallback) to be readyToUse
-    pvc_bound: float = 300.0  # the mover's PVC from the snapshot to be Bound
+    pvc_bound: float = 300.0  # the mover pod to be scheduled, its PVC from the snapshot bound with it
     mover: float = 3600.0  # one mover pod, start to finish
     hook: float = 60.0  # default for a hook without its own timeout
 

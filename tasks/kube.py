@@ -78,12 +78,11 @@ def take_snapshots(
 ) -> dict[str, Any]:
     """The claims' snapshots under a freeze bounded by the policy (``snapshotset.take``): its result as plain
     data, with ``members`` (``snapshotset.member`` of each) and ``freeze_s`` (every freeze window together)."""
-    from movers.hooks import annotation_hooks, hookset_from_policy
+    from movers.hooks import app_hooks
 
     api = api_client(kubeconfig)
-    hookset = hookset_from_policy(settings.get("hooks") or {})
-    if settings.get("use_pod_annotations"):
-        hookset = hookset + annotation_hooks(api, namespace)
+    hookset = app_hooks(api, namespace, settings.get("hooks"), use_pod_annotations=settings["use_pod_annotations"],
+                        default_timeout=settings["timeouts"]["hook"])  # fmt: skip
     request = snapshotset.Request.of(run_id, m.run_labels(run_id, app=app), settings, plan)
     log = get_run_logger()
     done = snapshotset.take(api, namespace, request, hookset, log)
@@ -136,12 +135,16 @@ class ProgressArtifact:
 
 @task(name="move-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
 def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Member, plan: dict[str, Any],
-                mover: dict[str, Any], repo_secret: str, timeout: float = 3600.0) -> dict[str, Any]:  # fmt: skip
+                mover: dict[str, Any], repo_secret: str, timeout: float = 3600.0,
+                start_timeout: float = 300.0) -> dict[str, Any]:  # fmt: skip
     """A Block PVC from the member's snapshot and a mover pod backing it up; the pod's result JSON.
 
-    ``plan``: ``{"change_source", "base_handle", "audience", "why"}`` (see tasks.repo.plan_member). The claim
-    and the pod are named ``names.derived_name(run_id, pvc)``; the pod takes the policy's node selector,
-    tolerations and affinity (``mover``). A failed pod is one line (its log tail is logged).
+    ``plan``: ``{"change_source", "base_handle", "audience", "why", "max_results"}`` (tasks.repo.plan_member).
+    The claim and the pod are named ``names.derived_name(run_id, pvc)``; the pod takes the policy's node
+    selector, tolerations and affinity (``mover``). The pod must be scheduled, its claim bound with it, within
+    ``start_timeout`` s (policy ``timeouts.pvc_bound``; ``pods.PodNotScheduled`` names the scheduler's or the
+    provisioner's last Warning), and finish within ``timeout`` s (``timeouts.mover``). A failed pod is one
+    line (its log tail is logged).
     """
     log = get_run_logger()
     api = api_client(kubeconfig)
@@ -161,6 +164,7 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
                          group_snapshot=member.get("group_snapshot"),
                          storage_class=member.get("storage_class"), volume_mode=member.get("volume_mode"),
                          tags=member.get("tags"), run_pvcs=member.get("run_pvcs"), pvc_labels=member.get("labels"),
+                         cbt_max_results=plan.get("max_results"),
                          **(member.get("identity") or {}),
                          extra=["--progress-interval", f"{mover.get('progress_interval', 1.0):g}"])  # fmt: skip
     pod = m.mover_pod(
@@ -187,6 +191,8 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
 
     _clear_finished_pod(api, namespace, read_pvc)  # an earlier attempt's pod, so that a retry runs anew
     try:
+        k.create(api, pod)
+        pods.wait_scheduled(api, namespace, read_pvc, read_pvc, min(start_timeout, timeout), what="mover pod")
         res = pods.run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
     except NotFoundError:
         raise MoverPodFailed(f"mover pod {namespace}/{read_pvc} disappeared while running (deleted or evicted)",

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from kubernetes import client
@@ -26,6 +27,7 @@ from tests.flowapp import (
     SEL,
     any_run_objects,
     app_states,
+    audited_creations,
     backup_params,
     deploy_app,
     flow_kubeconfig,
@@ -286,13 +288,15 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
     policy.write_text(yaml.safe_dump({
         "name": "shop", "namespace": ns, "pvc_selector": SEL, "hooks": HOOKS, "parallelism": 1,
         "repository": {"url": app["repo"], "credentials_secret": REPO_SECRET},
-        "mover": {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT},
+        "mover": {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT}, "cbt": {"max_results": 512},
         "retention": {"keep_last": 1, "keep_daily": 0, "keep_weekly": 0, "keep_monthly": 0}}))  # fmt: skip
     from flows.backup import backup_app
 
     first = backup_app(policy_path=str(policy), kubeconfig=flow_kubeconfig(local_cluster))
     second = backup_app(policy_path=str(policy), kubeconfig=flow_kubeconfig(local_cluster))
     assert first["app"] == second["app"] == "shop"
+    movers = [o for o in audited_creations(local_cluster, ns) if o.get("kind") == "Pod"]
+    assert len(movers) == 4 and all(_flag(p, "--cbt-max-results") == "512" for p in movers), "cbt.max_results"
     ls = subprocess.run([sys.executable, "-m", "movers", "ls", "--repo", app["repo"], "--json"], check=True,
                         env=app["env"], capture_output=True, text=True)  # fmt: skip
     ids = sorted(b["backup_id"] for b in json.loads(ls.stdout)["backups"])
@@ -306,6 +310,50 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
     assert len(table) == 2 and all(a.type == "table" for a in table)
     rows = json.loads(table[0].data)
     assert {"dedup", "compression", "throughput", "uploaded"} <= set(rows[0]), rows
+
+
+def _flag(pod: dict, name: str) -> str | None:
+    args = pod["spec"]["containers"][0]["args"]
+    return args[args.index(name) + 1] if name in args else None
+
+
+def test_a_hook_without_its_own_timeout_is_bounded_by_timeouts_hook(local_cluster, harness, monkeypatch, tmp_path):
+    from flows.backup import backup_app
+
+    ns = "slowhook"
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-slowhook", pvcs=("data",))
+    slow = {
+        "name": "slow",
+        "pod_selector": SEL,
+        "container": "app",
+        "command": ["python", "-c", "import time; time.sleep(20)"],
+    }
+    policy = policy_file(tmp_path / "slow.yaml", "slowhook", ns, app["repo"], hooks={"pre": [slow]},
+                         timeouts={"hook": "1s"})  # fmt: skip
+    started = time.monotonic()
+    state = backup_app(policy_path=policy, kubeconfig=flow_kubeconfig(local_cluster), return_state=True)
+    assert state.is_failed(), state
+    assert "slow" in state.message and "timed out after 1s" in state.message, state.message
+    assert time.monotonic() - started < 15, "the hook's default timeout is the policy's timeouts.hook"
+    assert any_run_objects(local_cluster.client, ns) == {}
+
+
+def test_a_mover_no_node_takes_fails_within_timeouts_pvc_bound(local_cluster, harness, monkeypatch, tmp_path):
+    """A mover pod no node takes (here: a node selector no node matches) fails the run once
+    ``timeouts.pvc_bound`` is over, naming the scheduler's reason, not after ``timeouts.mover``."""
+    from flows.backup import backup_app
+
+    ns = "nowhere"
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-nowhere", pvcs=("data",))
+    nowhere = {"node_selector": {"pool": "none"}}
+    policy = policy_file(tmp_path / "nowhere.yaml", "nowhere", ns, app["repo"], mover=nowhere,
+                         timeouts={"pvc_bound": "3s", "mover": "1h"})  # fmt: skip
+    started = time.monotonic()
+    state = backup_app(policy_path=policy, kubeconfig=flow_kubeconfig(local_cluster), return_state=True)
+    assert state.is_failed(), state
+    _one_line(state.message, "mover pod nowhere/", "not scheduled after 3 s: FailedScheduling: 0/3 nodes are available")
+    assert time.monotonic() - started < 60, "bounded by timeouts.pvc_bound (the mover's claim is not retried)"
+    assert any_run_objects(local_cluster.client, ns) == {}
 
 
 def _one_line(message: str, *expected: str) -> None:

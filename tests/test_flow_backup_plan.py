@@ -109,3 +109,13 @@ def test_a_planned_scan_reaches_the_mover():
     assert scan[scan.index("--snapshot-handle") + 1] == "snap-1"
     cbt = backup_args(volume="ns/a", namespace="ns", snapshot="s")
     assert "--kube" in cbt and "--scan" not in cbt
+
+
+def test_cbt_max_results_reaches_the_cbt_movers_only():
+    from movers.cli import build_parser
+    from movers.kube.manifests import backup_args
+
+    cbt = backup_args(volume="ns/a", namespace="ns", snapshot="s", cbt_max_results=512)
+    assert build_parser().parse_args(cbt).cbt_max_results == 512
+    scan = backup_args(volume="ns/a", namespace="ns", snapshot="s", scan=True, cbt_max_results=512)
+    assert "--cbt-max-results" not in scan

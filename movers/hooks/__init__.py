@@ -16,6 +16,7 @@ from movers.hooks.run import (
     HookResult,
     Quiesce,
     annotation_hooks,
+    app_hooks,
     exec_in_pod,
     quiesced,
     run_hook,
@@ -24,6 +25,7 @@ from movers.hooks.run import (
 )
 
 __all__ = [
+    "app_hooks",
     "Hook",
     "HookError",
     "HookResult",

@@ -148,8 +148,11 @@ _ALIASES = {"podSelector": "pod_selector", "onError": "on_error", "timeoutSecond
 _KEYS = {"name", "pod_selector", "container", "command", "timeout", "on_error"}
 
 
-def hook_from_policy(data: Any, *, phase: str = "pre", index: int = 0) -> Hook:
-    """One hook from a policy entry; ``phase``/``index`` only name it in error messages."""
+def hook_from_policy(
+    data: Any, *, phase: str = "pre", index: int = 0, default_timeout: float = DEFAULT_TIMEOUT_S
+) -> Hook:
+    """One hook from a policy entry; ``phase``/``index`` only name it in error messages; ``default_timeout``:
+    its timeout when the entry gives none (the policy's ``timeouts.hook``)."""
     where = f"{phase} hook #{index + 1}"
     if not isinstance(data, Mapping):
         raise HookSpecError(f"{where}: expected a mapping, got {type(data).__name__}")
@@ -187,13 +190,14 @@ def hook_from_policy(data: Any, *, phase: str = "pre", index: int = 0) -> Hook:
         pod_selector=dict(selector),
         container=entry.get("container"),
         command=list(command) if isinstance(command, list | tuple) else command,
-        timeout_s=_timeout(entry["timeout"], where) if "timeout" in entry else DEFAULT_TIMEOUT_S,
+        timeout_s=_timeout(entry["timeout"], where) if "timeout" in entry else default_timeout,
         on_error=on_error,
     )
 
 
-def hookset_from_policy(data: Any) -> HookSet:
-    """``{"pre": [...], "post": [...]}`` (either may be missing or null) -> HookSet."""
+def hookset_from_policy(data: Any, default_timeout: float = DEFAULT_TIMEOUT_S) -> HookSet:
+    """``{"pre": [...], "post": [...]}`` (either may be missing or null) -> HookSet; ``default_timeout`` for
+    hooks without their own."""
     if data is None:
         return HookSet()
     if not isinstance(data, Mapping):
@@ -206,7 +210,9 @@ def hookset_from_policy(data: Any) -> HookSet:
         entries = data.get(phase) or []
         if not isinstance(entries, list):
             raise HookSpecError(f"hooks: {phase} must be a list")
-        phases[phase] = [hook_from_policy(e, phase=phase, index=i) for i, e in enumerate(entries)]
+        phases[phase] = [
+            hook_from_policy(e, phase=phase, index=i, default_timeout=default_timeout) for i, e in enumerate(entries)
+        ]
         names = [h.name for h in phases[phase]]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -217,7 +223,9 @@ def hookset_from_policy(data: Any) -> HookSet:
 # --- Velero-style pod annotations ----------------------------------------------------------------
 
 
-def _velero_hook(pod_name: str, annotations: Mapping[str, str], prefix: str, phase: str) -> Hook | None:
+def _velero_hook(
+    pod_name: str, annotations: Mapping[str, str], prefix: str, phase: str, default_timeout: float
+) -> Hook | None:
     keys = {k[len(prefix) :]: v for k, v in annotations.items() if k.startswith(prefix)}
     if not keys:
         return None
@@ -251,17 +259,20 @@ def _velero_hook(pod_name: str, annotations: Mapping[str, str], prefix: str, pha
         pod_name=pod_name,
         container=keys.get("container", "").strip() or None,
         command=command,
-        timeout_s=_timeout(keys["timeout"], where, f"{prefix}timeout") if "timeout" in keys else DEFAULT_TIMEOUT_S,
+        timeout_s=_timeout(keys["timeout"], where, f"{prefix}timeout") if "timeout" in keys else default_timeout,
         on_error=on_error.lower(),  # type: ignore[arg-type]
     )
 
 
-def hookset_from_annotations(pod_name: str, annotations: Mapping[str, str] | None) -> HookSet:
-    """The hooks one pod asks for in its Velero-style annotations (they run in that pod only)."""
+def hookset_from_annotations(
+    pod_name: str, annotations: Mapping[str, str] | None, default_timeout: float = DEFAULT_TIMEOUT_S
+) -> HookSet:
+    """The hooks one pod asks for in its Velero-style annotations (they run in that pod only);
+    ``default_timeout`` for a hook without a ``timeout`` annotation."""
     annotations = annotations or {}
     pre_prefix = VELERO_PRE
     if not any(k.startswith(VELERO_PRE) for k in annotations):
         pre_prefix = VELERO_LEGACY_PRE  # Velero's legacy spelling of the pre hook
-    pre = _velero_hook(pod_name, annotations, pre_prefix, "pre")
-    post = _velero_hook(pod_name, annotations, VELERO_POST, "post")
+    pre = _velero_hook(pod_name, annotations, pre_prefix, "pre", default_timeout)
+    post = _velero_hook(pod_name, annotations, VELERO_POST, "post", default_timeout)
     return HookSet([pre] if pre else [], [post] if post else [])

@@ -41,7 +41,7 @@ from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL, STDERR_CHANNEL, STDOUT_CHANNEL
 
 from movers.errors import MoverError
-from movers.hooks.model import Hook, HookSet, hookset_from_annotations
+from movers.hooks.model import DEFAULT_TIMEOUT_S, Hook, HookSet, hookset_from_annotations, hookset_from_policy
 
 log = logging.getLogger("movers.hooks")
 TAIL = 4096  # characters of stdout/stderr kept per exec
@@ -197,16 +197,35 @@ def target_pods(api: client.ApiClient, namespace: str, hook: Hook) -> list[str]:
     return sorted(p.metadata.name for p in running)
 
 
-def annotation_hooks(api: client.ApiClient, namespace: str, label_selector: str | None = None) -> HookSet:
+def annotation_hooks(
+    api: client.ApiClient, namespace: str, label_selector: str | None = None, default_timeout: float = DEFAULT_TIMEOUT_S
+) -> HookSet:
     """The Velero-style annotation hooks of the Running pods in the namespace (optionally only those
-    matching ``label_selector``), merged in pod name order; each hook runs in its own pod only."""
+    matching ``label_selector``), merged in pod name order; each hook runs in its own pod only (a hook without
+    a timeout annotation: ``default_timeout``)."""
     core = client.CoreV1Api(api)
     pods = core.list_namespaced_pod(namespace, label_selector=label_selector or "").items
     merged = HookSet()
     for pod in sorted(pods, key=lambda p: p.metadata.name):
         if pod.status and pod.status.phase == "Running" and not pod.metadata.deletion_timestamp:
-            merged = merged + hookset_from_annotations(pod.metadata.name, pod.metadata.annotations)
+            merged = merged + hookset_from_annotations(pod.metadata.name, pod.metadata.annotations, default_timeout)
     return merged
+
+
+def app_hooks(
+    api: client.ApiClient,
+    namespace: str,
+    hooks: Any,
+    *,
+    use_pod_annotations: bool = False,
+    default_timeout: float = DEFAULT_TIMEOUT_S,
+) -> HookSet:
+    """An application's hooks: the policy's ``hooks`` (``{"pre": [...], "post": [...]}``) and, with
+    ``use_pod_annotations``, its Running pods' annotation hooks; ``default_timeout`` for hooks without one."""
+    hookset = hookset_from_policy(hooks or {}, default_timeout)
+    if use_pod_annotations:
+        hookset = hookset + annotation_hooks(api, namespace, default_timeout=default_timeout)
+    return hookset
 
 
 def run_hook(api: client.ApiClient, namespace: str, hook: Hook) -> list[HookResult]:

@@ -263,11 +263,13 @@ def backup_args(
     run_pvcs: Sequence[str] | None = None,
     scan: bool = False,
     snapshot_handle: str | None = None,
+    cbt_max_results: int | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The argv (after the ``cbt-mover`` entrypoint) of a mover pod backing up ``snapshot`` via CBT, or with
         ``scan`` by reading the whole device (``--scan``: no snapshot lookup, no CBT; ``snapshot_handle``, the
-        snapshot's CSI handle, is recorded for a later delta since it).
+        snapshot's CSI handle, is recorded for a later delta since it). ``cbt_max_results``: the CBT calls'
+        ``max_results`` (policy ``cbt.max_results``; None: the mover's default).
 
         ``--kube`` looks the snapshot, its driver's SnapshotMetadataService and CA up in-cluster; the
         JSON result goes to stdout and to the termination log. ``repo`` None: the pod's
@@ -286,6 +288,8 @@ def backup_args(
     args = ["backup", "--volume", volume, "--device", device, *source, "--namespace", namespace, "--snapshot", snapshot]
     if not scan:
         args += ["--cbt-fallback", cbt_fallback]
+        if cbt_max_results is not None:
+            args += ["--cbt-max-results", str(cbt_max_results)]
     affinity = json.dumps(node_affinity, sort_keys=True, separators=(",", ":")) if node_affinity else None
     members = ",".join(sorted(set(run_pvcs))) if run_pvcs else None
     labels = json.dumps(dict(pvc_labels), sort_keys=True, separators=(",", ":")) if pvc_labels else None

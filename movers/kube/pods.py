@@ -3,6 +3,8 @@
 * ``run_pod_to_completion``: returns a ``PodResult`` (exit code, termination message, parsed
   JSON result, log tail); a pod not finished in time raises ``PodTimeoutError`` and is left for
   ``cleanup.delete_by_label``.
+* ``wait_scheduled``: a pod bound to a node (its claims bound with it, also WaitForFirstConsumer ones) in
+  time, else ``PodNotScheduled`` naming the scheduler's and the provisioner's last Warning.
 * ``pods_using_claim``: the unfinished pods that mount a claim.
 
 Errors are ``apply.KubeError`` subclasses, as in ``movers.kube.apply``.
@@ -18,11 +20,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from movers.kube.apply import KubeError, _api_error, create, list_objects
+from movers.kube.apply import KubeError, _api_error, create, get, list_objects
 
 
 class PodTimeoutError(KubeError):
     """A pod did not finish in time (it is left for ``delete_by_label``)."""
+
+
+class PodNotScheduled(KubeError):
+    """A pod was not scheduled in time (no node fits it, or its claim cannot be provisioned); the message
+    names the last Warning about the pod or its claim. Not retriable: the wait was the retry."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.retriable = False
 
 
 @dataclass
@@ -163,3 +174,30 @@ def pods_using_claim(api_client, namespace: str, claim: str) -> list[str]:
                for v in (pod.get("spec") or {}).get("volumes") or []):  # fmt: skip
             users.append(pod["metadata"]["name"])
     return sorted(users)
+
+
+def wait_scheduled(api, namespace: str, pod: str, claim: str, timeout: float, *, what: str = "pod",
+                   error: type[PodNotScheduled] = PodNotScheduled, interval: float = 0.5) -> dict:  # fmt: skip
+    """Wait until ``pod`` is scheduled (``spec.nodeName``: the scheduler binds its claims first, also
+    WaitForFirstConsumer ones) or has finished; the pod. After ``timeout`` s ``error`` (``"<what> <ns>/<pod>
+    not scheduled after N s: ..."``) names the last Warning about the pod (the scheduler's FailedScheduling;
+    else its PodScheduled condition) and the last one about its claim ``claim`` (e.g. ProvisioningFailed)."""
+    from movers.kube.volumes import last_warning
+
+    deadline = time.monotonic() + timeout
+    while True:
+        current = get(api, "Pod", namespace, pod)
+        status = current.get("status") or {}
+        if (current.get("spec") or {}).get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+            return current
+        if time.monotonic() >= deadline:
+            why = last_warning(api, namespace, [("Pod", pod)])
+            if not why:
+                cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+                why = f": {cond.get('reason')}: {cond.get('message')}" if cond.get("message") else ""
+            claim_why = last_warning(api, namespace, [("PersistentVolumeClaim", claim)])
+            raise error(
+                f"{what} {namespace}/{pod} not scheduled after {timeout:g} s{why}"
+                + (f"; its claim {claim}{claim_why}" if claim_why else "")
+            )
+        time.sleep(interval)

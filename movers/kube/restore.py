@@ -39,7 +39,13 @@ from movers.errors import MoverError, NotFoundError, UsageError
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube.access import Check, denied
-from movers.kube.pods import PodTimeoutError, pods_using_claim, run_pod_to_completion
+from movers.kube.pods import (
+    PodNotScheduled,
+    PodTimeoutError,
+    pods_using_claim,
+    run_pod_to_completion,
+    wait_scheduled,
+)
 from movers.kube.volumes import default_storage_class, last_warning, rebind_volume
 
 PVC_LABEL = "cbt-mover.io/pvc"
@@ -65,13 +71,8 @@ class WriterError(k.KubeError):
         self.retriable = exit_code in (None, errors.EXIT_UNAVAILABLE)
 
 
-class WriterNotScheduled(k.KubeError):
-    """A writer pod was not scheduled in time (no node fits it, or its claim cannot be provisioned); the
-    message names the last Warning about the pod or its claim. Not retriable: the wait was the retry."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.retriable = False
+class WriterNotScheduled(PodNotScheduled):
+    """A writer pod was not scheduled in time (``pods.wait_scheduled``)."""
 
 
 @dataclass(frozen=True)
@@ -302,30 +303,6 @@ def plan_targets(api, namespace: str, volumes: Sequence[Mapping[str, Any]], run_
     return targets
 
 
-def wait_scheduled(api, namespace: str, pod: str, claim: str, timeout: float, interval: float = 0.5) -> dict:
-    """Wait until writer pod ``pod`` is scheduled (``spec.nodeName``; the scheduler binds its claim first,
-    also a WaitForFirstConsumer one) or has finished; the pod. ``WriterNotScheduled`` after ``timeout``
-    names the last Warning about the pod (the scheduler's FailedScheduling; else its PodScheduled
-    condition) and the last one about its claim ``claim`` (e.g. the provisioner's ProvisioningFailed)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        current = k.get(api, "Pod", namespace, pod)
-        status = current.get("status") or {}
-        if (current.get("spec") or {}).get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
-            return current
-        if time.monotonic() >= deadline:
-            why = last_warning(api, namespace, [("Pod", pod)])
-            if not why:
-                cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
-                why = f": {cond.get('reason')}: {cond.get('message')}" if cond.get("message") else ""
-            claim_why = last_warning(api, namespace, [("PersistentVolumeClaim", claim)])
-            raise WriterNotScheduled(
-                f"writer pod {namespace}/{pod} not scheduled after {timeout:g} s{why}"
-                + (f"; its claim {claim}{claim_why}" if claim_why else "")
-            )
-        time.sleep(interval)
-
-
 def writer_pod(
     namespace: str,
     run_id: str,
@@ -415,7 +392,15 @@ def write_volume(
     started = time.monotonic()
     try:
         k.create(api, pod)
-        wait_scheduled(api, namespace, name, target.write_claim, min(start_timeout, timeout))
+        wait_scheduled(
+            api,
+            namespace,
+            name,
+            target.write_claim,
+            min(start_timeout, timeout),
+            what="writer pod",
+            error=WriterNotScheduled,
+        )
         left = max(1.0, timeout - (time.monotonic() - started))
         res = run_pod_to_completion(api, pod, timeout=left, on_log_line=on_log_line)
     except PodTimeoutError as err:
