@@ -13,7 +13,6 @@ the verify result. Events ``cbt-mover.maintenance.completed`` / ``.failed`` abou
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, Literal
 
@@ -21,6 +20,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
+from movers.durations import parse_duration
 from movers.errors import IntegrityError, UsageError
 from movers.policy import BackupPolicy, load_policy
 from tasks import maintenance_report as report
@@ -29,7 +29,6 @@ from tasks.maintenance import forget_backups, prune_repo, repo_volumes, verify_r
 RULES = ("keep_last", "keep_daily", "keep_weekly", "keep_monthly")
 SHOWN = 20  # damage entries carried in the result and the events (all are in the verify artifact)
 Groups = list[tuple[dict[str, int], list[str] | None]]  # (keep rules, volumes; None: every volume)
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd]?)$")
 
 
 def _run_name() -> str:
@@ -38,11 +37,14 @@ def _run_name() -> str:
 
 
 def seconds(value: float | str) -> float:
-    """A duration: seconds, or a string with one unit (``0``, ``90s``, ``90m``, ``24h``, ``7d``)."""
-    m = _DURATION.match(str(value).strip().lower())
-    if not m:
-        raise UsageError(f"grace {value!r} is not a duration (e.g. 0, 90m, 24h, 7d)")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    """A grace period (``movers.durations``: ``0``, ``90m``, ``24h``, ``7d``, ...), not negative."""
+    try:
+        grace = parse_duration(value)
+    except ValueError as err:
+        raise UsageError(f"grace {err}") from None
+    if grace < 0:
+        raise UsageError(f"grace {value!r} must not be negative")
+    return grace
 
 
 def retention_groups(repo_url: str, volumes: list[str], policies: list[BackupPolicy],

@@ -546,13 +546,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _duration(text: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    value = text.strip().lower()
-    scale = units.get(value[-1:], None)
+    from movers.durations import parse_duration
+
     try:
-        seconds = float(value[:-1] if scale else value) * (scale or 1)
-    except ValueError:
-        raise UsageError(f"--grace {text!r} is not a duration (e.g. 0, 90m, 24h, 7d)") from None
+        seconds = parse_duration(text)
+    except ValueError as err:
+        raise UsageError(f"--grace {err}") from None
     if seconds < 0:
         raise UsageError("--grace must not be negative")
     return seconds

@@ -40,7 +40,8 @@ A policy is one YAML file (examples in ``configs/policies/``)::
     snapshot_class: null               # per-PVC fallback when the driver has no group snapshots
     timeouts: {snapshot: 300, pvc_bound: 300, mover: 3600, hook: 60}
 
-Durations are seconds (a number) or a string with a unit: ``90s``, ``5m``, ``1h``, ``1h30m``.
+Durations are ``movers.durations``'s: seconds (a number) or a Go duration (``90s``, ``5m``, ``1h30m``,
+``500ms``), days allowed (``7d``).
 Unknown keys are errors (a typo must not silently drop a setting), except inside hooks, which
 another module owns. Every error is a ``PolicyError`` whose message names the file and the field.
 """
@@ -56,6 +57,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from movers.durations import EXAMPLES, parse_duration
 from movers.errors import UsageError
 
 __all__ = [
@@ -85,7 +87,6 @@ _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)$")
 _QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 _CRON_MACROS = {
     "@hourly": "0 * * * *",
     "@daily": "0 0 * * *",
@@ -455,13 +456,10 @@ class _Validator:
         return value
 
     def duration(self, value: Any, fieldpath: str) -> float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            seconds = float(value)
-        elif isinstance(value, str) and value.strip() and (m := _DURATION.match(value.strip())):
-            h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-            seconds = h * 3600 + mi * 60 + s
-        else:
-            raise self.fail(fieldpath, f"must be a duration in seconds or like 90s, 5m, 1h30m; not {_kind(value)}")
+        try:
+            seconds = parse_duration(value)
+        except ValueError:
+            raise self.fail(fieldpath, f"must be a duration ({EXAMPLES}), not {_kind(value)}") from None
         if seconds <= 0:
             raise self.fail(fieldpath, "must be a positive duration")
         return seconds

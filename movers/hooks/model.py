@@ -27,12 +27,12 @@ Every validation error is a ``HookSpecError`` naming the hook and the field.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from movers.durations import parse_duration
 from movers.errors import UsageError
 
 OnError = Literal["fail", "continue"]
@@ -101,40 +101,9 @@ class HookSet:
         return HookSet([*self.pre, *other.pre], [*self.post, *other.post])
 
 
-# --- durations -----------------------------------------------------------------------------------
-
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_duration(text: str | int | float) -> float:
-    """Seconds from a Go duration (``"30s"``, ``"1m30s"``, ``"1.5h"``, ``"250ms"``) or a number."""
-    if isinstance(text, bool):
-        raise ValueError(f"not a duration: {text!r}")
-    if isinstance(text, int | float):
-        return float(text)
-    if not isinstance(text, str):
-        raise ValueError(f"not a duration: {text!r}")
-    s = text.strip()
-    if s in ("0", "+0", "-0"):
-        return 0.0
-    sign = -1.0 if s.startswith("-") else 1.0
-    body = s[1:] if s[:1] in "+-" else s
-    pos, total = 0, 0.0
-    while pos < len(body):
-        m = _PART.match(body, pos)
-        if not m:
-            raise ValueError(f"invalid duration {text!r} (Go syntax: e.g. 30s, 1m30s, 500ms)")
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if not body:
-        raise ValueError(f"invalid duration {text!r}")
-    return sign * total
-
-
-def _timeout(value: Any, where: str, label: str = "timeout") -> float:
+def _timeout(value: Any, where: str, label: str = "timeout", bare_numbers: bool = True) -> float:
     try:
-        seconds = parse_duration(value)
+        seconds = parse_duration(value, bare_numbers=bare_numbers)
     except ValueError as err:
         raise HookSpecError(f"{where}: {label}: {err}") from None
     if seconds <= 0:
@@ -259,7 +228,9 @@ def _velero_hook(
         pod_name=pod_name,
         container=keys.get("container", "").strip() or None,
         command=command,
-        timeout_s=_timeout(keys["timeout"], where, f"{prefix}timeout") if "timeout" in keys else default_timeout,
+        timeout_s=_timeout(keys["timeout"], where, f"{prefix}timeout", bare_numbers=False)
+        if "timeout" in keys
+        else default_timeout,
         on_error=on_error.lower(),  # type: ignore[arg-type]
     )
 
