@@ -11,7 +11,8 @@ A policy is one YAML file (examples in ``configs/policies/``)::
       url: s3://backups/shop           # s3://bucket[/prefix] or file:///path
       credentials_secret: repo-creds   # Secret in `namespace` with the repository's credentials (optional)
     schedule: {cron: "0 2 * * *", timezone: Europe/Berlin}   # optional; absent: on demand only
-    hooks:                             # optional; kept as plain dicts (movers.hooks parses them)
+    hooks:                             # optional; plain dicts that movers.hooks parses (name required;
+                                       # pod_selector: labels, or a LabelSelector with matchExpressions)
       pre:  [{name: freeze, pod_selector: {matchLabels: {...}}, container: db,
               command: [fsfreeze, --freeze, /data], timeout: 30, on_error: fail}]
       post: [{name: thaw, ..., command: [fsfreeze, --unfreeze, /data], on_error: continue}]
@@ -42,8 +43,9 @@ A policy is one YAML file (examples in ``configs/policies/``)::
 
 Durations are ``movers.durations``'s: seconds (a number) or a Go duration (``90s``, ``5m``, ``1h30m``,
 ``500ms``), days allowed (``7d``).
-Unknown keys are errors (a typo must not silently drop a setting), except inside hooks, which
-another module owns. Every error is a ``PolicyError`` whose message names the file and the field.
+Unknown keys are errors (a typo must not silently drop a setting). Hooks are checked here field by
+field and then parsed by ``movers.hooks`` (their owner), so a policy that loads runs. Every error is a
+``PolicyError`` whose message names the file and the field.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ import yaml
 
 from movers.durations import EXAMPLES, parse_duration
 from movers.errors import UsageError
+from movers.hooks.model import HookSpecError, hookset_from_policy
 
 __all__ = [
     "BackupPolicy",
@@ -352,6 +355,10 @@ def parse_policy(data: Any, source: str | Path | None = None) -> BackupPolicy:
             for f in dataclasses.fields(Timeouts)
         }
     )
+    try:  # movers.hooks parses them in the flow: a policy that loads must parse there too
+        hookset_from_policy({"pre": hooks.pre, "post": hooks.post}, timeouts.hook)
+    except HookSpecError as err:
+        raise PolicyError(source, "hooks", str(err)) from None
 
     return BackupPolicy(
         name=name,
@@ -604,8 +611,11 @@ class _Validator:
                 self.string(hook["container"], f"{where}.container")
             if hook.get("name") is not None:
                 self.string(hook["name"], f"{where}.name")
-            if hook.get("pod_selector") is not None:
-                self.selector(hook["pod_selector"], f"{where}.pod_selector")
+            selector = hook.get("pod_selector")
+            if isinstance(selector, dict) and not {"matchLabels", "matchExpressions"} & set(selector) and selector:
+                self.string_map(selector, f"{where}.pod_selector")  # a flat selector: labels to match
+            elif selector is not None:
+                self.selector(selector, f"{where}.pod_selector")
             out.append(dict(hook))
         return out
 

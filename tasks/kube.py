@@ -47,11 +47,6 @@ def api_client(kubeconfig: str | None = None):
         return config.new_client_from_config()
 
 
-def selector_string(selector: dict[str, Any]) -> str:
-    """A LabelSelector dict in the API's ``labelSelector`` query syntax."""
-    return preflight.selector_string(selector)
-
-
 @task(name="check-permissions")
 def check_permissions(kubeconfig: str | None, namespace: str, settings: dict[str, Any]) -> None:
     """Preflight, first: may the run's identity make every call of a run (``preflight.check_permissions``)?"""

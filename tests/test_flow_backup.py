@@ -247,7 +247,7 @@ def test_on_cancellation_thaws_and_deletes_the_run(local_cluster, app, harness):
 def test_plan_is_said_and_selector_syntax():
     from prefect.logging import disable_run_logger
 
-    from tasks.kube import selector_string
+    from movers.selectors import selector_string
     from tasks.repo import plan_member
 
     def plan(*args):
@@ -260,6 +260,7 @@ def test_plan_is_said_and_selector_syntax():
         "base_handle": "h1",
         "audience": "aud",
         "why": "delta since b1",
+        "max_results": 4096,
     }
     assert plan("ns/a", full, "aud")["change_source"] == "cbt-allocated"
     assert plan("ns/a", full, "aud")["why"] == "another volume"
@@ -268,6 +269,7 @@ def test_plan_is_said_and_selector_syntax():
         "base_handle": None,
         "audience": None,
         "why": "CBT disabled",
+        "max_results": None,
     }
     assert selector_string({"matchLabels": {"b": "2", "a": "1"}, "matchExpressions": [
         {"key": "t", "operator": "In", "values": ["x", "y"]}, {"key": "g", "operator": "DoesNotExist"}]}) == (

@@ -366,3 +366,45 @@ def test_load_policies_directory(tmp_path):
         load_policies(tmp_path / "nope")
     with pytest.raises(PolicyError, match=r"notes\.txt: not a directory"):
         load_policies(tmp_path / "notes.txt")
+
+
+@pytest.mark.parametrize(
+    "hook, selector",
+    [
+        ({"pod_selector": {"app": "db"}}, "app=db"),  # a flat selector: labels, as the hook parser reads them
+        (
+            {"pod_selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["db", "cache"]}]}},
+            "tier in (db,cache)",
+        ),
+        (
+            {
+                "pod_selector": {
+                    "matchLabels": {"app": "db"},
+                    "matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}],
+                },
+                "timeout": "250ms",
+            },
+            "app=db,!canary",
+        ),  # fmt: skip
+    ],
+)
+def test_a_hook_the_policy_accepts_is_the_hook_the_flow_runs(hook, selector):
+    """The policy's checks and the hook parser the flow uses agree: what loads, runs, as written."""
+    from movers.hooks import hookset_from_policy
+
+    policy = parse_policy({**MINIMAL, "hooks": {"pre": [{"name": "h", "command": ["true"], **hook}]}})
+    (parsed,) = hookset_from_policy(policy.to_dict()["hooks"], policy.timeouts.hook).pre
+    assert parsed.label_selector == selector and parsed.timeout_s == (0.25 if "timeout" in hook else 60.0)
+
+
+@pytest.mark.parametrize(
+    "hook, fragment",
+    [
+        ({"pod_selector": {"app": "db"}, "command": ["true"]}, "missing field 'name'"),
+        ({"name": "h", "pod_selector": {"app": "db"}, "command": ["true"], "retries": 2}, "unknown field 'retries'"),
+    ],
+)
+def test_a_hook_the_flow_would_refuse_does_not_load(hook, fragment):
+    with pytest.raises(PolicyError, match=fragment) as err:
+        parse_policy({**MINIMAL, "hooks": {"pre": [hook]}})
+    assert err.value.field == "hooks"

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from movers.durations import parse_duration
 from movers.errors import UsageError
+from movers.selectors import expression_problem, selector_string
 
 OnError = Literal["fail", "continue"]
 DEFAULT_TIMEOUT_S = 30.0
@@ -49,7 +50,8 @@ class HookSpecError(UsageError):
 @dataclass(frozen=True, kw_only=True)
 class Hook:
     name: str
-    pod_selector: dict[str, str] = field(default_factory=dict)
+    pod_selector: dict[str, str] = field(default_factory=dict)  # matchLabels
+    match_expressions: list[dict[str, Any]] = field(default_factory=list)  # LabelSelectorRequirements
     container: str | None = None  # None: the pod's first container
     command: list[str]
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -71,16 +73,19 @@ class Hook:
         if self.container is not None and (not isinstance(self.container, str) or not self.container):
             raise HookSpecError(f"{where}: container must be a non-empty string, got {self.container!r}")
         if self.pod_name is None:
-            if not isinstance(self.pod_selector, dict) or not self.pod_selector:
+            if not isinstance(self.pod_selector, dict) or not (self.pod_selector or self.match_expressions):
                 raise HookSpecError(f"{where}: pod_selector must be a non-empty mapping of labels")
             for key, value in self.pod_selector.items():
                 if not isinstance(key, str) or not key or not isinstance(value, str):
                     raise HookSpecError(f"{where}: pod_selector: label {key!r}: {value!r} is not a string pair")
+            for expr in self.match_expressions:
+                if problem := expression_problem(expr):
+                    raise HookSpecError(f"{where}: pod_selector.matchExpressions: {problem}")
 
     @property
     def label_selector(self) -> str:
-        """The selector in the API's ``labelSelector`` syntax (``k=v,k2=v2``)."""
-        return ",".join(f"{k}={v}" for k, v in sorted(self.pod_selector.items()))
+        """The selector in the API's ``labelSelector`` syntax (``k=v,k2=v2,k3 in (a,b)``)."""
+        return selector_string({"matchLabels": self.pod_selector, "matchExpressions": self.match_expressions})
 
     @property
     def target(self) -> str:
@@ -147,16 +152,20 @@ def hook_from_policy(
     on_error = entry.get("on_error", "fail")
     if isinstance(on_error, str):
         on_error = on_error.lower()
-    selector = entry["pod_selector"]
-    if isinstance(selector, Mapping) and "matchLabels" in selector:  # Kubernetes LabelSelector form
-        if set(selector) != {"matchLabels"}:
-            raise HookSpecError(f"{where}: pod_selector: only matchLabels is supported")
-        selector = selector["matchLabels"]
+    selector, expressions = entry["pod_selector"], []
+    if isinstance(selector, Mapping) and {"matchLabels", "matchExpressions"} & set(selector):  # a LabelSelector
+        if set(selector) - {"matchLabels", "matchExpressions"}:
+            raise HookSpecError(f"{where}: pod_selector: a LabelSelector has matchLabels and matchExpressions only")
+        expressions = selector.get("matchExpressions") or []
+        if not isinstance(expressions, list):
+            raise HookSpecError(f"{where}: pod_selector.matchExpressions must be a list")
+        selector = selector.get("matchLabels") or {}
     if not isinstance(selector, Mapping):
         raise HookSpecError(f"{where}: pod_selector must be a mapping of labels, got {selector!r}")
     return Hook(
         name=entry["name"],
         pod_selector=dict(selector),
+        match_expressions=[dict(e) if isinstance(e, Mapping) else e for e in expressions],
         container=entry.get("container"),
         command=list(command) if isinstance(command, list | tuple) else command,
         timeout_s=_timeout(entry["timeout"], where) if "timeout" in entry else default_timeout,

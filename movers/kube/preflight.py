@@ -48,6 +48,7 @@ from movers.kube.access import Check
 from movers.kube.apply import find, get, list_objects, served_group_snapshot_version
 from movers.kube.manifests import GROUP_SNAPSHOT_GROUP, REPO_SECRET_KEYS, SNAPSHOT_GROUP
 from movers.kube.volumes import source_identity
+from movers.selectors import selector_string
 
 DEFAULT_SNAPSHOT_CLASS = "snapshot.storage.kubernetes.io/is-default-class"
 DEFAULT_GROUP_CLASS = "groupsnapshot.storage.kubernetes.io/is-default-class"
@@ -180,22 +181,6 @@ def check_permissions(api, namespace: str, settings: Mapping[str, Any]) -> None:
 
 
 # -- the cluster ------------------------------------------------------------------------------------------------
-
-
-def selector_string(selector: Mapping[str, Any]) -> str:
-    """A LabelSelector in the API's ``labelSelector`` query syntax."""
-    parts = [f"{key}={value}" for key, value in sorted((selector.get("matchLabels") or {}).items())]
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr["key"], expr["operator"], ",".join(expr.get("values") or [])
-        parts.append(
-            {
-                "In": f"{key} in ({values})",
-                "NotIn": f"{key} notin ({values})",
-                "Exists": key,
-                "DoesNotExist": f"!{key}",
-            }[op]
-        )
-    return ",".join(parts)
 
 
 def select_sources(api, namespace: str, selector: Mapping[str, Any]) -> list[Source]:
