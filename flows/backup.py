@@ -36,6 +36,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.policy import BackupPolicy, parse_policy
+from movers.repo.manifest import APP_TAG, RUN_TAG
 from tasks import report, state_hook_logger
 from tasks.kube import check_permissions, cleanup_run, inspect_cluster, keep_base_snapshots, move_volume, take_snapshots
 from tasks.maintenance import forget_backups
@@ -75,9 +76,6 @@ def resolve_policy(policy_path: str | None, **overrides: Any) -> BackupPolicy:
     data.setdefault("name", data.get("namespace", "app"))
     return parse_policy(data, policy_path)
 
-
-# manifest tags: which application run a volume backup belongs to (the restore flow finds runs by them)
-RUN_TAG, APP_TAG = "cbt-mover.io/run", "cbt-mover.io/app"
 
 # the flow parameters that override a policy's fields (see resolve_policy)
 POLICY_OVERRIDES = ("namespace", "selector", "repo", "repo_secret", "hooks", "image", "service_account", "parallelism")

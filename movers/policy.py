@@ -50,6 +50,7 @@ field and then parsed by ``movers.hooks`` (their owner), so a policy that loads 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ import yaml
 from movers.durations import EXAMPLES, parse_duration
 from movers.errors import UsageError
 from movers.hooks.model import HookSpecError, hookset_from_policy
+from movers.kube.manifests import DEFAULT_RESOURCES
 
 __all__ = [
     "BackupPolicy",
@@ -154,9 +156,7 @@ class Retention:
 class MoverSettings:
     image: str = DEFAULT_IMAGE
     service_account: str = DEFAULT_SERVICE_ACCOUNT
-    resources: dict[str, dict[str, str]] = field(
-        default_factory=lambda: {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
-    )
+    resources: dict[str, dict[str, str]] = field(default_factory=lambda: copy.deepcopy(DEFAULT_RESOURCES))
     # block volumes attach to Linux nodes only; a user's selector is merged over this
     node_selector: dict[str, str] = field(default_factory=lambda: dict(LINUX_NODE_SELECTOR))
     tolerations: list[dict[str, Any]] = field(default_factory=list)  # Kubernetes Tolerations of the mover pods

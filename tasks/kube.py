@@ -18,7 +18,7 @@ from prefect import get_run_logger, task
 
 from movers.errors import NotFoundError
 from movers.kube import apply as k
-from movers.kube import cleanup, pods, preflight, snapshots, snapshotset
+from movers.kube import cleanup, client, pods, preflight, snapshots, snapshotset
 from movers.kube import manifests as m
 from movers.kube.names import derived_name
 from tasks import retry_if_retriable
@@ -32,19 +32,8 @@ Member = dict[str, Any]
 KEPT_LABEL = snapshotset.KEPT_LABEL
 
 
-@functools.lru_cache(maxsize=8)
-def api_client(kubeconfig: str | None = None):
-    from kubernetes import config
-
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    try:
-        config.load_incluster_config()
-        from kubernetes import client
-
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
+# one client per kubeconfig for the tasks of a flow run (movers.kube.client builds it)
+api_client = functools.lru_cache(maxsize=8)(client.api_client)
 
 
 @task(name="check-permissions")

@@ -117,8 +117,8 @@ def test_builders_are_pure():
     a["metadata"]["labels"]["x"] = "y"
     assert selector == {"matchLabels": {"app": "shop"}} and "x" not in LABELS
     pod = m.mover_pod("p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r")
-    pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "9"
-    assert m.DEFAULT_RESOURCES["limits"]["cpu"] == "2"
+    pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = "9Gi"
+    assert m.DEFAULT_RESOURCES["limits"]["memory"] == "1Gi"
     assert _cases() == _cases()
 
 
@@ -302,3 +302,12 @@ def test_the_restored_patch_gives_the_claim_its_source_labels_but_keeps_the_runs
     assert patch["metadata"]["labels"] == {"app": "db", m.NAME_LABEL: "postgres"}
     assert patch["metadata"]["annotations"] == {m.RESTORED_FROM: "ns/data@b1", m.RESTORED_BY: "restore-1"}
     assert "labels" not in m.restored_patch("ns/data", "b1", "restore-1", None)["metadata"]
+
+
+def test_one_default_for_mover_and_writer_resources():
+    """A policy without mover.resources and a restore without resources give the same pod resources."""
+    from movers.policy import MoverSettings
+
+    pod = m.mover_pod("p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r",
+                      role=m.WRITER)  # fmt: skip
+    assert MoverSettings().resources == m.DEFAULT_RESOURCES == pod["spec"]["containers"][0]["resources"]

@@ -8,13 +8,13 @@ address, audience and CA, and the token comes from the TokenRequest API (or ``to
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from movers.cbt import discovery
 from movers.cbt.client import ExtentStream, SnapshotMetadataClient
 from movers.cbt.tokens import FileToken, TokenRequestToken, service_account_of
 from movers.errors import CbtUnavailableError, UsageError
+from movers.kube.client import api_client
 
 IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
@@ -51,19 +51,10 @@ class CbtSession:
         self.client.close()
 
 
-def kube_api_client(kubeconfig: str | None = None):
-    from kubernetes import client, config
-
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()
-        return client.ApiClient()
-    return config.new_client_from_config(config_file=kubeconfig)
-
-
 def open_session(opts: CbtOptions, clamp_to: int | None = None) -> CbtSession:
     if not opts.namespace or not opts.snapshot:
         raise UsageError("CBT needs --namespace and --snapshot (the VolumeSnapshot to read)")
-    api = kube_api_client(opts.kubeconfig) if (opts.kube or opts.audience) else None
+    api = api_client(opts.kubeconfig) if (opts.kube or opts.audience) else None
     ref = None
     address, audience, ca_pem = opts.address, opts.audience, None
     if opts.kube:

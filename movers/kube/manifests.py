@@ -50,7 +50,9 @@ CBT_TOKEN_DIR = "/var/run/secrets/cbt.storage.k8s.io"
 CBT_TOKEN_FILE = f"{CBT_TOKEN_DIR}/token"
 CBT_TOKEN_SECONDS = 600
 DEFAULT_NODE_SELECTOR = {"kubernetes.io/os": "linux"}
-DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "512Mi"}}
+# mover and writer pods unless a policy or the restore's parameters say otherwise (peak RSS measured by
+# bench/engine_bench.py: about 250 MiB); no CPU limit (a throttled mover only runs longer)
+DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
 # env var -> (secret key, optional): the repository credentials the mover reads from its Secret
 REPO_SECRET_KEYS = (
     ("AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID", False),
@@ -401,7 +403,7 @@ def mover_pod(
     - ``node_selector`` defaults to Linux nodes: block volumes cannot attach to Windows nodes;
       ``tolerations`` (Kubernetes Tolerations) and ``affinity`` (a Kubernetes Affinity) go into the pod
       spec as given (``movers.policy`` validates them), e.g. for a tainted backup node pool.
-    - ``resources`` default: requests cpu 500m / memory 256Mi, limits cpu 2 / memory 512Mi
+    - ``resources`` default: ``DEFAULT_RESOURCES`` (the policy's default too)
       (the pipeline's memory is bounded by its in-flight bytes, not by the volume size).
     """
     role = role or (WRITER if list(args[:1]) == ["restore"] else MOVER)
