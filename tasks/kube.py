@@ -191,17 +191,8 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
     return res.result
 
 
-class MoverPodFailed(k.KubeError):
-    """A mover or writer pod did not succeed. Retriable unless its exit code says the input, the
-    repository or the credentials are wrong (exit codes 2-4 and 6-9: a retry would fail the same way);
-    killed, evicted, deleted, crashed and "storage unavailable" (5) pods are retried."""
-
-    PERMANENT_EXIT_CODES = frozenset({2, 3, 4, 6, 7, 8, 9})
-
-    def __init__(self, message: str, exit_code: int | None) -> None:
-        super().__init__(message)
-        self.exit_code_of_pod = exit_code
-        self.retriable = exit_code not in self.PERMANENT_EXIT_CODES
+class MoverPodFailed(pods.PodFailed):
+    """A backup's mover pod did not succeed (``pods.PodFailed``: its exit status and the retry rule)."""
 
 
 def _clear_finished_pod(api, namespace: str, name: str, timeout: float = 60.0) -> None:

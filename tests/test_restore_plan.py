@@ -183,3 +183,17 @@ def test_the_writer_pod_mounts_no_token_and_carries_the_run_s_labels_and_placeme
         t.backup_id,
         "--device",
     ]
+
+
+def test_movers_and_writers_share_one_retry_rule():
+    """A failed pod is retried unless its exit status is a mover exit code a new pod would meet again; the
+    pod's status is ``pod_exit_code`` (``exit_code`` stays the error's own, as for every MoverError)."""
+    from movers import errors
+    from movers.kube.pods import PodFailed
+    from movers.kube.restore import WriterError
+    from tasks.kube import MoverPodFailed
+
+    for cls in (WriterError, MoverPodFailed):
+        assert [cls("m", code).retriable for code in (None, 1, 5, 137)] == [True] * 4, cls
+        assert not any(cls("m", code).retriable for code in PodFailed.PERMANENT_EXIT_CODES), cls
+        assert cls("m", 6).pod_exit_code == 6 and cls("m", 6).exit_code == errors.EXIT_INTERNAL

@@ -20,11 +20,36 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from movers import errors
 from movers.kube.apply import KubeError, _api_error, create, get, list_objects
 
 
 class PodTimeoutError(KubeError):
     """A pod did not finish in time (it is left for ``delete_by_label``)."""
+
+
+class PodFailed(KubeError):
+    """A mover or writer pod did not succeed; ``pod_exit_code`` is its container's exit status (None: killed,
+    evicted or deleted before one). One retry rule for both: retriable unless that status is one of the
+    mover's exit codes that a new pod would meet again (the input, repository or credentials are wrong:
+    ``PERMANENT_EXIT_CODES``); killed, evicted, deleted, crashed and "storage unavailable" (5) are retried."""
+
+    PERMANENT_EXIT_CODES = frozenset(
+        {
+            errors.EXIT_USAGE,
+            errors.EXIT_NOT_FOUND,
+            errors.EXIT_INTEGRITY,
+            errors.EXIT_ACCESS,
+            errors.EXIT_INCOMPATIBLE,
+            errors.EXIT_CBT_PROTOCOL,
+            errors.EXIT_CBT_UNAVAILABLE,
+        }
+    )
+
+    def __init__(self, message: str, pod_exit_code: int | None) -> None:
+        super().__init__(message)
+        self.pod_exit_code = pod_exit_code
+        self.retriable = pod_exit_code not in self.PERMANENT_EXIT_CODES
 
 
 class PodNotScheduled(KubeError):

@@ -34,12 +34,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from movers import errors
 from movers.errors import MoverError, NotFoundError, UsageError
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube.access import Check, denied
 from movers.kube.pods import (
+    PodFailed,
     PodNotScheduled,
     PodTimeoutError,
     pods_using_claim,
@@ -62,13 +62,8 @@ class PermissionsMissing(k.ForbiddenError):
     """The run's identity lacks permissions the restore needs (exit code 6); nothing was created."""
 
 
-class WriterError(k.KubeError):
-    """A writer pod failed; ``retriable`` when the mover's exit code says the store was unavailable."""
-
-    def __init__(self, message: str, exit_code: int | None) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.retriable = exit_code in (None, errors.EXIT_UNAVAILABLE)
+class WriterError(PodFailed):
+    """A writer pod failed (``pods.PodFailed``: its exit status and the retry rule)."""
 
 
 class WriterNotScheduled(PodNotScheduled):
