@@ -64,6 +64,7 @@ from movers.durations import EXAMPLES, parse_duration
 from movers.errors import UsageError
 from movers.hooks.model import HookSpecError, hookset_from_policy
 from movers.kube.manifests import DEFAULT_RESOURCES
+from movers.quantities import parse_quantity
 
 __all__ = [
     "BackupPolicy",
@@ -91,7 +92,6 @@ _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z
 # label key: optional DNS subdomain prefix + "/" + name (<= 63, alphanumeric ends, - _ . inside)
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)$")
-_QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 _CRON_MACROS = {
     "@hourly": "0 * * * *",
     "@daily": "0 0 * * *",
@@ -580,12 +580,16 @@ class _Validator:
                 where = f"{fieldpath}.{part}.{resource}"
                 if isinstance(quantity, bool) or not isinstance(quantity, (str, int, float)):
                     raise self.fail(where, f"must be a quantity like 500m, 1Gi; not {_kind(quantity)}")
-                if not _QUANTITY.match(str(quantity)):
-                    raise self.fail(where, f"{quantity!r} is not a Kubernetes quantity (e.g. 500m, 2, 512Mi, 1Gi)")
+                try:
+                    parse_quantity(quantity)
+                except ValueError:
+                    raise self.fail(
+                        where, f"{quantity!r} is not a Kubernetes quantity (e.g. 500m, 2, 512Mi, 1Gi)"
+                    ) from None
                 out[part][resource] = str(quantity)
         for resource, limit in out["limits"].items():
             request = out["requests"].get(resource)
-            if request is not None and _quantity(request) > _quantity(limit):
+            if request is not None and parse_quantity(request) > parse_quantity(limit):
                 raise self.fail(f"{fieldpath}.requests.{resource}", f"request {request} is above the limit {limit}")
         return out
 
@@ -767,15 +771,3 @@ class _Validator:
         else:
             values = [str(x) for x in values]
         return {"key": key, "operator": op, **({"values": values} if values else {})}
-
-
-_SUFFIX = {
-    "n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}  # fmt: skip
-
-
-def _quantity(text: str) -> float:
-    m = re.match(r"^[+]?([0-9.]+(?:[eE][-+]?[0-9]+)?)([A-Za-z]*)$", text)
-    assert m is not None
-    return float(m.group(1)) * _SUFFIX.get(m.group(2), 1)

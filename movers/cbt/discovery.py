@@ -174,18 +174,7 @@ def _source_pvc(vs: dict) -> str | None:
     return ((vs.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName") or None
 
 
-_SUFFIX = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50,
-           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}  # fmt: skip
-
-
 def _quantity(value) -> int | None:
-    """Bytes of a Kubernetes quantity (``"1Gi"``, ``"500M"``, ``1073741824``), or None."""
-    if value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    text = str(value)
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
-        if text.endswith(suffix):
-            return int(float(text[: -len(suffix)]) * _SUFFIX[suffix])
-    return int(float(text))
+    from movers.quantities import quantity_bytes
+
+    return quantity_bytes(value)

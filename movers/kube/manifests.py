@@ -65,7 +65,6 @@ REPO_SECRET_KEYS = (
 
 
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?")
 
 
 def label_value(text: str) -> str:
@@ -115,8 +114,18 @@ def _meta(name: str, namespace: str | None, labels: Mapping[str, str] | None, co
     return meta
 
 
+def _is_quantity(text: str) -> bool:
+    from movers.quantities import parse_quantity
+
+    try:
+        parse_quantity(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _check_quantity(size: Any, what: str) -> str:
-    if not isinstance(size, str) or not _QUANTITY.fullmatch(size):
+    if not isinstance(size, str) or not _is_quantity(size):
         raise ValueError(f"{what} {size!r} is not a Kubernetes quantity (e.g. 16Mi, 1Gi, 1073741824)")
     return size
 

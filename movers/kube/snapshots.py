@@ -118,9 +118,9 @@ def group_members(api_client, vgs: Mapping[str, Any]) -> list[GroupMember]:
 
 
 def _quantity(value) -> int | None:
-    from movers.cbt.discovery import _quantity as quantity
+    from movers.quantities import quantity_bytes
 
-    return quantity(value)
+    return quantity_bytes(value)
 
 
 def patch_content_annotation(api_client, content: str, annotations: Mapping[str, str] | None = None) -> dict:
