@@ -21,7 +21,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from movers.errors import CbtUnavailableError, KubeAccessDenied, MoverError, NotFoundError, UsageError
+from movers.errors import CbtUnavailableError, MoverError, UsageError
+from movers.kube.apply import api_error
 
 log = logging.getLogger(__name__)
 
@@ -65,16 +66,6 @@ def _custom(api_client):
     return client.CustomObjectsApi(api_client)
 
 
-def _api_error(err, what: str) -> MoverError:
-    from movers.kube.apply import api_message
-
-    if err.status == 404:
-        return NotFoundError(f"{what} not found")
-    if err.status in (401, 403):
-        return KubeAccessDenied(f"reading {what} was refused ({err.status}): {api_message(err)}")
-    return MoverError(f"reading {what} failed: {err.status} {api_message(err)}")
-
-
 def snapshot_metadata_service(api_client, driver: str) -> MetadataService:
     """The SnapshotMetadataService of ``driver``, or ``CbtUnavailableError`` if it has none."""
     from kubernetes.client.exceptions import ApiException
@@ -86,7 +77,7 @@ def snapshot_metadata_service(api_client, driver: str) -> MetadataService:
         except ApiException as err:
             if err.status == 404:
                 continue
-            raise _api_error(err, f"SnapshotMetadataService {driver}") from None
+            raise api_error(err, f"reading SnapshotMetadataService {driver}") from None
         spec = obj.get("spec") or {}
         try:
             ca_pem = base64.b64decode(spec["caCert"], validate=True)
@@ -112,7 +103,7 @@ def resolve_snapshot(api_client, namespace: str, name: str) -> SnapshotRef:
     try:
         vs = custom.get_namespaced_custom_object(SNAPSHOT_GROUP, SNAPSHOT_VERSION, namespace, "volumesnapshots", name)
     except ApiException as err:
-        raise _api_error(err, f"VolumeSnapshot {namespace}/{name}") from None
+        raise api_error(err, f"reading VolumeSnapshot {namespace}/{name}") from None
     status = vs.get("status") or {}
     content_name = status.get("boundVolumeSnapshotContentName")
     vs_error = (status.get("error") or {}).get("message")
@@ -121,7 +112,7 @@ def resolve_snapshot(api_client, namespace: str, name: str) -> SnapshotRef:
     try:
         vsc = custom.get_cluster_custom_object(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "volumesnapshotcontents", content_name)
     except ApiException as err:
-        raise _api_error(err, f"VolumeSnapshotContent {content_name}") from None
+        raise api_error(err, f"reading VolumeSnapshotContent {content_name}") from None
     cstatus = vsc.get("status") or {}
     ready = bool(status.get("readyToUse")) and bool(cstatus.get("readyToUse")) and bool(cstatus.get("snapshotHandle"))
     size = cstatus.get("restoreSize") or status.get("restoreSize")
@@ -163,7 +154,7 @@ def wait_snapshot_ready(api_client, namespace: str, name: str, timeout: float = 
                 if ref.ready:
                     break
         except ApiException as err:
-            raise _api_error(err, f"watching VolumeSnapshot {namespace}/{name}") from None
+            raise api_error(err, f"watching VolumeSnapshot {namespace}/{name}") from None
         finally:
             w.stop()
         ref = resolve_snapshot(api_client, namespace, name)

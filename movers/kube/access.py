@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from movers.kube.apply import _api_error, _call
+from movers.kube.apply import _call, api_error
 
 REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
@@ -89,7 +89,7 @@ def denied(api, checks: Iterable[Check | tuple]) -> list[str]:
         try:
             answer = _call(api, "POST", REVIEW_PATH, body=review_body(check))
         except ApiException as err:
-            raise _api_error(err, f"asking whether this identity may {check.describe()}") from None
+            raise api_error(err, f"asking whether this identity may {check.describe()}") from None
         line = refusal_line(check, (answer or {}).get("status") or {})
         if line:
             lines.append(line)

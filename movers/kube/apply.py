@@ -79,7 +79,9 @@ def api_message(err) -> str:
     return " ".join(str(message).split())
 
 
-def _api_error(err, what: str) -> MoverError:
+def api_error(err, what: str) -> MoverError:
+    """The one translation of a Kubernetes ApiException: 404 NotFoundError, 401/403 ForbiddenError (exit 6),
+    else KubeError (retriable for 429 and 5xx); the message is ``"<what>: <status> <the API's message>"``."""
     if err.status == 404:
         return NotFoundError(f"{what} not found")
     if err.status in (401, 403):
@@ -123,7 +125,7 @@ def get(api_client, kind: str, namespace: str | None, name: str, version: str = 
     try:
         return _call(api_client, "GET", _path(kind, version, namespace, name))
     except ApiException as err:
-        raise _api_error(err, f"{kind} {namespace + '/' if namespace else ''}{name}") from None
+        raise api_error(err, f"{kind} {namespace + '/' if namespace else ''}{name}") from None
 
 
 def find(api_client, kind: str, namespace: str | None, name: str, version: str = "v1") -> dict | None:
@@ -143,7 +145,7 @@ def list_objects(api_client, kind: str, namespace: str | None, label_selector: s
     try:
         return _call(api_client, "GET", _path(kind, version, namespace), query=query).get("items") or []
     except ApiException as err:
-        raise _api_error(err, f"listing {kind} in {namespace}") from None
+        raise api_error(err, f"listing {kind} in {namespace}") from None
 
 
 def create(api_client, manifest: Mapping[str, Any], run_label: str = RUN_LABEL) -> dict:
@@ -161,7 +163,7 @@ def create(api_client, manifest: Mapping[str, Any], run_label: str = RUN_LABEL) 
         return _call(api_client, "POST", _path(kind, version, namespace), body=dict(manifest))
     except ApiException as err:
         if err.status != 409:
-            raise _api_error(err, f"creating {what}") from None
+            raise api_error(err, f"creating {what}") from None
     existing = get(api_client, kind, namespace, meta["name"], version)
     mine = (meta.get("labels") or {}).get(run_label)
     theirs = ((existing.get("metadata") or {}).get("labels") or {}).get(run_label)
@@ -178,7 +180,7 @@ def served_group_snapshot_version(api_client) -> str | None:
     try:
         groups = client.ApisApi(api_client).get_api_versions().groups or []
     except ApiException as err:
-        raise _api_error(err, "listing the served API groups") from None
+        raise api_error(err, "listing the served API groups") from None
     for group in groups:
         if group.name == GROUP_SNAPSHOT_GROUP:
             served = {v.version for v in group.versions or []}
@@ -201,7 +203,7 @@ def patch_labels(api_client, kind: str, namespace: str | None, name: str, labels
             content_type="application/merge-patch+json",
         )
     except ApiException as err:
-        raise _api_error(err, f"patching the labels of {kind} {namespace + '/' if namespace else ''}{name}") from None
+        raise api_error(err, f"patching the labels of {kind} {namespace + '/' if namespace else ''}{name}") from None
 
 
 def merge_patch(api_client, kind: str, namespace: str | None, name: str, body: Mapping[str, Any],
@@ -213,7 +215,7 @@ def merge_patch(api_client, kind: str, namespace: str | None, name: str, body: M
         return _call(api_client, "PATCH", _path(kind, version, namespace, name), body=dict(body),
                      content_type="application/merge-patch+json")  # fmt: skip
     except ApiException as err:
-        raise _api_error(err, f"patching {kind} {namespace + '/' if namespace else ''}{name}") from None
+        raise api_error(err, f"patching {kind} {namespace + '/' if namespace else ''}{name}") from None
 
 
 def delete(api_client, kind: str, namespace: str | None, name: str, version: str | None = None) -> None:
@@ -224,7 +226,7 @@ def delete(api_client, kind: str, namespace: str | None, name: str, version: str
         _call(api_client, "DELETE", _path(kind, version or _default_version(api_client, kind), namespace, name))
     except ApiException as err:
         if err.status != 404:
-            raise _api_error(err, f"deleting {kind} {namespace + '/' if namespace else ''}{name}") from None
+            raise api_error(err, f"deleting {kind} {namespace + '/' if namespace else ''}{name}") from None
 
 
 def delete_and_wait(api_client, kind: str, namespace: str | None, name: str, timeout: float = 60.0,
@@ -237,7 +239,7 @@ def delete_and_wait(api_client, kind: str, namespace: str | None, name: str, tim
     except ApiException as err:
         if err.status == 404:
             return False
-        raise _api_error(err, f"deleting {kind} {namespace + '/' if namespace else ''}{name}") from None
+        raise api_error(err, f"deleting {kind} {namespace + '/' if namespace else ''}{name}") from None
     deadline = time.monotonic() + timeout
     while find(api_client, kind, namespace, name, version) is not None:
         if time.monotonic() >= deadline:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from movers.kube.apply import KubeError, _api_error, _call, _path, list_objects, served_group_snapshot_version
+from movers.kube.apply import KubeError, _call, _path, api_error, list_objects, served_group_snapshot_version
 from movers.kube.snapshots import group_members
 
 CLEANUP_ORDER = ("Pod", "PersistentVolumeClaim", "VolumeGroupSnapshot", "VolumeSnapshot")
@@ -38,7 +38,7 @@ def delete_by_label(api_client, namespace: str, label_selector: str, wait: bool 
                 _call(api_client, "DELETE", _path(kind, version, namespace, obj_name))
             except ApiException as err:
                 if err.status != 404:
-                    raise _api_error(err, f"deleting {kind} {namespace}/{obj_name}") from None
+                    raise api_error(err, f"deleting {kind} {namespace}/{obj_name}") from None
             deleted.setdefault(kind, []).append(obj_name)
     if wait:
         deadline = time.monotonic() + timeout

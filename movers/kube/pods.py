@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from movers import errors
-from movers.kube.apply import KubeError, _api_error, create, get, list_objects
+from movers.kube.apply import KubeError, api_error, create, get, list_objects
 
 
 class PodTimeoutError(KubeError):
@@ -116,7 +116,7 @@ def run_pod_to_completion(api_client, pod: Mapping[str, Any], timeout: float,
                 w.stop()
             current = core.read_namespaced_pod(name, namespace)
     except ApiException as err:
-        raise _api_error(err, f"pod {namespace}/{name}") from None
+        raise api_error(err, f"pod {namespace}/{name}") from None
     finally:
         done.set()
     follower.join(timeout=5)

@@ -20,9 +20,9 @@ from movers.errors import NotFoundError
 from movers.kube.apply import (
     KubeError,
     SnapshotNotReadyError,
-    _api_error,
     _call,
     _path,
+    api_error,
     get,
     list_objects,
     served_group_snapshot_version,
@@ -132,4 +132,4 @@ def patch_content_annotation(api_client, content: str, annotations: Mapping[str,
         return _call(api_client, "PATCH", _path("VolumeSnapshotContent", "v1", None, content), body=body,
                      content_type="application/merge-patch+json")  # fmt: skip
     except ApiException as err:
-        raise _api_error(err, f"patching VolumeSnapshotContent {content}") from None
+        raise api_error(err, f"patching VolumeSnapshotContent {content}") from None
