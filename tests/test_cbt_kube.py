@@ -182,7 +182,7 @@ def test_a_refused_kubernetes_call_is_exit_code_6_with_the_apis_message(cluster,
     args = ["--kube", "--kubeconfig", bad, "--namespace", NS, "--snapshot", "snap-1", "--service-account", "backup/m"]
     proc = cli(kube, "extents", *args, check=6)
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("cbt-mover: error: reading VolumeSnapshot apps/snap-1: 401 "), line
+    assert line.startswith("cbt-mover: error: VolumeSnapshot apps/snap-1: 401 "), line
     assert "revoked-token" not in proc.stderr
 
 

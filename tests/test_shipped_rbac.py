@@ -37,15 +37,7 @@ FLOW_MODULES = {
     "test_flow_windows.py",
 }
 # (role, apiGroup, resource, verb, resourceName) granted but used by no call of the flow suite, and why it stays
-UNUSED: dict[tuple[str, str, str, str, str | None], str] = {
-    ("mover-namespace", "snapshot.storage.k8s.io", "volumesnapshots", "list", None): (
-        "a mover given a snapshot not ready yet watches it (movers.cbt.discovery.wait_snapshot_ready, e.g. the"
-        " CLI's --kube); the flow starts movers on ready snapshots only"
-    ),
-    ("mover-namespace", "snapshot.storage.k8s.io", "volumesnapshots", "watch", None): (
-        "the same watch (a list with watch=true needs both verbs)"
-    ),
-}
+UNUSED: dict[tuple[str, str, str, str, str | None], str] = {}
 # granted to every authenticated user by the bootstrap policy (system:basic-user, system:discovery)
 BOOTSTRAP = [
     {

@@ -8,9 +8,8 @@
 * ``resolve_snapshot(api, namespace, name)``: VolumeSnapshot -> VolumeSnapshotContent ->
   driver, ``status.snapshotHandle`` (the base of the next delta), restore size, group, and the
   source volume's CSI handle (``spec.source.volumeHandle``; None for a pre-provisioned content).
-* ``wait_snapshot_ready(api, namespace, name, timeout)``: watches until the snapshot and its
-  content are ready with a handle (the sidecar answers UNAVAILABLE before that), or raises
-  with the controller's error message.
+* ``wait_snapshot_ready(api, namespace, name, timeout)``: until the snapshot and its content are ready
+  with a handle (the sidecar answers UNAVAILABLE before that), or raises with the controller's error.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-import time
 from dataclasses import dataclass
 
 from movers.errors import CbtUnavailableError, MoverError, UsageError
@@ -133,31 +131,16 @@ def resolve_snapshot(api_client, namespace: str, name: str) -> SnapshotRef:
 
 
 def wait_snapshot_ready(api_client, namespace: str, name: str, timeout: float = 300.0) -> SnapshotRef:
-    """Wait until the VolumeSnapshot and its content are ready with a snapshot handle."""
-    from kubernetes import watch
-    from kubernetes.client.exceptions import ApiException
+    """Wait until the VolumeSnapshot is readyToUse (``movers.kube.snapshots.wait_snapshot_ready``, the one
+    waiter: ``SnapshotNotReadyError`` with the controller's error after ``timeout``) and resolve it; a ready
+    snapshot whose content has no handle yet is a ``MoverError``."""
+    from movers.kube.snapshots import wait_snapshot_ready as wait
 
-    deadline = time.monotonic() + timeout
+    wait(api_client, "VolumeSnapshot", namespace, name, timeout)
     ref = resolve_snapshot(api_client, namespace, name)
-    while not ref.ready:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            why = f": {ref.error}" if ref.error else ""
-            raise MoverError(f"VolumeSnapshot {namespace}/{name} not ready after {timeout:.0f} s{why}")
-        w = watch.Watch()
-        try:
-            for _event in w.stream(
-                _custom(api_client).list_namespaced_custom_object, SNAPSHOT_GROUP, SNAPSHOT_VERSION, namespace,
-                "volumesnapshots", field_selector=f"metadata.name={name}", timeout_seconds=max(1, int(min(left, 30))),
-            ):  # fmt: skip
-                ref = resolve_snapshot(api_client, namespace, name)
-                if ref.ready:
-                    break
-        except ApiException as err:
-            raise api_error(err, f"watching VolumeSnapshot {namespace}/{name}") from None
-        finally:
-            w.stop()
-        ref = resolve_snapshot(api_client, namespace, name)
+    if not ref.ready:
+        why = f": {ref.error}" if ref.error else ""
+        raise MoverError(f"VolumeSnapshot {namespace}/{name} is ready but its content has no snapshot handle{why}")
     return ref
 
 
