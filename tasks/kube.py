@@ -32,8 +32,11 @@ Member = dict[str, Any]
 KEPT_LABEL = snapshotset.KEPT_LABEL
 
 
-# one client per kubeconfig for the tasks of a flow run (movers.kube.client builds it)
-api_client = functools.lru_cache(maxsize=8)(client.api_client)
+@functools.lru_cache(maxsize=8)
+def api_client(kubeconfig: str | None = None):
+    """One client per kubeconfig for the tasks of a flow run (``movers.kube.client.api_client`` builds it; a
+    def of this module, not a wrapped alias: a served flow is pickled by reference)."""
+    return client.api_client(kubeconfig)
 
 
 @task(name="check-permissions")
