@@ -22,6 +22,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # Re-resolve the lock after changing dependencies in pyproject.toml.
 lock: $(STAMP)
