@@ -16,11 +16,8 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
-from movers.errors import NotFoundError
-from movers.kube import apply as k
-from movers.kube import cleanup, client, pods, preflight, snapshots, snapshotset
+from movers.kube import backup, cleanup, client, preflight, snapshotset
 from movers.kube import manifests as m
-from movers.kube.names import derived_name
 from tasks import retry_if_retriable
 
 # a member of the snapshot set as plain data (snapshotset.member: pvc, snapshot, content, handle, driver,
@@ -124,87 +121,21 @@ class ProgressArtifact:
 def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Member, plan: dict[str, Any],
                 mover: dict[str, Any], repo_secret: str, timeout: float = 3600.0,
                 start_timeout: float = 300.0) -> dict[str, Any]:  # fmt: skip
-    """A Block PVC from the member's snapshot and a mover pod backing it up; the pod's result JSON.
-
-    ``plan``: ``{"change_source", "base_handle", "audience", "why", "max_results"}`` (tasks.repo.plan_member).
-    The claim and the pod are named ``names.derived_name(run_id, pvc)``; the pod takes the policy's node
-    selector, tolerations and affinity (``mover``). The pod must be scheduled, its claim bound with it, within
-    ``start_timeout`` s (policy ``timeouts.pvc_bound``; ``pods.PodNotScheduled`` names the scheduler's or the
-    provisioner's last Warning), and finish within ``timeout`` s (``timeouts.mover``). A failed pod is one
-    line (its log tail is logged).
-    """
+    """``movers.kube.backup.move_volume`` of one member (``timeout``: policy ``timeouts.mover``,
+    ``start_timeout``: ``timeouts.pvc_bound``) with a progress artifact fed from the mover's log."""
     log = get_run_logger()
-    api = api_client(kubeconfig)
     pvc = member["pvc"]
-    labels = m.run_labels(run_id, app=member.get("app"), **{"cbt-mover.io/pvc": m.label_value(pvc)})
-    if member.get("source_volume_mode") == "Filesystem":
-        snapshots.patch_content_annotation(api, member["content"])
-    read_pvc = derived_name(run_id, pvc)  # the claim and the pod: valid and distinct whatever the PVC's name
-    # the source claim's class (the cluster default may belong to another driver, which cannot restore this
-    # snapshot), sized from restoreSize or, when the driver leaves it out, the source claim's capacity
-    size = m.reader_claim_size(member["restore_size"], member.get("size"))
-    claim = m.pvc_from_snapshot(read_pvc, namespace, member["snapshot"], size, member.get("storage_class"), labels)
-    k.create(api, claim)
-    args = m.backup_args(volume=f"{namespace}/{pvc}", namespace=namespace, snapshot=member["snapshot"], pvc=pvc,
-                         repo=member.get("repo"), base_handle=plan.get("base_handle"),
-                         scan=plan["change_source"] == "scan", snapshot_handle=member.get("handle"),
-                         group_snapshot=member.get("group_snapshot"),
-                         storage_class=member.get("storage_class"), volume_mode=member.get("volume_mode"),
-                         tags=member.get("tags"), run_pvcs=member.get("run_pvcs"), pvc_labels=member.get("labels"),
-                         cbt_max_results=plan.get("max_results"),
-                         **(member.get("identity") or {}),
-                         extra=["--progress-interval", f"{mover.get('progress_interval', 1.0):g}"])  # fmt: skip
-    pod = m.mover_pod(
-        read_pvc,
-        namespace,
-        image=mover["image"],
-        args=args,
-        pvc=read_pvc,
-        service_account=mover["service_account"],
-        repo_secret=repo_secret,
-        cbt_audience=plan.get("audience"),
-        resources=mover.get("resources"),
-        labels=labels,
-        node_selector=mover.get("node_selector"),
-        tolerations=mover.get("tolerations"),
-        affinity=mover.get("affinity"),
-        active_deadline_seconds=int(timeout),
-    )
     progress = ProgressArtifact(progress_key(namespace, pvc), f"backup of {namespace}/{pvc} ({run_id})")
 
     def on_log_line(line: str) -> None:
         log.debug("%s: %s", pvc, line)
         progress.on_line(line)
 
-    _clear_finished_pod(api, namespace, read_pvc)  # an earlier attempt's pod, so that a retry runs anew
-    try:
-        k.create(api, pod)
-        pods.wait_scheduled(api, namespace, read_pvc, read_pvc, min(start_timeout, timeout), what="mover pod")
-        res = pods.run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
-    except NotFoundError:
-        raise MoverPodFailed(f"mover pod {namespace}/{read_pvc} disappeared while running (deleted or evicted)",
-                             None) from None  # fmt: skip
-    if not res.succeeded or not res.result:
-        log.error("mover pod %s/%s: the last lines of its log:\n%s", namespace, read_pvc, "\n".join(res.log_tail))
-        why = " ".join(res.message.split()) or "no message"
-        raise MoverPodFailed(
-            f"mover pod {namespace}/{read_pvc} for {pvc} failed (exit {res.exit_code}): {why}", res.exit_code
-        )
+    result = backup.move_volume(api_client(kubeconfig), namespace, run_id, member, plan, mover, repo_secret,
+                                timeout=timeout, start_timeout=start_timeout, on_log_line=on_log_line,
+                                logger=log)  # fmt: skip
     progress.set(100.0)
-    return res.result
-
-
-class MoverPodFailed(pods.PodFailed):
-    """A backup's mover pod did not succeed (``pods.PodFailed``: its exit status and the retry rule)."""
-
-
-def _clear_finished_pod(api, namespace: str, name: str, timeout: float = 60.0) -> None:
-    """Delete pod ``name`` if it exists and has finished, and wait until it is gone."""
-    pod = k.find(api, "Pod", namespace, name)
-    if pod is None or (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-        return
-    get_run_logger().info("deleting the finished pod %s/%s of an earlier attempt", namespace, name)
-    k.delete_and_wait(api, "Pod", namespace, name, timeout)
+    return result
 
 
 @task(name="cleanup-run")

@@ -119,3 +119,25 @@ def test_cbt_max_results_reaches_the_cbt_movers_only():
     assert build_parser().parse_args(cbt).cbt_max_results == 512
     scan = backup_args(volume="ns/a", namespace="ns", snapshot="s", scan=True, cbt_max_results=512)
     assert "--cbt-max-results" not in scan
+
+
+def test_mover_objects_are_built_without_a_cluster():
+    """The backup's claim and mover pod of a member (movers.kube.backup): the source claim's class and size,
+    the plan's change source and page size, a CBT token only for CBT, the policy's placement."""
+    from movers.kube import manifests as m
+    from movers.kube.backup import mover_objects
+
+    member = {"pvc": "data", "snapshot": "snap", "restore_size": None, "size": "1Gi", "storage_class": "fast",
+              "handle": "h1", "app": "shop", "labels": {"app": "db"}}  # fmt: skip
+    mover = {"image": "cbt-mover", "service_account": "cbt-mover", "tolerations": [{"operator": "Exists"}]}
+    cbt = {"change_source": "cbt-delta", "base_handle": "h0", "audience": "aud", "max_results": 512}
+    claim, pod = mover_objects("ns", "run-1", member, cbt, mover, "cbt-mover-repo", 600)
+    assert (claim["spec"]["storageClassName"], claim["spec"]["resources"]["requests"]["storage"]) == ("fast", "1Gi")
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[args.index("--cbt-max-results") + 1] == "512" and args[args.index("--base-handle") + 1] == "h0"
+    assert any("projected" in v for v in pod["spec"]["volumes"]) and pod["spec"]["tolerations"] == mover["tolerations"]
+    assert pod["metadata"]["labels"][m.PVC_LABEL] == "data" and pod["spec"]["activeDeadlineSeconds"] == 600
+    _, scan_pod = mover_objects("ns", "run-1", member, {"change_source": "scan", "audience": None}, mover, "r", 600)
+    scan_args = scan_pod["spec"]["containers"][0]["args"]
+    assert "--scan" in scan_args and "--cbt-max-results" not in scan_args
+    assert not any("projected" in v for v in scan_pod["spec"]["volumes"])

@@ -189,9 +189,9 @@ def test_movers_and_writers_share_one_retry_rule():
     """A failed pod is retried unless its exit status is a mover exit code a new pod would meet again; the
     pod's status is ``pod_exit_code`` (``exit_code`` stays the error's own, as for every MoverError)."""
     from movers import errors
+    from movers.kube.backup import MoverPodFailed
     from movers.kube.pods import PodFailed
     from movers.kube.restore import WriterError
-    from tasks.kube import MoverPodFailed
 
     for cls in (WriterError, MoverPodFailed):
         assert [cls("m", code).retriable for code in (None, 1, 5, 137)] == [True] * 4, cls

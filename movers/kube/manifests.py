@@ -28,6 +28,7 @@ GROUP_SNAPSHOT_GROUP = "groupsnapshot.storage.k8s.io"
 GROUP_SNAPSHOT_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first (cbt-api-facts §5)
 LABEL_PREFIX = "cbt-mover.io/"  # the product's own labels (run, pvc, kept, ...)
 RUN_LABEL = LABEL_PREFIX + "run"
+PVC_LABEL = LABEL_PREFIX + "pvc"  # the claim (``label_value`` of its name) a run's object is for
 NAME_LABEL = "app.kubernetes.io/name"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 COMPONENT_LABEL = "app.kubernetes.io/component"

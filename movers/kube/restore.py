@@ -48,7 +48,7 @@ from movers.kube.pods import (
 )
 from movers.kube.volumes import default_storage_class, last_warning, rebind_volume
 
-PVC_LABEL = "cbt-mover.io/pvc"
+PVC_LABEL = m.PVC_LABEL
 DEFAULT_FS_TYPE = "ext4"  # external-provisioner's default for Filesystem volumes
 FS_TYPE_PARAMETERS = ("csi.storage.k8s.io/fstype", "fstype")  # StorageClass parameters (keys case-insensitive)
 PLACEMENT_WEIGHT = 100  # the writer's preference for the source volume's nodes (the maximum weight)

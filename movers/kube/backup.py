@@ -1,0 +1,119 @@
+"""The backup's per-volume cluster workflow (no Prefect): a Block claim from a member's snapshot and the
+mover pod that backs it up, as ``restore.py`` is the restore's.
+
+* ``mover_objects``: the reader claim and the mover pod of a member (pure: checked without a cluster);
+* ``move_volume``: creates them, waits for the pod to be scheduled (``timeouts.pvc_bound``) and to finish
+  (``timeouts.mover``); the mover's result JSON, or ``MoverPodFailed`` (one line; ``pods.PodFailed``'s
+  retry rule).
+
+A member is plain data (``tasks.kube.Member``: the snapshot set's member with the claim's class, size,
+mode, labels, PV identity, the run's claims, tags, app and repository); a plan is
+``tasks.repo.plan_member``'s (change source, base handle, CBT audience and page size); ``mover`` is the
+policy's ``mover`` section as data.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from movers.errors import NotFoundError
+from movers.kube import apply as k
+from movers.kube import manifests as m
+from movers.kube import pods, snapshots
+from movers.kube.names import derived_name
+
+
+class MoverPodFailed(pods.PodFailed):
+    """A backup's mover pod did not succeed (``pods.PodFailed``: its exit status and the retry rule)."""
+
+
+def mover_objects(namespace: str, run_id: str, member: Mapping[str, Any], plan: Mapping[str, Any],
+                  mover: Mapping[str, Any], repo_secret: str, timeout: float) -> tuple[dict, dict]:  # fmt: skip
+    """The claim the mover reads (from the member's snapshot, in the source claim's class: the cluster's
+    default may belong to another driver, which cannot restore it; sized from restoreSize or the source
+    claim's capacity) and the mover pod (the policy's placement, a projected CBT token when CBT is planned),
+    both named ``names.derived_name(run_id, pvc)``."""
+    pvc = member["pvc"]
+    name = derived_name(run_id, pvc)  # valid and distinct whatever the PVC's name
+    labels = m.run_labels(run_id, app=member.get("app"), **{m.PVC_LABEL: m.label_value(pvc)})
+    size = m.reader_claim_size(member["restore_size"], member.get("size"))
+    claim = m.pvc_from_snapshot(name, namespace, member["snapshot"], size, member.get("storage_class"), labels)
+    args = m.backup_args(volume=f"{namespace}/{pvc}", namespace=namespace, snapshot=member["snapshot"], pvc=pvc,
+                         repo=member.get("repo"), base_handle=plan.get("base_handle"),
+                         scan=plan["change_source"] == "scan", snapshot_handle=member.get("handle"),
+                         group_snapshot=member.get("group_snapshot"),
+                         storage_class=member.get("storage_class"), volume_mode=member.get("volume_mode"),
+                         tags=member.get("tags"), run_pvcs=member.get("run_pvcs"), pvc_labels=member.get("labels"),
+                         cbt_max_results=plan.get("max_results"),
+                         **(member.get("identity") or {}),
+                         extra=["--progress-interval", f"{mover.get('progress_interval', 1.0):g}"])  # fmt: skip
+    pod = m.mover_pod(
+        name,
+        namespace,
+        image=mover["image"],
+        args=args,
+        pvc=name,
+        service_account=mover["service_account"],
+        repo_secret=repo_secret,
+        cbt_audience=plan.get("audience"),
+        resources=mover.get("resources"),
+        labels=labels,
+        node_selector=mover.get("node_selector"),
+        tolerations=mover.get("tolerations"),
+        affinity=mover.get("affinity"),
+        active_deadline_seconds=int(timeout),
+    )
+    return claim, pod
+
+
+def move_volume(
+    api,
+    namespace: str,
+    run_id: str,
+    member: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    mover: Mapping[str, Any],
+    repo_secret: str,
+    *,
+    timeout: float = 3600.0,
+    start_timeout: float = 300.0,
+    on_log_line: Callable[[str], None] | None = None,
+    logger: logging.Logger | logging.LoggerAdapter | None = None,
+) -> dict[str, Any]:
+    """Back up one member: its claim and mover pod (``mover_objects``), the pod scheduled within
+    ``start_timeout`` s (``pods.PodNotScheduled`` names FailedScheduling) and finished within ``timeout`` s;
+    the mover's result JSON. A Filesystem source's snapshot content is first marked for a Block claim
+    (KEP-3141). A finished pod of an earlier attempt is deleted first, so that a retry runs anew. A failed
+    pod is ``MoverPodFailed`` (one line; its log tail goes to ``logger``)."""
+    log = logger or logging.getLogger(__name__)
+    if member.get("source_volume_mode") == "Filesystem":
+        snapshots.patch_content_annotation(api, member["content"])
+    claim, pod = mover_objects(namespace, run_id, member, plan, mover, repo_secret, timeout)
+    name = pod["metadata"]["name"]
+    k.create(api, claim)
+    _clear_finished_pod(api, namespace, name, log)
+    try:
+        k.create(api, pod)
+        pods.wait_scheduled(api, namespace, name, name, min(start_timeout, timeout), what="mover pod")
+        res = pods.run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
+    except NotFoundError:
+        raise MoverPodFailed(f"mover pod {namespace}/{name} disappeared while running (deleted or evicted)",
+                             None) from None  # fmt: skip
+    if not res.succeeded or not res.result:
+        log.error("mover pod %s/%s: the last lines of its log:\n%s", namespace, name, "\n".join(res.log_tail))
+        why = " ".join(res.message.split()) or "no message"
+        raise MoverPodFailed(
+            f"mover pod {namespace}/{name} for {member['pvc']} failed (exit {res.exit_code}): {why}", res.exit_code
+        )
+    return res.result
+
+
+def _clear_finished_pod(api, namespace: str, name: str, log, timeout: float = 60.0) -> None:
+    """Delete pod ``name`` if it exists and has finished, and wait until it is gone."""
+    pod = k.find(api, "Pod", namespace, name)
+    if pod is None or (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        return
+    log.info("deleting the finished pod %s/%s of an earlier attempt", namespace, name)
+    k.delete_and_wait(api, "Pod", namespace, name, timeout)
