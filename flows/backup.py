@@ -69,8 +69,9 @@ def resolve_policy(policy_path: str | None, **overrides: Any) -> BackupPolicy:
         elif key == "service_account":
             data.setdefault("mover", {})["service_account"] = value
         elif key == "selector":
-            data["pvc_selector"] = value if "matchLabels" in value or "matchExpressions" in value else {
-                "matchLabels": value}  # fmt: skip
+            data["pvc_selector"] = (
+                value if "matchLabels" in value or "matchExpressions" in value else {"matchLabels": value}
+            )
         else:
             data[key] = value
     data.setdefault("name", data.get("namespace", "app"))
@@ -143,8 +144,14 @@ def on_crashed(flow: Any, flow_run: Any, state: Any) -> None:
     _abandon_run(flow_run, "crashed")
 
 
-@flow(name="backup-app", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=8), log_prints=True,
-      on_cancellation=[on_cancellation], on_crashed=[on_crashed])  # fmt: skip
+@flow(
+    name="backup-app",
+    flow_run_name=_run_name,
+    task_runner=ThreadPoolTaskRunner(max_workers=8),
+    log_prints=True,
+    on_cancellation=[on_cancellation],
+    on_crashed=[on_crashed],
+)
 def backup_app(
     policy_path: str | None = None,
     namespace: str | None = None,
@@ -165,9 +172,17 @@ def backup_app(
     prunes the data). Emits ``cbt-mover.backup.completed`` or ``cbt-mover.backup.failed``.
     """
     log = get_run_logger()
-    policy = resolve_policy(policy_path, namespace=namespace, selector=selector, repo=repo, repo_secret=repo_secret,
-                            hooks=hooks, image=image, service_account=service_account,
-                            parallelism=parallelism)  # fmt: skip
+    policy = resolve_policy(
+        policy_path,
+        namespace=namespace,
+        selector=selector,
+        repo=repo,
+        repo_secret=repo_secret,
+        hooks=hooks,
+        image=image,
+        service_account=service_account,
+        parallelism=parallelism,
+    )
     ns, url = policy.namespace, policy.repository.url
     if not policy.repository.credentials_secret:
         raise ValueError("the mover pods need repository credentials: set repository.credentials_secret")
@@ -189,10 +204,12 @@ def backup_app(
                 raise
             log.error("run %s: cleanup after the failure failed too: %s", run_id, cleanup_err)  # not masking it
     expired = forget_backups_of(url, [r["volume"] for r in rows], policy) if forget_expired else None
-    create_table_artifact(key=f"backup-{policy.name}", table=report.display_rows(rows),
-                          description=f"backup of {ns} ({run_id}) to {url}")  # fmt: skip
-    create_markdown_artifact(key=f"backup-{policy.name}-restore",
-                             markdown=report.restore_markdown(run_id, ns, policy.name, url, rows))  # fmt: skip
+    create_table_artifact(
+        key=f"backup-{policy.name}", table=report.display_rows(rows), description=f"backup of {ns} ({run_id}) to {url}"
+    )
+    create_markdown_artifact(
+        key=f"backup-{policy.name}-restore", markdown=report.restore_markdown(run_id, ns, policy.name, url, rows)
+    )
     snapshots = {"path": snap["path"], "reason": snap["reason"], "fallback": snap["fallback"], "kind": snap["kind"]}
     summary = {
         "run_id": run_id,
@@ -206,10 +223,26 @@ def backup_app(
         "volumes": rows,
         "expired": expired,
     }
-    report.emit("completed", ns, policy.name, run_id, {k: v for k, v in summary.items() if k != "volumes"} | {
-        "volumes": {r["volume"]: {"mode": r["mode"], "backup_id": r["backup_id"], "read_bytes": r["read_bytes"],
-                                  "uploaded_bytes": r["uploaded_bytes"], "why": r["why"]} for r in rows}},
-        [r["volume"] for r in rows])  # fmt: skip
+    report.emit(
+        "completed",
+        ns,
+        policy.name,
+        run_id,
+        {k: v for k, v in summary.items() if k != "volumes"}
+        | {
+            "volumes": {
+                r["volume"]: {
+                    "mode": r["mode"],
+                    "backup_id": r["backup_id"],
+                    "read_bytes": r["read_bytes"],
+                    "uploaded_bytes": r["uploaded_bytes"],
+                    "why": r["why"],
+                }
+                for r in rows
+            }
+        },
+        [r["volume"] for r in rows],
+    )
     if snap["fallback"]:
         log.warning("backup %s: snapshots per PVC after a fallback: %s", run_id, snap["fallback"])
     log.info(
@@ -222,8 +255,9 @@ def backup_app(
     return summary
 
 
-def _snapshot_and_move(policy: BackupPolicy, run_id: str, kubeconfig: str | None
-                       ) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+def _snapshot_and_move(
+    policy: BackupPolicy, run_id: str, kubeconfig: str | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Preflight, plan the bases, snapshot under a bounded freeze, move every member (``parallelism`` at a
     time), keep the new base snapshots. Returns the snapshot set (with the path's reason) and one summary row
     per volume."""
@@ -313,8 +347,12 @@ def _members(
 def forget_backups_of(repo_url: str, volumes: list[str], policy: BackupPolicy) -> dict[str, Any] | None:
     """Expire ``volumes``' backups by the policy's retention (None when the policy keeps everything)."""
     r = policy.retention
-    rules = {"keep_last": r.keep_last, "keep_daily": r.keep_daily, "keep_weekly": r.keep_weekly,
-             "keep_monthly": r.keep_monthly}  # fmt: skip
+    rules = {
+        "keep_last": r.keep_last,
+        "keep_daily": r.keep_daily,
+        "keep_weekly": r.keep_weekly,
+        "keep_monthly": r.keep_monthly,
+    }
     rules = {key: n for key, n in rules.items() if n}
     if not rules:
         get_run_logger().info("retention: the policy keeps every backup")

@@ -47,8 +47,9 @@ def seconds(value: float | str) -> float:
     return grace
 
 
-def retention_groups(repo_url: str, volumes: list[str], policies: list[BackupPolicy],
-                     overrides: dict[str, int | None]) -> tuple[Groups, list[str]]:  # fmt: skip
+def retention_groups(
+    repo_url: str, volumes: list[str], policies: list[BackupPolicy], overrides: dict[str, int | None]
+) -> tuple[Groups, list[str]]:
     """``[(rules, volumes or None for all)]`` to forget with, and notes on what was left out (pure).
 
     Each policy's rules, with the non-None ``overrides`` replacing them, apply to the volumes of
@@ -63,8 +64,9 @@ def retention_groups(repo_url: str, volumes: list[str], policies: list[BackupPol
         if policy.repository.url.rstrip("/") != repo_url.rstrip("/"):
             notes.append(f"policy {policy.name}: its repository is {policy.repository.url}, not this one; skipped")
             continue
-        rules = {k: (overrides[k] if overrides.get(k) is not None else getattr(policy.retention, k)) or 0
-                 for k in RULES}  # fmt: skip
+        rules = {
+            k: (overrides[k] if overrides.get(k) is not None else getattr(policy.retention, k)) or 0 for k in RULES
+        }
         covered = [v for v in volumes if v.startswith(f"{policy.namespace}/")]
         if not covered:
             notes.append(f"policy {policy.name}: no backups of namespace {policy.namespace}")
@@ -103,9 +105,18 @@ def maintain_repo(
     """
     started = time.monotonic()
     try:
-        summary = _maintain(repo, policy_paths, dict(zip(RULES, (keep_last, keep_daily, keep_weekly, keep_monthly),
-                                                         strict=True)), prune, grace, verify, sample, seed, dry_run,
-                            lock_wait)  # fmt: skip
+        summary = _maintain(
+            repo,
+            policy_paths,
+            dict(zip(RULES, (keep_last, keep_daily, keep_weekly, keep_monthly), strict=True)),
+            prune,
+            grace,
+            verify,
+            sample,
+            seed,
+            dry_run,
+            lock_wait,
+        )
     except BaseException as err:
         report.emit("failed", repo, {"repository": report.public_url(repo), "error": str(err)[:1000]})
         raise
@@ -118,9 +129,18 @@ def maintain_repo(
     return summary
 
 
-def _maintain(repo: str, policy_paths: list[str] | None, overrides: dict[str, int | None], prune: bool,
-              grace: float | str, verify: str, sample: float, seed: int | None, dry_run: bool,
-              lock_wait: float) -> dict[str, Any]:  # fmt: skip
+def _maintain(
+    repo: str,
+    policy_paths: list[str] | None,
+    overrides: dict[str, int | None],
+    prune: bool,
+    grace: float | str,
+    verify: str,
+    sample: float,
+    seed: int | None,
+    dry_run: bool,
+    lock_wait: float,
+) -> dict[str, Any]:
     log, public = get_run_logger(), report.public_url(repo)
     grace_s = seconds(grace)
     if not 0 <= sample <= 1:
@@ -135,29 +155,58 @@ def _maintain(repo: str, policy_paths: list[str] | None, overrides: dict[str, in
         log.info("retention: %s", note)
     results = [(rules, forget_backups(repo, vols, dry_run=dry_run, **rules)) for rules, vols in groups]
     rows = report.retention_rows(results)
-    create_table_artifact(key=report.artifact_key(repo, "retention"), table=rows or [{"note": "; ".join(notes)}],
-                          description=f"retention of {public}" + " (dry run)" * dry_run)  # fmt: skip
+    create_table_artifact(
+        key=report.artifact_key(repo, "retention"),
+        table=rows or [{"note": "; ".join(notes)}],
+        description=f"retention of {public}" + " (dry run)" * dry_run,
+    )
     forgotten = sum(len(r["deleted"]) for _rules, r in results)
 
     pruned = None
     if prune:
         would_forget = [key for _rules, r in results for key in r["deleted"]] if dry_run else None
         pruned = prune_repo(repo, grace_s, dry_run, lock_wait, would_forget)
-        create_table_artifact(key=report.artifact_key(repo, "prune"), table=report.prune_rows(pruned),
-                              description=f"prune of {public} (grace {grace_s:.0f} s)")  # fmt: skip
+        create_table_artifact(
+            key=report.artifact_key(repo, "prune"),
+            table=report.prune_rows(pruned),
+            description=f"prune of {public} (grace {grace_s:.0f} s)",
+        )
     checked = None
     if verify != "off":
         checked = verify_repo(repo, verify, sample, seed)
-        create_markdown_artifact(key=report.artifact_key(repo, "verify"), description="verify of " + public,
-                                 markdown=report.verify_markdown(repo, checked))  # fmt: skip
+        create_markdown_artifact(
+            key=report.artifact_key(repo, "verify"),
+            description="verify of " + public,
+            markdown=report.verify_markdown(repo, checked),
+        )
     return {
-        "repository": public, "dry_run": dry_run, "notes": notes,
-        "forgotten": forgotten, "kept": sum(r["action"] == "keep" for r in rows),
-        "prune": None if pruned is None else {k: pruned.get(k) for k in (
-            "skipped", "packs_deleted", "map_objects_deleted", "bytes_deleted", "packs_in_grace", "dead_bytes",
-            "duration_s")},
-        "verify": None if checked is None else {
-            **{k: checked[k] for k in ("ok", "mode", "sample", "seed", "backups_checked", "packs_read",
-                                       "fetched_bytes")},
-            **{k: checked[k][:SHOWN] for k in ("errors", "damage", "warnings")}, "damaged": len(checked["damage"])},
-    }  # fmt: skip
+        "repository": public,
+        "dry_run": dry_run,
+        "notes": notes,
+        "forgotten": forgotten,
+        "kept": sum(r["action"] == "keep" for r in rows),
+        "prune": None
+        if pruned is None
+        else {
+            k: pruned.get(k)
+            for k in (
+                "skipped",
+                "packs_deleted",
+                "map_objects_deleted",
+                "bytes_deleted",
+                "packs_in_grace",
+                "dead_bytes",
+                "duration_s",
+            )
+        },
+        "verify": None
+        if checked is None
+        else {
+            **{
+                k: checked[k]
+                for k in ("ok", "mode", "sample", "seed", "backups_checked", "packs_read", "fetched_bytes")
+            },
+            **{k: checked[k][:SHOWN] for k in ("errors", "damage", "warnings")},
+            "damaged": len(checked["damage"]),
+        },
+    }

@@ -44,8 +44,9 @@ def local_job_template() -> dict[str, Any]:
     return ProcessWorker.get_default_base_job_template()
 
 
-def k8s_job_template(image: str | None = None, namespace: str | None = None,
-                     path: Path = JOB_TEMPLATE) -> dict[str, Any]:  # fmt: skip
+def k8s_job_template(
+    image: str | None = None, namespace: str | None = None, path: Path = JOB_TEMPLATE
+) -> dict[str, Any]:
     """``configs/k8s-job-template.json`` with the defaults of its ``image`` / ``namespace`` variables
     replaced where given (deployments and runs can still override them)."""
     try:
@@ -61,17 +62,30 @@ def k8s_job_template(image: str | None = None, namespace: str | None = None,
     return template
 
 
-def wanted_pools(image: str | None = None, namespace: str | None = None,
-                 only: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def wanted_pools(
+    image: str | None = None, namespace: str | None = None, only: str | None = None
+) -> list[dict[str, Any]]:
     """The pools to ensure as ``{"name", "type", "base_job_template", "description"}``; ``only``:
     ``"local"``, ``"k8s"`` or None (both)."""
     pools = []
     if only in (None, "local"):
-        pools.append({"name": LOCAL_POOL, "type": "process", "base_job_template": local_job_template(),
-                      "description": LOCAL_DESCRIPTION})  # fmt: skip
+        pools.append(
+            {
+                "name": LOCAL_POOL,
+                "type": "process",
+                "base_job_template": local_job_template(),
+                "description": LOCAL_DESCRIPTION,
+            }
+        )
     if only in (None, "k8s"):
-        pools.append({"name": K8S_POOL, "type": "kubernetes", "base_job_template": k8s_job_template(image, namespace),
-                      "description": K8S_DESCRIPTION})  # fmt: skip
+        pools.append(
+            {
+                "name": K8S_POOL,
+                "type": "kubernetes",
+                "base_job_template": k8s_job_template(image, namespace),
+                "description": K8S_DESCRIPTION,
+            }
+        )
     return pools
 
 
@@ -85,16 +99,22 @@ def ensure_pool(client: Any, name: str, type: str, base_job_template: dict[str, 
     try:
         pool = client.read_work_pool(name)
     except ObjectNotFound:
-        client.create_work_pool(WorkPoolCreate(name=name, type=type, base_job_template=copy.deepcopy(base_job_template),
-                                               description=description))  # fmt: skip
+        client.create_work_pool(
+            WorkPoolCreate(
+                name=name, type=type, base_job_template=copy.deepcopy(base_job_template), description=description
+            )
+        )
         return "created"
     if pool.type != type:
-        raise PoolError(f"work pool {name!r} exists with type {pool.type!r}, not {type!r}; Prefect cannot change a "
-                        f"pool's type: delete it (prefect work-pool delete {name}) or use another name")  # fmt: skip
+        raise PoolError(
+            f"work pool {name!r} exists with type {pool.type!r}, not {type!r}; Prefect cannot change a "
+            f"pool's type: delete it (prefect work-pool delete {name}) or use another name"
+        )
     if pool.base_job_template == base_job_template and (pool.description or "") == description:
         return "unchanged"
-    client.update_work_pool(name, WorkPoolUpdate(base_job_template=copy.deepcopy(base_job_template),
-                                                 description=description))  # fmt: skip
+    client.update_work_pool(
+        name, WorkPoolUpdate(base_job_template=copy.deepcopy(base_job_template), description=description)
+    )
     return "updated"
 
 
@@ -119,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
 
     api = PREFECT_API_URL.value()
     if not api:
-        print("error: PREFECT_API_URL is not set: pools belong to a running Prefect server (`make ui` starts one "
-              "and prints the URL)", file=sys.stderr)  # fmt: skip
+        print(
+            "error: PREFECT_API_URL is not set: pools belong to a running Prefect server (`make ui` starts one "
+            "and prints the URL)",
+            file=sys.stderr,
+        )
         return 2
     try:
         results = ensure_pools(args.image, args.namespace, args.only)

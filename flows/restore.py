@@ -69,8 +69,11 @@ def run_id_for(flow_run_id: Any) -> str:
 
 
 def _emit(event: str, namespace: str, pvc: str, payload: dict[str, Any]) -> None:
-    events.emit(event, {"prefect.resource.id": f"cbt-mover.volume.{namespace}/{pvc}",
-                        "prefect.resource.name": f"{namespace}/{pvc}"}, payload)  # fmt: skip
+    events.emit(
+        event,
+        {"prefect.resource.id": f"cbt-mover.volume.{namespace}/{pvc}", "prefect.resource.name": f"{namespace}/{pvc}"},
+        payload,
+    )
 
 
 def _abandon_run(flow_run_: Any, why: str) -> None:
@@ -102,8 +105,9 @@ def on_crashed(flow: Any, flow_run: Any, state: Any) -> None:
     _abandon_run(flow_run, "crashed")
 
 
-def check_parameters(namespace: str, pvcs: list[str] | None, backup: str, target: str, parallelism: int,
-                     timeout: float) -> None:  # fmt: skip
+def check_parameters(
+    namespace: str, pvcs: list[str] | None, backup: str, target: str, parallelism: int, timeout: float
+) -> None:
     """``UsageError`` for parameters that cannot work (before anything is read or created)."""
     for what, value in (("namespace", namespace), ("target_namespace", target)):
         if not isinstance(value, str) or not _LABEL.match(value):
@@ -117,8 +121,14 @@ def check_parameters(namespace: str, pvcs: list[str] | None, backup: str, target
         raise UsageError("parallelism must be at least 1 and timeout positive")
 
 
-@flow(name="restore-app", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=8), log_prints=True,
-      on_cancellation=[on_cancellation], on_crashed=[on_crashed])  # fmt: skip
+@flow(
+    name="restore-app",
+    flow_run_name=_run_name,
+    task_runner=ThreadPoolTaskRunner(max_workers=8),
+    log_prints=True,
+    on_cancellation=[on_cancellation],
+    on_crashed=[on_crashed],
+)
 def restore_app(
     repo: str,
     namespace: str,
@@ -173,14 +183,21 @@ def restore_app(
             affinity=affinity,
         )
         selected = select_backups(repo, namespace, pvcs, backup, allow_partial)
-        options = {"storage_class": storage_class, "overwrite": overwrite, "hand_over": hand_over,
-                   "repo_secret": repo_secret, "service_account": mover["service_account"]}  # fmt: skip
+        options = {
+            "storage_class": storage_class,
+            "overwrite": overwrite,
+            "hand_over": hand_over,
+            "repo_secret": repo_secret,
+            "service_account": mover["service_account"],
+        }
         targets = plan_restore(kubeconfig, target, selected["volumes"], run_id, options)
         log.info("run %s: restoring %s of %s into %s", run_id, selected["how"], namespace, target)
         written: list[dict[str, Any]] = []
         for start in range(0, len(targets), parallelism):
-            wave = [write_volume.submit(kubeconfig, target, run_id, t, mover, repo_secret, timeout)
-                    for t in targets[start : start + parallelism]]  # fmt: skip
+            wave = [
+                write_volume.submit(kubeconfig, target, run_id, t, mover, repo_secret, timeout)
+                for t in targets[start : start + parallelism]
+            ]
             wait(wave)  # all of the wave has ended before a failure triggers the cleanup
             written += [f.result() for f in wave]
         finished = [finish_volume(kubeconfig, target, run_id, t) for t in targets]
@@ -218,30 +235,64 @@ def restore_app(
 def _row(target: dict[str, Any], written: dict[str, Any], finished: dict[str, Any]) -> dict[str, Any]:
     seconds = written.get("duration_s") or 0.0
     readback = written.get("readback") or {}
-    return {"pvc": target["pvc"], "volume": target["volume"], "backup_id": target["backup_id"],
-            "volume_mode": target["volume_mode"], "storage_class": target["storage_class"], "pv": finished["pv"],
-            "replaced": finished["replaced"], "written_bytes": written.get("written_bytes"),
-            "capacity_bytes": written.get("capacity_bytes"), "duration_s": seconds,
-            "mib_per_s": round(written.get("written_bytes", 0) / seconds / (1 << 20), 1) if seconds else None,
-            "readback_s": readback.get("duration_s"), "wall_s": written.get("wall_s"),
-            "fs_type": finished.get("fs_type"), "node_affinity": finished.get("node_affinity"),
-            "notes": [*target.get("notes", ()), *finished.get("notes", ())]}  # fmt: skip
+    return {
+        "pvc": target["pvc"],
+        "volume": target["volume"],
+        "backup_id": target["backup_id"],
+        "volume_mode": target["volume_mode"],
+        "storage_class": target["storage_class"],
+        "pv": finished["pv"],
+        "replaced": finished["replaced"],
+        "written_bytes": written.get("written_bytes"),
+        "capacity_bytes": written.get("capacity_bytes"),
+        "duration_s": seconds,
+        "mib_per_s": round(written.get("written_bytes", 0) / seconds / (1 << 20), 1) if seconds else None,
+        "readback_s": readback.get("duration_s"),
+        "wall_s": written.get("wall_s"),
+        "fs_type": finished.get("fs_type"),
+        "node_affinity": finished.get("node_affinity"),
+        "notes": [*target.get("notes", ()), *finished.get("notes", ())],
+    }
 
 
 def _report(
     namespace: str, target: str, run_id: str, repo: str, selected: dict[str, Any], rows: list[dict[str, Any]]
 ) -> None:
-    create_table_artifact(key=f"restore-{target}", table=[
-        {k: r[k] for k in ("pvc", "volume", "backup_id", "written_bytes", "duration_s", "mib_per_s", "readback_s",
-                           "volume_mode", "replaced")} for r in rows],
-        description=f"restore {run_id} of {namespace} into {target} from {repo}")  # fmt: skip
+    create_table_artifact(
+        key=f"restore-{target}",
+        table=[
+            {
+                k: r[k]
+                for k in (
+                    "pvc",
+                    "volume",
+                    "backup_id",
+                    "written_bytes",
+                    "duration_s",
+                    "mib_per_s",
+                    "readback_s",
+                    "volume_mode",
+                    "replaced",
+                )
+            }
+            for r in rows
+        ],
+        description=f"restore {run_id} of {namespace} into {target} from {repo}",
+    )
     lines = "\n".join(
         f"- `{target}/{r['pvc']}` ({r['volume_mode']}, class `{r['storage_class']}`, PV `{r['pv']}`"
         f"{', replaced the existing claim' if r['replaced'] else ''}): backup `{r['backup_id']}` of `{r['volume']}`,"
         f" {r['written_bytes']} bytes written in {r['duration_s']} s, read back identical"
-        + "".join(f"\n  - note: {n}" for n in r["notes"]) for r in rows)  # fmt: skip
+        + "".join(f"\n  - note: {n}" for n in r["notes"])
+        for r in rows
+    )
     notes = "".join(f"- {n}\n" for n in selected["notes"])
-    create_markdown_artifact(key=f"restore-{target}-report", markdown=(
-        f"# Restore {run_id}\n\nFrom `{repo}`, {selected['how']}, namespace `{namespace}` into `{target}`:\n\n"
-        + (f"{notes}\n" if notes else "") + f"{lines}\n\n"
-        "Each claim is annotated `cbt-mover.io/restored-from=<volume>@<backup id>`.\n"))  # fmt: skip
+    create_markdown_artifact(
+        key=f"restore-{target}-report",
+        markdown=(
+            f"# Restore {run_id}\n\nFrom `{repo}`, {selected['how']}, namespace `{namespace}` into `{target}`:\n\n"
+            + (f"{notes}\n" if notes else "")
+            + f"{lines}\n\n"
+            "Each claim is annotated `cbt-mover.io/restored-from=<volume>@<backup id>`.\n"
+        ),
+    )

@@ -56,11 +56,19 @@ def _cbt_options(args: argparse.Namespace):
     from movers.cbt.source import CbtOptions
 
     return CbtOptions(
-        namespace=args.namespace, snapshot=args.snapshot, base_handle=args.base_handle, address=args.cbt_address,
-        ca_file=args.cbt_ca_file, token_file=args.cbt_token_file, audience=args.cbt_audience,
-        service_account=args.service_account, max_results=args.cbt_max_results, kube=args.kube,
-        kubeconfig=args.kubeconfig, wait_timeout=args.snapshot_wait,
-    )  # fmt: skip
+        namespace=args.namespace,
+        snapshot=args.snapshot,
+        base_handle=args.base_handle,
+        address=args.cbt_address,
+        ca_file=args.cbt_ca_file,
+        token_file=args.cbt_token_file,
+        audience=args.cbt_audience,
+        service_account=args.service_account,
+        max_results=args.cbt_max_results,
+        kube=args.kube,
+        kubeconfig=args.kubeconfig,
+        wait_timeout=args.snapshot_wait,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,8 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--extents", help="JSON lines of changed extents {offset, length}; - for stdin")
     src.add_argument("--scan", action="store_true", help="read the whole device, store what the repo lacks")
     p.add_argument("--full", action="store_true", help="do not build on the latest backup")
-    p.add_argument("--cbt-fallback", choices=("scan", "fail"), default="scan",
-                   help="when CBT is unavailable: scan the device (default) or fail with exit code 9")  # fmt: skip
+    p.add_argument(
+        "--cbt-fallback",
+        choices=("scan", "fail"),
+        default="scan",
+        help="when CBT is unavailable: scan the device (default) or fail with exit code 9",
+    )
     _add_cbt(p, with_snapshot=False)
     p.add_argument("--zstd-level", type=int, default=3)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2)
@@ -117,8 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     ident.add_argument("--group-snapshot-handle")
     ident.add_argument("--storage-class", help="the PVC's storage class (what a restore provisions)")
     ident.add_argument("--volume-mode", choices=("Block", "Filesystem"), help="the PVC's volume mode")
-    ident.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
-                       help="a tag recorded in the manifest (repeatable), e.g. cbt-mover.io/run=RUN_ID")  # fmt: skip
+    ident.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a tag recorded in the manifest (repeatable), e.g. cbt-mover.io/run=RUN_ID",
+    )
 
     p = sub.add_parser("extents", help="list the allocated or changed extents of a snapshot (JSON lines)")
     p.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
@@ -146,8 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--volume")
     p.add_argument("--backup", help="backup id or latest (needs --volume)")
     p.add_argument("--workers", type=int, default=4)
-    p.add_argument("--sample", type=float, metavar="FRACTION",
-                   help="check every map, read about FRACTION (0..1) of the packs' bytes whole")  # fmt: skip
+    p.add_argument(
+        "--sample",
+        type=float,
+        metavar="FRACTION",
+        help="check every map, read about FRACTION (0..1) of the packs' bytes whole",
+    )
     p.add_argument("--seed", type=int, metavar="N", help="seed of the --sample choice (default: random, reported)")
 
     p = sub.add_parser("forget", help="delete the manifests of backups the retention policy expires")
@@ -264,8 +285,9 @@ def cmd_backup(args: argparse.Namespace) -> int:
         node_affinity,
         parse_pvc_labels(args.pvc_labels),
     )
-    snapshot = SnapshotIdentity(args.snapshot, args.namespace, args.snapshot_handle, args.group_snapshot,
-                                args.group_snapshot_handle)  # fmt: skip
+    snapshot = SnapshotIdentity(
+        args.snapshot, args.namespace, args.snapshot_handle, args.group_snapshot, args.group_snapshot_handle
+    )
     run = dict(
         snapshot=snapshot,
         options=BackupOptions(level=args.zstd_level, workers=max(1, args.workers)),
@@ -389,8 +411,13 @@ def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
         except CbtUnavailableError as err:
             return _fallback(args, err, repo, volume, snapshot, run, extra)
         s = stream
-        extra["cbt"] = {"block_type": s.block_type, "messages": s.messages, "tuples": s.tuples,
-                        "extents": s.extents, "resumes": s.resumes}  # fmt: skip
+        extra["cbt"] = {
+            "block_type": s.block_type,
+            "messages": s.messages,
+            "tuples": s.tuples,
+            "extents": s.extents,
+            "resumes": s.resumes,
+        }
         return manifest
     finally:
         session.close()
@@ -423,10 +450,19 @@ def cmd_extents(args: argparse.Namespace) -> int:
     try:
         count, total = write_jsonl(session.stream, sys.stdout)
         s = session.stream
-        summary = {"mode": "delta" if args.base_handle else "allocated", "namespace": args.namespace,
-                   "snapshot": args.snapshot, "base_handle": args.base_handle, "block_type": s.block_type,
-                   "capacity_bytes": s.capacity, "extents": count, "bytes": total, "messages": s.messages,
-                   "tuples": s.tuples, "resumes": s.resumes}  # fmt: skip
+        summary = {
+            "mode": "delta" if args.base_handle else "allocated",
+            "namespace": args.namespace,
+            "snapshot": args.snapshot,
+            "base_handle": args.base_handle,
+            "block_type": s.block_type,
+            "capacity_bytes": s.capacity,
+            "extents": count,
+            "bytes": total,
+            "messages": s.messages,
+            "tuples": s.tuples,
+            "resumes": s.resumes,
+        }
         print(json.dumps({"summary": summary}, sort_keys=True), flush=True)
     finally:
         session.close()
@@ -453,8 +489,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
         progress=phase(0),
     )
     result = {"backup_id": manifest.backup_id, "volume": args.volume, "mode": manifest.mode, **stats.as_dict()}
-    text = (f"restored {manifest.backup_id} of {args.volume} to {args.device}: {_mib(stats.written_bytes)} written,"
-            f" verified {stats.chunks_verified} chunks in {stats.duration_s} s")  # fmt: skip
+    text = (
+        f"restored {manifest.backup_id} of {args.volume} to {args.device}: {_mib(stats.written_bytes)} written,"
+        f" verified {stats.chunks_verified} chunks in {stats.duration_s} s"
+    )
     if args.verify_device:
         from movers.pipeline.readback import verify_device
 
@@ -537,7 +575,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for line in report.warnings:
             print(f"warning: {line}", file=sys.stderr)
         sampled = f", {report.packs_read}/{report.packs_total} packs read whole (seed {report.seed})" * (
-            report.mode == "sampled")  # fmt: skip
+            report.mode == "sampled"
+        )
         print(
             f"verified {report.backups_checked} backup(s), {report.chunks_verified} chunks,"
             f" {_mib(report.fetched_bytes)} read{sampled}: {'ok' if report.ok else f'{len(report.errors)} damaged'}"
@@ -561,8 +600,15 @@ def cmd_forget(args: argparse.Namespace) -> int:
     from movers.repo.retention import forget
 
     repo = _open_repo(args)
-    report = forget(repo, args.volume, keep_last=args.keep_last, keep_daily=args.keep_daily,
-                    keep_weekly=args.keep_weekly, keep_monthly=args.keep_monthly, dry_run=args.dry_run)  # fmt: skip
+    report = forget(
+        repo,
+        args.volume,
+        keep_last=args.keep_last,
+        keep_daily=args.keep_daily,
+        keep_weekly=args.keep_weekly,
+        keep_monthly=args.keep_monthly,
+        dry_run=args.dry_run,
+    )
     lines = []
     for vol in report.volumes:
         for k in vol.kept:

@@ -261,8 +261,11 @@ def parse_mover(data: Any, source: str | Path | None = None) -> MoverSettings:
     )
     node_selector = {**LINUX_NODE_SELECTOR, **v.string_map(mv.get("node_selector"), "mover.node_selector")}
     if node_selector["kubernetes.io/os"] != "linux":
-        raise PolicyError(source, "mover.node_selector", "kubernetes.io/os must be linux: block volumes cannot "
-                          "attach to Windows nodes")  # fmt: skip
+        raise PolicyError(
+            source,
+            "mover.node_selector",
+            "kubernetes.io/os must be linux: block volumes cannot attach to Windows nodes",
+        )
     return MoverSettings(
         image=v.string(mv.get("image", mdef.image), "mover.image"),
         service_account=v.dns_subdomain(mv.get("service_account", mdef.service_account), "mover.service_account"),
@@ -282,10 +285,22 @@ def parse_policy(data: Any, source: str | Path | None = None) -> BackupPolicy:
         top,
         "",
         {
-            "name", "namespace", "pvc_selector", "repository", "schedule", "hooks", "use_pod_annotations",
-            "retention", "parallelism", "mover", "cbt", "group_snapshot", "snapshot_class", "timeouts",
+            "name",
+            "namespace",
+            "pvc_selector",
+            "repository",
+            "schedule",
+            "hooks",
+            "use_pod_annotations",
+            "retention",
+            "parallelism",
+            "mover",
+            "cbt",
+            "group_snapshot",
+            "snapshot_class",
+            "timeouts",
         },
-    )  # fmt: skip
+    )
     name = v.dns_label(v.required(top, "name", ""), "name")
     namespace = v.dns_label(v.required(top, "namespace", ""), "namespace")
     selector = v.selector(v.required(top, "pvc_selector", ""), "pvc_selector")
@@ -504,8 +519,9 @@ class _Validator:
         if exprs is not None:
             if not isinstance(exprs, list):
                 raise self.fail(f"{fieldpath}.matchExpressions", f"must be a list, not {_kind(exprs)}")
-            out["matchExpressions"] = [self._expression(e, f"{fieldpath}.matchExpressions[{i}]")
-                                       for i, e in enumerate(exprs)]  # fmt: skip
+            out["matchExpressions"] = [
+                self._expression(e, f"{fieldpath}.matchExpressions[{i}]") for i, e in enumerate(exprs)
+            ]
         if not out.get("matchLabels") and not out.get("matchExpressions"):
             raise self.fail(fieldpath, "selects every PVC of the namespace; give matchLabels or matchExpressions")
         return out
@@ -604,8 +620,7 @@ class _Validator:
             where = f"{fieldpath}[{i}]"
             hook = self.mapping(hook, where, required=True)
             command = hook.get("command")
-            if (not isinstance(command, list) or not command
-                    or not all(isinstance(a, str) and a for a in command)):  # fmt: skip
+            if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
                 raise self.fail(f"{where}.command", "must be a non-empty list of strings (an argv, no shell)")
             if "on_error" in hook and hook["on_error"] not in _ON_ERROR:
                 raise self.fail(f"{where}.on_error", f"must be fail or continue, not {hook['on_error']!r}")

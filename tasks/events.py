@@ -8,8 +8,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def emit(event: str, resource: dict[str, str], payload: dict[str, Any],
-         related: list[dict[str, str]] | None = None) -> None:  # fmt: skip
+def emit(
+    event: str, resource: dict[str, str], payload: dict[str, Any], related: list[dict[str, str]] | None = None
+) -> None:
     """Emit ``event`` about ``resource``. An event is a notification, never the reason a run fails: one
     that cannot be sent is logged and dropped."""
     from prefect.events import emit_event

@@ -65,8 +65,13 @@ def take_snapshots(
     from movers.hooks import app_hooks
 
     api = api_client(kubeconfig)
-    hookset = app_hooks(api, namespace, settings.get("hooks"), use_pod_annotations=settings["use_pod_annotations"],
-                        default_timeout=settings["timeouts"]["hook"])  # fmt: skip
+    hookset = app_hooks(
+        api,
+        namespace,
+        settings.get("hooks"),
+        use_pod_annotations=settings["use_pod_annotations"],
+        default_timeout=settings["timeouts"]["hook"],
+    )
     request = snapshotset.Request.of(run_id, m.run_labels(run_id, app=app), settings, plan)
     log = get_run_logger()
     done = snapshotset.take(api, namespace, request, hookset, log)
@@ -118,9 +123,17 @@ class ProgressArtifact:
 
 
 @task(name="move-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
-def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Member, plan: dict[str, Any],
-                mover: dict[str, Any], repo_secret: str, timeout: float = 3600.0,
-                start_timeout: float = 300.0) -> dict[str, Any]:  # fmt: skip
+def move_volume(
+    kubeconfig: str | None,
+    namespace: str,
+    run_id: str,
+    member: Member,
+    plan: dict[str, Any],
+    mover: dict[str, Any],
+    repo_secret: str,
+    timeout: float = 3600.0,
+    start_timeout: float = 300.0,
+) -> dict[str, Any]:
     """``movers.kube.backup.move_volume`` of one member (``timeout``: policy ``timeouts.mover``,
     ``start_timeout``: ``timeouts.pvc_bound``) with a progress artifact fed from the mover's log."""
     log = get_run_logger()
@@ -131,9 +144,19 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
         log.debug("%s: %s", pvc, line)
         progress.on_line(line)
 
-    result = backup.move_volume(api_client(kubeconfig), namespace, run_id, member, plan, mover, repo_secret,
-                                timeout=timeout, start_timeout=start_timeout, on_log_line=on_log_line,
-                                logger=log)  # fmt: skip
+    result = backup.move_volume(
+        api_client(kubeconfig),
+        namespace,
+        run_id,
+        member,
+        plan,
+        mover,
+        repo_secret,
+        timeout=timeout,
+        start_timeout=start_timeout,
+        on_log_line=on_log_line,
+        logger=log,
+    )
     progress.set(100.0)
     return result
 
@@ -141,13 +164,15 @@ def move_volume(kubeconfig: str | None, namespace: str, run_id: str, member: Mem
 @task(name="cleanup-run")
 def cleanup_run(kubeconfig: str | None, namespace: str, run_id: str, timeout: float = 60.0) -> dict[str, list[str]]:
     """Delete everything labelled with the run (pods, PVCs, snapshots); what was deleted."""
-    return cleanup.delete_by_label(api_client(kubeconfig), namespace, f"{m.RUN_LABEL}={run_id}", wait=True,
-                                   timeout=timeout)  # fmt: skip
+    return cleanup.delete_by_label(
+        api_client(kubeconfig), namespace, f"{m.RUN_LABEL}={run_id}", wait=True, timeout=timeout
+    )
 
 
 @task(name="keep-base-snapshots")
-def keep_base_snapshots(kubeconfig: str | None, namespace: str, app: str, kind: str, version: str | None,
-                        names: list[str]) -> list[str]:  # fmt: skip
+def keep_base_snapshots(
+    kubeconfig: str | None, namespace: str, app: str, kind: str, version: str | None, names: list[str]
+) -> list[str]:
     """Keep this run's snapshots as the next delta's base and delete the ones kept before (``snapshotset.keep``)."""
     gone = snapshotset.keep(api_client(kubeconfig), namespace, app, kind, version, names)
     get_run_logger().info("kept %s as the next base; deleted %s", names, gone or "nothing")

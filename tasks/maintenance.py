@@ -45,18 +45,24 @@ def _log_progress(what: str, interval: float = 30.0) -> Callable[[int, int], Non
     return progress
 
 
-@task(name="repo-volumes", retries=2, retry_delay_seconds=5, retry_condition_fn=retry_if_retriable,
-      timeout_seconds=600)  # fmt: skip
+@task(name="repo-volumes", retries=2, retry_delay_seconds=5, retry_condition_fn=retry_if_retriable, timeout_seconds=600)
 def repo_volumes(repo_url: str) -> list[str]:
     """The ids of the volumes that have backups in the repository, sorted."""
     return _open(repo_url).volumes()
 
 
-@task(name="forget-backups", retries=2, retry_delay_seconds=5, retry_condition_fn=retry_if_retriable,
-      timeout_seconds=1800)  # fmt: skip
-def forget_backups(repo_url: str, volumes: list[str] | None = None, keep_last: int | None = None,
-                   keep_daily: int | None = None, keep_weekly: int | None = None, keep_monthly: int | None = None,
-                   dry_run: bool = False) -> dict[str, Any]:  # fmt: skip
+@task(
+    name="forget-backups", retries=2, retry_delay_seconds=5, retry_condition_fn=retry_if_retriable, timeout_seconds=1800
+)
+def forget_backups(
+    repo_url: str,
+    volumes: list[str] | None = None,
+    keep_last: int | None = None,
+    keep_daily: int | None = None,
+    keep_weekly: int | None = None,
+    keep_monthly: int | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
     """Expire backups by the keep rules, per volume (``volumes`` None: every volume of the repository).
 
     Returns ``movers.repo.retention.ForgetReport.to_dict()`` (``dry_run``, ``deleted`` manifest keys,
@@ -66,8 +72,10 @@ def forget_backups(repo_url: str, volumes: list[str] | None = None, keep_last: i
     from movers.errors import NotFoundError
     from movers.repo.retention import ForgetReport, forget
 
-    repo, rules = _open(repo_url), dict(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly,
-                                        keep_monthly=keep_monthly)  # fmt: skip
+    repo, rules = (
+        _open(repo_url),
+        dict(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly, keep_monthly=keep_monthly),
+    )
     result, missing = ForgetReport(dry_run=dry_run), []
     for volume in [None] if volumes is None else volumes:
         try:
@@ -78,8 +86,9 @@ def forget_backups(repo_url: str, volumes: list[str] | None = None, keep_last: i
         result.volumes += report.volumes
         result.deleted += report.deleted
     for v in result.volumes:
-        get_run_logger().info("%s: keep %d, %s %d", v.volume, len(v.kept), "would forget" if dry_run else "forgot",
-                              len(v.expired))  # fmt: skip
+        get_run_logger().info(
+            "%s: keep %d, %s %d", v.volume, len(v.kept), "would forget" if dry_run else "forgot", len(v.expired)
+        )
     if missing:
         get_run_logger().warning("no backups of %s in %s: nothing to expire", ", ".join(missing), repo.describe())
     return {**result.to_dict(), "missing": missing}
@@ -132,10 +141,20 @@ def prune_lock(repo_url: str, wait_s: float) -> Iterator[str | None]:
         yield f"no prune lock {name}: {type(err).__name__}: {err}"
 
 
-@task(name="prune-repo", retries=1, retry_delay_seconds=30, retry_condition_fn=retry_if_retriable,
-      timeout_seconds=12 * HOUR)  # fmt: skip
-def prune_repo(repo_url: str, grace_s: float = 86400, dry_run: bool = False, lock_wait_s: float = 600,
-               assume_forgotten: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+@task(
+    name="prune-repo",
+    retries=1,
+    retry_delay_seconds=30,
+    retry_condition_fn=retry_if_retriable,
+    timeout_seconds=12 * HOUR,
+)
+def prune_repo(
+    repo_url: str,
+    grace_s: float = 86400,
+    dry_run: bool = False,
+    lock_wait_s: float = 600,
+    assume_forgotten: list[str] | None = None,
+) -> dict[str, Any]:
     """Prune the repository under its prune lock: ``movers.repo.prune.PruneReport.to_dict()`` plus
     ``skipped`` (None, or why nothing was done: another run held the lock for ``lock_wait_s``).
     ``assume_forgotten``: with ``dry_run``, manifest keys a forget's dry run named (count them as gone)."""
@@ -145,16 +164,25 @@ def prune_repo(repo_url: str, grace_s: float = 86400, dry_run: bool = False, loc
         if not_held:
             get_run_logger().warning("not pruning %s now: %s", repo_url, not_held)
             return {"dry_run": dry_run, "skipped": not_held}
-        report = prune(_open(repo_url), grace_s=grace_s, dry_run=dry_run, progress=_log_progress("marked backups"),
-                       assume_forgotten=assume_forgotten or ())  # fmt: skip
+        report = prune(
+            _open(repo_url),
+            grace_s=grace_s,
+            dry_run=dry_run,
+            progress=_log_progress("marked backups"),
+            assume_forgotten=assume_forgotten or (),
+        )
     get_run_logger().info("prune: %s", report)
     return {**report.to_dict(), "skipped": None}
 
 
-@task(name="verify-repo", retries=2, retry_delay_seconds=30, retry_condition_fn=retry_if_retriable,
-      timeout_seconds=24 * HOUR)  # fmt: skip
-def verify_repo(repo_url: str, mode: str = "sampled", sample: float = 0.05, seed: int | None = None
-                ) -> dict[str, Any]:  # fmt: skip
+@task(
+    name="verify-repo",
+    retries=2,
+    retry_delay_seconds=30,
+    retry_condition_fn=retry_if_retriable,
+    timeout_seconds=24 * HOUR,
+)
+def verify_repo(repo_url: str, mode: str = "sampled", sample: float = 0.05, seed: int | None = None) -> dict[str, Any]:
     """Verify every backup of the repository: ``mode`` "full" reads all referenced data, "sampled"
     checks every map and reads about ``sample`` of the packs whole. ``VerifyReport.to_dict()``
     (``ok``, ``errors``, ``damage`` with volume/backup/offset, ``warnings``, counters, ``seed``)."""
@@ -169,6 +197,11 @@ def verify_repo(repo_url: str, mode: str = "sampled", sample: float = 0.05, seed
         report = run_verify_sampled(repo, refs, sample, seed, progress=_log_progress("verify (backups, then bytes)"))
     else:
         raise UsageError(f"verify mode must be full or sampled, not {mode!r}")
-    get_run_logger().info("verify %s: %s, %d damaged, %d warning(s)", mode, "ok" if report.ok else "DAMAGED",
-                          len(report.errors), len(report.warnings))  # fmt: skip
+    get_run_logger().info(
+        "verify %s: %s, %d damaged, %d warning(s)",
+        mode,
+        "ok" if report.ok else "DAMAGED",
+        len(report.errors),
+        len(report.warnings),
+    )
     return report.to_dict()

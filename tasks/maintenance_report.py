@@ -37,12 +37,28 @@ def retention_rows(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> list
         verb = "would forget" if result["dry_run"] else "forget"
         for vol in result["volumes"]:
             for k in vol["kept"]:
-                rows.append({"volume": vol["volume"], "backup": k["backup_id"], "created": k["created"],
-                             "action": "keep", "why": ", ".join(k["reasons"]), "rules": shown})  # fmt: skip
+                rows.append(
+                    {
+                        "volume": vol["volume"],
+                        "backup": k["backup_id"],
+                        "created": k["created"],
+                        "action": "keep",
+                        "why": ", ".join(k["reasons"]),
+                        "rules": shown,
+                    }
+                )
             for bid in vol["expired"]:
                 created = backup_time(bid)
-                rows.append({"volume": vol["volume"], "backup": bid, "created": created.isoformat() if created else "-",
-                             "action": verb, "why": "no rule keeps it", "rules": shown})  # fmt: skip
+                rows.append(
+                    {
+                        "volume": vol["volume"],
+                        "backup": bid,
+                        "created": created.isoformat() if created else "-",
+                        "action": verb,
+                        "why": "no rule keeps it",
+                        "rules": shown,
+                    }
+                )
     return rows
 
 
@@ -50,17 +66,21 @@ def prune_rows(report: dict[str, Any]) -> list[dict[str, str]]:
     """The prune report as one table row (or why the prune did not run)."""
     if report.get("skipped"):
         return [{"result": "skipped", "why": report["skipped"]}]
-    return [{
-        "result": "dry run (nothing deleted)" if report["dry_run"] else "done",
-        "packs deleted": str(report["packs_deleted"]), "map objects deleted": str(report["map_objects_deleted"]),
-        "bytes deleted": size(report["bytes_deleted"]),
-        "in grace": f"{report['packs_in_grace']} packs ({size(report['bytes_in_grace'])}),"
-                    f" {report['map_objects_in_grace']} map objects",
-        "kept": f"{report['packs_kept']} packs ({size(report['kept_chunk_bytes'])})",
-        "dead bytes": f"{size(report['dead_bytes'])} in {report['packs_partly_used']} partly used packs",
-        "index objects": f"{report['index_objects_deleted']} replaced by {report['index_objects_written']}",
-        "backups marked": str(report["backups_marked"]), "duration": f"{report['duration_s']:.1f} s",
-    }]  # fmt: skip
+    return [
+        {
+            "result": "dry run (nothing deleted)" if report["dry_run"] else "done",
+            "packs deleted": str(report["packs_deleted"]),
+            "map objects deleted": str(report["map_objects_deleted"]),
+            "bytes deleted": size(report["bytes_deleted"]),
+            "in grace": f"{report['packs_in_grace']} packs ({size(report['bytes_in_grace'])}),"
+            f" {report['map_objects_in_grace']} map objects",
+            "kept": f"{report['packs_kept']} packs ({size(report['kept_chunk_bytes'])})",
+            "dead bytes": f"{size(report['dead_bytes'])} in {report['packs_partly_used']} partly used packs",
+            "index objects": f"{report['index_objects_deleted']} replaced by {report['index_objects_written']}",
+            "backups marked": str(report["backups_marked"]),
+            "duration": f"{report['duration_s']:.1f} s",
+        }
+    ]
 
 
 def _cell(text: Any) -> str:
@@ -71,18 +91,21 @@ def verify_markdown(url: str, report: dict[str, Any]) -> str:
     """The verify result: verdict, what was read, the damage (volume, backup, offset) and warnings."""
     verdict = "OK" if report["ok"] else f"DAMAGED ({len(report['damage'])} finding(s))"
     if report["mode"] == "sampled":
-        how = (f"sampled (fraction {report['sample']}, seed {report['seed']}): {report['packs_read']} of"
-               f" {report['packs_total']} packs read whole")  # fmt: skip
+        how = (
+            f"sampled (fraction {report['sample']}, seed {report['seed']}): {report['packs_read']} of"
+            f" {report['packs_total']} packs read whole"
+        )
     else:
         how = "full: every referenced chunk read"
     lines = [
-        f"# Verify of `{public_url(url)}`: {verdict}", "",
+        f"# Verify of `{public_url(url)}`: {verdict}",
+        "",
         f"- mode {how}",
         f"- {report['backups_checked']} backups and {report['map_objects_checked']} map objects checked,"
         f" {report['chunks_verified']} chunks decoded and hash-checked",
         f"- {size(report['fetched_bytes'])} read (referenced data in the packs: {size(report['stored_bytes'])})",
         f"- {report['duration_s']:.1f} s",
-    ]  # fmt: skip
+    ]
     if report["damage"]:
         lines += ["", "## Damage", "", "| volume | backup | volume offset | object | error |", "|---|---|---|---|---|"]
         for d in report["damage"][:MAX_DAMAGE_ROWS]:
@@ -103,5 +126,8 @@ def verify_markdown(url: str, report: dict[str, Any]) -> str:
 def emit(kind: str, url: str, payload: dict[str, Any]) -> None:
     """Emit ``cbt-mover.maintenance.<kind>`` about the repository. Best effort: never fails the run."""
     public = public_url(url)
-    events.emit(f"{EVENT_PREFIX}.{kind}", {"prefect.resource.id": f"cbt-mover.repository.{public}",
-                                           "prefect.resource.name": public}, payload)  # fmt: skip
+    events.emit(
+        f"{EVENT_PREFIX}.{kind}",
+        {"prefect.resource.id": f"cbt-mover.repository.{public}", "prefect.resource.name": public},
+        payload,
+    )

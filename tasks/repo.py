@@ -53,7 +53,12 @@ def plan_member(
     else:
         handle, why = base.get("handle"), base["reason"]
         source = "cbt-delta" if handle else "cbt-allocated"
-    plan = {"change_source": source, "base_handle": handle, "audience": audience, "why": why,
-            "max_results": None if source == "scan" else max_results}  # fmt: skip
+    plan = {
+        "change_source": source,
+        "base_handle": handle,
+        "audience": audience,
+        "why": why,
+        "max_results": None if source == "scan" else max_results,
+    }
     get_run_logger().info("%s: planned %s (%s)", volume_id, plan["change_source"], plan["why"])
     return plan

@@ -89,8 +89,11 @@ def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
 def restore_markdown(run_id: str, namespace: str, app: str, repo_url: str, rows: list[dict[str, Any]]) -> str:
     """What to run to restore this backup: the restore flow (whole app or one PVC) and the CLI."""
     pvcs = ", ".join(f"`{r['volume'].split('/', 1)[1]}`" for r in rows)
-    cli = "\n".join(f"    cbt-mover restore --repo {repo_url} --volume {r['volume']} --backup {r['backup_id']}"
-                    " --device /dev/<target>" for r in rows)  # fmt: skip
+    cli = "\n".join(
+        f"    cbt-mover restore --repo {repo_url} --volume {r['volume']} --backup {r['backup_id']}"
+        " --device /dev/<target>"
+        for r in rows
+    )
     return (
         f"# Backup {run_id} of `{namespace}` ({app})\n\n"
         f"Repository `{repo_url}`; volumes {pvcs}.\n\n"
@@ -105,14 +108,19 @@ def restore_markdown(run_id: str, namespace: str, app: str, repo_url: str, rows:
     )
 
 
-def emit(kind: str, namespace: str, app: str, run_id: str, payload: dict[str, Any],
-         volumes: list[str] = ()) -> None:  # fmt: skip
+def emit(kind: str, namespace: str, app: str, run_id: str, payload: dict[str, Any], volumes: list[str] = ()) -> None:
     """Emit ``cbt-mover.backup.<kind>`` (completed / failed) about the app, related to its volumes.
 
     Best effort: an event that cannot be sent is logged, never fails the run.
     """
-    events.emit(f"{EVENT_PREFIX}.{kind}",
-                {"prefect.resource.id": f"cbt-mover.app.{namespace}.{app}", "prefect.resource.name": app,
-                 "cbt-mover.namespace": namespace, "cbt-mover.run": run_id}, payload,
-                [{"prefect.resource.id": f"cbt-mover.volume.{v}", "prefect.resource.role": "volume"}
-                 for v in volumes])  # fmt: skip
+    events.emit(
+        f"{EVENT_PREFIX}.{kind}",
+        {
+            "prefect.resource.id": f"cbt-mover.app.{namespace}.{app}",
+            "prefect.resource.name": app,
+            "cbt-mover.namespace": namespace,
+            "cbt-mover.run": run_id,
+        },
+        payload,
+        [{"prefect.resource.id": f"cbt-mover.volume.{v}", "prefect.resource.role": "volume"} for v in volumes],
+    )

@@ -81,22 +81,39 @@ def writer_settings(policy_path: str | None = None, **given: Any) -> dict[str, A
 
 
 @task(name="plan-restore")
-def plan_restore(kubeconfig: str | None, namespace: str, volumes: list[dict[str, Any]], run_id: str,
-                 options: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
+def plan_restore(
+    kubeconfig: str | None, namespace: str, volumes: list[dict[str, Any]], run_id: str, options: dict[str, Any]
+) -> list[dict[str, Any]]:
     """The checked targets (``movers.kube.restore.plan_targets``; ``options``: storage_class, overwrite,
     hand_over, repo_secret, service_account); refuses before anything is created."""
     targets = r.plan_targets(api_client(kubeconfig), namespace, volumes, run_id, **options)
     log = get_run_logger()
     for t in targets:
-        log.info("%s: backup %s of %s -> %s/%s (%s, class %s%s)%s", t.pvc, t.backup_id, t.volume, namespace,
-                 t.pvc, t.volume_mode, t.storage_class, ", replacing the existing claim" if t.replace else "",
-                 "".join(f"; {n}" for n in t.notes))  # fmt: skip
+        log.info(
+            "%s: backup %s of %s -> %s/%s (%s, class %s%s)%s",
+            t.pvc,
+            t.backup_id,
+            t.volume,
+            namespace,
+            t.pvc,
+            t.volume_mode,
+            t.storage_class,
+            ", replacing the existing claim" if t.replace else "",
+            "".join(f"; {n}" for n in t.notes),
+        )
     return [t.to_dict() for t in targets]
 
 
 @task(name="write-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
-def write_volume(kubeconfig: str | None, namespace: str, run_id: str, target: dict[str, Any], mover: dict[str, Any],
-                 repo_secret: str, timeout: float = 3600.0) -> dict[str, Any]:  # fmt: skip
+def write_volume(
+    kubeconfig: str | None,
+    namespace: str,
+    run_id: str,
+    target: dict[str, Any],
+    mover: dict[str, Any],
+    repo_secret: str,
+    timeout: float = 3600.0,
+) -> dict[str, Any]:
     """Restore one volume into its new Block claim from a writer pod (``mover``: ``writer_settings``); the
     mover's result plus ``wall_s``. The pod must be scheduled within ``min(timeout, 600)`` s."""
     t = r.Target.from_dict(target)
@@ -133,14 +150,19 @@ def finish_volume(kubeconfig: str | None, namespace: str, run_id: str, target: d
 
 
 @task(name="discard-restore")
-def discard_restore(kubeconfig: str | None, namespace: str, run_id: str, targets: list[dict[str, Any]],
-                    failed: bool) -> dict[str, list[str]]:  # fmt: skip
+def discard_restore(
+    kubeconfig: str | None, namespace: str, run_id: str, targets: list[dict[str, Any]], failed: bool
+) -> dict[str, list[str]]:
     """Writer pods always; after a failure also the run's claims and volumes, except restored volumes whose
     overwritten claim is already gone (kept with policy Retain, logged)."""
     api = api_client(kubeconfig)
     keep = r.kept_after_failure(api, namespace, run_id, [r.Target.from_dict(t) for t in targets]) if failed else []
     for pvc in keep:
-        get_run_logger().error("%s/%s: the claim it replaced is gone; keeping the restored volume (labelled"
-                               " cbt-mover.io/run=%s, policy Retain) for you to bind",
-                               namespace, pvc, run_id)  # fmt: skip
+        get_run_logger().error(
+            "%s/%s: the claim it replaced is gone; keeping the restored volume (labelled"
+            " cbt-mover.io/run=%s, policy Retain) for you to bind",
+            namespace,
+            pvc,
+            run_id,
+        )
     return r.discard_run(api, namespace, run_id, everything=failed, keep=keep)

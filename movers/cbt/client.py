@@ -109,9 +109,12 @@ class SnapshotMetadataClient:
 
         def call(token: str, offset: int):
             req = pb.GetMetadataAllocatedRequest(
-                security_token=token, namespace=namespace, snapshot_name=snapshot,
-                starting_offset=offset, max_results=self.max_results,
-            )  # fmt: skip
+                security_token=token,
+                namespace=namespace,
+                snapshot_name=snapshot,
+                starting_offset=offset,
+                max_results=self.max_results,
+            )
             return self._allocated(req, timeout=self.call_timeout)
 
         return ExtentStream(self, call, namespace, f"allocated blocks of {namespace}/{snapshot}", clamp_to, None)
@@ -122,9 +125,13 @@ class SnapshotMetadataClient:
 
         def call(token: str, offset: int):
             req = pb.GetMetadataDeltaRequest(
-                security_token=token, namespace=namespace, base_snapshot_id=base_handle,
-                target_snapshot_name=snapshot, starting_offset=offset, max_results=self.max_results,
-            )  # fmt: skip
+                security_token=token,
+                namespace=namespace,
+                base_snapshot_id=base_handle,
+                target_snapshot_name=snapshot,
+                starting_offset=offset,
+                max_results=self.max_results,
+            )
             return self._delta(req, timeout=self.call_timeout)
 
         what = f"changes of {namespace}/{snapshot} since {base_handle}"
@@ -194,8 +201,11 @@ class ExtentStream:
                 yield asm.finish()
                 log.debug(
                     "CBT stream of %s complete: %d messages, %d tuples, %d resumes",
-                    self.what, asm.messages, asm.tuples, self.resumes,
-                )  # fmt: skip
+                    self.what,
+                    asm.messages,
+                    asm.tuples,
+                    self.resumes,
+                )
                 return
             except grpc.RpcError as err:
                 code, details = err.code(), _redact(err.details() or "", token)
@@ -217,8 +227,12 @@ class ExtentStream:
                 delay = min(30.0, client.backoff * 2 ** (failures - 1)) * (0.5 + random.random() / 2)
                 log.warning(
                     "CBT stream of %s interrupted at offset %d (%s: %s); resuming in %.1f s",
-                    self.what, asm.end, code.name, details, delay,
-                )  # fmt: skip
+                    self.what,
+                    asm.end,
+                    code.name,
+                    details,
+                    delay,
+                )
                 client.sleep(delay)
                 offset = asm.end
                 asm.resumed_at(offset)

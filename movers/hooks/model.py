@@ -147,8 +147,9 @@ def hook_from_policy(
         raise HookSpecError(f"{where}: name must be a non-empty string")
     command = entry["command"]
     if isinstance(command, str):
-        raise HookSpecError(f"{where}: command must be a list (an argv), not a string; "
-                            f"for a shell use e.g. ['sh', '-c', {command!r}]")  # fmt: skip
+        raise HookSpecError(
+            f"{where}: command must be a list (an argv), not a string; for a shell use e.g. ['sh', '-c', {command!r}]"
+        )
     on_error = entry.get("on_error", "fail")
     if isinstance(on_error, str):
         on_error = on_error.lower()

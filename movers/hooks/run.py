@@ -151,8 +151,18 @@ def exec_in_pod(api: client.ApiClient, namespace: str, pod: str, hook: Hook) -> 
         return HookResult(hook, pod, code, out, err, time.monotonic() - started, ok, error)
 
     try:
-        resp = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=hook.command, stdin=False,
-                      stdout=True, stderr=True, tty=False, _preload_content=False, **kwargs)  # fmt: skip
+        resp = stream(
+            core.connect_get_namespaced_pod_exec,
+            pod,
+            namespace,
+            command=hook.command,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+            **kwargs,
+        )
     except ApiException as exc:
         code, reason = _refusal(exc)
         return result(None, f"exec refused ({code}): {reason}")
@@ -252,8 +262,9 @@ def run_hook(api: client.ApiClient, namespace: str, hook: Hook) -> list[HookResu
     return results
 
 
-def run_hooks(api: client.ApiClient, namespace: str, hooks: Sequence[Hook], *, stop_on_failure: bool = True
-              ) -> list[HookResult]:  # fmt: skip
+def run_hooks(
+    api: client.ApiClient, namespace: str, hooks: Sequence[Hook], *, stop_on_failure: bool = True
+) -> list[HookResult]:
     """Run the hooks in the order given. A failure of an ``on_error="fail"`` hook raises ``HookError``
     with the results so far: at once when ``stop_on_failure`` (pre hooks), otherwise after every
     hook ran (post hooks). Failures of ``on_error="continue"`` hooks are only in the results."""
@@ -304,8 +315,12 @@ def quiesced(api: client.ApiClient, namespace: str, hookset: HookSet) -> Iterato
             post_error = exc
         finally:
             q.freeze_end = time.time()
-        log.info("freeze window %.3fs (%d pre, %d post hook runs)", q.freeze_s or 0.0, len(q.pre_results),
-                 len(q.post_results))  # fmt: skip
+        log.info(
+            "freeze window %.3fs (%d pre, %d post hook runs)",
+            q.freeze_s or 0.0,
+            len(q.pre_results),
+            len(q.post_results),
+        )
         if isinstance(primary, HookError):
             primary.post_results = q.post_results
         if post_error is not None:

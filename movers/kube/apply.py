@@ -106,9 +106,13 @@ def _path(kind: str, version: str, namespace: str | None, name: str | None = Non
 def _call(api_client, method: str, path: str, body=None, query=None, content_type: str = "application/json"):
     """One REST call through ``api_client`` (its auth and TLS); the JSON answer as a dict."""
     method, url, headers, body, post = api_client.param_serialize(
-        method, path, query_params=list((query or {}).items()), body=body,
-        header_params={"Accept": "application/json", "Content-Type": content_type}, auth_settings=["BearerToken"],
-    )  # fmt: skip
+        method,
+        path,
+        query_params=list((query or {}).items()),
+        body=body,
+        header_params={"Accept": "application/json", "Content-Type": content_type},
+        auth_settings=["BearerToken"],
+    )
     resp = api_client.call_api(method, url, header_params=headers, body=body, post_params=post)
     resp.read()
     return api_client.response_deserialize(resp, {"2XX": "object"}).data
@@ -136,8 +140,9 @@ def find(api_client, kind: str, namespace: str | None, name: str, version: str =
         return None
 
 
-def list_objects(api_client, kind: str, namespace: str | None, label_selector: str | None = None,
-                 version: str = "v1") -> list[dict]:  # fmt: skip
+def list_objects(
+    api_client, kind: str, namespace: str | None, label_selector: str | None = None, version: str = "v1"
+) -> list[dict]:
     """The items of a list call (``label_selector`` in the usual syntax)."""
     from kubernetes.client.exceptions import ApiException
 
@@ -188,8 +193,14 @@ def served_group_snapshot_version(api_client) -> str | None:
     return None
 
 
-def patch_labels(api_client, kind: str, namespace: str | None, name: str, labels: Mapping[str, str | None],
-                 version: str | None = None) -> dict:  # fmt: skip
+def patch_labels(
+    api_client,
+    kind: str,
+    namespace: str | None,
+    name: str,
+    labels: Mapping[str, str | None],
+    version: str | None = None,
+) -> dict:
     """Merge-patch ``metadata.labels`` (a None value removes the label); returns the object."""
     from kubernetes.client.exceptions import ApiException
 
@@ -206,14 +217,20 @@ def patch_labels(api_client, kind: str, namespace: str | None, name: str, labels
         raise api_error(err, f"patching the labels of {kind} {namespace + '/' if namespace else ''}{name}") from None
 
 
-def merge_patch(api_client, kind: str, namespace: str | None, name: str, body: Mapping[str, Any],
-                version: str = "v1") -> dict:  # fmt: skip
+def merge_patch(
+    api_client, kind: str, namespace: str | None, name: str, body: Mapping[str, Any], version: str = "v1"
+) -> dict:
     """A JSON merge patch of one object; returns the object."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return _call(api_client, "PATCH", _path(kind, version, namespace, name), body=dict(body),
-                     content_type="application/merge-patch+json")  # fmt: skip
+        return _call(
+            api_client,
+            "PATCH",
+            _path(kind, version, namespace, name),
+            body=dict(body),
+            content_type="application/merge-patch+json",
+        )
     except ApiException as err:
         raise api_error(err, f"patching {kind} {namespace + '/' if namespace else ''}{name}") from None
 
@@ -229,8 +246,9 @@ def delete(api_client, kind: str, namespace: str | None, name: str, version: str
             raise api_error(err, f"deleting {kind} {namespace + '/' if namespace else ''}{name}") from None
 
 
-def delete_and_wait(api_client, kind: str, namespace: str | None, name: str, timeout: float = 60.0,
-                    version: str = "v1") -> bool:  # fmt: skip
+def delete_and_wait(
+    api_client, kind: str, namespace: str | None, name: str, timeout: float = 60.0, version: str = "v1"
+) -> bool:
     """Delete one object and wait until it is gone (finalizers done); False when it did not exist."""
     from kubernetes.client.exceptions import ApiException
 
@@ -243,8 +261,10 @@ def delete_and_wait(api_client, kind: str, namespace: str | None, name: str, tim
     deadline = time.monotonic() + timeout
     while find(api_client, kind, namespace, name, version) is not None:
         if time.monotonic() >= deadline:
-            raise KubeError(f"{kind} {namespace + '/' if namespace else ''}{name} still present after {timeout:g} s"
-                            " (a finalizer is holding it)")  # fmt: skip
+            raise KubeError(
+                f"{kind} {namespace + '/' if namespace else ''}{name} still present after {timeout:g} s"
+                " (a finalizer is holding it)"
+            )
         time.sleep(0.2)
     return True
 

@@ -29,8 +29,15 @@ class MoverPodFailed(pods.PodFailed):
     """A backup's mover pod did not succeed (``pods.PodFailed``: its exit status and the retry rule)."""
 
 
-def mover_objects(namespace: str, run_id: str, member: Mapping[str, Any], plan: Mapping[str, Any],
-                  mover: Mapping[str, Any], repo_secret: str, timeout: float) -> tuple[dict, dict]:  # fmt: skip
+def mover_objects(
+    namespace: str,
+    run_id: str,
+    member: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    mover: Mapping[str, Any],
+    repo_secret: str,
+    timeout: float,
+) -> tuple[dict, dict]:
     """The claim the mover reads (from the member's snapshot, in the source claim's class: the cluster's
     default may belong to another driver, which cannot restore it; sized from restoreSize or the source
     claim's capacity) and the mover pod (the policy's placement, a projected CBT token when CBT is planned),
@@ -40,15 +47,25 @@ def mover_objects(namespace: str, run_id: str, member: Mapping[str, Any], plan: 
     labels = m.run_labels(run_id, app=member.get("app"), **{m.PVC_LABEL: m.label_value(pvc)})
     size = m.reader_claim_size(member["restore_size"], member.get("size"))
     claim = m.pvc_from_snapshot(name, namespace, member["snapshot"], size, member.get("storage_class"), labels)
-    args = m.backup_args(volume=f"{namespace}/{pvc}", namespace=namespace, snapshot=member["snapshot"], pvc=pvc,
-                         repo=member.get("repo"), base_handle=plan.get("base_handle"),
-                         scan=plan["change_source"] == "scan", snapshot_handle=member.get("handle"),
-                         group_snapshot=member.get("group_snapshot"),
-                         storage_class=member.get("storage_class"), volume_mode=member.get("volume_mode"),
-                         tags=member.get("tags"), run_pvcs=member.get("run_pvcs"), pvc_labels=member.get("labels"),
-                         cbt_max_results=plan.get("max_results"),
-                         **(member.get("identity") or {}),
-                         extra=["--progress-interval", f"{mover.get('progress_interval', 1.0):g}"])  # fmt: skip
+    args = m.backup_args(
+        volume=f"{namespace}/{pvc}",
+        namespace=namespace,
+        snapshot=member["snapshot"],
+        pvc=pvc,
+        repo=member.get("repo"),
+        base_handle=plan.get("base_handle"),
+        scan=plan["change_source"] == "scan",
+        snapshot_handle=member.get("handle"),
+        group_snapshot=member.get("group_snapshot"),
+        storage_class=member.get("storage_class"),
+        volume_mode=member.get("volume_mode"),
+        tags=member.get("tags"),
+        run_pvcs=member.get("run_pvcs"),
+        pvc_labels=member.get("labels"),
+        cbt_max_results=plan.get("max_results"),
+        **(member.get("identity") or {}),
+        extra=["--progress-interval", f"{mover.get('progress_interval', 1.0):g}"],
+    )
     pod = m.mover_pod(
         name,
         namespace,
@@ -99,8 +116,9 @@ def move_volume(
         pods.wait_scheduled(api, namespace, name, name, min(start_timeout, timeout), what="mover pod")
         res = pods.run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
     except NotFoundError:
-        raise MoverPodFailed(f"mover pod {namespace}/{name} disappeared while running (deleted or evicted)",
-                             None) from None  # fmt: skip
+        raise MoverPodFailed(
+            f"mover pod {namespace}/{name} disappeared while running (deleted or evicted)", None
+        ) from None
     if not res.succeeded or not res.result:
         log.error("mover pod %s/%s: the last lines of its log:\n%s", namespace, name, "\n".join(res.log_tail))
         why = " ".join(res.message.split()) or "no message"

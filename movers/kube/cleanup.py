@@ -13,8 +13,9 @@ from movers.kube.snapshots import group_members
 CLEANUP_ORDER = ("Pod", "PersistentVolumeClaim", "VolumeGroupSnapshot", "VolumeSnapshot")
 
 
-def delete_by_label(api_client, namespace: str, label_selector: str, wait: bool = False,
-                    timeout: float = 60.0) -> dict[str, list[str]]:  # fmt: skip
+def delete_by_label(
+    api_client, namespace: str, label_selector: str, wait: bool = False, timeout: float = 60.0
+) -> dict[str, list[str]]:
     """Delete a run's pods, PVCs, VolumeGroupSnapshots and VolumeSnapshots matching ``label_selector``.
 
     Pods go first (they hold the PVCs), groups before single snapshots (a member snapshot cannot
@@ -49,8 +50,9 @@ def delete_by_label(api_client, namespace: str, label_selector: str, wait: bool 
                     raise KubeError(f"{kind} still present after {timeout:g} s in {namespace}: {names}")
                 time.sleep(0.2)
         for name, uid in groups.items():
-            while members := group_members(api_client, {"metadata": {"namespace": namespace, "name": name,
-                                                                     "uid": uid}}):  # fmt: skip
+            while members := group_members(
+                api_client, {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
+            ):
                 if time.monotonic() >= deadline:
                     names = ", ".join(x.snapshot for x in members)
                     raise KubeError(f"members of {namespace}/{name} still present after {timeout:g} s: {names}")

@@ -426,8 +426,22 @@ def mover_pod(
     volumes: list[dict[str, Any]] = [{"name": "data", "persistentVolumeClaim": claim}]
     mounts: list[dict[str, Any]] = []
     if cbt_audience is not None:
-        volumes.append({"name": "cbt-token", "projected": {"sources": [{"serviceAccountToken": {
-            "audience": cbt_audience, "expirationSeconds": CBT_TOKEN_SECONDS, "path": "token"}}]}})  # fmt: skip
+        volumes.append(
+            {
+                "name": "cbt-token",
+                "projected": {
+                    "sources": [
+                        {
+                            "serviceAccountToken": {
+                                "audience": cbt_audience,
+                                "expirationSeconds": CBT_TOKEN_SECONDS,
+                                "path": "token",
+                            }
+                        }
+                    ]
+                },
+            }
+        )
         mounts.append({"name": "cbt-token", "mountPath": CBT_TOKEN_DIR, "readOnly": True})
         if "--cbt-token-file" not in argv:
             argv += ["--cbt-token-file", CBT_TOKEN_FILE]
@@ -477,9 +491,16 @@ RESTORED_FROM = "cbt-mover.io/restored-from"  # annotation of a restored claim: 
 RESTORED_BY = "cbt-mover.io/restored-by"  # annotation of a restored claim: the restore run id
 PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 _CSI_KEPT = (
-    "driver", "volumeHandle", "volumeAttributes", "readOnly", "controllerPublishSecretRef", "nodeStageSecretRef",
-    "nodePublishSecretRef", "controllerExpandSecretRef", "nodeExpandSecretRef",
-)  # fmt: skip
+    "driver",
+    "volumeHandle",
+    "volumeAttributes",
+    "readOnly",
+    "controllerPublishSecretRef",
+    "nodeStageSecretRef",
+    "nodePublishSecretRef",
+    "controllerExpandSecretRef",
+    "nodeExpandSecretRef",
+)
 
 
 def reclaim_policy_patch(policy: str) -> dict[str, Any]:
@@ -559,8 +580,13 @@ def prebound_pvc(
     meta = _meta(name, namespace, labels, RESTORE_CLAIM)
     if annotations:
         meta["annotations"] = dict(annotations)
-    spec = {"accessModes": list(access_modes), "volumeMode": volume_mode, "resources": {"requests": {"storage": size}},
-            "storageClassName": storage_class, "volumeName": volume}  # fmt: skip
+    spec = {
+        "accessModes": list(access_modes),
+        "volumeMode": volume_mode,
+        "resources": {"requests": {"storage": size}},
+        "storageClassName": storage_class,
+        "volumeName": volume,
+    }
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
 
 

@@ -75,8 +75,9 @@ class PodResult:
         return self.phase == "Succeeded" and self.exit_code == 0
 
 
-def run_pod_to_completion(api_client, pod: Mapping[str, Any], timeout: float,
-                          on_log_line: Callable[[str], None] | None = None, tail: int = 20) -> PodResult:  # fmt: skip
+def run_pod_to_completion(
+    api_client, pod: Mapping[str, Any], timeout: float, on_log_line: Callable[[str], None] | None = None, tail: int = 20
+) -> PodResult:
     """Create ``pod`` (tolerating the same run's pod), follow its log, wait until Succeeded/Failed.
 
     ``on_log_line`` is called with each log line (e.g. ``progress done=N total=N``) from a helper
@@ -93,8 +94,9 @@ def run_pod_to_completion(api_client, pod: Mapping[str, Any], timeout: float,
     create(api_client, pod)
     lines: collections.deque[str] = collections.deque(maxlen=tail)
     done = threading.Event()
-    follower = threading.Thread(target=_follow_log, args=(core, namespace, name, lines, on_log_line, done),
-                                name=f"log-{name}", daemon=True)  # fmt: skip
+    follower = threading.Thread(
+        target=_follow_log, args=(core, namespace, name, lines, on_log_line, done), name=f"log-{name}", daemon=True
+    )
     follower.start()
     deadline = time.monotonic() + timeout
     try:
@@ -103,13 +105,19 @@ def run_pod_to_completion(api_client, pod: Mapping[str, Any], timeout: float,
             left = deadline - time.monotonic()
             if left <= 0:
                 why = _waiting_reason(current)
-                raise PodTimeoutError(f"pod {namespace}/{name} not finished after {timeout:g} s"
-                                      f" (phase {current.status.phase if current.status else '?'}"
-                                      f"{', ' + why if why else ''})")  # fmt: skip
+                raise PodTimeoutError(
+                    f"pod {namespace}/{name} not finished after {timeout:g} s"
+                    f" (phase {current.status.phase if current.status else '?'}"
+                    f"{', ' + why if why else ''})"
+                )
             w = watch.Watch()
             try:
-                for event in w.stream(core.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}",
-                                      timeout_seconds=max(1, int(min(left, 10)))):  # fmt: skip
+                for event in w.stream(
+                    core.list_namespaced_pod,
+                    namespace,
+                    field_selector=f"metadata.name={name}",
+                    timeout_seconds=max(1, int(min(left, 10))),
+                ):
                     if _terminal(event["object"]):
                         break
             finally:
@@ -195,14 +203,25 @@ def pods_using_claim(api_client, namespace: str, claim: str) -> list[str]:
     for pod in list_objects(api_client, "Pod", namespace):
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        if any((v.get("persistentVolumeClaim") or {}).get("claimName") == claim
-               for v in (pod.get("spec") or {}).get("volumes") or []):  # fmt: skip
+        if any(
+            (v.get("persistentVolumeClaim") or {}).get("claimName") == claim
+            for v in (pod.get("spec") or {}).get("volumes") or []
+        ):
             users.append(pod["metadata"]["name"])
     return sorted(users)
 
 
-def wait_scheduled(api, namespace: str, pod: str, claim: str, timeout: float, *, what: str = "pod",
-                   error: type[PodNotScheduled] = PodNotScheduled, interval: float = 0.5) -> dict:  # fmt: skip
+def wait_scheduled(
+    api,
+    namespace: str,
+    pod: str,
+    claim: str,
+    timeout: float,
+    *,
+    what: str = "pod",
+    error: type[PodNotScheduled] = PodNotScheduled,
+    interval: float = 0.5,
+) -> dict:
     """Wait until ``pod`` is scheduled (``spec.nodeName``: the scheduler binds its claims first, also
     WaitForFirstConsumer ones) or has finished; the pod. After ``timeout`` s ``error`` (``"<what> <ns>/<pod>
     not scheduled after N s: ..."``) names the last Warning about the pod (the scheduler's FailedScheduling;

@@ -220,9 +220,18 @@ def placement_note(recorded: Mapping[str, Any] | None, pv: Mapping[str, Any]) ->
     )
 
 
-def plan_targets(api, namespace: str, volumes: Sequence[Mapping[str, Any]], run_id: str, *,
-                 storage_class: str | None = None, overwrite: bool = False, hand_over: bool | None = None,
-                 repo_secret: str, service_account: str) -> list[Target]:  # fmt: skip
+def plan_targets(
+    api,
+    namespace: str,
+    volumes: Sequence[Mapping[str, Any]],
+    run_id: str,
+    *,
+    storage_class: str | None = None,
+    overwrite: bool = False,
+    hand_over: bool | None = None,
+    repo_secret: str,
+    service_account: str,
+) -> list[Target]:
     """Check that ``volumes`` (``pvc``, ``volume``, ``backup_id``, ``capacity_bytes``, ``storage_class``,
     ``volume_mode``, optionally ``fs_type``, ``node_affinity`` and ``app`` as recorded) can be restored
     into ``namespace``; the targets, or ``PermissionsMissing`` (the identity may not make every call the
@@ -237,8 +246,10 @@ def plan_targets(api, namespace: str, volumes: Sequence[Mapping[str, Any]], run_
     check_permissions(api, namespace, repo_secret, service_account)
     problems: list[str] = []
     if k.find(api, "Namespace", None, namespace) is None:
-        raise RestoreRefused(f"namespace {namespace} does not exist: create it, with ServiceAccount"
-                             f" {service_account} and the repository Secret {repo_secret}")  # fmt: skip
+        raise RestoreRefused(
+            f"namespace {namespace} does not exist: create it, with ServiceAccount"
+            f" {service_account} and the repository Secret {repo_secret}"
+        )
     for kind, name in (("ServiceAccount", service_account), ("Secret", repo_secret)):
         if k.find(api, kind, namespace, name) is None:
             problems.append(f"{kind} {namespace}/{name} does not exist (the writer pods need it)")
@@ -272,8 +283,10 @@ def plan_targets(api, namespace: str, volumes: Sequence[Mapping[str, Any]], run_
         elif existing is not None:
             users = pods_using_claim(api, namespace, pvc)
             if users:
-                problems.append(f"PersistentVolumeClaim {namespace}/{pvc} is used by pod(s) {', '.join(users)}:"
-                                " stop them before overwriting it")  # fmt: skip
+                problems.append(
+                    f"PersistentVolumeClaim {namespace}/{pvc} is used by pod(s) {', '.join(users)}:"
+                    " stop them before overwriting it"
+                )
         direct = existing is None and mode == "Block"
         write_claim = pvc if direct else write_claim_name(pvc, run_id)
         targets.append(
@@ -366,8 +379,12 @@ def write_volume(
     (``writer_affinity``).
     """
     labels = labels_of(run_id, target.pvc, target.app)
-    k.create(api, m.block_pvc(target.write_claim, namespace, m.quantity(target.capacity_bytes),
-                              target.storage_class or None, labels))  # fmt: skip
+    k.create(
+        api,
+        m.block_pvc(
+            target.write_claim, namespace, m.quantity(target.capacity_bytes), target.storage_class or None, labels
+        ),
+    )
     pod = writer_pod(
         namespace,
         run_id,
@@ -404,8 +421,11 @@ def write_volume(
     finally:
         k.delete_and_wait(api, "Pod", namespace, name)
     if not res.succeeded or not isinstance(res.result, dict):
-        raise WriterError(f"writer pod {namespace}/{name} failed (exit {res.exit_code}): {res.message.strip()}\n"
-                          + "\n".join(res.log_tail), res.exit_code)  # fmt: skip
+        raise WriterError(
+            f"writer pod {namespace}/{name} failed (exit {res.exit_code}): {res.message.strip()}\n"
+            + "\n".join(res.log_tail),
+            res.exit_code,
+        )
     return res.result
 
 
@@ -461,8 +481,9 @@ def kept_after_failure(api, namespace: str, run_id: str, targets: Sequence[Targe
     return kept
 
 
-def discard_run(api, namespace: str, run_id: str, *, everything: bool, keep: Sequence[str] = (),
-                timeout: float = 120.0) -> dict[str, list[str]]:  # fmt: skip
+def discard_run(
+    api, namespace: str, run_id: str, *, everything: bool, keep: Sequence[str] = (), timeout: float = 120.0
+) -> dict[str, list[str]]:
     """Delete the run's writer pods; with ``everything`` (a failed run) also its claims and volumes,
     except those labelled with a PVC in ``keep`` (left with policy Retain). Returns kind -> names."""
     selector = f"{m.RUN_LABEL}={run_id}"

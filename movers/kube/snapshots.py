@@ -50,8 +50,16 @@ def _ready(kind: str, obj: dict, until: str = "ready") -> bool:
     return bool(done)
 
 
-def wait_snapshot_ready(api_client, kind: str, namespace: str, name: str, timeout: float = 300.0,
-                        version: str | None = None, interval: float = 0.5, until: str = "ready") -> dict:  # fmt: skip
+def wait_snapshot_ready(
+    api_client,
+    kind: str,
+    namespace: str,
+    name: str,
+    timeout: float = 300.0,
+    version: str | None = None,
+    interval: float = 0.5,
+    until: str = "ready",
+) -> dict:
     """Poll a VolumeSnapshot or VolumeGroupSnapshot until ``status.readyToUse``; return the object.
 
     ``until="cut"`` waits only until ``status.creationTime`` is set: the point in time is taken (the
@@ -94,8 +102,10 @@ def group_members(api_client, vgs: Mapping[str, Any]) -> list[GroupMember]:
     members = []
     for vs in list_objects(api_client, "VolumeSnapshot", namespace):
         status = vs.get("status") or {}
-        owned = any(ref.get("kind") == "VolumeGroupSnapshot" and uid and ref.get("uid") == uid
-                    for ref in (vs.get("metadata") or {}).get("ownerReferences") or [])  # fmt: skip
+        owned = any(
+            ref.get("kind") == "VolumeGroupSnapshot" and uid and ref.get("uid") == uid
+            for ref in (vs.get("metadata") or {}).get("ownerReferences") or []
+        )
         if status.get("volumeGroupSnapshotName") != name and not owned:
             continue
         content_name = status.get("boundVolumeSnapshotContentName")
@@ -107,13 +117,18 @@ def group_members(api_client, vgs: Mapping[str, Any]) -> list[GroupMember]:
                 pass
         cstatus, cspec = content.get("status") or {}, content.get("spec") or {}
         size = cstatus.get("restoreSize") or status.get("restoreSize")
-        members.append(GroupMember(
-            pvc=((vs.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName") or None,
-            snapshot=vs["metadata"]["name"], content=content_name, handle=cstatus.get("snapshotHandle"),
-            volume_handle=(cspec.get("source") or {}).get("volumeHandle"),
-            restore_size=_quantity(size), source_volume_mode=cspec.get("sourceVolumeMode"),
-            ready=bool(status.get("readyToUse")) and bool(cstatus.get("readyToUse")),
-        ))  # fmt: skip
+        members.append(
+            GroupMember(
+                pvc=((vs.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName") or None,
+                snapshot=vs["metadata"]["name"],
+                content=content_name,
+                handle=cstatus.get("snapshotHandle"),
+                volume_handle=(cspec.get("source") or {}).get("volumeHandle"),
+                restore_size=_quantity(size),
+                source_volume_mode=cspec.get("sourceVolumeMode"),
+                ready=bool(status.get("readyToUse")) and bool(cstatus.get("readyToUse")),
+            )
+        )
     return sorted(members, key=lambda m: (m.pvc or "", m.snapshot))
 
 
@@ -129,7 +144,12 @@ def patch_content_annotation(api_client, content: str, annotations: Mapping[str,
 
     body = {"metadata": {"annotations": dict(annotations)}} if annotations else allow_volume_mode_change_patch()
     try:
-        return _call(api_client, "PATCH", _path("VolumeSnapshotContent", "v1", None, content), body=body,
-                     content_type="application/merge-patch+json")  # fmt: skip
+        return _call(
+            api_client,
+            "PATCH",
+            _path("VolumeSnapshotContent", "v1", None, content),
+            body=body,
+            content_type="application/merge-patch+json",
+        )
     except ApiException as err:
         raise api_error(err, f"patching VolumeSnapshotContent {content}") from None

@@ -39,8 +39,11 @@ def source_identity(pv: Mapping[str, Any]) -> dict[str, Any]:
 
 def default_storage_class(api_client) -> str | None:
     """The cluster's default StorageClass (the newest one annotated default, as admission picks), or None."""
-    classes = [c for c in list_objects(api_client, "StorageClass", None)
-               if (c["metadata"].get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true"]  # fmt: skip
+    classes = [
+        c
+        for c in list_objects(api_client, "StorageClass", None)
+        if (c["metadata"].get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true"
+    ]
     classes.sort(key=lambda c: c["metadata"].get("creationTimestamp") or "")
     return classes[-1]["metadata"]["name"] if classes else None
 
@@ -73,8 +76,10 @@ def wait_claim_bound(api_client, namespace: str, name: str, timeout: float = 120
         if phase == "Bound" and (pvc.get("spec") or {}).get("volumeName"):
             return pvc
         if time.monotonic() >= deadline:
-            raise KubeError(f"PersistentVolumeClaim {namespace}/{name} not bound after {timeout:g} s (phase {phase})"
-                            f"{last_warning(api_client, namespace, [('PersistentVolumeClaim', name)])}")  # fmt: skip
+            raise KubeError(
+                f"PersistentVolumeClaim {namespace}/{name} not bound after {timeout:g} s (phase {phase})"
+                f"{last_warning(api_client, namespace, [('PersistentVolumeClaim', name)])}"
+            )
         time.sleep(interval)
 
 
@@ -86,10 +91,19 @@ class Rebound:
     replaced: bool  # an existing claim of that name was deleted first
 
 
-def rebind_volume(api_client, namespace: str, claim: str, new_claim: str, volume_mode: str, *,
-                  labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
-                  replace_existing: bool = False, fs_type: str = "ext4",
-                  timeout: float = 120.0) -> Rebound:  # fmt: skip
+def rebind_volume(
+    api_client,
+    namespace: str,
+    claim: str,
+    new_claim: str,
+    volume_mode: str,
+    *,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    replace_existing: bool = False,
+    fs_type: str = "ext4",
+    timeout: float = 120.0,
+) -> Rebound:
     """Hand the volume of Bound claim ``claim`` to a new claim ``new_claim`` of ``volume_mode`` (same namespace).
 
     A PV's ``volumeMode`` is immutable and a PV binds one claim for life, so, in this order (each step
@@ -117,18 +131,40 @@ def rebind_volume(api_client, namespace: str, claim: str, new_claim: str, volume
         raise KubeError(f"PersistentVolumeClaim {namespace}/{claim} is not bound to a volume", 409)
     old = get(api_client, "PersistentVolume", None, old_name)
     policy = (old.get("spec") or {}).get("persistentVolumeReclaimPolicy") or "Delete"
-    merge_patch(api_client, "PersistentVolume", None, old_name,
-                {**reclaim_policy_patch("Retain"), "metadata": {"labels": dict(labels or {})}})  # fmt: skip
-    replaced = replace_existing and delete_and_wait(api_client, "PersistentVolumeClaim", namespace, new_claim,
-                                                    timeout)  # fmt: skip
+    merge_patch(
+        api_client,
+        "PersistentVolume",
+        None,
+        old_name,
+        {**reclaim_policy_patch("Retain"), "metadata": {"labels": dict(labels or {})}},
+    )
+    replaced = replace_existing and delete_and_wait(api_client, "PersistentVolumeClaim", namespace, new_claim, timeout)
     delete_and_wait(api_client, "PersistentVolumeClaim", namespace, claim, timeout)
-    new_pv = rebound_pv(f"{old_name}-{volume_mode.lower()}"[:253], old, namespace, new_claim, volume_mode,
-                        fs_type=fs_type, labels=labels)  # fmt: skip
+    new_pv = rebound_pv(
+        f"{old_name}-{volume_mode.lower()}"[:253],
+        old,
+        namespace,
+        new_claim,
+        volume_mode,
+        fs_type=fs_type,
+        labels=labels,
+    )
     create(api_client, new_pv)
     spec = new_pv["spec"]
-    create(api_client, prebound_pvc(new_claim, namespace, new_pv["metadata"]["name"], spec["capacity"]["storage"],
-                                    spec["storageClassName"], volume_mode, spec["accessModes"], labels,
-                                    annotations))  # fmt: skip
+    create(
+        api_client,
+        prebound_pvc(
+            new_claim,
+            namespace,
+            new_pv["metadata"]["name"],
+            spec["capacity"]["storage"],
+            spec["storageClassName"],
+            volume_mode,
+            spec["accessModes"],
+            labels,
+            annotations,
+        ),
+    )
     wait_claim_bound(api_client, namespace, new_claim, timeout)
     delete_and_wait(api_client, "PersistentVolume", None, old_name, timeout)
     merge_patch(api_client, "PersistentVolume", None, new_pv["metadata"]["name"], reclaim_policy_patch(policy))

@@ -161,8 +161,9 @@ def run_backup(
         )
         mapw = MapWriter(repo, capacity, parent_slots)
         scan_parent = extents is None and parent is not None
-        engine = _Engine(repo, fd, mapw, options, stats, progress, capacity if extents is None else None, scan_parent,
-                         garbage)  # fmt: skip
+        engine = _Engine(
+            repo, fd, mapw, options, stats, progress, capacity if extents is None else None, scan_parent, garbage
+        )
         map_ref = engine.run(reads)
         if extents is None:
             stats.changed_bytes = engine.scan_changed_bytes

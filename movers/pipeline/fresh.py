@@ -75,8 +75,9 @@ def finish_page_fresh(
             return
         varied = split_entry(new, at)
         if varied is None:
-            log.warning("map page %s of this backup is listed by prune and has no entry to vary",
-                        mapw.slots[page][0].hex()[:16])  # fmt: skip
+            log.warning(
+                "map page %s of this backup is listed by prune and has no entry to vary", mapw.slots[page][0].hex()[:16]
+            )
             return
         mapw.finish_page(page, covered, varied, updates)
 

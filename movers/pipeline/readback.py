@@ -51,8 +51,9 @@ class ReadbackStats:
         return asdict(self)
 
 
-def verify_device(repo: Repository, manifest: Manifest, target: str, *, workers: int = 4,
-                  progress: ProgressFn | None = None) -> ReadbackStats:  # fmt: skip
+def verify_device(
+    repo: Repository, manifest: Manifest, target: str, *, workers: int = 4, progress: ProgressFn | None = None
+) -> ReadbackStats:
     """Check that ``target`` holds backup ``manifest`` (see the module doc); ``IntegrityError`` names the
     first differing volume offset."""
     started = time.monotonic()
@@ -98,8 +99,9 @@ def verify_device(repo: Repository, manifest: Manifest, target: str, *, workers:
                         partial.add(entry[2])
                 for _ in pool.map(check_whole, todo):
                     pass
-                for _ in pool.map(_check_block, repeat(fd), blocks.items(), repeat(capacity), repeat(target),
-                                  repeat(manifest)):  # fmt: skip
+                for _ in pool.map(
+                    _check_block, repeat(fd), blocks.items(), repeat(capacity), repeat(target), repeat(manifest)
+                ):
                     pass
                 if progress:
                     progress(min(start + page_size, capacity), capacity)
@@ -161,5 +163,7 @@ def _check_zeros(fd: int, offset: int, length: int, target: str, manifest: Manif
 
 
 def _differs(target: str, manifest: Manifest, offset: int, length: int, what: str = "differs from the backup"):
-    return IntegrityError(f"read-back of {target}: {length} bytes at volume offset {offset} {what}"
-                          f" (volume {manifest.volume.id} backup {manifest.backup_id})")  # fmt: skip
+    return IntegrityError(
+        f"read-back of {target}: {length} bytes at volume offset {offset} {what}"
+        f" (volume {manifest.volume.id} backup {manifest.backup_id})"
+    )

@@ -59,12 +59,12 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.errors
 
-    def add_damage(self, volume: str | None, backup_id: str | None, offset: int | None, obj: str | None,
-                   error: str) -> None:  # fmt: skip
+    def add_damage(
+        self, volume: str | None, backup_id: str | None, offset: int | None, obj: str | None, error: str
+    ) -> None:
         where = f"{volume}/{backup_id}" + (f" at volume offset {offset}" if offset is not None else "")
         self.errors.append(f"{where}: {error}")
-        self.damage.append({"volume": volume, "backup_id": backup_id, "offset": offset, "object": obj,
-                            "error": error})  # fmt: skip
+        self.damage.append({"volume": volume, "backup_id": backup_id, "offset": offset, "object": obj, "error": error})
 
     def to_dict(self) -> dict:
         return {**asdict(self), "ok": self.ok}
@@ -147,8 +147,9 @@ def run_verify_sampled(
     return report
 
 
-def _check_maps(repo: Repository, refs: list[BackupRef], index: ChunkIndex, report: VerifyReport,
-                progress: Progress | None) -> dict[bytes, tuple[str, str, int]]:  # fmt: skip
+def _check_maps(
+    repo: Repository, refs: list[BackupRef], index: ChunkIndex, report: VerifyReport, progress: Progress | None
+) -> dict[bytes, tuple[str, str, int]]:
     """Check every backup's directories and pages; return each located chunk's first use."""
     first_use: dict[bytes, tuple[str, str, int]] = {}
     pages_seen: dict[bytes, str | None] = {}  # page id -> its damage (reported for every backup using it)
@@ -197,8 +198,13 @@ def _check_maps(repo: Repository, refs: list[BackupRef], index: ChunkIndex, repo
                 if cid in index:
                     first_use[cid] = (ref.volume, ref.backup_id, voff)
                 else:
-                    report.add_damage(ref.volume, ref.backup_id, voff, None,
-                                      f"chunk {cid.hex()[:16]} is not in any pack of the repository")  # fmt: skip
+                    report.add_damage(
+                        ref.volume,
+                        ref.backup_id,
+                        voff,
+                        None,
+                        f"chunk {cid.hex()[:16]} is not in any pack of the repository",
+                    )
         if progress:
             progress(n, len(refs))
     return first_use
@@ -228,8 +234,9 @@ class _PackResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def _read_packs(repo: Repository, chosen: list[bytes], by_pack: dict[bytes, list[bytes]], index: ChunkIndex,
-                workers: int):  # fmt: skip
+def _read_packs(
+    repo: Repository, chosen: list[bytes], by_pack: dict[bytes, list[bytes]], index: ChunkIndex, workers: int
+):
     """Yield ``(pack id, _PackResult)`` for every chosen pack, read on ``workers`` threads (at most
     two packs per thread in memory)."""
     pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="verify")

@@ -136,8 +136,9 @@ def _clock(now: datetime | float | None) -> Callable[[], float]:
     return lambda: fixed
 
 
-def _mark(repo: Repository, report: PruneReport, progress=None, skip: Collection[str] = ()
-          ) -> tuple[set[bytes], set[bytes]]:  # fmt: skip
+def _mark(
+    repo: Repository, report: PruneReport, progress=None, skip: Collection[str] = ()
+) -> tuple[set[bytes], set[bytes]]:
     """Referenced chunk ids and map object ids (pages and directories) of all manifests (but ``skip``)."""
     chunks: set[bytes] = set()
     maps: set[bytes] = set()
@@ -225,8 +226,13 @@ def prune(
     # referenced chunk with such a fresh copy keeps only that copy alive: the listed pack's grace
     # goes on (readers prefer unlisted packs, see Repository.index).
     listed = previous.garbage
-    fresh = {e.chunk_id for pid, key in present.items() if key not in listed and pid in entries_of
-             for e in entries_of[pid] if e.chunk_id in chunks}  # fmt: skip
+    fresh = {
+        e.chunk_id
+        for pid, key in present.items()
+        if key not in listed and pid in entries_of
+        for e in entries_of[pid]
+        if e.chunk_id in chunks
+    }
     doomed_packs: list[str] = []
     surviving: dict[bytes, list[PackEntry]] = {}
     for pid, key in present.items():
@@ -307,6 +313,9 @@ def prune(
     report.duration_s = round(time.monotonic() - started, 3)
     log.info(
         "prune: deleted %d pack(s) (%d bytes), %d map object(s); %d pack(s) in grace",
-        report.packs_deleted, report.bytes_deleted, report.map_objects_deleted, report.packs_in_grace,
-    )  # fmt: skip
+        report.packs_deleted,
+        report.bytes_deleted,
+        report.map_objects_deleted,
+        report.packs_in_grace,
+    )
     return report

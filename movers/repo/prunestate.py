@@ -60,9 +60,15 @@ def decode_state(key: str, data: bytes) -> PruneState:
 def encode_state(written: float, first_unreferenced: dict[str, float], deleting: list[str]) -> tuple[str, bytes]:
     """``(key, bytes)`` of a new state object; keys sort by ``written``."""
     data = json.dumps(
-        {"format": STATE_FORMAT, "version": 1, "written": written, "first_unreferenced": first_unreferenced,
-         "deleting": sorted(deleting)}, sort_keys=True,
-    ).encode()  # fmt: skip
+        {
+            "format": STATE_FORMAT,
+            "version": 1,
+            "written": written,
+            "first_unreferenced": first_unreferenced,
+            "deleting": sorted(deleting),
+        },
+        sort_keys=True,
+    ).encode()
     stamp = datetime.fromtimestamp(written, UTC).strftime("%Y%m%dT%H%M%S%fZ")
     return f"{STATE_PREFIX}{stamp}-{hashlib.sha256(data).hexdigest()[:16]}", data
 

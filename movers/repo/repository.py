@@ -120,8 +120,11 @@ class Repository:
         if unindexed:
             log.info("recovered %d pack(s) not yet indexed", len(unindexed))
         idx = ChunkIndex()
-        usable = [(pid, entries) for pid, entries in (*listed.items(), *unindexed.items())
-                  if pid in present and present[pid] not in exclude]  # fmt: skip
+        usable = [
+            (pid, entries)
+            for pid, entries in (*listed.items(), *unindexed.items())
+            if pid in present and present[pid] not in exclude
+        ]
         for pid, entries in sorted(usable, key=lambda item: present[item[0]] in last):  # stable: listed ones last
             idx.add_pack(pid, entries)
         return idx, unindexed

@@ -78,7 +78,7 @@ class ForgetReport:
                     "kept": [
                         {"backup_id": k.backup_id, "created": k.created.isoformat(), "reasons": k.reasons}
                         for k in v.kept
-                    ],  # fmt: skip
+                    ],
                     "expired": v.expired,
                 }
                 for v in self.volumes

@@ -167,8 +167,10 @@ def select(
         raise NotFoundError(f"no backups of namespace {namespace} in {repo.describe()}")
     missing = sorted(set(pvcs or ()) - set(volumes))
     if missing:
-        raise NotFoundError(f"no backups of PVC(s) {', '.join(missing)} in namespace {namespace}"
-                            f" (backed up: {', '.join(sorted(volumes))})")  # fmt: skip
+        raise NotFoundError(
+            f"no backups of PVC(s) {', '.join(missing)} in namespace {namespace}"
+            f" (backed up: {', '.join(sorted(volumes))})"
+        )
     if BACKUP_ID.fullmatch(backup or ""):
         return _by_backup_id(repo, namespace, volumes, pvcs, backup)
     if backup in (None, "", "latest"):
@@ -213,8 +215,9 @@ def _by_run(repo, namespace, volumes, pvcs, run) -> Selection:
                 found[pvc] = manifest
                 break
     if not found:
-        raise NotFoundError(f"no backup of namespace {namespace} belongs to run {run!r}"
-                            " (a run id, a backup id or latest)")  # fmt: skip
+        raise NotFoundError(
+            f"no backup of namespace {namespace} belongs to run {run!r} (a run id, a backup id or latest)"
+        )
     missing = sorted(set(pvcs or ()) - set(found))
     if missing:
         raise NotFoundError(f"run {run} has no backup of PVC(s) {', '.join(missing)} in namespace {namespace}")
