@@ -30,9 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.group_snapshot_versions is not None:
         versions = tuple(v for v in args.group_snapshot_versions.split(",") if v)
     cluster = LocalCluster(
-        args.workdir, s3=not args.no_s3, cbt=not args.no_cbt, group_snapshots=not args.no_group_snapshots,
-        group_snapshot_versions=versions, audit_log=args.audit_log,
-    )  # fmt: skip
+        args.workdir,
+        s3=not args.no_s3,
+        cbt=not args.no_cbt,
+        group_snapshots=not args.no_group_snapshots,
+        group_snapshot_versions=versions,
+        audit_log=args.audit_log,
+    )
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

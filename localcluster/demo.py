@@ -84,17 +84,31 @@ def _deploy(cluster, policy) -> None:
     labels = policy.pvc_selector["matchLabels"]
     for pvc, size in SIZES.items():
         k.create(api, m.block_pvc(pvc, ns, f"{size // MiB}Mi", APP_CLASS, labels))
-    core.create_namespaced_pod(ns, {"metadata": {"name": "loader"}, "spec": {
-        "restartPolicy": "Never", "containers": [{"name": "load", "image": "python:3-slim",
-                                                  "command": ["python", "-c", LOADER],
-                                                  "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]}],
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}})  # fmt: skip
+    core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "loader"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "load",
+                        "image": "python:3-slim",
+                        "command": ["python", "-c", LOADER],
+                        "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}],
+                    }
+                ],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            },
+        },
+    )
     loaded = wait_pod(core, "loader", phase_in("Succeeded", "Failed"), namespace=ns, timeout=120)
     if loaded.status.phase != "Succeeded":
         raise RuntimeError(f"the loader pod failed: {core.read_namespaced_pod_log('loader', ns)[-500:]}")
     core.delete_namespaced_pod("loader", ns)
-    core.create_namespaced_pod(ns, pod_manifest("app", {"data": "/dev/xvda", "logs": "/dev/xvdb"}, labels=labels,
-                                                interval=0.01))  # fmt: skip
+    core.create_namespaced_pod(
+        ns, pod_manifest("app", {"data": "/dev/xvda", "logs": "/dev/xvdb"}, labels=labels, interval=0.01)
+    )
     wait_pod(core, "app", phase_in("Running"), namespace=ns, timeout=60)
     wait_until(lambda: core.read_namespaced_pod_log("app", ns).count("write seq=") >= 20, 60, "the app's writes")
 
@@ -112,9 +126,13 @@ def _init_repo(url: str, env: dict[str, str]) -> None:
     bucket = url.removeprefix("s3://").split("/", 1)[0]
     import boto3
 
-    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env.get("AWS_REGION", "us-east-1"),
-                 aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                 aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"]).create_bucket(Bucket=bucket)  # fmt: skip
+    boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name=env.get("AWS_REGION", "us-east-1"),
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    ).create_bucket(Bucket=bucket)
     Repository.init(open_store(url))
 
 
@@ -136,8 +154,11 @@ def _identical(cluster, policy, restored: dict) -> list[tuple[str, str]]:
         source = cluster.store.snapshot_path(manifest.snapshot.snapshot_handle)
         if _sha(image) != _sha(source):
             problems.append((row["pvc"], "restored bytes differ from the snapshot"))
-        out = subprocess.run([sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
-                             capture_output=True, text=True)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
+            capture_output=True,
+            text=True,
+        )
         if out.returncode != 0:
             problems.append((row["pvc"], f"app verify failed: {out.stdout.strip()} {out.stderr.strip()}"))
         row["sha256"] = _sha(image)[:12]
@@ -159,13 +180,33 @@ def _summary(full: dict, incr: dict, restored: dict, maint: dict | None, seconds
     rows = [["step", "volume", "mode / source", "changed", "read", "uploaded", "dedup", "compression", "time"]]
     for step, result in (("backup 1", full), ("backup 2", incr)):
         for r in result["volumes"]:
-            rows.append([step, r["volume"], f"{r['mode']} / {r['change_source']}", _mib(r["changed_bytes"]),
-                         _mib(r["read_bytes"]), _mib(r["uploaded_bytes"]), _ratio(r["dedup_ratio"]),
-                         _ratio(r["compression_ratio"]), f"{r['duration_s']:.1f} s"])  # fmt: skip
+            rows.append(
+                [
+                    step,
+                    r["volume"],
+                    f"{r['mode']} / {r['change_source']}",
+                    _mib(r["changed_bytes"]),
+                    _mib(r["read_bytes"]),
+                    _mib(r["uploaded_bytes"]),
+                    _ratio(r["dedup_ratio"]),
+                    _ratio(r["compression_ratio"]),
+                    f"{r['duration_s']:.1f} s",
+                ]
+            )
     for r in restored["volumes"]:
-        rows.append(["restore", f"{TARGET_NS}/{r['pvc']}", f"{r['volume_mode']} / sha256 {r.get('sha256', '?')}",
-                     "-", "-", f"wrote {_mib(r['written_bytes'])}", "-", "-",
-                     f"{r['duration_s'] or 0:.1f} s"])  # fmt: skip
+        rows.append(
+            [
+                "restore",
+                f"{TARGET_NS}/{r['pvc']}",
+                f"{r['volume_mode']} / sha256 {r.get('sha256', '?')}",
+                "-",
+                "-",
+                f"wrote {_mib(r['written_bytes'])}",
+                "-",
+                "-",
+                f"{r['duration_s'] or 0:.1f} s",
+            ]
+        )
     text = _table(rows)
     if maint is not None:
         text += f"\nmaintenance: {_maint_line(maint)}"
@@ -175,10 +216,12 @@ def _summary(full: dict, incr: dict, restored: dict, maint: dict | None, seconds
 def _maint_line(maint: dict) -> str:
     verify = maint.get("verify") or {}
     prune = maint.get("prune") or {}
-    return (f"forgot {len(maint.get('forgotten') or [])} backup(s), kept {maint.get('kept')}; verify"
-            f" {verify.get('mode', '-')}: {'ok' if verify.get('ok') else 'DAMAGE'} ({verify.get('backups_checked')}"
-            f" backups, {_mib(verify.get('fetched_bytes'))} read); prune deleted {prune.get('packs_deleted', 0)}"
-            f" packs, {prune.get('packs_in_grace', 0)} in grace")  # fmt: skip
+    return (
+        f"forgot {len(maint.get('forgotten') or [])} backup(s), kept {maint.get('kept')}; verify"
+        f" {verify.get('mode', '-')}: {'ok' if verify.get('ok') else 'DAMAGE'} ({verify.get('backups_checked')}"
+        f" backups, {_mib(verify.get('fetched_bytes'))} read); prune deleted {prune.get('packs_deleted', 0)}"
+        f" packs, {prune.get('packs_in_grace', 0)} in grace"
+    )
 
 
 def run() -> None:
@@ -208,10 +251,15 @@ def run() -> None:
         _say("backup 2 (CBT incremental)")
         incr = backup_app(policy_path=str(POLICY), kubeconfig=kubeconfig)
         _say(f"restore of the latest backup into {TARGET_NS}")
-        restored = restore_app(repo=policy.repository.url, namespace=policy.namespace,
-                               repo_secret=policy.repository.credentials_secret, target_namespace=TARGET_NS,
-                               image=policy.mover.image, service_account=policy.mover.service_account,
-                               kubeconfig=kubeconfig)  # fmt: skip
+        restored = restore_app(
+            repo=policy.repository.url,
+            namespace=policy.namespace,
+            repo_secret=policy.repository.credentials_secret,
+            target_namespace=TARGET_NS,
+            image=policy.mover.image,
+            service_account=policy.mover.service_account,
+            kubeconfig=kubeconfig,
+        )
         problems = _identical(cluster, policy, restored)
         _say("maintenance (retention, prune, full verify)")
         maint = maintain_repo(repo=policy.repository.url, policy_paths=[str(POLICY)], verify="full")

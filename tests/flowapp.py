@@ -29,9 +29,17 @@ APP_CLASS = "csi-hostpath-sc"
 SEL = {"matchLabels": {"app": "demo"}}
 HOOKS = {
     "pre": [{"name": "freeze", "pod_selector": SEL, "container": "app", "command": [*APP, "freeze"], "timeout": 10}],
-    "post": [{"name": "thaw", "pod_selector": SEL, "container": "app", "command": [*APP, "thaw"], "timeout": 10,
-              "on_error": "continue"}],
-}  # fmt: skip
+    "post": [
+        {
+            "name": "thaw",
+            "pod_selector": SEL,
+            "container": "app",
+            "command": [*APP, "thaw"],
+            "timeout": 10,
+            "on_error": "continue",
+        }
+    ],
+}
 
 
 def deploy_app(
@@ -59,8 +67,9 @@ def deploy_app(
     repo = f"s3://{bucket}/repo"
     env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=env, capture_output=True)
-    core.create_namespaced_secret(ns, {"metadata": {"name": REPO_SECRET},
-                                       "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}})  # fmt: skip
+    core.create_namespaced_secret(
+        ns, {"metadata": {"name": REPO_SECRET}, "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}}
+    )
     for key, value in cluster.s3.env.items():
         setenv(key, value)
     return {"repo": repo, "env": env}
@@ -80,9 +89,18 @@ def start_app_pod(core, ns: str, pvcs) -> None:
 
 def backup_params(cluster, repo: str, ns: str, **overrides) -> dict:
     """The ``backup_app`` parameters used by the tests (hooks of the demo app, 2 in parallel)."""
-    return {"namespace": ns, "selector": SEL, "repo": repo, "repo_secret": REPO_SECRET, "hooks": HOOKS,
-            "image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT, "parallelism": 2,
-            "kubeconfig": flow_kubeconfig(cluster), **overrides}  # fmt: skip
+    return {
+        "namespace": ns,
+        "selector": SEL,
+        "repo": repo,
+        "repo_secret": REPO_SECRET,
+        "hooks": HOOKS,
+        "image": "cbt-mover",
+        "service_account": MOVER_SERVICE_ACCOUNT,
+        "parallelism": 2,
+        "kubeconfig": flow_kubeconfig(cluster),
+        **overrides,
+    }
 
 
 def flow_kubeconfig(cluster) -> str:

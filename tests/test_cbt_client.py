@@ -138,8 +138,9 @@ def test_token_is_refreshed_when_a_resumed_call_is_unauthenticated(env):
             return second if fresh else env.token
 
     env.faults.update(cut_after_messages=1, cut_times=1)
-    with SnapshotMetadataClient(env.server.address, env.server.ca_pem, Rotating(), max_results=2,
-                                sleep=lambda s: None) as c:  # fmt: skip
+    with SnapshotMetadataClient(
+        env.server.address, env.server.ca_pem, Rotating(), max_results=2, sleep=lambda s: None
+    ) as c:
         assert list(c.allocated(NS, "snap-2")) == nonzero_blocks(env.target_img)
     assert asked == [False, False, True]
 
@@ -214,8 +215,12 @@ def test_retries_are_bounded(env):
 
 def test_tls_is_verified(env):
     other_ca = make_ca_and_cert().ca_pem
-    with SnapshotMetadataClient(env.server.address, other_ca, FileToken(str(env.token_file)), retries=1,
-                                sleep=lambda s: None) as c, pytest.raises(CbtTransientError):  # fmt: skip
+    with (
+        SnapshotMetadataClient(
+            env.server.address, other_ca, FileToken(str(env.token_file)), retries=1, sleep=lambda s: None
+        ) as c,
+        pytest.raises(CbtTransientError),
+    ):
         list(c.allocated(NS, "snap-2"))
     with pytest.raises(CbtRequestError, match="PEM"):
         SnapshotMetadataClient(env.server.address, b"", FileToken(str(env.token_file)))
@@ -247,16 +252,27 @@ def test_reading_starts_before_the_stream_ends(env):
 
 def cli(*args, check=0):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    proc = subprocess.run([sys.executable, "-m", "movers", *map(str, args)], capture_output=True, text=True,
-                          timeout=120, env=env)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "movers", *map(str, args)], capture_output=True, text=True, timeout=120, env=env
+    )
     if check is not None:
         assert proc.returncode == check, proc.stderr
     return proc
 
 
 def cbt_args(env, snapshot="snap-2"):
-    return ["--cbt-address", env.server.address, "--cbt-ca-file", env.ca_file, "--cbt-token-file", env.token_file,
-            "--namespace", NS, "--snapshot", snapshot]  # fmt: skip
+    return [
+        "--cbt-address",
+        env.server.address,
+        "--cbt-ca-file",
+        env.ca_file,
+        "--cbt-token-file",
+        env.token_file,
+        "--namespace",
+        NS,
+        "--snapshot",
+        snapshot,
+    ]
 
 
 def test_extents_command_lists_like_the_lister(env):
@@ -274,8 +290,16 @@ def test_full_then_delta_backup_via_cli_restores_byte_identical(env, tmp_path):
     full = cli(*base, "--device", env.base_img, *cbt_args(env, "snap-base"), "--snapshot-handle", env.base.handle)
     doc = json.loads(full.stdout)
     assert doc["mode"] == "full" and doc["change_source"] == "cbt-allocated"
-    inc = cli(*base, "--device", env.target_img, *cbt_args(env), "--base-handle", env.base.handle,
-              "--snapshot-handle", env.target.handle)  # fmt: skip
+    inc = cli(
+        *base,
+        "--device",
+        env.target_img,
+        *cbt_args(env),
+        "--base-handle",
+        env.base.handle,
+        "--snapshot-handle",
+        env.target.handle,
+    )
     doc2 = json.loads(inc.stdout)
     assert doc2["mode"] == "incremental-cbt" and doc2["change_source"] == "cbt-delta"
     assert doc2["changed_bytes"] == sum(n for _, n in changed_blocks(env.base_img, env.target_img))
@@ -309,8 +333,19 @@ def test_cbt_unavailable_falls_back_to_scan_or_fails(env, tmp_path):
 def test_delta_needs_a_backup_of_its_base(env, tmp_path):
     repo = f"file://{tmp_path}/repo"
     cli("init", "--repo", repo)
-    proc = cli("backup", "--repo", repo, "--volume", "v", "--device", env.target_img, *cbt_args(env),
-               "--base-handle", env.base.handle, check=2)  # fmt: skip
+    proc = cli(
+        "backup",
+        "--repo",
+        repo,
+        "--volume",
+        "v",
+        "--device",
+        env.target_img,
+        *cbt_args(env),
+        "--base-handle",
+        env.base.handle,
+        check=2,
+    )
     assert "recorded snapshot handle" in proc.stderr
 
 

@@ -36,15 +36,34 @@ def add_snapshot(
 ) -> None:
     custom = kube.custom
     content = f"snapcontent-{name}"
-    custom.create_cluster_custom_object(GROUP, VERSION, "volumesnapshotcontents", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "VolumeSnapshotContent", "metadata": {"name": content},
-        "spec": {"driver": DRIVER, "deletionPolicy": "Delete", "source": {"volumeHandle": volume_handle},
-                 "volumeSnapshotRef": {"name": name, "namespace": NS}},
-    })  # fmt: skip
-    custom.create_namespaced_custom_object(GROUP, VERSION, NS, "volumesnapshots", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "VolumeSnapshot", "metadata": {"name": name},
-        "spec": {"source": {"persistentVolumeClaimName": "data"}},
-    })  # fmt: skip
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "volumesnapshotcontents",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "VolumeSnapshotContent",
+            "metadata": {"name": content},
+            "spec": {
+                "driver": DRIVER,
+                "deletionPolicy": "Delete",
+                "source": {"volumeHandle": volume_handle},
+                "volumeSnapshotRef": {"name": name, "namespace": NS},
+            },
+        },
+    )
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        NS,
+        "volumesnapshots",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": name},
+            "spec": {"source": {"persistentVolumeClaimName": "data"}},
+        },
+    )
     set_ready(kube, name, handle, ready, error)
 
 
@@ -66,8 +85,11 @@ def cluster(tmp_path):
         kube.core.create_namespace({"metadata": {"name": "backup"}})
         kube.core.create_namespaced_service_account("backup", {"metadata": {"name": "mover"}})
         # what the metadata server's SubjectAccessReview checks for the mover's token
-        kube.grant(NS, "backup/mover", [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"],
-                                         "verbs": ["get"]}])  # fmt: skip
+        kube.grant(
+            NS,
+            "backup/mover",
+            [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"], "verbs": ["get"]}],
+        )
         base_img, target_img = tmp_path / "base.img", tmp_path / "target.img"
         make_image(base_img, 16 * MiB, seed=31)
         shutil.copy(base_img, target_img)
@@ -77,12 +99,21 @@ def cluster(tmp_path):
         catalog.add(ImageSnapshot(target_img, namespace=NS, name="snap-2", handle="handle-2", volume_id="v"))
         server = SnapshotMetadataServer(catalog, TokenReviewValidator(kube.client, AUDIENCE))
         with server:
-            kube.custom.create_cluster_custom_object("cbt.storage.k8s.io", "v1beta1", "snapshotmetadataservices", {
-                "apiVersion": "cbt.storage.k8s.io/v1beta1", "kind": "SnapshotMetadataService",
-                "metadata": {"name": DRIVER},
-                "spec": {"address": server.address, "audience": AUDIENCE,
-                         "caCert": base64.b64encode(server.ca_pem).decode()},
-            })  # fmt: skip
+            kube.custom.create_cluster_custom_object(
+                "cbt.storage.k8s.io",
+                "v1beta1",
+                "snapshotmetadataservices",
+                {
+                    "apiVersion": "cbt.storage.k8s.io/v1beta1",
+                    "kind": "SnapshotMetadataService",
+                    "metadata": {"name": DRIVER},
+                    "spec": {
+                        "address": server.address,
+                        "audience": AUDIENCE,
+                        "caCert": base64.b64encode(server.ca_pem).decode(),
+                    },
+                },
+            )
             add_snapshot(kube, "snap-1", "handle-1")
             add_snapshot(kube, "snap-2", "handle-2")
             yield kube, server, base_img, target_img
@@ -90,15 +121,25 @@ def cluster(tmp_path):
 
 def cli(kube, *args, check=0):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KUBERNETES_"))}
-    proc = subprocess.run([sys.executable, "-m", "movers", *map(str, args)], capture_output=True, text=True,
-                          timeout=120, env=env)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "movers", *map(str, args)], capture_output=True, text=True, timeout=120, env=env
+    )
     assert proc.returncode == check, proc.stderr
     return proc
 
 
 def kube_args(kube, snapshot):
-    return ["--kube", "--kubeconfig", kube.kubeconfig, "--namespace", NS, "--snapshot", snapshot,
-            "--service-account", "backup/mover"]  # fmt: skip
+    return [
+        "--kube",
+        "--kubeconfig",
+        kube.kubeconfig,
+        "--namespace",
+        NS,
+        "--snapshot",
+        snapshot,
+        "--service-account",
+        "backup/mover",
+    ]
 
 
 def test_discovery_reads_the_service_and_snapshot(cluster):
@@ -107,7 +148,12 @@ def test_discovery_reads_the_service_and_snapshot(cluster):
     assert (sms.address, sms.audience, sms.ca_pem, sms.version) == (server.address, AUDIENCE, server.ca_pem, "v1beta1")
     ref = discovery.resolve_snapshot(kube.client, NS, "snap-2")
     assert (ref.driver, ref.handle, ref.ready, ref.source_pvc, ref.restore_size) == (
-        DRIVER, "handle-2", True, "data", 16 * MiB)  # fmt: skip
+        DRIVER,
+        "handle-2",
+        True,
+        "data",
+        16 * MiB,
+    )
     assert ref.source_volume_handle == "vol-handle-1"
     with pytest.raises(CbtUnavailableError, match="no SnapshotMetadataService"):
         discovery.snapshot_metadata_service(kube.client, "other.csi.example")
@@ -136,8 +182,9 @@ def test_kube_backup_full_then_delta_restores_byte_identical(cluster, tmp_path):
     full = json.loads(cli(kube, *common, "--device", base_img, *kube_args(kube, "snap-1")).stdout)
     assert full["change_source"] == "cbt-allocated" and full["snapshot_handle"] == "handle-1"
     assert full["pv_volume_handle"] == "vol-handle-1", "--kube records the content's source volume"
-    inc = json.loads(cli(kube, *common, "--device", target_img, *kube_args(kube, "snap-2"),
-                         "--base-handle", "handle-1").stdout)  # fmt: skip
+    inc = json.loads(
+        cli(kube, *common, "--device", target_img, *kube_args(kube, "snap-2"), "--base-handle", "handle-1").stdout
+    )
     assert (
         inc["mode"] == "incremental-cbt" and inc["snapshot_handle"] == "handle-2" and inc["changed_bytes"] == 3 * 4096
     )
@@ -165,11 +212,17 @@ def test_kube_extents_and_token_audience(cluster):
 
 def test_old_cluster_with_a_v1alpha1_service_is_found_with_the_caveat(tmp_path, caplog):
     with serve(tmp_path, served_versions={"cbt.storage.k8s.io": ("v1alpha1",)}) as kube:
-        kube.custom.create_cluster_custom_object("cbt.storage.k8s.io", "v1alpha1", "snapshotmetadataservices", {
-            "apiVersion": "cbt.storage.k8s.io/v1alpha1", "kind": "SnapshotMetadataService",
-            "metadata": {"name": DRIVER},
-            "spec": {"address": "sms.example:6443", "audience": "aud", "caCert": base64.b64encode(b"PEM").decode()},
-        })  # fmt: skip
+        kube.custom.create_cluster_custom_object(
+            "cbt.storage.k8s.io",
+            "v1alpha1",
+            "snapshotmetadataservices",
+            {
+                "apiVersion": "cbt.storage.k8s.io/v1alpha1",
+                "kind": "SnapshotMetadataService",
+                "metadata": {"name": DRIVER},
+                "spec": {"address": "sms.example:6443", "audience": "aud", "caCert": base64.b64encode(b"PEM").decode()},
+            },
+        )
         sms = discovery.snapshot_metadata_service(kube.client, DRIVER)
     assert sms.version == "v1alpha1" and sms.legacy and sms.address == "sms.example:6443"
     assert "read the delta base as a snapshot name" in caplog.text

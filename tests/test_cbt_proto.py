@@ -15,8 +15,16 @@ PB = ROOT / "movers" / "cbt" / "_pb"
 def test_committed_stubs_match_the_proto(tmp_path):
     out = tmp_path / "gen"
     (out / "movers" / "cbt" / "_pb").mkdir(parents=True)
-    cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT}", f"--python_out={out}", f"--pyi_out={out}",
-           f"--grpc_python_out={out}", str(PB / "schema.proto")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpc_tools.protoc",
+        f"-I{ROOT}",
+        f"--python_out={out}",
+        f"--pyi_out={out}",
+        f"--grpc_python_out={out}",
+        str(PB / "schema.proto"),
+    ]
     subprocess.run(cmd, check=True, cwd=ROOT)
     subprocess.run([*cmd[:-2], str(PB / "flat.proto")], check=True, cwd=ROOT)
     for name in ("schema_pb2.py", "schema_pb2.pyi", "schema_pb2_grpc.py", "flat_pb2.py", "flat_pb2.pyi"):
@@ -32,12 +40,20 @@ def test_wire_facts():
     fields = lambda msg: {f.name: f.number for f in msg.DESCRIPTOR.fields}  # noqa: E731
     assert fields(pb.BlockMetadata) == {"byte_offset": 1, "size_bytes": 2}
     assert fields(pb.GetMetadataAllocatedRequest) == {
-        "security_token": 1, "namespace": 2, "snapshot_name": 3, "starting_offset": 4, "max_results": 5,
-    }  # fmt: skip
+        "security_token": 1,
+        "namespace": 2,
+        "snapshot_name": 3,
+        "starting_offset": 4,
+        "max_results": 5,
+    }
     assert fields(pb.GetMetadataDeltaRequest) == {
-        "security_token": 1, "namespace": 2, "base_snapshot_id": 3, "target_snapshot_name": 4,
-        "starting_offset": 5, "max_results": 6,
-    }  # fmt: skip
+        "security_token": 1,
+        "namespace": 2,
+        "base_snapshot_id": 3,
+        "target_snapshot_name": 4,
+        "starting_offset": 5,
+        "max_results": 6,
+    }
     for resp in (pb.GetMetadataAllocatedResponse, pb.GetMetadataDeltaResponse):
         assert fields(resp) == {"block_metadata_type": 1, "volume_capacity_bytes": 2, "block_metadata": 3}
     assert (pb.UNKNOWN, pb.FIXED_LENGTH, pb.VARIABLE_LENGTH) == (0, 1, 2)

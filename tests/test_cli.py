@@ -16,9 +16,18 @@ from tests.volumes import make_image, sha256_file, write_blocks
 MiB = 1 << 20
 CLI = [sys.executable, "-m", "movers"]
 BACKUP_KEYS = {
-    "backup_id", "volume", "mode", "capacity_bytes", "changed_bytes", "read_bytes", "new_chunk_bytes",
-    "stored_bytes", "zero_bytes", "objects_written", "duration_s",
-}  # fmt: skip
+    "backup_id",
+    "volume",
+    "mode",
+    "capacity_bytes",
+    "changed_bytes",
+    "read_bytes",
+    "new_chunk_bytes",
+    "stored_bytes",
+    "zero_bytes",
+    "objects_written",
+    "duration_s",
+}
 
 
 def run(*args, env=None, stdin=None, check_rc=None):
@@ -60,8 +69,22 @@ def test_backup_incremental_restore_via_cli(repo, image, tmp_path):
     assert BACKUP_KEYS <= doc.keys() and doc["mode"] == "full" and doc["capacity_bytes"] == 16 * MiB
     changes = write_blocks(image, [4096 * 7, 8 * MiB])
     lines = "".join(json.dumps({"offset": o, "length": n}) + "\n" for o, n in changes)
-    inc = run("backup", "--repo", repo, "--volume", "v", "--device", image, "--extents", "-", "--json",
-              "--snapshot-handle", "snap-h2", stdin=lines, check_rc=0)  # fmt: skip
+    inc = run(
+        "backup",
+        "--repo",
+        repo,
+        "--volume",
+        "v",
+        "--device",
+        image,
+        "--extents",
+        "-",
+        "--json",
+        "--snapshot-handle",
+        "snap-h2",
+        stdin=lines,
+        check_rc=0,
+    )
     doc2 = json.loads(inc.stdout)
     assert doc2["mode"] == "incremental-cbt" and doc2["parent"] == doc["backup_id"]
     assert doc2["changed_bytes"] == 8192 and doc2["read_bytes"] == 8192
@@ -94,8 +117,17 @@ def test_lookup_errors(repo, image, tmp_path):
     assert_one_line_error(run("init", "--repo", repo), 2, "already a cbt-mover repository")
     assert_one_line_error(run("restore", "--repo", repo, "--volume", "v", "--device", tmp_path / "o"), 3, "no backups")
     run("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan", check_rc=0)
-    proc = run("restore", "--repo", repo, "--volume", "v", "--backup", "20990101T000000000000Z-abcdef",
-               "--device", tmp_path / "o")  # fmt: skip
+    proc = run(
+        "restore",
+        "--repo",
+        repo,
+        "--volume",
+        "v",
+        "--backup",
+        "20990101T000000000000Z-abcdef",
+        "--device",
+        tmp_path / "o",
+    )
     assert_one_line_error(proc, 3, "20990101T000000000000Z-abcdef", "not found")
     assert_one_line_error(run("ls", "--repo", f"file://{tmp_path}/nothing-here"), 3, "cbt-mover init")
     assert_one_line_error(run("backup", "--repo", repo, "--volume", "v", "--device", tmp_path / "nope", "--scan"), 3)
@@ -120,16 +152,24 @@ def test_unreachable_endpoint_and_missing_credentials(tmp_path):
     proc = run("ls", "--repo", "s3://bucket/p", "--s3-endpoint", f"http://127.0.0.1:{port}", env=env)
     assert_one_line_error(proc, 5, f"127.0.0.1:{port}")
     assert "very-secret-value" not in proc.stderr
-    no_creds = {"HOME": str(tmp_path), "AWS_CONFIG_FILE": str(tmp_path / "none"),
-                "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+    no_creds = {
+        "HOME": str(tmp_path),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     proc = run("ls", "--repo", "s3://bucket/p", "--s3-endpoint", f"http://127.0.0.1:{port}", env=no_creds)
     assert_one_line_error(proc, 6, "AWS_ACCESS_KEY_ID")
 
 
 def test_backup_restore_over_s3(s3_bucket, image, tmp_path):
     endpoint, bucket = s3_bucket
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": endpoint}  # fmt: skip
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+    }
     repo = f"s3://{bucket}/team/repo"
     run("init", "--repo", repo, env=env, check_rc=0)
     run("backup", "--repo", repo, "--volume", "ns/pvc", "--device", image, "--scan", env=env, check_rc=0)

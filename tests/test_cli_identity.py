@@ -25,10 +25,32 @@ def repo(tmp_path):
 def test_backup_records_class_mode_and_tags_and_ls_shows_them(repo, tmp_path):
     image = tmp_path / "vol.img"
     make_image(image, 4 * MiB, seed=2)
-    out = run("backup", "--repo", repo, "--volume", "ns/data", "--device", image, "--scan", "--namespace", "ns",
-              "--pvc", "data", "--storage-class", "fast", "--volume-mode", "Filesystem", "--tag",
-              "cbt-mover.io/run=backup-1", "--tag", "cbt-mover.io/app=shop", "--tag", "note=a=b", "--json",
-              check_rc=0)  # fmt: skip
+    out = run(
+        "backup",
+        "--repo",
+        repo,
+        "--volume",
+        "ns/data",
+        "--device",
+        image,
+        "--scan",
+        "--namespace",
+        "ns",
+        "--pvc",
+        "data",
+        "--storage-class",
+        "fast",
+        "--volume-mode",
+        "Filesystem",
+        "--tag",
+        "cbt-mover.io/run=backup-1",
+        "--tag",
+        "cbt-mover.io/app=shop",
+        "--tag",
+        "note=a=b",
+        "--json",
+        check_rc=0,
+    )
     tags = {"cbt-mover.io/run": "backup-1", "cbt-mover.io/app": "shop", "note": "a=b"}
     assert json.loads(out.stdout)["tags"] == tags
     run("backup", "--repo", repo, "--volume", "ns/logs", "--device", image, "--scan", check_rc=0)
@@ -36,19 +58,32 @@ def test_backup_records_class_mode_and_tags_and_ls_shows_them(repo, tmp_path):
     rows = json.loads(run("ls", "--repo", repo, "--json", check_rc=0).stdout)["backups"]
     by_volume = {r["volume"]: r for r in rows}
     data, logs = by_volume["ns/data"], by_volume["ns/logs"]
-    assert (data["storage_class"], data["volume_mode"], data["pvc"], data["tags"]) == ("fast", "Filesystem", "data",
-                                                                                          tags)  # fmt: skip
+    assert (data["storage_class"], data["volume_mode"], data["pvc"], data["tags"]) == (
+        "fast",
+        "Filesystem",
+        "data",
+        tags,
+    )
     assert (logs["storage_class"], logs["volume_mode"], logs["tags"]) == (None, None, {})
     text = run("ls", "--repo", repo, check_rc=0).stdout.splitlines()
     shown = "cbt-mover.io/app=shop,cbt-mover.io/run=backup-1,note=a=b"
     assert any(line.startswith("ns/data\t") and line.endswith(shown) for line in text), text
 
 
-@pytest.mark.parametrize("tag, fragment", [("novalue", "KEY=VALUE"), ("=x", "KEY=VALUE"), ("a b=c", "KEY=VALUE"),
-                                           ("-a=1", "KEY=VALUE"), ("a=" + "x" * 1025, "at most 1024")])  # fmt: skip
+@pytest.mark.parametrize(
+    "tag, fragment",
+    [
+        ("novalue", "KEY=VALUE"),
+        ("=x", "KEY=VALUE"),
+        ("a b=c", "KEY=VALUE"),
+        ("-a=1", "KEY=VALUE"),
+        ("a=" + "x" * 1025, "at most 1024"),
+    ],
+)
 def test_bad_tag_is_a_usage_error_before_anything_is_read(repo, tmp_path, tag, fragment):
-    proc = run("backup", "--repo", repo, "--volume", "v", "--device", tmp_path / "missing.img", "--scan",
-               f"--tag={tag}")  # fmt: skip
+    proc = run(
+        "backup", "--repo", repo, "--volume", "v", "--device", tmp_path / "missing.img", "--scan", f"--tag={tag}"
+    )
     assert_one_line_error(proc, 2, fragment)
 
 
@@ -61,11 +96,19 @@ def test_bad_volume_mode_and_repeated_tag(repo, tmp_path):
 
 
 def _doc() -> dict:
-    return {"backup_id": "20260101T000000000000Z-abcdef", "volume": {"id": "ns/data", "namespace": "ns",
-            "pvc": "data"}, "capacity_bytes": 4096, "snapshot": {"snapshot_handle": "h"}, "parent": None,
-            "mode": "full", "created": "2026-01-01T00:00:00+00:00",
-            "map": {"page_size": 1 << 26, "dir_fanout": 256, "dirs": [None], "entries": 0}, "stats": {},
-            "format_version": 1, "mandatory_features": ["paged-map-v1", "sha256-chunks", "zstd"]}  # fmt: skip
+    return {
+        "backup_id": "20260101T000000000000Z-abcdef",
+        "volume": {"id": "ns/data", "namespace": "ns", "pvc": "data"},
+        "capacity_bytes": 4096,
+        "snapshot": {"snapshot_handle": "h"},
+        "parent": None,
+        "mode": "full",
+        "created": "2026-01-01T00:00:00+00:00",
+        "map": {"page_size": 1 << 26, "dir_fanout": 256, "dirs": [None], "entries": 0},
+        "stats": {},
+        "format_version": 1,
+        "mandatory_features": ["paged-map-v1", "sha256-chunks", "zstd"],
+    }
 
 
 def test_old_manifest_decodes_with_defaults_and_unknown_optional_fields_are_ignored():

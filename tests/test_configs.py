@@ -72,8 +72,11 @@ def test_rbac_grants_nothing_that_widens_itself_and_secrets_only_by_name():
 def test_rbac_bindings_match_roles_and_service_accounts():
     all_docs = rbac_docs()
     accounts = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in all_docs if d["kind"] == "ServiceAccount"}
-    roles = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) for d in all_docs
-             if d["kind"] in ("ClusterRole", "Role")}  # fmt: skip
+    roles = {
+        (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))
+        for d in all_docs
+        if d["kind"] in ("ClusterRole", "Role")
+    }
     bindings = [d for d in all_docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
     assert bindings
     for binding in bindings:
@@ -84,8 +87,9 @@ def test_rbac_bindings_match_roles_and_service_accounts():
             assert subject["kind"] == "ServiceAccount"
             assert (subject["namespace"], subject["name"]) in accounts
     controller = next(b for b in bindings if b["roleRef"]["name"] == "cbt-mover-controller")
-    assert controller["subjects"] == [{"kind": "ServiceAccount", "name": "cbt-mover-controller",
-                                       "namespace": "cbt-mover-system"}]  # fmt: skip
+    assert controller["subjects"] == [
+        {"kind": "ServiceAccount", "name": "cbt-mover-controller", "namespace": "cbt-mover-system"}
+    ]
     # the mover's cluster-scoped reads reach every namespace that has the mover's Role
     mover_cluster = next(
         b for b in bindings if b["kind"] == "ClusterRoleBinding" and b["roleRef"]["name"] == "cbt-mover-pod"
@@ -116,9 +120,11 @@ def test_crd_examples_accepted_by_the_api_emulator(tmp_path):
 
     examples = {d["kind"]: d for p in sorted((CONFIGS / "examples").glob("*.yaml")) for d in docs(p)}
     assert set(examples) == {"SnapshotMetadataService", "VolumeGroupSnapshotClass", "VolumeSnapshotClass"}
-    plurals = {"SnapshotMetadataService": "snapshotmetadataservices",
-               "VolumeGroupSnapshotClass": "volumegroupsnapshotclasses",
-               "VolumeSnapshotClass": "volumesnapshotclasses"}  # fmt: skip
+    plurals = {
+        "SnapshotMetadataService": "snapshotmetadataservices",
+        "VolumeGroupSnapshotClass": "volumegroupsnapshotclasses",
+        "VolumeSnapshotClass": "volumesnapshotclasses",
+    }
     assert examples["SnapshotMetadataService"]["apiVersion"] == "cbt.storage.k8s.io/v1beta1"
     assert examples["VolumeGroupSnapshotClass"]["apiVersion"] == "groupsnapshot.storage.k8s.io/v1"
     with serve(tmp_path) as kube:
@@ -148,12 +154,27 @@ def test_sms_example_ca_cert_is_base64_pem():
 
 EXPECTED_VARIABLES = {
     # prefect-kubernetes' own variables (0.8.0)
-    "name", "namespace", "image", "image_pull_policy", "service_account_name", "env", "labels", "command",
-    "cpu_request", "cpu_limit", "memory_request", "memory_limit", "backoff_limit", "finished_job_ttl",
-    "job_watch_timeout_seconds", "pod_watch_timeout_seconds", "stream_output", "cluster_config",
+    "name",
+    "namespace",
+    "image",
+    "image_pull_policy",
+    "service_account_name",
+    "env",
+    "labels",
+    "command",
+    "cpu_request",
+    "cpu_limit",
+    "memory_request",
+    "memory_limit",
+    "backoff_limit",
+    "finished_job_ttl",
+    "job_watch_timeout_seconds",
+    "pod_watch_timeout_seconds",
+    "stream_output",
+    "cluster_config",
     # ours
     "repository_secret",
-}  # fmt: skip
+}
 
 
 def test_job_template():
@@ -199,8 +220,9 @@ def test_dockerfile():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'cbt-mover = "movers.cli:main"' in pyproject
     # everything the Dockerfile copies exists and is not excluded by .dockerignore
-    ignored = {ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-               if ln.strip() and not ln.startswith("#")}  # fmt: skip
+    ignored = {
+        ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    }
     for line in lines:
         if line.startswith("COPY "):
             for src in line.split()[1:-1]:

@@ -342,8 +342,11 @@ def test_cbt_delta_through_the_product_client(cluster):
     assert service.ca_pem == c.ctl.metadata.ca_pem
     c.core.create_namespaced_service_account(NS, {"metadata": {"name": "mover"}})
     # what the metadata server's SubjectAccessReview checks for the mover's token
-    c.served.grant(NS, f"{NS}/mover", [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"],
-                                        "verbs": ["get"]}])  # fmt: skip
+    c.served.grant(
+        NS,
+        f"{NS}/mover",
+        [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"], "verbs": ["get"]}],
+    )
     _, pv = make_bound_claim(c, "data", size="8Mi")
     handle = pv["spec"]["csi"]["volumeHandle"]
     rng = random.Random(3)

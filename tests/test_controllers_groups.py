@@ -17,7 +17,7 @@ from tests.test_controllers_helpers import (
     make_bound_claim,
     ready,
     wait_event,
-    wait_for,  # fmt: skip
+    wait_for,
 )
 
 SERVED = {"v1": ("v1beta1", "v1beta2", "v1"), "v1beta2": ("v1beta1", "v1beta2"), "v1beta1": ("v1beta1",)}
@@ -33,7 +33,8 @@ def test_group_members_named_linked_and_deleted_as_upstream(tmp_path, version):
         assert c.ctl.group_version == version
         vgs_res, vgsc_res = VGS.at(version), VGSC.at(version)
         assert c.kube.get(VGS_CLASS.at(version), "csi-hostpath-groupsnapclass")["metadata"]["annotations"] == {
-            n.ANN_DEFAULT_GROUP_CLASS: "true"}  # fmt: skip
+            n.ANN_DEFAULT_GROUP_CLASS: "true"
+        }
         _, db_pv = make_bound_claim(c, "db", labels={"app": "shop"})
         _, log_pv = make_bound_claim(c, "log", mode="Filesystem", size="8Mi", labels={"app": "shop"})
         make_bound_claim(c, "other", labels={"app": "else"})
@@ -50,7 +51,10 @@ def test_group_members_named_linked_and_deleted_as_upstream(tmp_path, version):
         spec, cstatus = vgsc["spec"], vgsc["status"]
         assert sorted(spec["source"]["volumeHandles"]) == sorted(handles)
         assert (spec["driver"], spec["deletionPolicy"], spec["volumeGroupSnapshotClassName"]) == (
-            DRIVER, "Delete", "csi-hostpath-groupsnapclass")  # fmt: skip
+            DRIVER,
+            "Delete",
+            "csi-hostpath-groupsnapclass",
+        )
         assert spec["volumeGroupSnapshotRef"]["uid"] == uid and cstatus["readyToUse"] is True
         if version == "v1beta1":
             assert "volumeSnapshotInfoList" not in cstatus
@@ -75,7 +79,8 @@ def test_group_members_named_linked_and_deleted_as_upstream(tmp_path, version):
             pv = handles[volume]
             owner = vs["metadata"]["ownerReferences"]
             assert [(o["kind"], o["name"], o["uid"], o["apiVersion"]) for o in owner] == [
-                ("VolumeGroupSnapshot", "shop", uid, f"groupsnapshot.storage.k8s.io/{version}")]  # fmt: skip
+                ("VolumeGroupSnapshot", "shop", uid, f"groupsnapshot.storage.k8s.io/{version}")
+            ]
             assert n.FIN_VS_IN_GROUP in vs["metadata"]["finalizers"]
             assert vs["spec"] == {"source": {"persistentVolumeClaimName": pv["spec"]["claimRef"]["name"]}}
             assert vs["status"]["volumeGroupSnapshotName"] == "shop"
@@ -98,8 +103,10 @@ def test_group_members_named_linked_and_deleted_as_upstream(tmp_path, version):
         member = sorted(members)[0]
         c.kube.delete(VS, member, NS)
         event = wait_event(c.kube, member, "SnapshotDeletePending")
-        assert f"deletion of the individual volume snapshot {NS}/{member} is not allowed as it belongs to group" \
-            f" snapshot {NS}/shop" in event["message"]  # fmt: skip
+        assert (
+            f"deletion of the individual volume snapshot {NS}/{member} is not allowed as it belongs to group"
+            f" snapshot {NS}/shop" in event["message"]
+        )
         pending = c.kube.get(VS, member, NS)
         assert pending["metadata"]["deletionTimestamp"] and n.FIN_VS_IN_GROUP in pending["metadata"]["finalizers"]
         assert c.kube.get(VSC, members[member]["metadata"]["name"]) is not None
@@ -127,8 +134,10 @@ def test_group_with_retain_policy_keeps_contents(tmp_path):
         vgsc = c.kube.get(VGSC, vgs["status"]["boundVolumeGroupSnapshotContentName"])
         members = [vs for vs in c.kube.list(VS, NS)[0] if vs["metadata"].get("ownerReferences")]
         assert len(members) == 2 and not vgsc["metadata"].get("finalizers")
-        contents = [wait_for(c.kube, VSC, vs["status"]["boundVolumeSnapshotContentName"], ready, namespace=None)
-                    for vs in members]  # fmt: skip
+        contents = [
+            wait_for(c.kube, VSC, vs["status"]["boundVolumeSnapshotContentName"], ready, namespace=None)
+            for vs in members
+        ]
         assert {v["spec"]["deletionPolicy"] for v in contents} == {"Retain"}
 
         c.kube.delete(VGS, "kept", NS)

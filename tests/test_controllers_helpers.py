@@ -68,8 +68,14 @@ def local_cluster(tmp_path, api: dict | None = None, nodes: bool = True, **setti
     assert not left, f"controller threads still running: {left}"
 
 
-def wait_for(kube: Kube, res: Res, name: str, predicate: Callable[[dict | None], bool], namespace: str | None = NS,
-             timeout: float = 10.0) -> dict | None:  # fmt: skip
+def wait_for(
+    kube: Kube,
+    res: Res,
+    name: str,
+    predicate: Callable[[dict | None], bool],
+    namespace: str | None = NS,
+    timeout: float = 10.0,
+) -> dict | None:
     """The object (None once deleted) as soon as ``predicate`` holds, following a watch; AssertionError on timeout."""
     from kubernetes import watch
 
@@ -82,8 +88,13 @@ def wait_for(kube: Kube, res: Res, name: str, predicate: Callable[[dict | None],
             raise AssertionError(f"{res.kind} {namespace}/{name} never matched; last state: {obj}")
         fn, args = kube.watch_call(res)
         w = watch.Watch(return_type="object")
-        for event in w.stream(fn, *args, resource_version=rv, field_selector=f"metadata.name={name}",
-                              timeout_seconds=max(1, int(left + 0.999))):  # fmt: skip
+        for event in w.stream(
+            fn,
+            *args,
+            resource_version=rv,
+            field_selector=f"metadata.name={name}",
+            timeout_seconds=max(1, int(left + 0.999)),
+        ):
             raw = event["raw_object"]
             rv = raw["metadata"]["resourceVersion"]
             if res.namespaced and raw["metadata"].get("namespace") != namespace:
@@ -112,8 +123,13 @@ def wait_event(kube: Kube, name: str, reason: str, namespace: str = NS, timeout:
 
         fn, args = kube.watch_call(EVENT)
         w = watch.Watch(return_type="object")
-        for event in w.stream(fn, *args, resource_version=rv, field_selector=f"involvedObject.name={name}",
-                              timeout_seconds=max(1, int(left + 0.999))):  # fmt: skip
+        for event in w.stream(
+            fn,
+            *args,
+            resource_version=rv,
+            field_selector=f"involvedObject.name={name}",
+            timeout_seconds=max(1, int(left + 0.999)),
+        ):
             if event["raw_object"].get("reason") == reason:
                 w.stop()
                 break

@@ -35,8 +35,9 @@ def test_rebind_hands_the_storage_to_a_filesystem_claim_and_honours_the_policy_a
     write_volume(c, handle, [(4096, b"restored bytes")])
     labels = m.run_labels("restore-1")
 
-    got = volumes.rebind_volume(c.served.client, NS, "restored-tmp", "data", "Filesystem", labels=labels,
-                                annotations={"note": "x"}, timeout=20)  # fmt: skip
+    got = volumes.rebind_volume(
+        c.served.client, NS, "restored-tmp", "data", "Filesystem", labels=labels, annotations={"note": "x"}, timeout=20
+    )
 
     assert (got.claim, got.volume_handle, got.replaced) == ("data", handle, False)
     new_claim = c.kube.get(PVC, "data", NS)
@@ -88,5 +89,10 @@ def test_retain_drops_the_provisioner_finalizer_and_mismatched_static_claims_wai
     assert "volumeMode" in wait_event(c.kube, "wrong-mode", "VolumeMismatch")["message"]
     assert c.kube.get(PVC, "wrong-mode", NS)["status"].get("phase") != "Bound"
     # the PV controller marks a new PV Available on its own sync, not before it reports the claim's mismatch
-    wait_for(c.kube, PV, "static-fs", lambda o: o is not None and (o.get("status") or {}).get("phase") == "Available",
-             namespace=None)  # fmt: skip
+    wait_for(
+        c.kube,
+        PV,
+        "static-fs",
+        lambda o: o is not None and (o.get("status") or {}).get("phase") == "Available",
+        namespace=None,
+    )

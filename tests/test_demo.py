@@ -13,8 +13,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def test_demo_runs_the_whole_story_and_says_ok():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_", "KUBECONFIG"))}
-    out = subprocess.run([sys.executable, "-m", "localcluster.demo"], cwd=REPO_ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "localcluster.demo"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     lines = out.stdout.strip().splitlines()
     assert out.returncode == 0 and lines[-1] == "demo: ok", (out.stdout[-3000:], out.stderr[-3000:])
     table = "\n".join(lines)

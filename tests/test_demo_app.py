@@ -21,8 +21,12 @@ def app(tmp_path):
         path.write_bytes(bytes(1 << 20))
         devices.append(str(path))
     env = {**os.environ, "DEMO_APP_CONTROL": str(tmp_path / "control.sock")}
-    proc = subprocess.Popen([*APP, "run", "--device", devices[0], "--device", devices[1], "--interval", "0.002"],
-                            stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [*APP, "run", "--device", devices[0], "--device", devices[1], "--interval", "0.002"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     lines: list[str] = []
     seen = threading.Condition()
 

@@ -27,11 +27,20 @@ from localcluster.s3 import free_port, wait_http
 ROOT = Path(__file__).resolve().parent.parent
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 POLICIES = ROOT / "configs" / "policies"
-FLOW_NAMES = {"backup-demo": "backup-app", "backup-postgres": "backup-app", "restore": "restore-app",
-              "maintenance": "maintain-repo"}  # fmt: skip
+FLOW_NAMES = {
+    "backup-demo": "backup-app",
+    "backup-postgres": "backup-app",
+    "restore": "restore-app",
+    "maintenance": "maintain-repo",
+}
 # values for required parameters a deployment leaves to the run (restore is on demand)
-EXAMPLE_VALUES = {"repo": "s3://bucket/prefix", "namespace": "shop", "pvcs": ["data"], "policy_paths": [],
-                  "policy_path": "configs/policies/demo.yaml"}  # fmt: skip
+EXAMPLE_VALUES = {
+    "repo": "s3://bucket/prefix",
+    "namespace": "shop",
+    "pvcs": ["data"],
+    "policy_paths": [],
+    "policy_path": "configs/policies/demo.yaml",
+}
 
 
 def project() -> dict:
@@ -167,7 +176,8 @@ def test_maintenance_is_weekly_for_every_repository_and_restore_on_demand():
     assert len({s["slug"] for s in schedules}) == len(schedules)
     # one schedule per repository, with the policies whose retention applies to it
     assert {s["parameters"]["repo"]: sorted(s["parameters"]["policy_paths"]) for s in schedules} == {
-        repo: sorted(paths) for repo, paths in by_repo.items()}  # fmt: skip
+        repo: sorted(paths) for repo, paths in by_repo.items()
+    }
     assert len(schedules) == len(by_repo)
     for schedule in schedules:
         it = CronSim(schedule["cron"], datetime(2026, 1, 1, tzinfo=UTC))
@@ -241,8 +251,11 @@ def test_dockerfile_builds_what_the_deployments_need():
 
 
 def test_dockerignore_keeps_the_context_small_and_secret_free():
-    patterns = {ln.strip().rstrip("/") for ln in (ROOT / ".dockerignore").read_text().splitlines()
-                if ln.strip() and not ln.startswith("#")}  # fmt: skip
+    patterns = {
+        ln.strip().rstrip("/")
+        for ln in (ROOT / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    }
     assert {".venv", ".git", ".prefect", "tests", "localcluster", "*.pem", "*.key"} <= patterns
     copied = {src.rstrip("/") for line in dockerfile_instructions()["COPY"] for src in line.split()[:-1]}
     assert not copied & patterns, copied & patterns
@@ -250,8 +263,9 @@ def test_dockerignore_keeps_the_context_small_and_secret_free():
 
 
 def test_make_ui_serves_on_loopback_with_its_own_home():
-    out = subprocess.run(["make", "-n", "ui", "pools", "PREFECT_UI_PORT=4399"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["make", "-n", "ui", "pools", "PREFECT_UI_PORT=4399"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     (server,) = [ln for ln in out.replace("\\\n", " ").splitlines() if "server start" in ln]
     assert "--host 127.0.0.1 --port 4399" in server
     assert f"PREFECT_HOME={ROOT}/.prefect" in server and "PREFECT_SERVER_ANALYTICS_ENABLED=false" in server
@@ -291,9 +305,14 @@ def _prefect_server(request, tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect-home")
     port = free_port()
     with open(home / "server.log", "wb") as log:
-        proc = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                                 "--no-services", "--no-ui"], env=_clean_env(PREFECT_HOME=str(home)), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-services", "--no-ui"],
+            env=_clean_env(PREFECT_HOME=str(home)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             yield {"proc": proc, "home": home, "url": f"http://127.0.0.1:{port}/api"}
         finally:
@@ -332,11 +351,25 @@ def deployed(prefect_api):
         image = pools.ensure_pools(image="registry.example.com/cbt-mover:9.9.9", only="k8s")
     before = (ROOT / "prefect.yaml").read_bytes()
     missing = missing_entrypoints()
-    names = ["--all"] if not missing else [
-        arg for d in deployments().values() if entrypoint_file(d).exists()
-        for arg in ("--name", f"{FLOW_NAMES[d['name']]}/{d['name']}")]  # fmt: skip
-    out = subprocess.run([PREFECT, "--no-prompt", "deploy", *names], cwd=ROOT, env=prefect_api["env"],
-                         capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)  # fmt: skip
+    names = (
+        ["--all"]
+        if not missing
+        else [
+            arg
+            for d in deployments().values()
+            if entrypoint_file(d).exists()
+            for arg in ("--name", f"{FLOW_NAMES[d['name']]}/{d['name']}")
+        ]
+    )
+    out = subprocess.run(
+        [PREFECT, "--no-prompt", "deploy", *names],
+        cwd=ROOT,
+        env=prefect_api["env"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert (ROOT / "prefect.yaml").read_bytes() == before, "prefect deploy rewrote prefect.yaml"
     return {"pools": (first, again, image), "missing": missing}
@@ -382,8 +415,12 @@ def test_deploy_registers_schedules_parameters_and_pull_steps(prefect_api, deplo
 
     wanted = {d["name"]: d for d in deployments().values() if d["entrypoint"] not in deployed["missing"]}
     with _client(prefect_api) as client:
-        found = {d.name: d for d in client.read_deployments(
-            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=sorted(wanted))))}  # fmt: skip
+        found = {
+            d.name: d
+            for d in client.read_deployments(
+                deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=sorted(wanted)))
+            )
+        }
         flows = {d.name: client.read_flow(d.flow_id).name for d in found.values()}
     assert set(found) == set(wanted)
     for name, spec in wanted.items():
@@ -391,10 +428,24 @@ def test_deploy_registers_schedules_parameters_and_pull_steps(prefect_api, deplo
         assert flows[name] == FLOW_NAMES[name]
         assert got.work_pool_name == spec["work_pool"]["name"]
         assert got.parameters == spec["parameters"], name
-        assert sorted(({"cron": s.schedule.cron, "timezone": s.schedule.timezone, "slug": s.slug,
-                        "parameters": s.parameters} for s in got.schedules), key=json.dumps) == sorted(
-            ({"cron": s["cron"], "timezone": s["timezone"], "slug": s.get("slug"),
-              "parameters": s.get("parameters", {})} for s in spec["schedules"]), key=json.dumps), name  # fmt: skip
+        assert sorted(
+            (
+                {"cron": s.schedule.cron, "timezone": s.schedule.timezone, "slug": s.slug, "parameters": s.parameters}
+                for s in got.schedules
+            ),
+            key=json.dumps,
+        ) == sorted(
+            (
+                {
+                    "cron": s["cron"],
+                    "timezone": s["timezone"],
+                    "slug": s.get("slug"),
+                    "parameters": s.get("parameters", {}),
+                }
+                for s in spec["schedules"]
+            ),
+            key=json.dumps,
+        ), name
         assert all(s.active for s in got.schedules)
         assert got.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}]
         assert got.enforce_parameter_schema is True
@@ -422,8 +473,14 @@ def test_a_process_worker_runs_the_maintenance_deployment(prefect_api, deployed,
     s3_env = {**moto_server.env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
     def cli(*args: str) -> str:
-        return subprocess.run([sys.executable, "-m", "movers", *args, "--repo", repo], check=True, env=s3_env,
-                              capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "movers", *args, "--repo", repo],
+            check=True,
+            env=s3_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
 
     def backups() -> list[str]:
         return [b["backup_id"] for b in json.loads(cli("ls", "--volume", "demo/data", "--json"))["backups"]]
@@ -444,13 +501,20 @@ def test_a_process_worker_runs_the_maintenance_deployment(prefect_api, deployed,
 
     with _client(prefect_api) as client:
         deployment = client.read_deployment_by_name("maintain-repo/maintenance")
-        run = client.create_flow_run_from_deployment(deployment.id, parameters={
-            "repo": repo, "policy_paths": [str(policy_path)]})  # fmt: skip
+        run = client.create_flow_run_from_deployment(
+            deployment.id, parameters={"repo": repo, "policy_paths": [str(policy_path)]}
+        )
     log_path = tmp_path / "worker.log"
     with open(log_path, "wb") as log:
-        worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", LOCAL_POOL, "--run-once"], cwd=tmp_path,
-                                  env={**prefect_api["env"], **moto_server.env}, stdout=log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        worker = subprocess.Popen(
+            [PREFECT, "worker", "start", "--pool", LOCAL_POOL, "--run-once"],
+            cwd=tmp_path,
+            env={**prefect_api["env"], **moto_server.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             worker.wait(timeout=150)
         finally:

@@ -31,8 +31,13 @@ def test_one_syntax_everywhere():
     from movers.hooks.model import hook_from_policy
     from movers.policy import parse_policy
 
-    doc = {"name": "p", "namespace": "ns", "pvc_selector": {"matchLabels": {"app": "db"}},
-           "repository": {"url": "s3://b/r"}, "timeouts": {"hook": "500ms", "mover": "1d"}}  # fmt: skip
+    doc = {
+        "name": "p",
+        "namespace": "ns",
+        "pvc_selector": {"matchLabels": {"app": "db"}},
+        "repository": {"url": "s3://b/r"},
+        "timeouts": {"hook": "500ms", "mover": "1d"},
+    }
     policy = parse_policy(doc)
     assert (policy.timeouts.hook, policy.timeouts.mover) == (0.5, 86400)
     hook = hook_from_policy({"name": "h", "pod_selector": {"app": "db"}, "command": ["x"], "timeout": "1d"})

@@ -61,7 +61,9 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
 
     first = _backup(local_cluster, app["repo"])
     assert [(r["volume"], r["mode"], r["change_source"]) for r in first["volumes"]] == [
-        (f"{NS}/data", "full", "cbt-allocated"), (f"{NS}/logs", "full", "cbt-allocated")], first  # fmt: skip
+        (f"{NS}/data", "full", "cbt-allocated"),
+        (f"{NS}/logs", "full", "cbt-allocated"),
+    ], first
 
     seq = core.read_namespaced_pod_log("app", NS).count("write seq=")
     wait_until(lambda: core.read_namespaced_pod_log("app", NS).count("write seq=") >= seq + 20, 20, "more writes")
@@ -78,10 +80,29 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
 
     for pvc in ("data", "logs"):
         image = tmp_path / f"{pvc}.img"
-        subprocess.run([sys.executable, "-m", "movers", "restore", "--repo", app["repo"], "--volume", f"{NS}/{pvc}",
-                        "--device", str(image)], check=True, env=app["env"], capture_output=True)  # fmt: skip
-        out = subprocess.run([sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
-                             check=False, capture_output=True, text=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "movers",
+                "restore",
+                "--repo",
+                app["repo"],
+                "--volume",
+                f"{NS}/{pvc}",
+                "--device",
+                str(image),
+            ],
+            check=True,
+            env=app["env"],
+            capture_output=True,
+        )
+        out = subprocess.run(
+            [sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode == 0, (pvc, out.stdout, out.stderr)
         print(pvc, out.stdout.strip())
 
@@ -227,10 +248,19 @@ def test_on_cancellation_thaws_and_deletes_the_run(local_cluster, app, harness):
 
     api = local_cluster.client
     core = client.CoreV1Api(api)
-    flow_run = SimpleNamespace(id=uuid.uuid4(), parameters={
-        "namespace": NS, "selector": SEL, "repo": app["repo"], "repo_secret": REPO_SECRET, "hooks": HOOKS,
-        "image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT,
-        "kubeconfig": flow_kubeconfig(local_cluster)})  # fmt: skip
+    flow_run = SimpleNamespace(
+        id=uuid.uuid4(),
+        parameters={
+            "namespace": NS,
+            "selector": SEL,
+            "repo": app["repo"],
+            "repo_secret": REPO_SECRET,
+            "hooks": HOOKS,
+            "image": "cbt-mover",
+            "service_account": MOVER_SERVICE_ACCOUNT,
+            "kubeconfig": flow_kubeconfig(local_cluster),
+        },
+    )
     run_id = run_id_for(flow_run.id)
     k.create(api, m.block_pvc("leftover", NS, "16Mi", None, m.run_labels(run_id)))
     assert k.list_objects(api, "PersistentVolumeClaim", NS, f"{m.RUN_LABEL}={run_id}")
@@ -271,9 +301,15 @@ def test_plan_is_said_and_selector_syntax():
         "why": "CBT disabled",
         "max_results": None,
     }
-    assert selector_string({"matchLabels": {"b": "2", "a": "1"}, "matchExpressions": [
-        {"key": "t", "operator": "In", "values": ["x", "y"]}, {"key": "g", "operator": "DoesNotExist"}]}) == (
-        "a=1,b=2,t in (x,y),!g")  # fmt: skip
+    assert selector_string(
+        {
+            "matchLabels": {"b": "2", "a": "1"},
+            "matchExpressions": [
+                {"key": "t", "operator": "In", "values": ["x", "y"]},
+                {"key": "g", "operator": "DoesNotExist"},
+            ],
+        }
+    ) == ("a=1,b=2,t in (x,y),!g")
 
 
 def test_without_group_snapshots_one_snapshot_per_pvc_while_frozen(make_local_cluster, harness, monkeypatch):

@@ -27,12 +27,20 @@ def api_url(prefect_api):
 
 
 def _serve(params: dict, env: dict, log: Path) -> subprocess.Popen:
-    code = ("import json, sys\nfrom flows.backup import backup_app\n"
-            "backup_app.serve(name='cancel-test', parameters=json.loads(sys.argv[1]),"
-            " print_starting_message=False)")  # fmt: skip
+    code = (
+        "import json, sys\nfrom flows.backup import backup_app\n"
+        "backup_app.serve(name='cancel-test', parameters=json.loads(sys.argv[1]),"
+        " print_starting_message=False)"
+    )
     with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, "-c", code, json.dumps(params)], cwd=REPO_ROOT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-c", code, json.dumps(params)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def test_cancelled_run_thaws_the_app_and_cleans_up(local_cluster, api_url, monkeypatch, tmp_path):
@@ -42,11 +50,21 @@ def test_cancelled_run_thaws_the_app_and_cleans_up(local_cluster, api_url, monke
     core = client.CoreV1Api(local_cluster.client)
     app = deploy_app(local_cluster, monkeypatch.setenv, NS, "flow-cancel")
     release = tmp_path / "release"  # the slow pre-hook waits for this file (created at the end, always)
-    slow = {"name": "slow-flush", "pod_selector": SEL, "container": "app", "timeout": 300, "command": [
-        "python", "-c", f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.1)"]}  # fmt: skip
+    slow = {
+        "name": "slow-flush",
+        "pod_selector": SEL,
+        "container": "app",
+        "timeout": 300,
+        "command": ["python", "-c", f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.1)"],
+    }
     params = backup_params(local_cluster, app["repo"], NS, hooks={"pre": [*HOOKS["pre"], slow], "post": HOOKS["post"]})
-    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_RUNNER_POLL_FREQUENCY": "1",
-           "PYTHONPATH": str(REPO_ROOT), **local_cluster.s3.env}  # fmt: skip
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": api_url,
+        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        **local_cluster.s3.env,
+    }
     runner = _serve(params, env, tmp_path / "runner.log")
     try:
         with get_client(sync_client=True) as prefect:
@@ -83,11 +101,18 @@ def _hook_event(flow_run_id):
     from flows.backup import run_id_for
 
     with get_client(sync_client=True) as prefect:
-        page = prefect.read_events(EventFilter(event=EventNameFilter(name=["cbt-mover.backup.failed"]),
-                                               resource=EventResourceFilter(id=[f"cbt-mover.app.{NS}.{NS}"])),
-                                   limit=50)  # fmt: skip
-    return [e for e in page.events if e.payload.get("error") == "flow run cancelled"
-            and e.resource.get("cbt-mover.run") == run_id_for(flow_run_id)]  # fmt: skip
+        page = prefect.read_events(
+            EventFilter(
+                event=EventNameFilter(name=["cbt-mover.backup.failed"]),
+                resource=EventResourceFilter(id=[f"cbt-mover.app.{NS}.{NS}"]),
+            ),
+            limit=50,
+        )
+    return [
+        e
+        for e in page.events
+        if e.payload.get("error") == "flow run cancelled" and e.resource.get("cbt-mover.run") == run_id_for(flow_run_id)
+    ]
 
 
 def _deployment(prefect):

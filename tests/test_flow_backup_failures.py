@@ -63,8 +63,9 @@ def _events(name: str, resource_id: str):
     from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 
     with get_client(sync_client=True) as prefect:
-        page = prefect.read_events(EventFilter(event=EventNameFilter(name=[name]),
-                                               resource=EventResourceFilter(id=[resource_id])), limit=50)  # fmt: skip
+        page = prefect.read_events(
+            EventFilter(event=EventNameFilter(name=[name]), resource=EventResourceFilter(id=[resource_id])), limit=50
+        )
     return page.events
 
 
@@ -73,16 +74,25 @@ def _task_runs(flow_run_id, name: str):
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, TaskRunFilter, TaskRunFilterName
 
     with get_client(sync_client=True) as prefect:
-        return prefect.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
-                                      task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_=name)))  # fmt: skip
+        return prefect.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_=name)),
+        )
 
 
 def _restore_verifies(env, repo, volume, tmp_path):
     image = tmp_path / (volume.replace("/", "-") + ".img")
-    subprocess.run([sys.executable, "-m", "movers", "restore", "--repo", repo, "--volume", volume, "--device",
-                    str(image)], check=True, env=env, capture_output=True)  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
-                         capture_output=True, text=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "movers", "restore", "--repo", repo, "--volume", volume, "--device", str(image)],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, (volume, out.stdout, out.stderr)
 
 
@@ -90,8 +100,9 @@ def _kept(api, ns):
     return sorted(o["metadata"]["name"] for o in k.list_objects(api, "VolumeGroupSnapshot", ns, KEPT))
 
 
-def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(local_cluster, harness, monkeypatch,
-                                                                              tmp_path):  # fmt: skip
+def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(
+    local_cluster, harness, monkeypatch, tmp_path
+):
     ns, api = "rejbase", local_cluster.client
     core = client.CoreV1Api(api)
     app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-rejbase")
@@ -188,9 +199,19 @@ def test_failing_pre_hook_thaws_and_snapshots_nothing(local_cluster, harness, mo
     ns, api = "badhook", local_cluster.client
     core = client.CoreV1Api(api)
     app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-badhook")
-    hooks = {"pre": [*HOOKS["pre"], {"name": "flush", "pod_selector": SEL, "container": "app", "timeout": 10,
-                                     "command": ["python", "-c", "import sys; sys.exit(3)"]}],
-             "post": HOOKS["post"]}  # fmt: skip
+    hooks = {
+        "pre": [
+            *HOOKS["pre"],
+            {
+                "name": "flush",
+                "pod_selector": SEL,
+                "container": "app",
+                "timeout": 10,
+                "command": ["python", "-c", "import sys; sys.exit(3)"],
+            },
+        ],
+        "post": HOOKS["post"],
+    }
     message, _ = _failed_run(local_cluster, app["repo"], ns, hooks=hooks)
     assert "flush" in message, message
     assert app_states(core, ns)[-2:] == ["frozen", "thawed"]
@@ -215,8 +236,16 @@ def test_mover_pod_killed_half_way_is_retried_and_reuses_the_upload(local_cluste
     ns, api = "killed", local_cluster.client
     core = client.CoreV1Api(api)
     # no app pod (the data stays as filled): a class that binds without a consumer
-    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-killed", pvcs=("big",), size=f"{SIZE >> 20}Mi",
-                     app_pod=False, storage_class="csi-hostpath-immediate")  # fmt: skip
+    app = deploy_app(
+        local_cluster,
+        monkeypatch.setenv,
+        ns,
+        "flow-killed",
+        pvcs=("big",),
+        size=f"{SIZE >> 20}Mi",
+        app_pod=False,
+        storage_class="csi-hostpath-immediate",
+    )
     wait_until(lambda: core.read_namespaced_persistent_volume_claim("big", ns).spec.volume_name, 30, "PVC bound")
     _fill_random(local_cluster, ns, "big", SIZE)
     killed: list[str] = []
@@ -242,11 +271,17 @@ def test_mover_pod_killed_half_way_is_retried_and_reuses_the_upload(local_cluste
     import yaml
 
     policy = tmp_path / "killed.yaml"
-    policy.write_text(yaml.safe_dump({
-        "name": "killed", "namespace": ns, "pvc_selector": SEL,
-        "repository": {"url": app["repo"], "credentials_secret": REPO_SECRET},
-        "mover": {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT,
-                  "progress_interval": 0.2}}))  # fmt: skip
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "name": "killed",
+                "namespace": ns,
+                "pvc_selector": SEL,
+                "repository": {"url": app["repo"], "credentials_secret": REPO_SECRET},
+                "mover": {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT, "progress_interval": 0.2},
+            }
+        )
+    )
     killer = threading.Thread(target=kill_half_way, daemon=True)
     killer.start()
     try:
@@ -285,11 +320,21 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
     ns, api = "bypolicy", local_cluster.client
     app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-policy")
     policy = tmp_path / "shop.yaml"
-    policy.write_text(yaml.safe_dump({
-        "name": "shop", "namespace": ns, "pvc_selector": SEL, "hooks": HOOKS, "parallelism": 1,
-        "repository": {"url": app["repo"], "credentials_secret": REPO_SECRET},
-        "mover": {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT}, "cbt": {"max_results": 512},
-        "retention": {"keep_last": 1, "keep_daily": 0, "keep_weekly": 0, "keep_monthly": 0}}))  # fmt: skip
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "name": "shop",
+                "namespace": ns,
+                "pvc_selector": SEL,
+                "hooks": HOOKS,
+                "parallelism": 1,
+                "repository": {"url": app["repo"], "credentials_secret": REPO_SECRET},
+                "mover": {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT},
+                "cbt": {"max_results": 512},
+                "retention": {"keep_last": 1, "keep_daily": 0, "keep_weekly": 0, "keep_monthly": 0},
+            }
+        )
+    )
     from flows.backup import backup_app
 
     first = backup_app(policy_path=str(policy), kubeconfig=flow_kubeconfig(local_cluster))
@@ -297,12 +342,18 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
     assert first["app"] == second["app"] == "shop"
     movers = [o for o in audited_creations(local_cluster, ns) if o.get("kind") == "Pod"]
     assert len(movers) == 4 and all(_flag(p, "--cbt-max-results") == "512" for p in movers), "cbt.max_results"
-    ls = subprocess.run([sys.executable, "-m", "movers", "ls", "--repo", app["repo"], "--json"], check=True,
-                        env=app["env"], capture_output=True, text=True)  # fmt: skip
+    ls = subprocess.run(
+        [sys.executable, "-m", "movers", "ls", "--repo", app["repo"], "--json"],
+        check=True,
+        env=app["env"],
+        capture_output=True,
+        text=True,
+    )
     ids = sorted(b["backup_id"] for b in json.loads(ls.stdout)["backups"])
     assert ids == sorted(r["backup_id"] for r in second["volumes"]), (ids, second["expired"])
     assert sorted(o["metadata"]["name"] for o in k.list_objects(api, "VolumeGroupSnapshot", ns, f"{KEPT}=shop")) == [
-        second["run_id"]]  # fmt: skip
+        second["run_id"]
+    ]
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as prefect:
@@ -328,8 +379,9 @@ def test_a_hook_without_its_own_timeout_is_bounded_by_timeouts_hook(local_cluste
         "container": "app",
         "command": ["python", "-c", "import time; time.sleep(20)"],
     }
-    policy = policy_file(tmp_path / "slow.yaml", "slowhook", ns, app["repo"], hooks={"pre": [slow]},
-                         timeouts={"hook": "1s"})  # fmt: skip
+    policy = policy_file(
+        tmp_path / "slow.yaml", "slowhook", ns, app["repo"], hooks={"pre": [slow]}, timeouts={"hook": "1s"}
+    )
     started = time.monotonic()
     state = backup_app(policy_path=policy, kubeconfig=flow_kubeconfig(local_cluster), return_state=True)
     assert state.is_failed(), state
@@ -346,8 +398,14 @@ def test_a_mover_no_node_takes_fails_within_timeouts_pvc_bound(local_cluster, ha
     ns = "nowhere"
     app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-nowhere", pvcs=("data",))
     nowhere = {"node_selector": {"pool": "none"}}
-    policy = policy_file(tmp_path / "nowhere.yaml", "nowhere", ns, app["repo"], mover=nowhere,
-                         timeouts={"pvc_bound": "3s", "mover": "1h"})  # fmt: skip
+    policy = policy_file(
+        tmp_path / "nowhere.yaml",
+        "nowhere",
+        ns,
+        app["repo"],
+        mover=nowhere,
+        timeouts={"pvc_bound": "3s", "mover": "1h"},
+    )
     started = time.monotonic()
     state = backup_app(policy_path=policy, kubeconfig=flow_kubeconfig(local_cluster), return_state=True)
     assert state.is_failed(), state

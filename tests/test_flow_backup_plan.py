@@ -127,8 +127,16 @@ def test_mover_objects_are_built_without_a_cluster():
     from movers.kube import manifests as m
     from movers.kube.backup import mover_objects
 
-    member = {"pvc": "data", "snapshot": "snap", "restore_size": None, "size": "1Gi", "storage_class": "fast",
-              "handle": "h1", "app": "shop", "labels": {"app": "db"}}  # fmt: skip
+    member = {
+        "pvc": "data",
+        "snapshot": "snap",
+        "restore_size": None,
+        "size": "1Gi",
+        "storage_class": "fast",
+        "handle": "h1",
+        "app": "shop",
+        "labels": {"app": "db"},
+    }
     mover = {"image": "cbt-mover", "service_account": "cbt-mover", "tolerations": [{"operator": "Exists"}]}
     cbt = {"change_source": "cbt-delta", "base_handle": "h0", "audience": "aud", "max_results": 512}
     claim, pod = mover_objects("ns", "run-1", member, cbt, mover, "cbt-mover-repo", 600)

@@ -58,8 +58,12 @@ def backed_up(local_cluster, harness):
     core = client.CoreV1Api(api)
     cluster.s3.client().create_bucket(Bucket="flow-restore")
     repo = "s3://flow-restore/repo"
-    subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, capture_output=True,
-                   env={**cluster.env(), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "movers", "init", "--repo", repo],
+        check=True,
+        capture_output=True,
+        env={**cluster.env(), "PATH": "/usr/bin:/bin"},
+    )
     with pytest.MonkeyPatch.context() as mp:  # the flows read the repository themselves
         for key, value in cluster.s3.env.items():
             mp.setenv(key, value)
@@ -195,15 +199,19 @@ def _assert_identical(backed_up, row, ns, src_ns=SRC):
 def _run_objects(cluster, ns, run_id):
     found = {}
     for kind, where in (("Pod", ns), ("PersistentVolumeClaim", ns), ("PersistentVolume", None)):
-        found[kind] = [o["metadata"]["name"] for o in k.list_objects(cluster.client, kind, where,
-                                                                      f"{m.RUN_LABEL}={run_id}")]  # fmt: skip
+        found[kind] = [
+            o["metadata"]["name"] for o in k.list_objects(cluster.client, kind, where, f"{m.RUN_LABEL}={run_id}")
+        ]
     return found
 
 
 def _no_writer_pods(cluster, *namespaces):
     for ns in namespaces:
-        left = [p["metadata"]["name"] for p in k.list_objects(cluster.client, "Pod", ns, m.RUN_LABEL)
-                if p["metadata"]["labels"][m.RUN_LABEL].startswith("restore-")]  # fmt: skip
+        left = [
+            p["metadata"]["name"]
+            for p in k.list_objects(cluster.client, "Pod", ns, m.RUN_LABEL)
+            if p["metadata"]["labels"][m.RUN_LABEL].startswith("restore-")
+        ]
         assert left == [], (ns, left)
 
 
@@ -294,8 +302,11 @@ def test_overwrite_replaces_the_claim_only_with_complete_data(local_cluster, bac
     repo, api = backed_up["repo"], local_cluster.client
     _namespace(local_cluster, "overwrite", repo)
     k.create(api, m.block_pvc("data", "overwrite", "16Mi", IMMEDIATE))  # what the app has now
-    wait_until(lambda: k.get(api, "PersistentVolumeClaim", "overwrite", "data")["status"].get("phase") == "Bound",
-               20, "the existing claim is bound")  # fmt: skip
+    wait_until(
+        lambda: k.get(api, "PersistentVolumeClaim", "overwrite", "data")["status"].get("phase") == "Bound",
+        20,
+        "the existing claim is bound",
+    )
     old_image, _, old_pv = _volume_image(local_cluster, "overwrite", "data")
 
     out = _restore(local_cluster, repo, pvcs=["data"], target_namespace="overwrite", overwrite=True)
@@ -340,9 +351,17 @@ def test_missing_backup_creates_nothing_and_a_failing_writer_leaves_nothing(loca
     with pytest.raises(Exception, match="writer pod broken/restore-.* failed .exit 3."):
         _restore(local_cluster, repo, pvcs=["data", "logs"], target_namespace="broken")  # its Secret: another repo
     assert k.list_objects(api, "PersistentVolumeClaim", "broken") == []
-    wait_until(lambda: not [pv for pv in k.list_objects(api, "PersistentVolume", None)
-                            if (pv["spec"].get("claimRef") or {}).get("namespace") == "broken"],
-               20, "the volumes of the deleted claims are reclaimed")  # fmt: skip
+    wait_until(
+        lambda: (
+            not [
+                pv
+                for pv in k.list_objects(api, "PersistentVolume", None)
+                if (pv["spec"].get("claimRef") or {}).get("namespace") == "broken"
+            ]
+        ),
+        20,
+        "the volumes of the deleted claims are reclaimed",
+    )
     _no_writer_pods(local_cluster, "broken", "shop-copy", "overwrite", "files-copy")
     _assert_events("cbt-mover.restore.failed", ["cbt-mover.volume.broken/data", "cbt-mover.volume.broken/logs"])
 
@@ -355,8 +374,10 @@ def test_on_cancellation_deletes_what_the_run_created(local_cluster, backed_up):
 
     api = local_cluster.client
     _namespace(local_cluster, "cancelled", backed_up["repo"])
-    flow_run = SimpleNamespace(id=uuid.uuid4(), parameters={"namespace": SRC, "target_namespace": "cancelled",
-                                                            "kubeconfig": flow_kubeconfig(local_cluster)})  # fmt: skip
+    flow_run = SimpleNamespace(
+        id=uuid.uuid4(),
+        parameters={"namespace": SRC, "target_namespace": "cancelled", "kubeconfig": flow_kubeconfig(local_cluster)},
+    )
     run_id = run_id_for(flow_run.id)
     labels = m.run_labels(run_id, **{"cbt-mover.io/pvc": "data"})
     k.create(api, m.block_pvc(f"data-{run_id}", "cancelled", "16Mi", IMMEDIATE, labels))
@@ -366,8 +387,11 @@ def test_on_cancellation_deletes_what_the_run_created(local_cluster, backed_up):
 
     on_cancellation(flow=None, flow_run=flow_run, state=None)
 
-    assert _run_objects(local_cluster, "cancelled", run_id) == {"Pod": [], "PersistentVolumeClaim": [],
-                                                                "PersistentVolume": []}  # fmt: skip
+    assert _run_objects(local_cluster, "cancelled", run_id) == {
+        "Pod": [],
+        "PersistentVolumeClaim": [],
+        "PersistentVolume": [],
+    }
     assert [p["metadata"]["name"] for p in k.list_objects(api, "PersistentVolumeClaim", "cancelled")] == ["unrelated"]
 
 

@@ -8,13 +8,29 @@ from movers.hooks.model import Hook, HookSet, HookSpecError, hookset_from_annota
 
 
 def test_policy_hooks_with_defaults_and_aliases():
-    hs = hookset_from_policy({
-        "pre": [{"name": "freeze", "pod_selector": {"app": "db"}, "command": ["python", "-m", "app", "freeze"]},
-                {"name": "flush", "podSelector": {"matchLabels": {"app": "db", "tier": "x"}}, "container": "db",
-                 "command": ["powershell", "-Command", "Write-Host hi"], "timeoutSeconds": 5, "onError": "Continue"}],
-        "post": [{"name": "thaw", "pod_selector": {"app": "db"}, "command": ["cmd.exe", "/c", "echo thaw"],
-                  "timeout": "1m30s"}],
-    })  # fmt: skip
+    hs = hookset_from_policy(
+        {
+            "pre": [
+                {"name": "freeze", "pod_selector": {"app": "db"}, "command": ["python", "-m", "app", "freeze"]},
+                {
+                    "name": "flush",
+                    "podSelector": {"matchLabels": {"app": "db", "tier": "x"}},
+                    "container": "db",
+                    "command": ["powershell", "-Command", "Write-Host hi"],
+                    "timeoutSeconds": 5,
+                    "onError": "Continue",
+                },
+            ],
+            "post": [
+                {
+                    "name": "thaw",
+                    "pod_selector": {"app": "db"},
+                    "command": ["cmd.exe", "/c", "echo thaw"],
+                    "timeout": "1m30s",
+                }
+            ],
+        }
+    )
     freeze, flush = hs.pre
     assert freeze == Hook(name="freeze", pod_selector={"app": "db"}, command=["python", "-m", "app", "freeze"])
     assert freeze.container is None and freeze.timeout_s == 30 and freeze.on_error == "fail"
@@ -63,14 +79,17 @@ def test_policy_structure_errors():
 
 
 def test_velero_annotations_json_array_and_plain_string():
-    hs = hookset_from_annotations("db-0", {
-        "pre.hook.backup.velero.io/container": "db",
-        "pre.hook.backup.velero.io/command": '["/sbin/fsfreeze", "--freeze", "/var/lib/data dir"]',
-        "pre.hook.backup.velero.io/on-error": "Continue",
-        "pre.hook.backup.velero.io/timeout": "1m30s",
-        "post.hook.backup.velero.io/command": "/sbin/fsfreeze --unfreeze '/var/lib/data dir'",
-        "unrelated/annotation": "x",
-    })  # fmt: skip
+    hs = hookset_from_annotations(
+        "db-0",
+        {
+            "pre.hook.backup.velero.io/container": "db",
+            "pre.hook.backup.velero.io/command": '["/sbin/fsfreeze", "--freeze", "/var/lib/data dir"]',
+            "pre.hook.backup.velero.io/on-error": "Continue",
+            "pre.hook.backup.velero.io/timeout": "1m30s",
+            "post.hook.backup.velero.io/command": "/sbin/fsfreeze --unfreeze '/var/lib/data dir'",
+            "unrelated/annotation": "x",
+        },
+    )
     (pre,), (post,) = hs.pre, hs.post
     assert pre.pod_name == "db-0" and pre.container == "db" and pre.on_error == "continue" and pre.timeout_s == 90
     assert pre.command == ["/sbin/fsfreeze", "--freeze", "/var/lib/data dir"]

@@ -97,7 +97,9 @@ def test_freeze_window_has_no_writes(cluster):
     assert q.freeze_start * 1e9 <= frozen and thawed <= q.freeze_end * 1e9
     assert q.freeze_start <= q.frozen_at <= q.thaw_start <= q.freeze_end and 0.3 <= q.freeze_s < 10
     assert [(r.hook.name, r.pod, r.exit_code, r.ok) for r in q.pre_results + q.post_results] == [
-        ("freeze", "app", 0, True), ("thaw", "app", 0, True)]  # fmt: skip
+        ("freeze", "app", 0, True),
+        ("thaw", "app", 0, True),
+    ]
     assert q.pre_results[0].stdout_tail.strip() == "frozen"
 
 
@@ -196,8 +198,10 @@ def test_selector_matching_no_pod(cluster):
 
 def test_exit_code_from_the_error_channel():
     assert _exit_code('{"status": "Success"}') == (0, "")
-    failure = ('{"status": "Failure", "reason": "NonZeroExitCode", "details": {"causes": '
-               '[{"reason": "ExitCode", "message": "3"}]}}')  # fmt: skip
+    failure = (
+        '{"status": "Failure", "reason": "NonZeroExitCode", "details": {"causes": '
+        '[{"reason": "ExitCode", "message": "3"}]}}'
+    )
     assert _exit_code(failure) == (3, "")
     code, error = _exit_code("")
     assert code is None and "no exit status" in error

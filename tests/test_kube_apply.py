@@ -49,9 +49,18 @@ def test_manifests_accepted_and_cleaned_up(local_cluster, ns):
     patched = snapshots.patch_content_annotation(api, content)
     assert patched["metadata"]["annotations"][m.ALLOW_VOLUME_MODE_CHANGE] == "true"
     k.create(api, m.volume_group_snapshot("group", ns, {"matchLabels": {"app": "shop"}}, None, version, labels))
-    pod = m.mover_pod("mover", ns, image="cbt-mover", args=["--help"], pvc="read",
-                      service_account=MOVER_SERVICE_ACCOUNT, repo_secret="absent", cbt_audience="aud", labels=labels,
-                      active_deadline_seconds=60)  # fmt: skip
+    pod = m.mover_pod(
+        "mover",
+        ns,
+        image="cbt-mover",
+        args=["--help"],
+        pvc="read",
+        service_account=MOVER_SERVICE_ACCOUNT,
+        repo_secret="absent",
+        cbt_audience="aud",
+        labels=labels,
+        active_deadline_seconds=60,
+    )
     k.create(api, pod)
     assert k.create(api, pod)["metadata"]["name"] == "mover", "the same run's object is reused"
     with pytest.raises(k.ConflictError):
@@ -60,8 +69,12 @@ def test_manifests_accepted_and_cleaned_up(local_cluster, ns):
         k.create(api, m.block_pvc("data", ns, "8Mi", None, None))
 
     deleted = cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}=r1", wait=True, timeout=30)
-    assert deleted == {"Pod": ["mover"], "PersistentVolumeClaim": ["data", "read"], "VolumeGroupSnapshot": ["group"],
-                       "VolumeSnapshot": ["snap"]}  # fmt: skip
+    assert deleted == {
+        "Pod": ["mover"],
+        "PersistentVolumeClaim": ["data", "read"],
+        "VolumeGroupSnapshot": ["group"],
+        "VolumeSnapshot": ["snap"],
+    }
     for kind in ("Pod", "PersistentVolumeClaim", "VolumeSnapshot"):
         assert k.list_objects(api, kind, ns) == [], kind
 
@@ -74,8 +87,13 @@ def test_group_snapshot_members_map_to_pvcs(local_cluster, ns):
     k.create(api, m.block_pvc("other", ns, "8Mi", IMMEDIATE, {"app": "unrelated"}))
     # an application's PVCs are bound before anyone snapshots them; under load binding can lag creation
     core = client.CoreV1Api(api)
-    wait_until(lambda: all(core.read_namespaced_persistent_volume_claim(p, ns).status.phase == "Bound"
-                           for p in ("db", "logs")), 30, "PVCs bound")  # fmt: skip
+    wait_until(
+        lambda: all(
+            core.read_namespaced_persistent_volume_claim(p, ns).status.phase == "Bound" for p in ("db", "logs")
+        ),
+        30,
+        "PVCs bound",
+    )
     k.create(api, m.volume_group_snapshot("g1", ns, {"matchLabels": {"app": "shop"}}, None, version, _labels("r2")))
     vgs = snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "g1", timeout=30)
     members = snapshots.group_members(api, vgs)
@@ -97,12 +115,28 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
     core = client.CoreV1Api(api)
     labels = _labels("r3")
     k.create(api, m.block_pvc("data", ns, "16Mi", APP_CLASS, {"app": "shop"}))
-    pvc_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "writer", "namespace": ns},
-               "spec": {"restartPolicy": "Never", "containers": [{
-                   "name": "w", "image": "busybox", "command": [sys.executable, "-c",
-                   "import os; f=os.open('/dev/xvda', os.O_WRONLY); os.pwrite(f, b'x'*(1<<20), 4<<20); os.close(f)"],
-                   "volumeDevices": [{"name": "d", "devicePath": "/dev/xvda"}]}],
-                   "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}  # fmt: skip
+    pvc_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "writer", "namespace": ns},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "w",
+                    "image": "busybox",
+                    "command": [
+                        sys.executable,
+                        "-c",
+                        "import os; f=os.open('/dev/xvda', os.O_WRONLY); "
+                        "os.pwrite(f, b'x'*(1<<20), 4<<20); os.close(f)",
+                    ],
+                    "volumeDevices": [{"name": "d", "devicePath": "/dev/xvda"}],
+                }
+            ],
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}],
+        },
+    }
     assert pods.run_pod_to_completion(api, pvc_pod, timeout=30).succeeded
     k.create(api, m.volume_snapshot("snap", ns, "data", None, labels))
     snapshots.wait_snapshot_ready(api, "VolumeSnapshot", ns, "snap", timeout=20)
@@ -115,14 +149,25 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
     repo = f"s3://{bucket}/repo"
     env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=env, capture_output=True)
-    core.create_namespaced_secret(ns, {"metadata": {"name": "repo", "labels": labels},
-                                       "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}})  # fmt: skip
+    core.create_namespaced_secret(
+        ns, {"metadata": {"name": "repo", "labels": labels}, "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}}
+    )
 
-    args = m.backup_args(volume=f"{ns}/data", namespace=ns, snapshot="snap", pvc="data",
-                         extra=["--progress-interval", "0"])  # fmt: skip
-    pod = m.mover_pod("mover", ns, image="cbt-mover", args=args, pvc="snap-read", service_account=MOVER_SERVICE_ACCOUNT,
-                      repo_secret="repo", cbt_audience=audience, labels=labels,
-                      active_deadline_seconds=120)  # fmt: skip
+    args = m.backup_args(
+        volume=f"{ns}/data", namespace=ns, snapshot="snap", pvc="data", extra=["--progress-interval", "0"]
+    )
+    pod = m.mover_pod(
+        "mover",
+        ns,
+        image="cbt-mover",
+        args=args,
+        pvc="snap-read",
+        service_account=MOVER_SERVICE_ACCOUNT,
+        repo_secret="repo",
+        cbt_audience=audience,
+        labels=labels,
+        active_deadline_seconds=120,
+    )
     seen: list[str] = []
     res = pods.run_pod_to_completion(api, pod, timeout=60, on_log_line=seen.append)
     assert res.succeeded, (res.message, res.log_tail)
@@ -140,19 +185,42 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
 def test_failed_pod_reports_exit_code_and_log_tail(local_cluster, ns):
     api = local_cluster.client
     k.create(api, m.block_pvc("data", ns, "8Mi", APP_CLASS, None))
-    client.CoreV1Api(api).create_namespaced_secret(ns, {"metadata": {"name": "repo"}, "stringData": {
-        "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "CBT_MOVER_REPO": "s3://nowhere/repo"}})  # fmt: skip
+    client.CoreV1Api(api).create_namespaced_secret(
+        ns,
+        {
+            "metadata": {"name": "repo"},
+            "stringData": {
+                "AWS_ACCESS_KEY_ID": "x",
+                "AWS_SECRET_ACCESS_KEY": "y",
+                "CBT_MOVER_REPO": "s3://nowhere/repo",
+            },
+        },
+    )
     args = m.restore_args(volume="v", repo="file:///nonexistent/repo")
-    pod = m.mover_pod("bad", ns, image="cbt-mover", args=args, pvc="data", service_account=MOVER_SERVICE_ACCOUNT,
-                      repo_secret="repo", labels=_labels("r4"))  # fmt: skip
+    pod = m.mover_pod(
+        "bad",
+        ns,
+        image="cbt-mover",
+        args=args,
+        pvc="data",
+        service_account=MOVER_SERVICE_ACCOUNT,
+        repo_secret="repo",
+        labels=_labels("r4"),
+    )
     res = pods.run_pod_to_completion(api, pod, timeout=30)
     assert res.phase == "Failed" and res.exit_code not in (0, None) and not res.succeeded
     assert "cbt-mover: error" in res.message and res.result is None, res.message
     assert any("cbt-mover: error" in line for line in res.log_tail)
     with pytest.raises(pods.PodTimeoutError, match="CreateContainerConfigError"):
-        pods.run_pod_to_completion(api, {**pod, "metadata": {**pod["metadata"], "name": "nosecret"},
-                                   "spec": {**pod["spec"], "containers": [{**pod["spec"]["containers"][0],
-                                   "env": m._repo_env("absent")}]}}, timeout=3)  # fmt: skip
+        pods.run_pod_to_completion(
+            api,
+            {
+                **pod,
+                "metadata": {**pod["metadata"], "name": "nosecret"},
+                "spec": {**pod["spec"], "containers": [{**pod["spec"]["containers"][0], "env": m._repo_env("absent")}]},
+            },
+            timeout=3,
+        )
 
 
 def test_older_group_snapshot_version_is_detected_and_used(make_local_cluster):
@@ -172,7 +240,9 @@ def test_older_group_snapshot_version_is_detected_and_used(make_local_cluster):
     assert "bad not ready after 1.5 s: " in str(info.value) and "missing-pvc" in str(info.value), "controller's error"
     assert info.value.retriable
     assert cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}=r5", wait=True, timeout=30) == {
-        "VolumeGroupSnapshot": ["g"], "VolumeSnapshot": ["bad"]}  # fmt: skip
+        "VolumeGroupSnapshot": ["g"],
+        "VolumeSnapshot": ["bad"],
+    }
     assert k.list_objects(api, "VolumeSnapshot", ns) == []
 
 

@@ -44,10 +44,16 @@ def _cases() -> dict[str, dict]:
     )
     return {
         "volume_group_snapshot_v1": m.volume_group_snapshot(
-            "vgs-run-1", "shop", {"matchLabels": {"app": "shop"}}, "local-groupclass", "v1", LABELS),
+            "vgs-run-1", "shop", {"matchLabels": {"app": "shop"}}, "local-groupclass", "v1", LABELS
+        ),
         "volume_group_snapshot_v1beta1_default_class": m.volume_group_snapshot(
-            "vgs-run-1", "shop", {"matchExpressions": [{"key": "app", "operator": "In", "values": ["shop"]}]},
-            None, "v1beta1", LABELS),
+            "vgs-run-1",
+            "shop",
+            {"matchExpressions": [{"key": "app", "operator": "In", "values": ["shop"]}]},
+            None,
+            "v1beta1",
+            LABELS,
+        ),
         "volume_snapshot": m.volume_snapshot("snap-data", "shop", "data", "local-snapclass", LABELS),
         "pvc_from_snapshot": m.pvc_from_snapshot("read-data", "shop", "snap-data", "32Mi", "local-block", LABELS),
         "block_pvc": m.block_pvc("data", "restored", "32Mi", None, LABELS),
@@ -55,41 +61,81 @@ def _cases() -> dict[str, dict]:
         "backup_args": {"args": backup},
         "restore_args": {"args": m.restore_args(volume="prod/shop/data", backup="latest", assume_zeroed=True)},
         "mover_pod_backup": m.mover_pod(
-            "mover-data", "shop", image="ghcr.io/example/cbt-mover:1.0", args=backup, pvc="read-data",
-            service_account="cbt-mover", cbt_audience="cbt.example", repo_secret="backup-repo", labels=LABELS,
-            active_deadline_seconds=3600, tolerations=TOLERATIONS, affinity=AFFINITY),
+            "mover-data",
+            "shop",
+            image="ghcr.io/example/cbt-mover:1.0",
+            args=backup,
+            pvc="read-data",
+            service_account="cbt-mover",
+            cbt_audience="cbt.example",
+            repo_secret="backup-repo",
+            labels=LABELS,
+            active_deadline_seconds=3600,
+            tolerations=TOLERATIONS,
+            affinity=AFFINITY,
+        ),
         "mover_pod_restore": m.mover_pod(
-            "writer-data", "restored", image="ghcr.io/example/cbt-mover:1.0",
-            args=m.restore_args(volume="prod/shop/data"), pvc="data", service_account="cbt-mover",
-            repo_secret="backup-repo", labels=LABELS,
+            "writer-data",
+            "restored",
+            image="ghcr.io/example/cbt-mover:1.0",
+            args=m.restore_args(volume="prod/shop/data"),
+            pvc="data",
+            service_account="cbt-mover",
+            repo_secret="backup-repo",
+            labels=LABELS,
             resources={"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
-            node_selector={"kubernetes.io/os": "linux", "pool": "backup"}),
-        "rebound_pv_filesystem": m.rebound_pv("pvc-1234-filesystem", SOURCE_PV, "restored", "data", "Filesystem",
-                                              labels=LABELS),
-        "prebound_pvc": m.prebound_pvc("data", "restored", "pvc-1234-filesystem", "32Mi", "local-block",
-                                       labels=LABELS, annotations={"note": "x"}),
+            node_selector={"kubernetes.io/os": "linux", "pool": "backup"},
+        ),
+        "rebound_pv_filesystem": m.rebound_pv(
+            "pvc-1234-filesystem", SOURCE_PV, "restored", "data", "Filesystem", labels=LABELS
+        ),
+        "prebound_pvc": m.prebound_pvc(
+            "data", "restored", "pvc-1234-filesystem", "32Mi", "local-block", labels=LABELS, annotations={"note": "x"}
+        ),
         "restored_patch": m.restored_patch("prod/shop/data", "20260101T000000000000Z-abcdef", "restore-1"),
-    }  # fmt: skip
+    }
 
 
 SOURCE_PV = {
-    "metadata": {"name": "pvc-1234", "annotations": {m.PROVISIONED_BY: "hostpath.csi.k8s.io", "other": "dropped"},
-                 "finalizers": ["kubernetes.io/pv-protection"]},
-    "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "32Mi"}, "volumeMode": "Block",
-             "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "local-block", "mountOptions": ["noatime"],
-             "claimRef": {"name": "data-restore-1", "namespace": "restored", "uid": "u-1"},
-             "csi": {"driver": "hostpath.csi.k8s.io", "volumeHandle": "vol-1", "volumeAttributes": {"a": "b"},
-                     "nodeStageSecretRef": {"name": "s", "namespace": "kube-system"}},
-             "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                 {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}]}]}}},
-}  # fmt: skip
+    "metadata": {
+        "name": "pvc-1234",
+        "annotations": {m.PROVISIONED_BY: "hostpath.csi.k8s.io", "other": "dropped"},
+        "finalizers": ["kubernetes.io/pv-protection"],
+    },
+    "spec": {
+        "accessModes": ["ReadWriteOnce"],
+        "capacity": {"storage": "32Mi"},
+        "volumeMode": "Block",
+        "persistentVolumeReclaimPolicy": "Delete",
+        "storageClassName": "local-block",
+        "mountOptions": ["noatime"],
+        "claimRef": {"name": "data-restore-1", "namespace": "restored", "uid": "u-1"},
+        "csi": {
+            "driver": "hostpath.csi.k8s.io",
+            "volumeHandle": "vol-1",
+            "volumeAttributes": {"a": "b"},
+            "nodeStageSecretRef": {"name": "s", "namespace": "kube-system"},
+        },
+        "nodeAffinity": {
+            "required": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}]}
+                ]
+            }
+        },
+    },
+}
 
 
 def test_rebound_pv_and_quantities_contract():
     block = m.rebound_pv("pv-b", SOURCE_PV, "ns", "c", "Block")
     assert "fsType" not in block["spec"]["csi"] and "mountOptions" not in block["spec"]
-    assert block["spec"]["claimRef"] == {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "ns",
-                                         "name": "c"}, "no uid: the claim that names the PV binds it"  # fmt: skip
+    assert block["spec"]["claimRef"] == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "namespace": "ns",
+        "name": "c",
+    }, "no uid: the claim that names the PV binds it"
     assert block["spec"]["persistentVolumeReclaimPolicy"] == "Retain" and "finalizers" not in block["metadata"]
     with pytest.raises(ValueError):
         m.rebound_pv("x", {"spec": {"csi": {"driver": "d"}}}, "ns", "c", "Block")
@@ -123,8 +169,16 @@ def test_builders_are_pure():
 
 
 def test_mover_pod_contract():
-    pod = m.mover_pod("p", "ns", image="i", args=["backup", "--cbt-token-file", "/t"], pvc="c",
-                      service_account="s", repo_secret="r", cbt_audience="aud")  # fmt: skip
+    pod = m.mover_pod(
+        "p",
+        "ns",
+        image="i",
+        args=["backup", "--cbt-token-file", "/t"],
+        pvc="c",
+        service_account="s",
+        repo_secret="r",
+        cbt_audience="aud",
+    )
     c = pod["spec"]["containers"][0]
     assert c["args"].count("--cbt-token-file") == 1, "an explicit token file is kept"
     assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
@@ -146,12 +200,21 @@ def test_invalid_arguments():
 def test_args_parse_with_the_cli():
     from movers.cli import build_parser
 
-    args = build_parser().parse_args(m.backup_args(volume="v", namespace="ns", snapshot="s", base_handle="h", full=True,
-                                                   workers=2, pvc="p"))  # fmt: skip
+    args = build_parser().parse_args(
+        m.backup_args(volume="v", namespace="ns", snapshot="s", base_handle="h", full=True, workers=2, pvc="p")
+    )
     assert (args.command, args.kube, args.snapshot, args.base_handle, args.json) == ("backup", True, "s", "h", True)
     assert args.result_file == "/dev/termination-log" and args.full and args.workers == 2
-    args = build_parser().parse_args(m.backup_args(volume="v", namespace="ns", snapshot="s", storage_class="fast",
-                                                   volume_mode="Block", tags={"b": "2", "a": "x=y"}))  # fmt: skip
+    args = build_parser().parse_args(
+        m.backup_args(
+            volume="v",
+            namespace="ns",
+            snapshot="s",
+            storage_class="fast",
+            volume_mode="Block",
+            tags={"b": "2", "a": "x=y"},
+        )
+    )
     assert (args.storage_class, args.volume_mode, args.tag) == ("fast", "Block", ["a=x=y", "b=2"])
     args = build_parser().parse_args(
         m.backup_args(volume="v", namespace="ns", snapshot="s", run_pvcs=["b", "a", "b"], **source_identity(SOURCE_PV))
@@ -308,6 +371,7 @@ def test_one_default_for_mover_and_writer_resources():
     """A policy without mover.resources and a restore without resources give the same pod resources."""
     from movers.policy import MoverSettings
 
-    pod = m.mover_pod("p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r",
-                      role=m.WRITER)  # fmt: skip
+    pod = m.mover_pod(
+        "p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r", role=m.WRITER
+    )
     assert MoverSettings().resources == m.DEFAULT_RESOURCES == pod["spec"]["containers"][0]["resources"]

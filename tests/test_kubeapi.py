@@ -76,10 +76,14 @@ def test_dynamic_client_resolves_kinds_through_discovery(kube):
     dyn = dynamic.DynamicClient(kube.client)
     vs_api = dyn.resources.get(api_version=f"{SNAP}/v1", kind="VolumeSnapshot")
     vs_api.create(
-        body={"apiVersion": f"{SNAP}/v1", "kind": "VolumeSnapshot", "metadata": {"name": "s"},
-              "spec": {"source": {"persistentVolumeClaimName": "data"}}},
+        body={
+            "apiVersion": f"{SNAP}/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "s"},
+            "spec": {"source": {"persistentVolumeClaimName": "data"}},
+        },
         namespace="default",
-    )  # fmt: skip
+    )
     assert [i.metadata.name for i in vs_api.get(namespace="default").items] == ["s"]
     assert dyn.resources.get(api_version="v1", kind="Pod").namespaced
 
@@ -112,8 +116,16 @@ def test_core_kinds_crud(kube):
     core.create_namespaced_config_map("work", {"metadata": {"name": "cm"}, "data": {"a": "1"}})
     core.create_namespaced_service_account("work", {"metadata": {"name": "mover"}})
     involved = {"kind": "Pod", "name": "p", "namespace": "work"}  # an Event's namespace must be its object's
-    core.create_namespaced_event("work", {"metadata": {"name": "e1"}, "involvedObject": involved,
-                                          "reason": "Started", "type": "Normal", "message": "hi"})  # fmt: skip
+    core.create_namespaced_event(
+        "work",
+        {
+            "metadata": {"name": "e1"},
+            "involvedObject": involved,
+            "reason": "Started",
+            "type": "Normal",
+            "message": "hi",
+        },
+    )
 
     assert core.read_namespaced_persistent_volume_claim("data", "work").status.phase == "Pending"
     assert core.read_persistent_volume("pv1").spec.persistent_volume_reclaim_policy == "Retain"
@@ -135,8 +147,9 @@ def test_core_kinds_crud(kube):
 
 
 def test_storage_class_crud(kube):
-    kube.storage.create_storage_class({"metadata": {"name": "fast"}, "provisioner": "local.csi",
-                                       "volumeBindingMode": "Immediate"})  # fmt: skip
+    kube.storage.create_storage_class(
+        {"metadata": {"name": "fast"}, "provisioner": "local.csi", "volumeBindingMode": "Immediate"}
+    )
     assert kube.storage.read_storage_class("fast").provisioner == "local.csi"
     assert [s.metadata.name for s in kube.storage.list_storage_class().items] == ["fast"]
     kube.storage.delete_storage_class("fast")
@@ -145,25 +158,74 @@ def test_storage_class_crud(kube):
 
 SNAPSHOT_KINDS = [
     (SNAP, "v1", "volumesnapshots", "VolumeSnapshot", True, {"spec": {"source": {"persistentVolumeClaimName": "d"}}}),
-    (SNAP, "v1", "volumesnapshotcontents", "VolumeSnapshotContent", False,
-     {"spec": {"deletionPolicy": "Delete", "driver": "local.csi", "source": {"volumeHandle": "vol-1"},
-               "volumeSnapshotRef": {"name": "s", "namespace": "default"}}}),
-    (SNAP, "v1", "volumesnapshotclasses", "VolumeSnapshotClass", False, {"driver": "local.csi",
-                                                                          "deletionPolicy": "Delete"}),
-    (VGS, "v1", "volumegroupsnapshots", "VolumeGroupSnapshot", True,
-     {"spec": {"source": {"selector": {"matchLabels": {"app": "db"}}}}}),
-    (VGS, "v1beta2", "volumegroupsnapshotcontents", "VolumeGroupSnapshotContent", False,
-     {"spec": {"deletionPolicy": "Delete", "driver": "local.csi", "source": {"volumeHandles": ["a", "b"]},
-               "volumeGroupSnapshotRef": {"name": "g", "namespace": "default"}}}),
-    (VGS, "v1beta1", "volumegroupsnapshotclasses", "VolumeGroupSnapshotClass", False,
-     {"driver": "local.csi", "deletionPolicy": "Delete"}),
-    (CBT, "v1beta1", "snapshotmetadataservices", "SnapshotMetadataService", False,
-     {"spec": {"address": "sms.local:6443", "audience": "local-sms", "caCert": CA}}),
-]  # fmt: skip
+    (
+        SNAP,
+        "v1",
+        "volumesnapshotcontents",
+        "VolumeSnapshotContent",
+        False,
+        {
+            "spec": {
+                "deletionPolicy": "Delete",
+                "driver": "local.csi",
+                "source": {"volumeHandle": "vol-1"},
+                "volumeSnapshotRef": {"name": "s", "namespace": "default"},
+            }
+        },
+    ),
+    (
+        SNAP,
+        "v1",
+        "volumesnapshotclasses",
+        "VolumeSnapshotClass",
+        False,
+        {"driver": "local.csi", "deletionPolicy": "Delete"},
+    ),
+    (
+        VGS,
+        "v1",
+        "volumegroupsnapshots",
+        "VolumeGroupSnapshot",
+        True,
+        {"spec": {"source": {"selector": {"matchLabels": {"app": "db"}}}}},
+    ),
+    (
+        VGS,
+        "v1beta2",
+        "volumegroupsnapshotcontents",
+        "VolumeGroupSnapshotContent",
+        False,
+        {
+            "spec": {
+                "deletionPolicy": "Delete",
+                "driver": "local.csi",
+                "source": {"volumeHandles": ["a", "b"]},
+                "volumeGroupSnapshotRef": {"name": "g", "namespace": "default"},
+            }
+        },
+    ),
+    (
+        VGS,
+        "v1beta1",
+        "volumegroupsnapshotclasses",
+        "VolumeGroupSnapshotClass",
+        False,
+        {"driver": "local.csi", "deletionPolicy": "Delete"},
+    ),
+    (
+        CBT,
+        "v1beta1",
+        "snapshotmetadataservices",
+        "SnapshotMetadataService",
+        False,
+        {"spec": {"address": "sms.local:6443", "audience": "local-sms", "caCert": CA}},
+    ),
+]
 
 
-@pytest.mark.parametrize(("group", "version", "plural", "kind", "namespaced", "body"), SNAPSHOT_KINDS,
-                         ids=[k[2] for k in SNAPSHOT_KINDS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("group", "version", "plural", "kind", "namespaced", "body"), SNAPSHOT_KINDS, ids=[k[2] for k in SNAPSHOT_KINDS]
+)
 def test_custom_kinds_crud(kube, group, version, plural, kind, namespaced, body):
     co = kube.custom
     obj = {"apiVersion": f"{group}/{version}", "kind": kind, "metadata": {"name": "x", "labels": {"a": "1"}}, **body}
@@ -197,32 +259,56 @@ def test_merge_json_and_strategic_patches(kube):
     core = kube.core
     core.create_namespaced_pod("default", pod("p", {"app": "db", "tier": "x"}))
     # a dict goes out as a strategic merge patch for built-in kinds
-    patched = core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"tier": None, "new": "1"},
-                                                                      "finalizers": ["a/b"]}})  # fmt: skip
+    patched = core.patch_namespaced_pod(
+        "p", "default", {"metadata": {"labels": {"tier": None, "new": "1"}, "finalizers": ["a/b"]}}
+    )
     assert patched.metadata.labels == {"app": "db", "new": "1"}
     patched = core.patch_namespaced_pod("p", "default", {"metadata": {"finalizers": ["c/d"]}})
     assert patched.metadata.finalizers == ["a/b", "c/d"]  # finalizers merge as a set
     patched = core.patch_namespaced_pod(
-        "p", "default", [{"op": "replace", "path": "/metadata/labels/app", "value": "web"},
-                         {"op": "remove", "path": "/metadata/finalizers"}])  # fmt: skip
+        "p",
+        "default",
+        [
+            {"op": "replace", "path": "/metadata/labels/app", "value": "web"},
+            {"op": "remove", "path": "/metadata/finalizers"},
+        ],
+    )
     assert patched.metadata.labels["app"] == "web" and not patched.metadata.finalizers
-    patched = core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"m": "1"}}},
-                                        _content_type="application/merge-patch+json")  # fmt: skip
+    patched = core.patch_namespaced_pod(
+        "p", "default", {"metadata": {"labels": {"m": "1"}}}, _content_type="application/merge-patch+json"
+    )
     assert patched.metadata.labels["m"] == "1"
-    failed = status_of(core.patch_namespaced_pod, "p", "default", [{"op": "test", "path": "/metadata/name",
-                                                                    "value": "other"}])  # fmt: skip
+    failed = status_of(
+        core.patch_namespaced_pod, "p", "default", [{"op": "test", "path": "/metadata/name", "value": "other"}]
+    )
     assert failed.status == 422
 
     co = kube.custom
-    co.create_namespaced_custom_object(SNAP, "v1", "default", "volumesnapshots", {
-        "apiVersion": f"{SNAP}/v1", "kind": "VolumeSnapshot", "metadata": {"name": "s"},
-        "spec": {"source": {"persistentVolumeClaimName": "d"}}})  # fmt: skip
-    out = co.patch_namespaced_custom_object(SNAP, "v1", "default", "volumesnapshots", "s",
-                                            {"metadata": {"annotations": {"k": "v"}}})  # fmt: skip
+    co.create_namespaced_custom_object(
+        SNAP,
+        "v1",
+        "default",
+        "volumesnapshots",
+        {
+            "apiVersion": f"{SNAP}/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "s"},
+            "spec": {"source": {"persistentVolumeClaimName": "d"}},
+        },
+    )
+    out = co.patch_namespaced_custom_object(
+        SNAP, "v1", "default", "volumesnapshots", "s", {"metadata": {"annotations": {"k": "v"}}}
+    )
     assert out["metadata"]["annotations"] == {"k": "v"}
-    out = co.patch_namespaced_custom_object(SNAP, "v1", "default", "volumesnapshots", "s",
-                                            [{"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}],
-                                            _content_type="application/json-patch+json")  # fmt: skip
+    out = co.patch_namespaced_custom_object(
+        SNAP,
+        "v1",
+        "default",
+        "volumesnapshots",
+        "s",
+        [{"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}],
+        _content_type="application/json-patch+json",
+    )
     assert out["metadata"]["labels"] == {"x": "y"}
     refused = status_of(
         co.patch_namespaced_custom_object,
@@ -239,18 +325,43 @@ def test_merge_json_and_strategic_patches(kube):
 
 def test_status_subresource_and_generation(kube):
     co = kube.custom
-    vs = co.create_namespaced_custom_object(SNAP, "v1", "default", "volumesnapshots", {
-        "apiVersion": f"{SNAP}/v1", "kind": "VolumeSnapshot", "metadata": {"name": "s"},
-        "spec": {"source": {"persistentVolumeClaimName": "d"}}, "status": {"readyToUse": True}})  # fmt: skip
+    vs = co.create_namespaced_custom_object(
+        SNAP,
+        "v1",
+        "default",
+        "volumesnapshots",
+        {
+            "apiVersion": f"{SNAP}/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "s"},
+            "spec": {"source": {"persistentVolumeClaimName": "d"}},
+            "status": {"readyToUse": True},
+        },
+    )
     assert "status" not in vs  # dropped on create: it has a status subresource
-    out = co.patch_namespaced_custom_object_status(SNAP, "v1", "default", "volumesnapshots", "s", {
-        "status": {"readyToUse": False, "boundVolumeSnapshotContentName": "c"},
-        "metadata": {"labels": {"ignored": "yes"}}, "spec": {"volumeSnapshotClassName": "ignored"}})  # fmt: skip
+    out = co.patch_namespaced_custom_object_status(
+        SNAP,
+        "v1",
+        "default",
+        "volumesnapshots",
+        "s",
+        {
+            "status": {"readyToUse": False, "boundVolumeSnapshotContentName": "c"},
+            "metadata": {"labels": {"ignored": "yes"}},
+            "spec": {"volumeSnapshotClassName": "ignored"},
+        },
+    )
     assert out["status"] == {"readyToUse": False, "boundVolumeSnapshotContentName": "c"}
     assert "labels" not in out["metadata"] and "volumeSnapshotClassName" not in out["spec"]
     assert out["metadata"]["generation"] == 1
-    out = co.patch_namespaced_custom_object(SNAP, "v1", "default", "volumesnapshots", "s", {
-        "status": {"readyToUse": True}, "metadata": {"labels": {"kept": "yes"}}})  # fmt: skip
+    out = co.patch_namespaced_custom_object(
+        SNAP,
+        "v1",
+        "default",
+        "volumesnapshots",
+        "s",
+        {"status": {"readyToUse": True}, "metadata": {"labels": {"kept": "yes"}}},
+    )
     assert out["status"]["readyToUse"] is False and out["metadata"]["labels"] == {"kept": "yes"}
     assert out["metadata"]["generation"] == 1  # metadata changes do not bump the generation
     out["status"]["readyToUse"] = True
@@ -259,19 +370,23 @@ def test_status_subresource_and_generation(kube):
 
     core = kube.core
     core.create_namespaced_persistent_volume_claim("default", pvc("d"))
-    claim = core.patch_namespaced_persistent_volume_claim_status("d", "default", {"status": {"phase": "Bound",
-                                                                   "capacity": {"storage": "1Gi"}}})  # fmt: skip
+    claim = core.patch_namespaced_persistent_volume_claim_status(
+        "d", "default", {"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}}
+    )
     assert claim.status.phase == "Bound"
     claim = core.patch_namespaced_persistent_volume_claim("d", "default", {"status": {"phase": "Lost"}})
     assert claim.status.phase == "Bound"  # the main resource ignores status
-    claim = core.patch_namespaced_persistent_volume_claim("d", "default", {"spec": {"resources": {"requests": {
-        "storage": "2Gi"}}}})  # fmt: skip
+    claim = core.patch_namespaced_persistent_volume_claim(
+        "d", "default", {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}
+    )
     assert claim.metadata.generation == 2
-    unchanged = core.patch_namespaced_persistent_volume_claim("d", "default", {"spec": {"resources": {"requests": {
-        "storage": "2Gi"}}}})  # fmt: skip
+    unchanged = core.patch_namespaced_persistent_volume_claim(
+        "d", "default", {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}
+    )
     assert unchanged.metadata.resource_version == claim.metadata.resource_version  # a no-op write
-    immutable = status_of(core.patch_namespaced_persistent_volume_claim, "d", "default",
-                          {"spec": {"accessModes": ["ReadWriteMany"]}})  # fmt: skip
+    immutable = status_of(
+        core.patch_namespaced_persistent_volume_claim, "d", "default", {"spec": {"accessModes": ["ReadWriteMany"]}}
+    )
     assert immutable.status == 422
 
 
@@ -329,11 +444,25 @@ def test_resource_version_conflicts(kube):
     assert dup.status == 409 and '"reason":"AlreadyExists"' in dup.body.replace(" ", "")
 
     co = kube.custom
-    co.create_cluster_custom_object(SNAP, "v1", "volumesnapshotclasses", {
-        "apiVersion": f"{SNAP}/v1", "kind": "VolumeSnapshotClass", "metadata": {"name": "c"}, "driver": "d",
-        "deletionPolicy": "Delete"})  # fmt: skip
-    body = {"apiVersion": f"{SNAP}/v1", "kind": "VolumeSnapshotClass", "metadata": {"name": "c"}, "driver": "d",
-            "deletionPolicy": "Retain"}  # fmt: skip
+    co.create_cluster_custom_object(
+        SNAP,
+        "v1",
+        "volumesnapshotclasses",
+        {
+            "apiVersion": f"{SNAP}/v1",
+            "kind": "VolumeSnapshotClass",
+            "metadata": {"name": "c"},
+            "driver": "d",
+            "deletionPolicy": "Delete",
+        },
+    )
+    body = {
+        "apiVersion": f"{SNAP}/v1",
+        "kind": "VolumeSnapshotClass",
+        "metadata": {"name": "c"},
+        "driver": "d",
+        "deletionPolicy": "Retain",
+    }
     # custom resources refuse an update without a resourceVersion, as upstream
     assert status_of(co.replace_cluster_custom_object, SNAP, "v1", "volumesnapshotclasses", "c", body).status == 422
 
@@ -346,9 +475,18 @@ def test_generate_name(kube):
         for _ in range(5)
     }
     assert len(made) == 5 and all(n.startswith("backup-") and len(n) == len("backup-") + 5 for n in made)
-    vs = kube.custom.create_namespaced_custom_object(SNAP, "v1", "default", "volumesnapshots", {
-        "apiVersion": f"{SNAP}/v1", "kind": "VolumeSnapshot", "metadata": {"generateName": "snap-"},
-        "spec": {"source": {"persistentVolumeClaimName": "d"}}})  # fmt: skip
+    vs = kube.custom.create_namespaced_custom_object(
+        SNAP,
+        "v1",
+        "default",
+        "volumesnapshots",
+        {
+            "apiVersion": f"{SNAP}/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"generateName": "snap-"},
+            "spec": {"source": {"persistentVolumeClaimName": "d"}},
+        },
+    )
     assert vs["metadata"]["name"].startswith("snap-")
 
 
@@ -362,13 +500,13 @@ def test_finalizers_defer_deletion(kube):
     assert answer["metadata"]["deletionTimestamp"]  # not deleted yet: the answer is the object
     held = core.read_namespaced_config_map("cm", "default")
     assert held.metadata.deletion_timestamp is not None and held.metadata.finalizers == ["x/hold", "y/hold"]
-    refused = status_of(core.patch_namespaced_config_map, "cm", "default",
-                        {"metadata": {"finalizers": ["x/hold", "y/hold", "z/new"]}})  # fmt: skip
+    refused = status_of(
+        core.patch_namespaced_config_map, "cm", "default", {"metadata": {"finalizers": ["x/hold", "y/hold", "z/new"]}}
+    )
     assert refused.status == 422 and "no new finalizers" in refused.body
     core.patch_namespaced_config_map("cm", "default", [{"op": "remove", "path": "/metadata/finalizers/0"}])
     assert core.read_namespaced_config_map("cm", "default").metadata.finalizers == ["y/hold"]
-    core.patch_namespaced_config_map("cm", "default", {"metadata": {"$deleteFromPrimitiveList/finalizers":
-                                                                    ["y/hold"]}})  # fmt: skip
+    core.patch_namespaced_config_map("cm", "default", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["y/hold"]}})
     assert status_of(core.read_namespaced_config_map, "cm", "default").status == 404
 
 
@@ -380,15 +518,32 @@ def _owner(kind, obj, api_version="v1"):
 
 def test_owner_references_cascade(kube):
     core, co = kube.core, kube.custom
-    vgs = co.create_namespaced_custom_object(VGS, "v1", "default", "volumegroupsnapshots", {
-        "apiVersion": f"{VGS}/v1", "kind": "VolumeGroupSnapshot", "metadata": {"name": "g"},
-        "spec": {"source": {"selector": {"matchLabels": {"app": "db"}}}}})  # fmt: skip
+    vgs = co.create_namespaced_custom_object(
+        VGS,
+        "v1",
+        "default",
+        "volumegroupsnapshots",
+        {
+            "apiVersion": f"{VGS}/v1",
+            "kind": "VolumeGroupSnapshot",
+            "metadata": {"name": "g"},
+            "spec": {"source": {"selector": {"matchLabels": {"app": "db"}}}},
+        },
+    )
     ref = _owner("VolumeGroupSnapshot", vgs, f"{VGS}/v1beta2")  # match on kind and uid, any version
     for i in range(2):
-        co.create_namespaced_custom_object(SNAP, "v1", "default", "volumesnapshots", {
-            "apiVersion": f"{SNAP}/v1", "kind": "VolumeSnapshot",
-            "metadata": {"name": f"m{i}", "ownerReferences": [ref]},
-            "spec": {"source": {"persistentVolumeClaimName": f"d{i}"}}})  # fmt: skip
+        co.create_namespaced_custom_object(
+            SNAP,
+            "v1",
+            "default",
+            "volumesnapshots",
+            {
+                "apiVersion": f"{SNAP}/v1",
+                "kind": "VolumeSnapshot",
+                "metadata": {"name": f"m{i}", "ownerReferences": [ref]},
+                "spec": {"source": {"persistentVolumeClaimName": f"d{i}"}},
+            },
+        )
     cm = core.create_namespaced_config_map(
         "default",
         {
@@ -415,8 +570,9 @@ def test_owner_references_cascade(kube):
     # two owners: deleting one only drops its reference
     a = core.create_namespaced_config_map("default", {"metadata": {"name": "a"}})
     b = core.create_namespaced_config_map("default", {"metadata": {"name": "b"}})
-    core.create_namespaced_secret("default", {"metadata": {"name": "s", "ownerReferences": [
-        _owner("ConfigMap", a), _owner("ConfigMap", b)]}})  # fmt: skip
+    core.create_namespaced_secret(
+        "default", {"metadata": {"name": "s", "ownerReferences": [_owner("ConfigMap", a), _owner("ConfigMap", b)]}}
+    )
     core.delete_namespaced_config_map("a", "default")
     assert [r.name for r in core.read_namespaced_secret("s", "default").metadata.owner_references] == ["b"]
     # orphan keeps the dependent and removes the reference
@@ -437,8 +593,15 @@ def test_owner_references_cascade(kube):
     assert status_of(core.read_namespaced_config_map, "o", "default").status == 404
 
     # a dependent whose owner does not exist is collected at once
-    core.create_namespaced_config_map("default", {"metadata": {"name": "dangling", "ownerReferences": [
-        {"apiVersion": "v1", "kind": "ConfigMap", "name": "nope", "uid": "0000"}]}})  # fmt: skip
+    core.create_namespaced_config_map(
+        "default",
+        {
+            "metadata": {
+                "name": "dangling",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "nope", "uid": "0000"}],
+            }
+        },
+    )
     assert status_of(core.read_namespaced_config_map, "dangling", "default").status == 404
 
 
@@ -465,8 +628,9 @@ def test_kubernetes_shaped_errors(kube):
     body = json.loads(missing.body)
     assert missing.status == 404 and body["reason"] == "NotFound" and body["message"] == 'pods "nope" not found'
     assert status_of(core.create_namespaced_pod, "nowhere", pod("p")).status == 404  # no such namespace
-    invalid = status_of(core.create_namespaced_pod, "default", {"metadata": {"name": "Bad_Name"},
-                                                               "spec": pod("x")["spec"]})  # fmt: skip
+    invalid = status_of(
+        core.create_namespaced_pod, "default", {"metadata": {"name": "Bad_Name"}, "spec": pod("x")["spec"]}
+    )
     assert invalid.status == 422 and '"reason":"Invalid"' in invalid.body
     assert status_of(core.create_namespaced_pod, "default", {"metadata": {}, "spec": pod("x")["spec"]}).status == 422
     no_image = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
@@ -485,8 +649,9 @@ def test_pod_binding_and_unserved_subresources(kube):
     core = kube.core
     core.create_namespaced_pod("default", pod("p"))
     # the real server answers a Status the client cannot read as a V1Binding (kubernetes-client/python#825)
-    core.create_namespaced_pod_binding("p", "default", {"metadata": {"name": "p"}, "target": {"kind": "Node",
-                                       "name": "local"}}, _preload_content=False)  # fmt: skip
+    core.create_namespaced_pod_binding(
+        "p", "default", {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "local"}}, _preload_content=False
+    )
     assert core.read_namespaced_pod("p", "default").spec.node_name == "local"
     assert status_of(core.patch_namespaced_pod, "p", "default", {"spec": {"nodeName": "other"}}).status == 422
     assert status_of(core.read_namespaced_pod_log, "p", "default").status == 400  # no kubelet attached yet
@@ -526,15 +691,28 @@ def test_pluggable_subresource_handlers(kube):
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_get(kube, tmp_path):
     def kubectl(*args):
-        return subprocess.run(["kubectl", "--kubeconfig", str(kube.kubeconfig), "--cache-dir", str(tmp_path / "c"),
-                               *args], capture_output=True, text=True, timeout=30)  # fmt: skip
+        return subprocess.run(
+            ["kubectl", "--kubeconfig", str(kube.kubeconfig), "--cache-dir", str(tmp_path / "c"), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
 
     out = kubectl("get", "ns")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[:3] == ["NAME", "STATUS", "AGE"] and "kube-system" in out.stdout
-    kube.custom.create_namespaced_custom_object(SNAP, "v1", "default", "volumesnapshots", {
-        "apiVersion": f"{SNAP}/v1", "kind": "VolumeSnapshot", "metadata": {"name": "snap-1"},
-        "spec": {"source": {"persistentVolumeClaimName": "d"}}})  # fmt: skip
+    kube.custom.create_namespaced_custom_object(
+        SNAP,
+        "v1",
+        "default",
+        "volumesnapshots",
+        {
+            "apiVersion": f"{SNAP}/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "snap-1"},
+            "spec": {"source": {"persistentVolumeClaimName": "d"}},
+        },
+    )
     out = kubectl("get", "vs", "-o", "name")
     assert out.returncode == 0 and out.stdout.strip() == "volumesnapshot.snapshot.storage.k8s.io/snap-1", out.stderr
     manifest = tmp_path / "cm.yaml"

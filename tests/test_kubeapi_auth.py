@@ -98,8 +98,13 @@ def test_token_review_checks_audience_expiry_and_the_service_account(kube, clock
 
 
 def test_pod_bound_token_dies_with_the_pod(kube):
-    kube.core.create_namespaced_pod("backup", {"metadata": {"name": "job"}, "spec": {
-        "serviceAccountName": "mover", "containers": [{"name": "c", "image": "mover"}]}})  # fmt: skip
+    kube.core.create_namespaced_pod(
+        "backup",
+        {
+            "metadata": {"name": "job"},
+            "spec": {"serviceAccountName": "mover", "containers": [{"name": "c", "image": "mover"}]},
+        },
+    )
     answer = request_token(kube, boundObjectRef={"kind": "Pod", "apiVersion": "v1", "name": "job"})
     status = review(kube, answer.status.token)
     assert status.authenticated and status.user.extra["authentication.kubernetes.io/pod-name"] == ["job"]
@@ -150,7 +155,7 @@ def test_bearer_authentication_and_reviews(tmp_path):
             "default/app",
             [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"], "verbs": ["get"]}],
         )
-        assert AuthorizationV1Api(kube.client).create_subject_access_review(review).status.allowed  # fmt: skip
+        assert AuthorizationV1Api(kube.client).create_subject_access_review(review).status.allowed
 
 
 def test_snapshot_metadata_token_validator_against_the_emulator(kube):
@@ -160,8 +165,11 @@ def test_snapshot_metadata_token_validator_against_the_emulator(kube):
     validator = TokenReviewValidator(kube.client, AUD)
     with pytest.raises(PermissionDenied, match="^user does not have permissions to perform the operation: $"):
         validator.validate(request_token(kube).status.token, "backup")  # a SubjectAccessReview, not a guess
-    kube.grant("backup", "backup/mover", [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"],
-                                           "verbs": ["get"]}])  # fmt: skip
+    kube.grant(
+        "backup",
+        "backup/mover",
+        [{"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"], "verbs": ["get"]}],
+    )
     validator.validate(request_token(kube).status.token, "backup")
     with pytest.raises(Unauthenticated):
         validator.validate(request_token(kube, audiences=("other",)).status.token, "backup")

@@ -45,15 +45,20 @@ def test_events_in_order_and_resume_from_a_resource_version(kube):
     events = take(w.stream(core.list_namespaced_config_map, "default", resource_version=start, timeout_seconds=10), 4)
     w.stop()
     assert [(e["type"], e["object"].metadata.name) for e in events] == [
-        ("ADDED", "a"), ("MODIFIED", "a"), ("ADDED", "b"), ("DELETED", "a")]  # fmt: skip
+        ("ADDED", "a"),
+        ("MODIFIED", "a"),
+        ("ADDED", "b"),
+        ("DELETED", "a"),
+    ]
     rvs = [int(e["object"].metadata.resource_version) for e in events]
     assert rvs == sorted(rvs) and len(set(rvs)) == 4 and rvs[0] > int(start)
     assert events[1]["object"].data == {"v": "2"}
 
     # resume after the second event: the rest, nothing before
     w = watch.Watch()
-    rest = take(w.stream(core.list_namespaced_config_map, "default", resource_version=str(rvs[1]),
-                         timeout_seconds=10), 2)  # fmt: skip
+    rest = take(
+        w.stream(core.list_namespaced_config_map, "default", resource_version=str(rvs[1]), timeout_seconds=10), 2
+    )
     w.stop()
     assert [(e["type"], e["object"].metadata.name) for e in rest] == [("ADDED", "b"), ("DELETED", "a")]
 
@@ -80,13 +85,21 @@ def test_too_old_resource_version_is_gone(tmp_path):
         for i in range(8):
             kube.core.create_namespaced_config_map("default", {"metadata": {"name": f"c{i}"}})
         with pytest.raises(ApiException) as info:
-            take(watch.Watch().stream(kube.core.list_namespaced_config_map, "default", resource_version=start,
-                                      timeout_seconds=5), 1)  # fmt: skip
+            take(
+                watch.Watch().stream(
+                    kube.core.list_namespaced_config_map, "default", resource_version=start, timeout_seconds=5
+                ),
+                1,
+            )
         assert info.value.status == 410
         # recent enough: fine
         recent = str(int(kube.core.list_namespaced_config_map("default").metadata.resource_version) - 3)
-        events = take(watch.Watch().stream(kube.core.list_namespaced_config_map, "default", resource_version=recent,
-                                           timeout_seconds=5), 3)  # fmt: skip
+        events = take(
+            watch.Watch().stream(
+                kube.core.list_namespaced_config_map, "default", resource_version=recent, timeout_seconds=5
+            ),
+            3,
+        )
         assert [e["object"].metadata.name for e in events] == ["c5", "c6", "c7"]
 
 
@@ -98,31 +111,71 @@ def test_selected_watch_sees_objects_enter_and_leave(kube):
     core.patch_namespaced_config_map("m", "default", {"metadata": {"labels": {"app": "web"}}})
     core.patch_namespaced_config_map("m", "default", {"metadata": {"labels": {"app": "db"}}})
     core.delete_namespaced_config_map("m", "default")
-    events = take(watch.Watch().stream(core.list_namespaced_config_map, "default", label_selector="app=db",
-                                       resource_version=start, timeout_seconds=10), 4)  # fmt: skip
+    events = take(
+        watch.Watch().stream(
+            core.list_namespaced_config_map,
+            "default",
+            label_selector="app=db",
+            resource_version=start,
+            timeout_seconds=10,
+        ),
+        4,
+    )
     assert [e["type"] for e in events] == ["ADDED", "DELETED", "ADDED", "DELETED"]
     assert {e["object"].metadata.name for e in events} == {"m"}
 
 
 def test_custom_object_watch_by_name_sees_readiness(kube):
     co = kube.custom
-    co.create_namespaced_custom_object(SNAP, "v1", "default", "volumesnapshots", {
-        "apiVersion": f"{SNAP}/v1", "kind": "VolumeSnapshot", "metadata": {"name": "s"},
-        "spec": {"source": {"persistentVolumeClaimName": "d"}}})  # fmt: skip
-    co.create_namespaced_custom_object(SNAP, "v1", "default", "volumesnapshots", {
-        "apiVersion": f"{SNAP}/v1", "kind": "VolumeSnapshot", "metadata": {"name": "unrelated"},
-        "spec": {"source": {"persistentVolumeClaimName": "d"}}})  # fmt: skip
+    co.create_namespaced_custom_object(
+        SNAP,
+        "v1",
+        "default",
+        "volumesnapshots",
+        {
+            "apiVersion": f"{SNAP}/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "s"},
+            "spec": {"source": {"persistentVolumeClaimName": "d"}},
+        },
+    )
+    co.create_namespaced_custom_object(
+        SNAP,
+        "v1",
+        "default",
+        "volumesnapshots",
+        {
+            "apiVersion": f"{SNAP}/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "unrelated"},
+            "spec": {"source": {"persistentVolumeClaimName": "d"}},
+        },
+    )
     w = watch.Watch()
     states = []
-    for event in w.stream(co.list_namespaced_custom_object, SNAP, "v1", "default", "volumesnapshots",
-                          field_selector="metadata.name=s", timeout_seconds=10):  # fmt: skip
-        states.append((event["type"], event["object"]["metadata"]["name"],
-                       (event["object"].get("status") or {}).get("readyToUse")))  # fmt: skip
+    for event in w.stream(
+        co.list_namespaced_custom_object,
+        SNAP,
+        "v1",
+        "default",
+        "volumesnapshots",
+        field_selector="metadata.name=s",
+        timeout_seconds=10,
+    ):
+        states.append(
+            (
+                event["type"],
+                event["object"]["metadata"]["name"],
+                (event["object"].get("status") or {}).get("readyToUse"),
+            )
+        )
         if len(states) == 1:
-            co.patch_namespaced_custom_object_status(SNAP, "v1", "default", "volumesnapshots", "unrelated",
-                                                     {"status": {"readyToUse": True}})  # fmt: skip
-            co.patch_namespaced_custom_object_status(SNAP, "v1", "default", "volumesnapshots", "s",
-                                                     {"status": {"readyToUse": True}})  # fmt: skip
+            co.patch_namespaced_custom_object_status(
+                SNAP, "v1", "default", "volumesnapshots", "unrelated", {"status": {"readyToUse": True}}
+            )
+            co.patch_namespaced_custom_object_status(
+                SNAP, "v1", "default", "volumesnapshots", "s", {"status": {"readyToUse": True}}
+            )
         else:
             w.stop()
     assert states == [("ADDED", "s", None), ("MODIFIED", "s", True)]
@@ -139,8 +192,16 @@ def test_bookmarks_when_allowed(tmp_path):
     with serve(tmp_path, bookmark_interval=0.1) as kube:
         rv = kube.core.list_namespaced_pod("default").metadata.resource_version
         w = watch.Watch()
-        events = take(w.stream(kube.core.list_namespaced_pod, "default", resource_version=rv,
-                               allow_watch_bookmarks=True, timeout_seconds=10), 1)  # fmt: skip
+        events = take(
+            w.stream(
+                kube.core.list_namespaced_pod,
+                "default",
+                resource_version=rv,
+                allow_watch_bookmarks=True,
+                timeout_seconds=10,
+            ),
+            1,
+        )
         assert events[0]["type"] == "BOOKMARK" and w.resource_version == rv
 
 

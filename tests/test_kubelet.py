@@ -44,12 +44,15 @@ def test_node_registered_and_unscheduled_pods_bound(node):
 
 def test_exit_codes_phases_termination_messages_and_logs(node):
     core = node.core
-    ok = ("import sys; print('out', flush=True); print('err', file=sys.stderr);"
-          " open('/dev/termination-log', 'w').write('done')")  # fmt: skip
+    ok = (
+        "import sys; print('out', flush=True); print('err', file=sys.stderr);"
+        " open('/dev/termination-log', 'w').write('done')"
+    )
     core.create_namespaced_pod("default", pod_manifest("ok", ["python", "-c", ok]))
     bad = "import sys; print('failing'); open('/var/log/why', 'w').write('no luck'); sys.exit(3)"
-    core.create_namespaced_pod("default", pod_manifest("bad", ["python", "-c", bad],
-                                                        terminationMessagePath="/var/log/why"))  # fmt: skip
+    core.create_namespaced_pod(
+        "default", pod_manifest("bad", ["python", "-c", bad], terminationMessagePath="/var/log/why")
+    )
     pod = wait_pod(core, "ok", FINISHED)
     assert pod.status.phase == "Succeeded"
     t = terminated(pod)
@@ -80,8 +83,9 @@ def test_fallback_to_logs_on_error(node):
 
 def test_environment_from_secrets_config_maps_and_fields(node):
     core = node.core
-    core.create_namespaced_secret("default", {"metadata": {"name": "s"}, "stringData": {"password": "hunter2",
-                                                                                      "user": "me"}})  # fmt: skip
+    core.create_namespaced_secret(
+        "default", {"metadata": {"name": "s"}, "stringData": {"password": "hunter2", "user": "me"}}
+    )
     core.create_namespaced_config_map("default", {"metadata": {"name": "cm"}, "data": {"mode": "fast"}})
     env = [
         {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "s", "key": "password"}}},
@@ -96,14 +100,30 @@ def test_environment_from_secrets_config_maps_and_fields(node):
     ]
     keys = ["PASSWORD", "MODE", "ABSENT", "POD", "NS", "NODE", "SA", "IP", "GREETING", "S_user", "HOSTNAME"]
     script = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {keys!r}}}), os.getcwd(), *__import__('sys').argv[1:])"  # noqa: E501
-    manifest = pod_manifest("envy", ["python", "-c", script], args=["$(MODE)", "$(UNKNOWN)"], env=env,
-                            envFrom=[{"secretRef": {"name": "s"}, "prefix": "S_"}], workingDir="/tmp")  # fmt: skip
+    manifest = pod_manifest(
+        "envy",
+        ["python", "-c", script],
+        args=["$(MODE)", "$(UNKNOWN)"],
+        env=env,
+        envFrom=[{"secretRef": {"name": "s"}, "prefix": "S_"}],
+        workingDir="/tmp",
+    )
     core.create_namespaced_pod("default", manifest)
     assert wait_pod(core, "envy", FINISHED).status.phase == "Succeeded"
     text, cwd, *args = core.read_namespaced_pod_log("envy", "default").rsplit(" ", 3)
-    assert json.loads(text) == {"PASSWORD": "hunter2", "MODE": "fast", "ABSENT": None, "POD": "envy", "NS": "default",
-                                "NODE": "local-node", "SA": "default", "IP": "127.0.0.1",
-                                "GREETING": "hello envy $(POD)", "S_user": "me", "HOSTNAME": "envy"}  # fmt: skip
+    assert json.loads(text) == {
+        "PASSWORD": "hunter2",
+        "MODE": "fast",
+        "ABSENT": None,
+        "POD": "envy",
+        "NS": "default",
+        "NODE": "local-node",
+        "SA": "default",
+        "IP": "127.0.0.1",
+        "GREETING": "hello envy $(POD)",
+        "S_user": "me",
+        "HOSTNAME": "envy",
+    }
     assert cwd == "/tmp" and args == ["fast", "$(UNKNOWN)\n"]
 
 
@@ -126,10 +146,16 @@ def test_missing_secret_waits_until_it_exists(node):
 
 def test_restart_policy_on_failure_restarts_until_success(node):
     # the third attempt succeeds: a counter in an emptyDir survives restarts
-    script = ("import os, sys\np = '/scratch/count'\nn = int(open(p).read()) if os.path.exists(p) else 0\n"
-              "open(p, 'w').write(str(n + 1))\nprint('attempt', n)\nsys.exit(0 if n == 2 else 7)")  # fmt: skip
-    manifest = pod_manifest("retry", ["python", "-c", script], restart_policy="OnFailure",
-                            volumeMounts=[{"name": "w", "mountPath": "/scratch"}])  # fmt: skip
+    script = (
+        "import os, sys\np = '/scratch/count'\nn = int(open(p).read()) if os.path.exists(p) else 0\n"
+        "open(p, 'w').write(str(n + 1))\nprint('attempt', n)\nsys.exit(0 if n == 2 else 7)"
+    )
+    manifest = pod_manifest(
+        "retry",
+        ["python", "-c", script],
+        restart_policy="OnFailure",
+        volumeMounts=[{"name": "w", "mountPath": "/scratch"}],
+    )
     manifest["spec"]["volumes"] = [{"name": "w", "emptyDir": {}}]
     node.core.create_namespaced_pod("default", manifest)
     pod = wait_pod(node.core, "retry", FINISHED)
@@ -143,8 +169,9 @@ def test_restart_policy_on_failure_restarts_until_success(node):
 def test_restart_policy_always_and_never(node):
     core = node.core
     core.create_namespaced_pod("default", pod_manifest("always", ["python", "-c", "pass"], restart_policy="Always"))
-    pod = wait_pod(core, "always", lambda p: p.status.container_statuses and
-                   p.status.container_statuses[0].restart_count >= 2)  # fmt: skip
+    pod = wait_pod(
+        core, "always", lambda p: p.status.container_statuses and p.status.container_statuses[0].restart_count >= 2
+    )
     assert pod.status.phase == "Running"
     core.create_namespaced_pod("default", pod_manifest("never", ["python", "-c", "raise SystemExit(2)"]))
     pod = wait_pod(core, "never", FINISHED)
@@ -155,9 +182,14 @@ def test_init_containers_run_in_order_before_the_containers(node):
     mount = [{"name": "shared", "mountPath": "/shared"}]
     manifest = pod_manifest("init", ["sh", "-c", "cat /shared/order"], volumeMounts=mount)
     manifest["spec"]["initContainers"] = [
-        {"name": f"i{n}", "image": "busybox", "command": ["sh", "-c", f"echo i{n} >> /shared/order"],
-         "volumeMounts": mount} for n in (1, 2)
-    ]  # fmt: skip
+        {
+            "name": f"i{n}",
+            "image": "busybox",
+            "command": ["sh", "-c", f"echo i{n} >> /shared/order"],
+            "volumeMounts": mount,
+        }
+        for n in (1, 2)
+    ]
     manifest["spec"]["volumes"] = [{"name": "shared", "emptyDir": {}}]
     node.core.create_namespaced_pod("default", manifest)
     pod = wait_pod(node.core, "init", FINISHED)
@@ -177,8 +209,9 @@ def test_init_containers_run_in_order_before_the_containers(node):
 def test_deletion_kills_the_processes(node):
     core, kubelet = node.core, node.kubelet
     core.create_namespaced_pod("default", pod_manifest("sleeper", ["sleep", "60"]))
-    ignores = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True);"
-               " time.sleep(60)")  # fmt: skip
+    ignores = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    )
     manifest = pod_manifest("stubborn", ["python", "-c", ignores])
     manifest["spec"]["terminationGracePeriodSeconds"] = 1
     core.create_namespaced_pod("default", manifest)
@@ -201,8 +234,9 @@ def test_images_map_to_local_commands(tmp_path):
         core = n.core
         core.create_namespaced_pod("default", pod_manifest("mover", image="ghcr.io/x/cbt-mover:dev", args=["--help"]))
         core.create_namespaced_pod("default", pod_manifest("greeter", image="example/greeter:1"))
-        core.create_namespaced_pod("default", pod_manifest("greeter2", image="example/greeter:1",
-                                                            args=["print('args replace cmd')"]))  # fmt: skip
+        core.create_namespaced_pod(
+            "default", pod_manifest("greeter2", image="example/greeter:1", args=["print('args replace cmd')"])
+        )
         core.create_namespaced_pod("default", pod_manifest("unknown", image="nowhere/nothing:1"))
         core.create_namespaced_pod("default", pod_manifest("noexec", ["no-such-binary-anywhere"]))
         assert wait_pod(core, "mover", FINISHED).status.phase == "Succeeded"
@@ -211,8 +245,13 @@ def test_images_map_to_local_commands(tmp_path):
         wait_pod(core, "greeter2", FINISHED)
         assert core.read_namespaced_pod_log("greeter", "default") == "default cmd\n"
         assert core.read_namespaced_pod_log("greeter2", "default") == "args replace cmd\n"
-        pod = wait_pod(core, "unknown", lambda p: p.status.container_statuses and
-                       p.status.container_statuses[0].state.waiting.reason == "ErrImagePull")  # fmt: skip
+        pod = wait_pod(
+            core,
+            "unknown",
+            lambda p: (
+                p.status.container_statuses and p.status.container_statuses[0].state.waiting.reason == "ErrImagePull"
+            ),
+        )
         assert pod.status.phase == "Pending"
         t = terminated(wait_pod(core, "noexec", FINISHED))
         assert (t.exit_code, t.reason) == (128, "StartError") and "executable file not found" in t.message

@@ -14,8 +14,10 @@ from kubernetes.stream import stream
 from localcluster.kubelet import DEVICE_MAP_ENV, namespaces_available
 from localcluster.kubelet.testing import container_running, local_node, phase_in, pod_manifest, wait_pod, wait_until
 
-ISOLATIONS = [pytest.param("namespace", marks=pytest.mark.skipif(not namespaces_available(), reason="no mount"
-                                                                " namespaces here")), "rewrite"]  # fmt: skip
+ISOLATIONS = [
+    pytest.param("namespace", marks=pytest.mark.skipif(not namespaces_available(), reason="no mount namespaces here")),
+    "rewrite",
+]
 
 
 @pytest.fixture
@@ -31,8 +33,13 @@ def running(node):
 
 def start_app(node):
     """A running pod ``app`` (one container ``main`` with an env var, a working directory and an emptyDir)."""
-    manifest = pod_manifest("app", ["sleep", "60"], env=[{"name": "COLOR", "value": "teal"}], workingDir="/srv/app",
-                            volumeMounts=[{"name": "scratch", "mountPath": "/var/lib/app-data"}])  # fmt: skip
+    manifest = pod_manifest(
+        "app",
+        ["sleep", "60"],
+        env=[{"name": "COLOR", "value": "teal"}],
+        workingDir="/srv/app",
+        volumeMounts=[{"name": "scratch", "mountPath": "/var/lib/app-data"}],
+    )
     manifest["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
     node.core.create_namespaced_pod("default", manifest)
     wait_pod(node.core, "app", container_running("main"))
@@ -41,8 +48,18 @@ def start_app(node):
 
 def run(core, command, name="app", **kwargs):
     """(stdout, stderr, exit code) of an exec."""
-    resp = stream(core.connect_get_namespaced_pod_exec, name, "default", command=command, stderr=True, stdout=True,
-                  stdin=False, tty=False, _preload_content=False, **kwargs)  # fmt: skip
+    resp = stream(
+        core.connect_get_namespaced_pod_exec,
+        name,
+        "default",
+        command=command,
+        stderr=True,
+        stdout=True,
+        stdin=False,
+        tty=False,
+        _preload_content=False,
+        **kwargs,
+    )
     try:
         resp.run_forever(timeout=15)
         return resp.read_stdout(), resp.read_stderr(), resp.returncode
@@ -52,8 +69,17 @@ def run(core, command, name="app", **kwargs):
 
 def exec_error(core, command, name="app", **kwargs) -> ApiException:
     with pytest.raises(ApiException) as info:
-        stream(core.connect_get_namespaced_pod_exec, name, "default", command=command, stderr=True, stdout=True,
-               stdin=False, tty=False, **kwargs)  # fmt: skip
+        stream(
+            core.connect_get_namespaced_pod_exec,
+            name,
+            "default",
+            command=command,
+            stderr=True,
+            stdout=True,
+            stdin=False,
+            tty=False,
+            **kwargs,
+        )
     return info.value
 
 
@@ -63,8 +89,14 @@ def test_exec_exit_codes_stdout_and_stderr(running):
     assert run(core, ["sh", "-c", "echo partial; exit 3"]) == ("partial\n", "", 3)
     assert run(core, ["python", "-c", "import os; os.kill(os.getpid(), 9)"])[2] == 137
     # the preloading form returns stdout and stderr together
-    text = stream(core.connect_get_namespaced_pod_exec, "app", "default", command=["sh", "-c", "echo one; echo two"],
-                  stderr=True, stdout=True)  # fmt: skip
+    text = stream(
+        core.connect_get_namespaced_pod_exec,
+        "app",
+        "default",
+        command=["sh", "-c", "echo one; echo two"],
+        stderr=True,
+        stdout=True,
+    )
     assert text == "one\ntwo\n"
     big = run(core, ["python", "-c", "print('x' * 300000)"])[0]
     assert big == "x" * 300000 + "\n"
@@ -86,8 +118,17 @@ def test_exec_runs_in_the_container_context(tmp_path, isolation):
 
 
 def test_exec_stdin(running):
-    resp = stream(running.core.connect_get_namespaced_pod_exec, "app", "default", command=["sh", "-c", "tr a-z A-Z"],
-                  stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False)  # fmt: skip
+    resp = stream(
+        running.core.connect_get_namespaced_pod_exec,
+        "app",
+        "default",
+        command=["sh", "-c", "tr a-z A-Z"],
+        stdin=True,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        _preload_content=False,
+    )
     resp.write_stdin("hello\n")
     resp.write_stdin("stdin\n")
     resp.close_channel(0)  # v5.channel.k8s.io: the command sees the end of its input
@@ -98,8 +139,15 @@ def test_exec_stdin(running):
 def test_exec_errors(running):
     core = running.core
     # a command that cannot start: the kubelet's InternalError (the client's returncode cannot parse it)
-    resp = stream(core.connect_get_namespaced_pod_exec, "app", "default", command=["no-such-command-here"],
-                  stderr=True, stdout=True, _preload_content=False)  # fmt: skip
+    resp = stream(
+        core.connect_get_namespaced_pod_exec,
+        "app",
+        "default",
+        command=["no-such-command-here"],
+        stderr=True,
+        stdout=True,
+        _preload_content=False,
+    )
     resp.run_forever(timeout=15)
     error = json.loads(resp.read_channel(3))
     assert error["reason"] == "InternalError" and "executable file not found" in error["message"]
@@ -140,8 +188,15 @@ def test_exec_timeout_kills_the_command(tmp_path):
 def test_exec_processes_end_with_the_pod(running):
     core = running.core
     command = ["sh", "-c", "echo $$; exec sleep 60"]
-    resp = stream(core.connect_get_namespaced_pod_exec, "app", "default", command=command, stderr=True, stdout=True,
-                  _preload_content=False)  # fmt: skip
+    resp = stream(
+        core.connect_get_namespaced_pod_exec,
+        "app",
+        "default",
+        command=command,
+        stderr=True,
+        stdout=True,
+        _preload_content=False,
+    )
     pid = int(wait_until(lambda: (resp.update(timeout=1), resp.peek_stdout())[1], 10, "the exec to start"))
     assert os.path.exists(f"/proc/{pid}")
     core.delete_namespaced_pod("app", "default")
@@ -154,8 +209,13 @@ def test_logs_follow_and_errors(node):
     core = node.core
     script = "import sys, time\nfor i in range(5):\n    print('tick', i, flush=True)\n    time.sleep(0.05)\nsys.exit(0)"
     core.create_namespaced_pod("default", pod_manifest("ticker", ["python", "-c", script]))
-    wait_pod(core, "ticker", lambda p: p.status.container_statuses and p.status.container_statuses[0].state.running
-             or phase_in("Succeeded")(p))  # fmt: skip
+    wait_pod(
+        core,
+        "ticker",
+        lambda p: (
+            p.status.container_statuses and p.status.container_statuses[0].state.running or phase_in("Succeeded")(p)
+        ),
+    )
     lines = list(watch.Watch().stream(core.read_namespaced_pod_log, "ticker", "default"))
     assert lines == [f"tick {i}" for i in range(5)]  # follows until the container ends
     followed = core.read_namespaced_pod_log("ticker", "default", follow=True, tail_lines=2)

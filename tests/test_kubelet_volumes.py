@@ -18,8 +18,10 @@ from localcluster.kubelet.testing import container_running, local_node, phase_in
 
 FINISHED = phase_in("Succeeded", "Failed")
 NAMESPACES = namespaces_available()
-ISOLATIONS = [pytest.param("namespace", marks=pytest.mark.skipif(not NAMESPACES, reason="no mount namespaces here")),
-              "rewrite"]  # fmt: skip
+ISOLATIONS = [
+    pytest.param("namespace", marks=pytest.mark.skipif(not NAMESPACES, reason="no mount namespaces here")),
+    "rewrite",
+]
 
 
 def make_claim(node, name: str, size: int, mode: str = "Block", content: bytes | None = None) -> str:
@@ -31,21 +33,47 @@ def make_claim(node, name: str, size: int, mode: str = "Block", content: bytes |
         with open(node.store.volume_path(handle), "r+b") as f:
             f.write(content)
     core = node.core
-    core.create_persistent_volume({"metadata": {"name": f"pv-{name}"}, "spec": {
-        "capacity": {"storage": str(size)}, "accessModes": ["ReadWriteOnce"], "volumeMode": mode,
-        "persistentVolumeReclaimPolicy": "Delete", "claimRef": {"namespace": "default", "name": name},
-        "csi": {"driver": "local.csi.localcluster", "volumeHandle": handle}}})  # fmt: skip
-    core.create_namespaced_persistent_volume_claim("default", {
-        "metadata": {"name": name, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
-        "spec": {"accessModes": ["ReadWriteOnce"], "volumeMode": mode, "storageClassName": "",
-                 "resources": {"requests": {"storage": str(size)}}, "volumeName": f"pv-{name}"}})  # fmt: skip
+    core.create_persistent_volume(
+        {
+            "metadata": {"name": f"pv-{name}"},
+            "spec": {
+                "capacity": {"storage": str(size)},
+                "accessModes": ["ReadWriteOnce"],
+                "volumeMode": mode,
+                "persistentVolumeReclaimPolicy": "Delete",
+                "claimRef": {"namespace": "default", "name": name},
+                "csi": {"driver": "local.csi.localcluster", "volumeHandle": handle},
+            },
+        }
+    )
+    core.create_namespaced_persistent_volume_claim(
+        "default",
+        {
+            "metadata": {"name": name, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "volumeMode": mode,
+                "storageClassName": "",
+                "resources": {"requests": {"storage": str(size)}},
+                "volumeName": f"pv-{name}",
+            },
+        },
+    )
     core.patch_namespaced_persistent_volume_claim_status(name, "default", {"status": {"phase": "Bound"}})
     return handle
 
 
 def exec_out(core, name: str, command: list[str]) -> str:
-    return stream(core.connect_get_namespaced_pod_exec, name, "default", command=command, stderr=True, stdout=True,
-                  stdin=False, tty=False)  # fmt: skip
+    return stream(
+        core.connect_get_namespaced_pod_exec,
+        name,
+        "default",
+        command=command,
+        stderr=True,
+        stdout=True,
+        stdin=False,
+        tty=False,
+    )
 
 
 def loops_of(path) -> str:
@@ -55,14 +83,20 @@ def loops_of(path) -> str:
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_block_volume_at_its_device_path(tmp_path, isolation):
     content = os.urandom(3 << 20)
-    script = ("import hashlib, os, sys\ndev = sys.argv[1]\nwith open(dev, 'rb') as f: data = f.read(3 << 20)\n"
-              "print(hashlib.sha256(data).hexdigest(), os.environ.get('LOCALCLUSTER_DEVICE_MAP') is not None)\n"
-              "fd = os.open(dev, os.O_WRONLY)\nos.pwrite(fd, b'written by the pod', 4 << 20)\nos.fsync(fd)\n"
-              "os.close(fd)")  # fmt: skip
+    script = (
+        "import hashlib, os, sys\ndev = sys.argv[1]\nwith open(dev, 'rb') as f: data = f.read(3 << 20)\n"
+        "print(hashlib.sha256(data).hexdigest(), os.environ.get('LOCALCLUSTER_DEVICE_MAP') is not None)\n"
+        "fd = os.open(dev, os.O_WRONLY)\nos.pwrite(fd, b'written by the pod', 4 << 20)\nos.fsync(fd)\n"
+        "os.close(fd)"
+    )
     with local_node(tmp_path, isolation=isolation) as node:
         handle = make_claim(node, "data", 8 << 20, content=content)
-        manifest = pod_manifest("reader", ["python", "-c", script], args=["/dev/xvda"],
-                                volumeDevices=[{"name": "d", "devicePath": "/dev/xvda"}])  # fmt: skip
+        manifest = pod_manifest(
+            "reader",
+            ["python", "-c", script],
+            args=["/dev/xvda"],
+            volumeDevices=[{"name": "d", "devicePath": "/dev/xvda"}],
+        )
         manifest["spec"]["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
         node.core.create_namespaced_pod("default", manifest)
         pod = wait_pod(node.core, "reader", FINISHED)
@@ -124,16 +158,18 @@ def test_filesystem_claim_keeps_its_files_across_pods(tmp_path, isolation):
     with local_node(tmp_path, isolation=isolation) as node:
         handle = make_claim(node, "fs", 16 << 20, mode="Filesystem")
         for name, command in (("writer", "echo kept > /mnt/fsdata/hello"), ("reader", "cat /mnt/fsdata/hello")):
-            manifest = pod_manifest(name, ["sh", "-c", command],
-                                    volumeMounts=[{"name": "v", "mountPath": "/mnt/fsdata"}])  # fmt: skip
+            manifest = pod_manifest(
+                name, ["sh", "-c", command], volumeMounts=[{"name": "v", "mountPath": "/mnt/fsdata"}]
+            )
             manifest["spec"]["volumes"] = [{"name": "v", "persistentVolumeClaim": {"claimName": "fs"}}]
             node.core.create_namespaced_pod("default", manifest)
             assert wait_pod(node.core, name, FINISHED).status.phase == "Succeeded"
         assert node.core.read_namespaced_pod_log("reader", "default") == "kept\n"
         image = node.store.volume_path(handle)
         if isolation == "namespace" and node.store.use_loop:  # in the image, an ext4 filesystem
-            probe = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", str(image)], capture_output=True,
-                                   text=True)  # fmt: skip
+            probe = subprocess.run(
+                ["blkid", "-p", "-o", "value", "-s", "TYPE", str(image)], capture_output=True, text=True
+            )
             assert probe.stdout.strip() == "ext4"
         else:  # the documented fallback: a directory beside the images
             assert (node.store.root / "fs" / handle / "hello").read_text() == "kept\n"
@@ -143,10 +179,19 @@ def test_projected_service_account_token_with_audience(tmp_path):
     now = [time.time()]
     with local_node(tmp_path, api={"clock": lambda: now[0]}, sync_interval=0.05) as node:
         core, authn = node.core, node.kube.authn
-        manifest = pod_manifest("cbt", ["sleep", "60"],
-                                volumeMounts=[{"name": "token", "mountPath": "/var/run/secrets/cbt"}])  # fmt: skip
-        manifest["spec"]["volumes"] = [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {
-            "audience": "cbt-audience", "expirationSeconds": 600, "path": "token"}}]}}]  # fmt: skip
+        manifest = pod_manifest(
+            "cbt", ["sleep", "60"], volumeMounts=[{"name": "token", "mountPath": "/var/run/secrets/cbt"}]
+        )
+        manifest["spec"]["volumes"] = [
+            {
+                "name": "token",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"audience": "cbt-audience", "expirationSeconds": 600, "path": "token"}}
+                    ]
+                },
+            }
+        ]
         core.create_namespaced_pod("default", manifest)
         wait_pod(core, "cbt", container_running("main"))
         token = exec_out(core, "cbt", ["cat", "/var/run/secrets/cbt/token"])
@@ -167,8 +212,11 @@ def test_projected_service_account_token_with_audience(tmp_path):
         ).authenticated
 
         now[0] += 500  # past 80% of the token's 600 s: the kubelet mints a new one
-        fresh = wait_until(lambda: (t := exec_out(core, "cbt", ["cat", "/var/run/secrets/cbt/token"])) != token and t,
-                           10, "the token to be refreshed")  # fmt: skip
+        fresh = wait_until(
+            lambda: (t := exec_out(core, "cbt", ["cat", "/var/run/secrets/cbt/token"])) != token and t,
+            10,
+            "the token to be refreshed",
+        )
         assert review(fresh, "cbt-audience").authenticated
         now[0] += 200  # the first token has expired, the fresh one has not
         assert not review(token, "cbt-audience").authenticated and review(fresh, "cbt-audience").authenticated
@@ -182,22 +230,36 @@ def test_secret_config_map_and_downward_volumes(tmp_path):
         secret = {"metadata": {"name": "repo"}, "stringData": {"key": "s3cr3t", "other": "x"}}
         core.create_namespaced_secret("default", secret)
         core.create_namespaced_config_map("default", {"metadata": {"name": "conf"}, "data": {"level": "1"}})
-        mounts = [{"name": "s", "mountPath": "/etc/repo"}, {"name": "c", "mountPath": "/etc/conf"},
-                  {"name": "d", "mountPath": "/etc/podinfo"},
-                  {"name": "c", "mountPath": "/etc/level-only", "subPath": "level"}]  # fmt: skip
+        mounts = [
+            {"name": "s", "mountPath": "/etc/repo"},
+            {"name": "c", "mountPath": "/etc/conf"},
+            {"name": "d", "mountPath": "/etc/podinfo"},
+            {"name": "c", "mountPath": "/etc/level-only", "subPath": "level"},
+        ]
         manifest = pod_manifest("vols", ["sleep", "60"], volumeMounts=mounts)
         manifest["metadata"]["labels"] = {"app": "vols"}
         manifest["spec"]["volumes"] = [
-            {"name": "s", "secret": {"secretName": "repo",
-                                     "items": [{"key": "key", "path": "sub/key", "mode": 0o400}]}},
+            {
+                "name": "s",
+                "secret": {"secretName": "repo", "items": [{"key": "key", "path": "sub/key", "mode": 0o400}]},
+            },
             {"name": "c", "configMap": {"name": "conf"}},
-            {"name": "d", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
-                                                    {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
-        ]  # fmt: skip
+            {
+                "name": "d",
+                "downwardAPI": {
+                    "items": [
+                        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                    ]
+                },
+            },
+        ]
         core.create_namespaced_pod("default", manifest)
         wait_pod(core, "vols", container_running("main"))
-        script = ("ls /etc/repo; cat /etc/repo/sub/key; stat -c %a /etc/repo/sub/key;"
-                  " cat /etc/podinfo/labels /etc/podinfo/name")  # fmt: skip
+        script = (
+            "ls /etc/repo; cat /etc/repo/sub/key; stat -c %a /etc/repo/sub/key;"
+            " cat /etc/podinfo/labels /etc/podinfo/name"
+        )
         assert exec_out(core, "vols", ["sh", "-c", script]) == 'sub\ns3cr3t400\napp="vols"vols'
         assert exec_out(core, "vols", ["cat", "/etc/level-only"]) == "1"
         if node.kubelet.isolation == "namespace":
@@ -216,16 +278,29 @@ def test_stop_undoes_everything(tmp_path):
             handle = make_claim(node, "data", 1 << 20)
             top = "/kubelet-test-top"
             assert not os.path.exists(top)
-            manifest = pod_manifest("busy", ["sleep", "60"], volumeDevices=[{"name": "d", "devicePath": "/dev/xvdb"}],
-                                    volumeMounts=[{"name": "e", "mountPath": f"{top}/data"}])  # fmt: skip
-            manifest["spec"]["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}},
-                                           {"name": "e", "emptyDir": {}}]  # fmt: skip
+            manifest = pod_manifest(
+                "busy",
+                ["sleep", "60"],
+                volumeDevices=[{"name": "d", "devicePath": "/dev/xvdb"}],
+                volumeMounts=[{"name": "e", "mountPath": f"{top}/data"}],
+            )
+            manifest["spec"]["volumes"] = [
+                {"name": "d", "persistentVolumeClaim": {"claimName": "data"}},
+                {"name": "e", "emptyDir": {}},
+            ]
             node.core.create_namespaced_pod("default", manifest)
             wait_pod(node.core, "busy", container_running("main"))
             pid = kubelet.container_pid("default", "busy", "main")
             command = ["sh", "-c", "echo $$; exec sleep 60"]
-            resp = stream(node.core.connect_get_namespaced_pod_exec, "busy", "default", command=command, stdout=True,
-                          stderr=True, _preload_content=False)  # fmt: skip
+            resp = stream(
+                node.core.connect_get_namespaced_pod_exec,
+                "busy",
+                "default",
+                command=command,
+                stdout=True,
+                stderr=True,
+                _preload_content=False,
+            )
             exec_pid = int(wait_until(lambda: (resp.update(timeout=1), resp.peek_stdout())[1], 10, "the exec"))
             image = node.store.volume_path(handle)
             if node.store.use_loop:
@@ -249,9 +324,12 @@ def test_rewrite_fallback_maps_paths(tmp_path):
     with local_node(tmp_path, isolation="rewrite") as node:
         node.core.create_namespaced_secret("default", {"metadata": {"name": "s"}, "stringData": {"k": "v"}})
         script = "cat /etc/s/k; echo; echo $CONF; printf done > /dev/termination-log"
-        manifest = pod_manifest("rw", ["sh", "-c", script],
-                                env=[{"name": "CONF", "value": "/etc/s/k"}],
-                                volumeMounts=[{"name": "s", "mountPath": "/etc/s"}])  # fmt: skip
+        manifest = pod_manifest(
+            "rw",
+            ["sh", "-c", script],
+            env=[{"name": "CONF", "value": "/etc/s/k"}],
+            volumeMounts=[{"name": "s", "mountPath": "/etc/s"}],
+        )
         manifest["spec"]["volumes"] = [{"name": "s", "secret": {"secretName": "s"}}]
         node.core.create_namespaced_pod("default", manifest)
         pod = wait_pod(node.core, "rw", FINISHED)

@@ -43,8 +43,17 @@ def block_pvc(name, size="32Mi", source=None):
 
 
 def exec_in(core, pod, argv):
-    resp = stream(core.connect_get_namespaced_pod_exec, pod, NS, command=argv, stderr=True, stdin=False,
-                  stdout=True, tty=False, _preload_content=False)  # fmt: skip
+    resp = stream(
+        core.connect_get_namespaced_pod_exec,
+        pod,
+        NS,
+        command=argv,
+        stderr=True,
+        stdin=False,
+        stdout=True,
+        tty=False,
+        _preload_content=False,
+    )
     resp.run_forever(timeout=30)
     out = resp.read_stdout() if resp.peek_stdout() else ""
     return resp.returncode, out.strip()
@@ -61,13 +70,28 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
     wait_until(lambda: core.read_namespaced_pod_log("app", NS).count("write seq=") >= 20, 30, "app writes")
 
     assert exec_in(core, "app", ["python", "-m", "localcluster.demo_app", "freeze"]) == (0, "frozen")
-    custom.create_namespaced_custom_object("snapshot.storage.k8s.io", "v1", NS, "volumesnapshots", {
-        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot", "metadata": {"name": "snap-1"},
-        "spec": {"source": {"persistentVolumeClaimName": "data"}},
-    })  # fmt: skip
-    wait_until(lambda: (custom.get_namespaced_custom_object("snapshot.storage.k8s.io", "v1", NS, "volumesnapshots",
-                                                            "snap-1").get("status") or {}).get("readyToUse"),
-               30, "snapshot ready")  # fmt: skip
+    custom.create_namespaced_custom_object(
+        "snapshot.storage.k8s.io",
+        "v1",
+        NS,
+        "volumesnapshots",
+        {
+            "apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "snap-1"},
+            "spec": {"source": {"persistentVolumeClaimName": "data"}},
+        },
+    )
+    wait_until(
+        lambda: (
+            custom.get_namespaced_custom_object("snapshot.storage.k8s.io", "v1", NS, "volumesnapshots", "snap-1").get(
+                "status"
+            )
+            or {}
+        ).get("readyToUse"),
+        30,
+        "snapshot ready",
+    )
     assert exec_in(core, "app", ["python", "-m", "localcluster.demo_app", "thaw"]) == (0, "thawed")
     wait_until(lambda: "thawed" in core.read_namespaced_pod_log("app", NS), 10, "thaw logged")
     log = core.read_namespaced_pod_log("app", NS)
@@ -78,26 +102,58 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
 
     cluster.s3.client().create_bucket(Bucket="backups")
     env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, "-m", "movers", "init", "--repo", "s3://backups/repo"], check=True, env=env,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "movers", "init", "--repo", "s3://backups/repo"],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     core.create_namespaced_persistent_volume_claim(NS, block_pvc("snap-1-read", source="snap-1"))
     aws_env = [{"name": k, "value": v} for k, v in cluster.s3.env.items()]
     # the CBT token as the backup flow gives it: projected for the service's audience (the shipped mover role
     # grants no TokenRequest)
     audience = snapshot_metadata_service(cluster.client, "hostpath.csi.k8s.io").audience
     token = {"serviceAccountToken": {"audience": audience, "expirationSeconds": 600, "path": "token"}}
-    core.create_namespaced_pod(NS, {
-        "metadata": {"name": "mover"},
-        "spec": {"serviceAccountName": MOVER_SERVICE_ACCOUNT, "restartPolicy": "Never", "containers": [{
-            "name": "mover", "image": "cbt-mover", "env": aws_env,
-            "args": ["backup", "--repo", "s3://backups/repo", "--volume", f"{NS}/data", "--device", "/dev/xvdb",
-                     "--kube", "--namespace", NS, "--snapshot", "snap-1", "--json",
-                     "--cbt-token-file", "/var/run/cbt/token"],
-            "volumeDevices": [{"name": "snap", "devicePath": "/dev/xvdb"}],
-            "volumeMounts": [{"name": "cbt-token", "mountPath": "/var/run/cbt", "readOnly": True}],
-        }], "volumes": [{"name": "snap", "persistentVolumeClaim": {"claimName": "snap-1-read"}},
-                        {"name": "cbt-token", "projected": {"sources": [token]}}]},
-    })  # fmt: skip
+    core.create_namespaced_pod(
+        NS,
+        {
+            "metadata": {"name": "mover"},
+            "spec": {
+                "serviceAccountName": MOVER_SERVICE_ACCOUNT,
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "mover",
+                        "image": "cbt-mover",
+                        "env": aws_env,
+                        "args": [
+                            "backup",
+                            "--repo",
+                            "s3://backups/repo",
+                            "--volume",
+                            f"{NS}/data",
+                            "--device",
+                            "/dev/xvdb",
+                            "--kube",
+                            "--namespace",
+                            NS,
+                            "--snapshot",
+                            "snap-1",
+                            "--json",
+                            "--cbt-token-file",
+                            "/var/run/cbt/token",
+                        ],
+                        "volumeDevices": [{"name": "snap", "devicePath": "/dev/xvdb"}],
+                        "volumeMounts": [{"name": "cbt-token", "mountPath": "/var/run/cbt", "readOnly": True}],
+                    }
+                ],
+                "volumes": [
+                    {"name": "snap", "persistentVolumeClaim": {"claimName": "snap-1-read"}},
+                    {"name": "cbt-token", "projected": {"sources": [token]}},
+                ],
+            },
+        },
+    )
     pod = wait_pod(core, "mover", phase_in("Succeeded", "Failed"), namespace=NS, timeout=60)
     out = core.read_namespaced_pod_log("mover", NS)
     assert pod.status.phase == "Succeeded", out
@@ -106,10 +162,28 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
     assert result["snapshot_handle"] and result["read_bytes"] <= 32 * MiB
 
     restored = tmp_path / "restored.img"
-    subprocess.run([sys.executable, "-m", "movers", "restore", "--repo", "s3://backups/repo", "--volume",
-                    f"{NS}/data", "--device", str(restored)], check=True, env=env, capture_output=True)  # fmt: skip
-    check = subprocess.run([sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(restored)],
-                           capture_output=True, text=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "movers",
+            "restore",
+            "--repo",
+            "s3://backups/repo",
+            "--volume",
+            f"{NS}/data",
+            "--device",
+            str(restored),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    check = subprocess.run(
+        [sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(restored)],
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 0, check.stderr
     assert json.loads(check.stdout)["records"] > 0
 

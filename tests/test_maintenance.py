@@ -46,8 +46,13 @@ def backups(url, tmp_path, plan: dict[str, int]) -> dict[str, tuple[str, str]]:
         make_image(image, SIZE, seed=50 + n, data_fraction=0.8)
         for r in range(count):
             # the same blocks each round: an incremental's chunks are dead once a later one overwrote them
-            changes = None if r == 0 else write_blocks(image, [k * 509 % (SIZE // 4096) * 4096 for k in range(30)],
-                                                       seed=r + 10 * n, length=32768)  # fmt: skip
+            changes = (
+                None
+                if r == 0
+                else write_blocks(
+                    image, [k * 509 % (SIZE // 4096) * 4096 for k in range(30)], seed=r + 10 * n, length=32768
+                )
+            )
             m = run_backup(repo, str(image), VolumeIdentity(volume), extents=changes, force_full=r == 0)
             expected[m.backup_id] = (volume, sha256_file(image))
     return expected
@@ -69,8 +74,17 @@ def restores_exactly(url, expected, tmp_path) -> list[str]:
 def policy_file(tmp_path, url, namespace, **retention):
     path = tmp_path / f"{namespace}.yaml"
     rules = {"keep_last": 0, "keep_daily": 0, "keep_weekly": 0, "keep_monthly": 0, **retention}
-    path.write_text(json.dumps({"name": namespace, "namespace": namespace, "pvc_selector": {"matchLabels": {"a": "b"}},
-                                "repository": {"url": url}, "retention": rules}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "name": namespace,
+                "namespace": namespace,
+                "pvc_selector": {"matchLabels": {"a": "b"}},
+                "repository": {"url": url},
+                "retention": rules,
+            }
+        )
+    )
     return str(path)
 
 
@@ -89,8 +103,13 @@ def events(name, url):
     from tasks.maintenance_report import public_url
 
     with get_client(sync_client=True) as prefect:
-        page = prefect.read_events(EventFilter(event=EventNameFilter(name=[name]), resource=EventResourceFilter(
-            id=[f"cbt-mover.repository.{public_url(url)}"])), limit=50)  # fmt: skip
+        page = prefect.read_events(
+            EventFilter(
+                event=EventNameFilter(name=[name]),
+                resource=EventResourceFilter(id=[f"cbt-mover.repository.{public_url(url)}"]),
+            ),
+            limit=50,
+        )
     return page.events
 
 
@@ -117,8 +136,11 @@ def test_policy_retention_then_prune_and_full_verify(repo_url, harness, tmp_path
     by_volume = {v: [r.backup_id for r in repo.list_backups(v)] for v in ("shop/db", "shop/logs", "other/x")}
     made = {v: sorted(b for b, (vol, _) in expected.items() if vol == v) for v in by_volume}
     # the newest two of each volume of the policy's namespace; other namespaces untouched
-    assert by_volume == {"shop/db": made["shop/db"][-2:], "shop/logs": made["shop/logs"][-2:],
-                         "other/x": made["other/x"]}  # fmt: skip
+    assert by_volume == {
+        "shop/db": made["shop/db"][-2:],
+        "shop/logs": made["shop/logs"][-2:],
+        "other/x": made["other/x"],
+    }
     assert sum(1 for k in store.list(pack.PACK_PREFIX)) < sum(1 for k in before if k.startswith(pack.PACK_PREFIX))
     assert len(restores_exactly(repo_url, expected, tmp_path)) == 6
 
@@ -128,7 +150,8 @@ def test_policy_retention_then_prune_and_full_verify(repo_url, harness, tmp_path
     }
     rows = json.loads(latest["retention"].data)
     assert sorted(r["backup"] for r in rows if r["action"] == "forget") == sorted(
-        made["shop/db"][:2] + made["shop/logs"][:1])  # fmt: skip
+        made["shop/db"][:2] + made["shop/logs"][:1]
+    )
     [prune_row] = json.loads(latest["prune"].data)
     assert prune_row["result"] == "done" and int(prune_row["packs deleted"]) == done["prune"]["packs_deleted"]
     assert "OK" in latest["verify"].data
@@ -154,14 +177,20 @@ def test_sampled_verify_finds_a_flipped_byte_and_the_flow_fails_after_its_artifa
     data = bytearray(store.get(key))
     data[loc.offset + 5] ^= 0x01
     store.put(key, bytes(data))
-    first = min((b, o) for b in expected for _p, es in repo.iter_map(repo.read_manifest("app/data", b))
-                for o, _n, c, _c in es if c == cid)  # fmt: skip
+    first = min(
+        (b, o)
+        for b in expected
+        for _p, es in repo.iter_map(repo.read_manifest("app/data", b))
+        for o, _n, c, _c in es
+        if c == cid
+    )
 
     clean_maps = verify_repo(repo_url, "sampled", 0.0, 1)
     assert clean_maps["ok"] and clean_maps["packs_read"] == 0  # the maps are fine: the damage is in the data
     found = verify_repo(repo_url, "sampled", 1.0, 1)
     assert not found["ok"] and [(d["volume"], d["backup_id"], d["offset"]) for d in found["damage"]] == [
-        ("app/data", *first)]  # fmt: skip
+        ("app/data", *first)
+    ]
     assert voff >= first[1] or first[0] < ref.backup_id
 
     state = maintain_repo(repo=repo_url, prune=False, verify="sampled", sample=1.0, return_state=True)
@@ -173,8 +202,7 @@ def test_sampled_verify_finds_a_flipped_byte_and_the_flow_fails_after_its_artifa
     assert not artifacts(artifact_key(repo_url, "prune")), "prune=False runs no prune"
 
 
-def test_prune_waits_for_the_repository_lock_then_skips_and_forget_reports_missing_volumes(repo_url, harness,
-                                                                                           tmp_path):  # fmt: skip
+def test_prune_waits_for_the_repository_lock_then_skips_and_forget_reports_missing_volumes(repo_url, harness, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.concurrency.sync import concurrency
 
@@ -221,8 +249,9 @@ def test_retention_groups_merge_policies_apply_overrides_and_skip_other_reposito
     groups, notes = retention_groups(url, volumes, [a, b, other], no_overrides)
     assert groups == [({"keep_last": 3, "keep_daily": 7}, ["shop/db", "shop/logs"])]
     assert any("elsewhere" in n for n in notes)
-    groups, _ = retention_groups(url, volumes, [a], {"keep_last": 1, "keep_daily": None, "keep_weekly": 2,
-                                                     "keep_monthly": None})  # fmt: skip
+    groups, _ = retention_groups(
+        url, volumes, [a], {"keep_last": 1, "keep_daily": None, "keep_weekly": 2, "keep_monthly": None}
+    )
     assert groups == [({"keep_last": 1, "keep_weekly": 2}, ["shop/db", "shop/logs"])]
     assert retention_groups(url, volumes, [], {"keep_last": 2})[0] == [({"keep_last": 2}, None)]
     assert retention_groups(url, volumes, [], {"keep_last": None})[0] == []

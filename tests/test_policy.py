@@ -41,7 +41,10 @@ def test_examples_load():
     db = policies["shop-db"]
     assert db.namespace == "shop" and db.source.endswith("postgres.yaml")
     assert db.pvc_selector["matchExpressions"][0] == {
-        "key": "app.kubernetes.io/component", "operator": "In", "values": ["data", "wal"]}  # fmt: skip
+        "key": "app.kubernetes.io/component",
+        "operator": "In",
+        "values": ["data", "wal"],
+    }
     assert db.repository.credentials_secret == "cbt-mover-repo"
     assert (db.schedule.cron, db.schedule.timezone) == ("30 1 * * *", "Europe/Berlin")
     assert [h["name"] for h in db.hooks.pre] == ["checkpoint", "fsfreeze-data", "fsfreeze-wal"]
@@ -84,10 +87,14 @@ def test_defaults(tmp_path):
 
 
 def test_values_normalised(tmp_path):
-    data = {**MINIMAL, "schedule": {"cron": "@daily"}, "cbt": {"enabled": False},
-            "timeouts": {"snapshot": "1h30m", "mover": "45s", "hook": 2.5},
-            "mover": {"resources": {"requests": {"cpu": 1}}, "node_selector": {"disk": "ssd"}},
-            "pvc_selector": {"matchLabels": {"tier": 1}}}  # fmt: skip
+    data = {
+        **MINIMAL,
+        "schedule": {"cron": "@daily"},
+        "cbt": {"enabled": False},
+        "timeouts": {"snapshot": "1h30m", "mover": "45s", "hook": 2.5},
+        "mover": {"resources": {"requests": {"cpu": 1}}, "node_selector": {"disk": "ssd"}},
+        "pvc_selector": {"matchLabels": {"tier": 1}},
+    }
     policy = load_policy(write(tmp_path, data))
     assert (policy.schedule.cron, policy.schedule.timezone) == ("@daily", "UTC")
     assert policy.cbt.enabled == "off"  # YAML `off` is false
@@ -385,7 +392,7 @@ def test_load_policies_directory(tmp_path):
                 "timeout": "250ms",
             },
             "app=db,!canary",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_a_hook_the_policy_accepts_is_the_hook_the_flow_runs(hook, selector):

@@ -11,8 +11,19 @@ import movers.policy as p
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 YAML_NAMES = {"class_name": "class"}  # dataclass field -> YAML key
-SECTIONS = {c.__name__: c for c in (p.Repository, p.Schedule, p.Hooks, p.Retention, p.MoverSettings, p.CBTSettings,
-                                    p.GroupSnapshotSettings, p.Timeouts)}  # fmt: skip
+SECTIONS = {
+    c.__name__: c
+    for c in (
+        p.Repository,
+        p.Schedule,
+        p.Hooks,
+        p.Retention,
+        p.MoverSettings,
+        p.CBTSettings,
+        p.GroupSnapshotSettings,
+        p.Timeouts,
+    )
+}
 
 
 def _keys(cls: type, prefix: str = "") -> set[str]:
@@ -28,8 +39,12 @@ def _keys(cls: type, prefix: str = "") -> set[str]:
 
 def _documented() -> set[str]:
     """The backquoted keys in the first cell of the README's table rows."""
-    return {key for line in README.read_text().splitlines() if line.startswith("| `")
-            for key in re.findall(r"`([a-z_.]+)`", line.split("|")[1])}  # fmt: skip
+    return {
+        key
+        for line in README.read_text().splitlines()
+        if line.startswith("| `")
+        for key in re.findall(r"`([a-z_.]+)`", line.split("|")[1])
+    }
 
 
 def test_every_policy_key_has_a_line_in_the_readme():

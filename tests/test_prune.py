@@ -40,8 +40,12 @@ def build(repo, tmp_path, volumes=("vol-a", "vol-b"), rounds=4):
             if r == 0:
                 m = run_backup(repo, str(image), VolumeIdentity(vol), force_full=True)
             else:
-                changes = write_blocks(image, [(r * 37 + k * 211) % (SIZE // 4096) * 4096 for k in range(40)],
-                                       seed=r * 7 + n, length=64 * 1024)  # fmt: skip
+                changes = write_blocks(
+                    image,
+                    [(r * 37 + k * 211) % (SIZE // 4096) * 4096 for k in range(40)],
+                    seed=r * 7 + n,
+                    length=64 * 1024,
+                )
                 m = run_backup(repo, str(image), VolumeIdentity(vol), extents=changes)
             expected[m.backup_id] = (vol, sha256_file(image))
     return expected
@@ -266,11 +270,17 @@ def test_backup_does_not_dedup_against_dead_data_a_prune_deletes_before_its_comm
     backup would dedup against, and a prune deletes it while the backup runs."""
     store = MemoryStore()
     content_a, expected = dead_data_repo(store, tmp_path)
-    dead_packs = set(store.list(pack.PACK_PREFIX)) - {k for k in store.list(pack.PACK_PREFIX)
-                                                       if _referenced_pack(store, k)}  # fmt: skip
+    dead_packs = set(store.list(pack.PACK_PREFIX)) - {
+        k for k in store.list(pack.PACK_PREFIX) if _referenced_pack(store, k)
+    }
     reports = []
-    m = run_backup(Repository.open(store), str(content_a), VolumeIdentity("vol-c"), extents=[(0, SIZE)],
-                   progress=prune_before_commit(store, T0 + DAY, reports))  # fmt: skip
+    m = run_backup(
+        Repository.open(store),
+        str(content_a),
+        VolumeIdentity("vol-c"),
+        extents=[(0, SIZE)],
+        progress=prune_before_commit(store, T0 + DAY, reports),
+    )
     expected[m.backup_id] = ("vol-c", sha256_file(content_a))
     [racing] = reports
     assert racing.packs_deleted == len(dead_packs) > 0 and not dead_packs & set(store.list(pack.PACK_PREFIX))
@@ -313,14 +323,20 @@ def test_retry_after_a_prune_never_recreates_listed_packs_or_pages(tmp_path):
     store.recover()
     orphans = keys(inner) - before
     orphan_data = {k for k in orphans if k.startswith((pack.PACK_PREFIX, volmap.MAP_PREFIX))}
-    assert any(k.startswith(pack.PACK_PREFIX) for k in orphans) and any(k.startswith(volmap.MAP_PREFIX)
-                                                                        for k in orphans)  # fmt: skip
+    assert any(k.startswith(pack.PACK_PREFIX) for k in orphans) and any(
+        k.startswith(volmap.MAP_PREFIX) for k in orphans
+    )
     listed = prune(Repository.open(store), grace_s=DAY, now=T0)
     assert listed.packs_in_grace + listed.map_objects_in_grace == len(orphan_data)
 
     reports = []
-    m = run_backup(Repository.open(store), str(image), VolumeIdentity("vol-b"), extents=[(0, SIZE)],
-                   progress=prune_before_commit(store, T0 + DAY, reports))  # fmt: skip
+    m = run_backup(
+        Repository.open(store),
+        str(image),
+        VolumeIdentity("vol-b"),
+        extents=[(0, SIZE)],
+        progress=prune_before_commit(store, T0 + DAY, reports),
+    )
     expected[m.backup_id] = ("vol-b", sha256_file(image))
     [racing] = reports
     assert racing.packs_deleted + racing.map_objects_deleted == len(orphan_data)
@@ -330,8 +346,12 @@ def test_retry_after_a_prune_never_recreates_listed_packs_or_pages(tmp_path):
 
 def _referenced_pack(store, key):
     repo = Repository.open(store)
-    chunks = {cid for ref in repo.list_backups() for _i, entries in repo.iter_map(repo.read_manifest(ref.volume,
-              ref.backup_id)) for _o, _n, cid, _c in entries}  # fmt: skip
+    chunks = {
+        cid
+        for ref in repo.list_backups()
+        for _i, entries in repo.iter_map(repo.read_manifest(ref.volume, ref.backup_id))
+        for _o, _n, cid, _c in entries
+    }
     return any(e.chunk_id in chunks for e in repo.read_pack_trailer(key))
 
 

@@ -24,8 +24,12 @@ def test_one_syntax_for_policies_and_manifests():
             parse_quantity(bad)
     with pytest.raises(ValueError, match="not a Kubernetes quantity"):
         m.reader_claim_size("None", None)
-    doc = {"name": "p", "namespace": "ns", "pvc_selector": {"matchLabels": {"app": "db"}},
-           "repository": {"url": "s3://b/r"}}  # fmt: skip
+    doc = {
+        "name": "p",
+        "namespace": "ns",
+        "pvc_selector": {"matchLabels": {"app": "db"}},
+        "repository": {"url": "s3://b/r"},
+    }
     ok = parse_policy({**doc, "mover": {"resources": {"requests": {"cpu": "1000m"}, "limits": {"cpu": "1"}}}})
     assert ok.mover.resources["limits"] == {"cpu": "1"}
     with pytest.raises(PolicyError, match="above the limit"):

@@ -65,8 +65,10 @@ def test_selection_by_latest_run_run_id_backup_id_and_untagged(repo, tmp_path):
     untagged = _backup(repo, image, "shop", "logs")  # a hand-made backup without tags is now the newest of logs
     fallback = select(repo, "shop", ["data", "logs"])
     assert fallback.run is None and "no run tag" in fallback.how
-    assert {s.pvc: s.manifest.backup_id for s in fallback.volumes} == {"data": r2_data.backup_id,
-                                                                      "logs": untagged.backup_id}  # fmt: skip
+    assert {s.pvc: s.manifest.backup_id for s in fallback.volumes} == {
+        "data": r2_data.backup_id,
+        "logs": untagged.backup_id,
+    }
 
 
 def test_whole_app_latest_is_the_newest_complete_run_and_a_partial_run_needs_a_choice(repo, tmp_path):

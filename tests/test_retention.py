@@ -60,8 +60,12 @@ def test_day_boundaries_are_utc():
 
 def test_weekly_uses_iso_weeks_across_the_year_end():
     # 2020-12-31 (Thu) and 2021-01-03 (Sun) are ISO week 2020-W53; 2021-01-04 (Mon) is 2021-W01
-    backups = [("thu", t(2020, 12, 31, 10)), ("sun", t(2021, 1, 3, 10)), ("mon", t(2021, 1, 4, 10)),
-               ("prev", t(2020, 12, 27, 10))]  # fmt: skip
+    backups = [
+        ("thu", t(2020, 12, 31, 10)),
+        ("sun", t(2021, 1, 3, 10)),
+        ("mon", t(2021, 1, 4, 10)),
+        ("prev", t(2020, 12, 27, 10)),
+    ]
     kept, expired = select_kept(backups, keep_weekly=2)
     assert ids(kept) == ["mon", "sun"]
     assert kept[1].reasons == ["weekly 2020-W53"]
@@ -69,8 +73,13 @@ def test_weekly_uses_iso_weeks_across_the_year_end():
 
 
 def test_monthly_handles_leap_day_and_month_ends():
-    backups = [("feb29", t(2024, 2, 29, 23, 59)), ("mar1", t(2024, 3, 1, 0, 0)), ("jan31", t(2024, 1, 31)),
-               ("jan1", t(2024, 1, 1)), ("dec", t(2023, 12, 31, 23, 59, 59))]  # fmt: skip
+    backups = [
+        ("feb29", t(2024, 2, 29, 23, 59)),
+        ("mar1", t(2024, 3, 1, 0, 0)),
+        ("jan31", t(2024, 1, 31)),
+        ("jan1", t(2024, 1, 1)),
+        ("dec", t(2023, 12, 31, 23, 59, 59)),
+    ]
     kept, expired = select_kept(backups, keep_monthly=3)
     assert ids(kept) == ["mar1", "feb29", "jan31"]
     assert sorted(expired) == ["dec", "jan1"]
@@ -117,8 +126,16 @@ def test_forget_deletes_only_expired_manifests():
     for vol in ("v1", "v2"):
         for i in range(5):
             created = start + timedelta(days=i)
-            m = Manifest(created.strftime("%Y%m%dT%H%M%S%fZ") + "-000000", VolumeIdentity(vol), 0, SnapshotIdentity(),
-                         None, "full", created.isoformat(), MapRef(1 << 26, 256, [], 0))  # fmt: skip
+            m = Manifest(
+                created.strftime("%Y%m%dT%H%M%S%fZ") + "-000000",
+                VolumeIdentity(vol),
+                0,
+                SnapshotIdentity(),
+                None,
+                "full",
+                created.isoformat(),
+                MapRef(1 << 26, 256, [], 0),
+            )
             repo.store.put(m.key, m.encode())
     objects = set(repo.store.list())
     dry = forget(repo, keep_last=2, dry_run=True)

@@ -102,15 +102,24 @@ class Env:
         return server
 
     def allocated(self, name="a", *, token=None, namespace=NS, offset=0, max_results=0):
-        req = pb.GetMetadataAllocatedRequest(security_token=self.token if token is None else token,
-                                             namespace=namespace, snapshot_name=name, starting_offset=offset,
-                                             max_results=max_results)  # fmt: skip
+        req = pb.GetMetadataAllocatedRequest(
+            security_token=self.token if token is None else token,
+            namespace=namespace,
+            snapshot_name=name,
+            starting_offset=offset,
+            max_results=max_results,
+        )
         return drain(self.stub.GetMetadataAllocated(req, timeout=30))
 
     def delta(self, base, target, *, token=None, namespace=NS, offset=0, max_results=0):
-        req = pb.GetMetadataDeltaRequest(security_token=self.token if token is None else token, namespace=namespace,
-                                         base_snapshot_id=base, target_snapshot_name=target, starting_offset=offset,
-                                         max_results=max_results)  # fmt: skip
+        req = pb.GetMetadataDeltaRequest(
+            security_token=self.token if token is None else token,
+            namespace=namespace,
+            base_snapshot_id=base,
+            target_snapshot_name=target,
+            starting_offset=offset,
+            max_results=max_results,
+        )
         return drain(self.stub.GetMetadataDelta(req, timeout=30))
 
 
@@ -420,7 +429,12 @@ def test_faults_knobs_and_request_records(env):
     ok(env.allocated(offset=BS, max_results=7))
     record = env.server.last_request
     assert (record.method, record.namespace, record.snapshot_name, record.starting_offset, record.max_results) == (
-        "GetMetadataAllocated", NS, "a", BS, 7)  # fmt: skip
+        "GetMetadataAllocated",
+        NS,
+        "a",
+        BS,
+        7,
+    )
     assert record.security_token == env.token and env.token not in repr(record) and env.token not in repr(env.tokens)
     ok(env.delta(env.a.handle, "a"))
     assert env.server.last_request.base_snapshot_id == env.a.handle

@@ -77,8 +77,9 @@ def test_clean_repository_full_sample_zero_sample_and_a_seeded_fraction(tmp_path
 
     some = run_verify_sampled(repo, repo.list_backups(), sample=0.3, seed=7)
     again = run_verify_sampled(repo, repo.list_backups(), sample=0.3, seed=7)
-    assert some.ok and some.seed == 7 and (some.packs_read, some.fetched_bytes) == (again.packs_read,
-                                                                                     again.fetched_bytes)  # fmt: skip
+    assert (
+        some.ok and some.seed == 7 and (some.packs_read, some.fetched_bytes) == (again.packs_read, again.fetched_bytes)
+    )
     assert 0 < some.packs_read < some.packs_total
     largest = max(repo.store.size(k) for k in repo.store.list(pack.PACK_PREFIX))
     assert 0.3 * whole.fetched_bytes - largest <= some.fetched_bytes <= 0.3 * whole.fetched_bytes + largest
@@ -99,8 +100,12 @@ def test_a_flipped_byte_is_found_when_sampled_and_named_by_volume_offset(tmp_pat
     report = run_verify_sampled(Repository.open(store), repo.list_backups(), sample=1.0)
     assert not report.ok and len(report.damage) == 1, report.errors
     [damage] = report.damage
-    assert (damage["volume"], damage["backup_id"], damage["offset"], damage["object"]) == (volume, backup_id,
-                                                                                          offset, key)  # fmt: skip
+    assert (damage["volume"], damage["backup_id"], damage["offset"], damage["object"]) == (
+        volume,
+        backup_id,
+        offset,
+        key,
+    )
     assert f"at volume offset {offset}" in report.errors[0] and cid.hex()[:16] in report.errors[0]
 
 
@@ -118,14 +123,18 @@ def test_missing_pack_damaged_page_and_damaged_trailer(tmp_path):
     store.delete(key)
     report = run_verify_sampled(Repository.open(store), repo.list_backups(), sample=0.0)
     assert not report.ok
-    assert any(d["volume"] == volume and d["offset"] == offset and "not in any pack" in d["error"]
-               for d in report.damage), report.damage  # fmt: skip
+    assert any(
+        d["volume"] == volume and d["offset"] == offset and "not in any pack" in d["error"] for d in report.damage
+    ), report.damage
     # a damaged page of a backup's map names the page's first volume offset
     store2 = MemoryStore()
     repo2 = build(store2, tmp_path)
     ref = repo2.list_backups()[0]
-    page_index, page_id = next((i, p) for i, (p, _n) in enumerate(repo2.page_slots(repo2.read_manifest(
-        ref.volume, ref.backup_id))) if p != volmap.NO_PAGE)  # fmt: skip
+    page_index, page_id = next(
+        (i, p)
+        for i, (p, _n) in enumerate(repo2.page_slots(repo2.read_manifest(ref.volume, ref.backup_id)))
+        if p != volmap.NO_PAGE
+    )
     flip(store2, volmap.map_key(page_id), 20)
     report = run_verify_sampled(Repository.open(store2), repo2.list_backups(), sample=0.0)
     hits = [d for d in report.damage if d["object"] == volmap.map_key(page_id)]
@@ -160,8 +169,10 @@ def test_cli_verify_sample(tmp_path):
     assert proc.returncode == 4, proc.stderr
     doc = json.loads(proc.stdout)
     assert [(d["volume"], d["backup_id"], d["offset"]) for d in doc["damage"]] == [(volume, backup_id, offset)]
-    assert f"damaged: {volume}/{backup_id} at volume offset {offset}" in run("verify", "--repo", url, "--sample",
-                                                                             "1").stderr  # fmt: skip
+    assert (
+        f"damaged: {volume}/{backup_id} at volume offset {offset}"
+        in run("verify", "--repo", url, "--sample", "1").stderr
+    )
     assert run("verify", "--repo", url, "--json").returncode == 4  # full mode finds it too
     assert_one_line_error(run("verify", "--repo", url, "--sample", "1.5"), 2, "--sample")
     assert_one_line_error(run("verify", "--repo", url, "--seed", "3"), 2, "--seed needs --sample")

@@ -135,8 +135,13 @@ class VolumeController(Controller):
             if ref.get("name") and ref.get("namespace"):
                 yield ("restores-of", ref["namespace"], ref["name"])
 
-        return [WatchSpec(PVC, pvc_keys), WatchSpec(PV, pv_keys), WatchSpec(POD, pod_keys), WatchSpec(VS, vs_keys),
-                WatchSpec(VSC, vsc_keys)]  # fmt: skip
+        return [
+            WatchSpec(PVC, pvc_keys),
+            WatchSpec(PV, pv_keys),
+            WatchSpec(POD, pod_keys),
+            WatchSpec(VS, vs_keys),
+            WatchSpec(VSC, vsc_keys),
+        ]
 
     def reconcile(self, key: Key) -> float | None:
         kind, namespace, name = key
@@ -249,12 +254,15 @@ class VolumeController(Controller):
         """Check that ``pv`` may be bound to ``pvc`` (upstream's messages) and point its claimRef at the claim."""
         md, spec, pv_spec, name = pvc["metadata"], pvc["spec"], pv["spec"], pv["metadata"]["name"]
         ref = pv_spec.get("claimRef") or {}
-        if ref and ((ref.get("name"), ref.get("namespace")) != (md["name"], md["namespace"])
-                    or ref.get("uid") not in (None, "", md["uid"])):  # fmt: skip
+        if ref and (
+            (ref.get("name"), ref.get("namespace")) != (md["name"], md["namespace"])
+            or ref.get("uid") not in (None, "", md["uid"])
+        ):
             raise Refused(f'volume "{name}" already bound to a different claim.')
         if (spec.get("volumeMode") or "Filesystem") != (pv_spec.get("volumeMode") or "Filesystem"):
-            raise Refused("Cannot bind PersistentVolume to requested PersistentVolumeClaim due to incompatible"
-                          " volumeMode.")  # fmt: skip
+            raise Refused(
+                "Cannot bind PersistentVolume to requested PersistentVolumeClaim due to incompatible volumeMode."
+            )
         wanted = spec.get("storageClassName")
         if wanted is None:
             default = self._storage_class(pvc)
@@ -324,9 +332,11 @@ class VolumeController(Controller):
         body = {
             "metadata": {
                 "name": pv_name,
-                "annotations": {n.ANN_PROVISIONED_BY: self.driver,
-                                "volume.kubernetes.io/provisioner-deletion-secret-name": "",
-                                "volume.kubernetes.io/provisioner-deletion-secret-namespace": ""},
+                "annotations": {
+                    n.ANN_PROVISIONED_BY: self.driver,
+                    "volume.kubernetes.io/provisioner-deletion-secret-name": "",
+                    "volume.kubernetes.io/provisioner-deletion-secret-namespace": "",
+                },
                 "finalizers": [n.FIN_PV_PROTECTION] + ([n.FIN_PROVISIONER] if policy == "Delete" else []),
             },
             "spec": {
@@ -337,10 +347,19 @@ class VolumeController(Controller):
                 "storageClassName": sc["metadata"]["name"],
                 "volumeMode": mode,
                 "claimRef": ref_of(PVC, pvc),
-                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                    {"key": key, "operator": "In", "values": [value]} for key, value in topology]}]}},
+                "nodeAffinity": {
+                    "required": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": key, "operator": "In", "values": [value]} for key, value in topology
+                                ]
+                            }
+                        ]
+                    }
+                },
             },
-        }  # fmt: skip
+        }
         if sc.get("mountOptions"):
             body["spec"]["mountOptions"] = sc["mountOptions"]
         try:
@@ -424,8 +443,10 @@ class VolumeController(Controller):
         snap = source["name"]
         vs = self.kube.get(VS, snap, md["namespace"])
         if vs is None:
-            raise Refused(f'error getting snapshot {snap} from api server: volumesnapshots.snapshot.storage.k8s.io'
-                          f' "{snap}" not found')  # fmt: skip
+            raise Refused(
+                f"error getting snapshot {snap} from api server: volumesnapshots.snapshot.storage.k8s.io"
+                f' "{snap}" not found'
+            )
         if vs["metadata"].get("deletionTimestamp") and n.FIN_VS_AS_SOURCE not in (
             vs["metadata"].get("finalizers") or []
         ):
@@ -453,13 +474,16 @@ class VolumeController(Controller):
         source_mode = vsc["spec"].get("sourceVolumeMode")
         allowed = (vsc["metadata"].get("annotations") or {}).get(n.ANN_ALLOW_MODE_CHANGE) == "true"
         if source_mode and source_mode != mode and not allowed:
-            raise Refused(f"requested volume {md['namespace']}/{md['name']} modifies the mode of the source volume"
-                          f" but does not have permission to do so. {n.ANN_ALLOW_MODE_CHANGE} annotation is not"
-                          f" present on snapshotcontent {content_name}")  # fmt: skip
+            raise Refused(
+                f"requested volume {md['namespace']}/{md['name']} modifies the mode of the source volume"
+                f" but does not have permission to do so. {n.ANN_ALLOW_MODE_CHANGE} annotation is not"
+                f" present on snapshotcontent {content_name}"
+            )
         restore = parse_quantity(status["restoreSize"]) if status.get("restoreSize") is not None else None
         if restore is not None and size < restore:
-            raise Refused(f"requested volume size {size} is less than the size {restore} for the source snapshot"
-                          f" {snap}")  # fmt: skip
+            raise Refused(
+                f"requested volume size {size} is less than the size {restore} for the source snapshot {snap}"
+            )
         if self.plugin.snapshot_size(handle) is None:
             raise Refused(f"snapshot {snap} (handle {handle}) does not exist in the storage")
         return handle
@@ -472,15 +496,31 @@ class VolumeController(Controller):
         if (pv.get("status") or {}).get("phase") != "Bound":
             self.kube.patch(PV, pv["metadata"]["name"], {"status": {"phase": "Bound"}}, status=True)
         name, namespace = md["name"], md["namespace"]
-        if (pvc.get("spec") or {}).get("volumeName") != pv["metadata"]["name"] or \
-                (md.get("annotations") or {}).get(n.ANN_BIND_COMPLETED) != "yes":  # fmt: skip
-            self.kube.patch(PVC, name, {
-                "metadata": {"annotations": {n.ANN_BIND_COMPLETED: "yes", n.ANN_BOUND_BY_CONTROLLER: "yes"}},
-                "spec": {"volumeName": pv["metadata"]["name"]},
-            }, namespace)  # fmt: skip
-        self.kube.patch(PVC, name, {"status": {
-            "phase": "Bound", "accessModes": pv["spec"].get("accessModes"), "capacity": pv["spec"]["capacity"],
-        }}, namespace, status=True)  # fmt: skip
+        if (pvc.get("spec") or {}).get("volumeName") != pv["metadata"]["name"] or (md.get("annotations") or {}).get(
+            n.ANN_BIND_COMPLETED
+        ) != "yes":
+            self.kube.patch(
+                PVC,
+                name,
+                {
+                    "metadata": {"annotations": {n.ANN_BIND_COMPLETED: "yes", n.ANN_BOUND_BY_CONTROLLER: "yes"}},
+                    "spec": {"volumeName": pv["metadata"]["name"]},
+                },
+                namespace,
+            )
+        self.kube.patch(
+            PVC,
+            name,
+            {
+                "status": {
+                    "phase": "Bound",
+                    "accessModes": pv["spec"].get("accessModes"),
+                    "capacity": pv["spec"]["capacity"],
+                }
+            },
+            namespace,
+            status=True,
+        )
 
     # ---- volumes -----------------------------------------------------------------------------------------
 

@@ -99,8 +99,9 @@ class GroupSnapshotController(Controller):
             return None
         if kind == "pvc":  # unbound groups may select it now; deleting groups may wait for restores from it
             for vgs in self.kube.list(self.vgs, namespace)[0]:
-                if vgs["metadata"].get("deletionTimestamp") or \
-                        not (vgs.get("status") or {}).get("boundVolumeGroupSnapshotContentName"):  # fmt: skip
+                if vgs["metadata"].get("deletionTimestamp") or not (vgs.get("status") or {}).get(
+                    "boundVolumeGroupSnapshotContentName"
+                ):
                     self.enqueue(("vgs", namespace, vgs["metadata"]["name"]))
         return None
 
@@ -255,8 +256,11 @@ class GroupSnapshotController(Controller):
     def _sync_status(self, vgs: Obj, vgsc: Obj) -> None:
         md, cstatus = vgs["metadata"], vgsc.get("status") or {}
         status = dict(vgs.get("status") or {})
-        new = dict(status, boundVolumeGroupSnapshotContentName=vgsc["metadata"]["name"],
-                   readyToUse=bool(cstatus.get("readyToUse")))  # fmt: skip
+        new = dict(
+            status,
+            boundVolumeGroupSnapshotContentName=vgsc["metadata"]["name"],
+            readyToUse=bool(cstatus.get("readyToUse")),
+        )
         if cstatus.get("creationTime") and not status.get("creationTime"):
             new["creationTime"] = cstatus["creationTime"]
         if cstatus.get("error"):
@@ -284,15 +288,23 @@ class GroupSnapshotController(Controller):
             return  # the sidecar has not taken the group snapshot yet
         md = vgs["metadata"]
         namespace, uid = md["namespace"], md["uid"]
-        pvs = {((pv["spec"].get("csi") or {}).get("driver"), (pv["spec"].get("csi") or {}).get("volumeHandle")): pv
-               for pv in self.kube.list(PV)[0]}  # fmt: skip
-        owner = {"apiVersion": self.vgs.api_version, "kind": "VolumeGroupSnapshot", "name": md["name"], "uid": uid,
-                 "controller": True}  # fmt: skip
+        pvs = {
+            ((pv["spec"].get("csi") or {}).get("driver"), (pv["spec"].get("csi") or {}).get("volumeHandle")): pv
+            for pv in self.kube.list(PV)[0]
+        }
+        owner = {
+            "apiVersion": self.vgs.api_version,
+            "kind": "VolumeGroupSnapshot",
+            "name": md["name"],
+            "uid": uid,
+            "controller": True,
+        }
         for info in infos:
             volume, handle = info["volumeHandle"], info["snapshotHandle"]
             content_name, snap_name = n.member_content_name(uid, volume), n.member_snapshot_name(uid, volume)
-            if self.kube.get(VS, snap_name, namespace) is not None and \
-                    (self.kube.get(VSC, content_name) or {}).get("status", {}).get("snapshotHandle"):  # fmt: skip
+            if self.kube.get(VS, snap_name, namespace) is not None and (self.kube.get(VSC, content_name) or {}).get(
+                "status", {}
+            ).get("snapshotHandle"):
                 continue  # made on an earlier pass
             pv = pvs.get((vgsc["spec"]["driver"], volume))
             vsc_body = {
@@ -317,8 +329,9 @@ class GroupSnapshotController(Controller):
                 bind = {"spec": {"volumeSnapshotRef": {"uid": vs["metadata"]["uid"]}}}
                 vsc = self.kube.patch(VSC, content_name, bind)
             if not (vs.get("status") or {}).get("boundVolumeSnapshotContentName"):
-                self.kube.patch(VS, snap_name, {"status": {"boundVolumeSnapshotContentName": content_name}}, namespace,
-                                status=True)  # fmt: skip
+                self.kube.patch(
+                    VS, snap_name, {"status": {"boundVolumeSnapshotContentName": content_name}}, namespace, status=True
+                )
             status = {"snapshotHandle": handle, "volumeGroupSnapshotHandle": group_handle}
             if self.list_field == "volumeSnapshotInfoList":  # v1beta1 lists handles only: the sidecar asks the driver
                 status["readyToUse"] = bool(info.get("readyToUse", cstatus.get("readyToUse")))
@@ -345,8 +358,7 @@ class GroupSnapshotController(Controller):
     def _delete_group(self, vgs: Obj) -> None:
         md = vgs["metadata"]
         namespace, uid = md["namespace"], md["uid"]
-        content_name = (vgs.get("status") or {}).get("boundVolumeGroupSnapshotContentName") or \
-            n.group_content_name(uid)  # fmt: skip
+        content_name = (vgs.get("status") or {}).get("boundVolumeGroupSnapshotContentName") or n.group_content_name(uid)
         vgsc = self.kube.get(self.vgsc, content_name)
         if vgsc is not None and (vgsc["spec"].get("volumeGroupSnapshotRef") or {}).get("uid") != uid:
             vgsc = None
@@ -357,9 +369,14 @@ class GroupSnapshotController(Controller):
         ]
         for vs in members:
             if restoring_from(self.kube, vs):
-                self.kube.event(self.vgs, vgs, "Warning", "SnapshotDeletePending",
-                                f"Snapshot {namespace}/{vs['metadata']['name']} belonging to VolumeGroupSnapshot"
-                                f" {namespace}/{md['name']} is being used to restore a PVC")  # fmt: skip
+                self.kube.event(
+                    self.vgs,
+                    vgs,
+                    "Warning",
+                    "SnapshotDeletePending",
+                    f"Snapshot {namespace}/{vs['metadata']['name']} belonging to VolumeGroupSnapshot"
+                    f" {namespace}/{md['name']} is being used to restore a PVC",
+                )
                 return None
         delete_content = vgsc is not None and vgsc["spec"].get("deletionPolicy") == "Delete"
         if vgsc is not None:
@@ -434,8 +451,13 @@ class GroupSnapshotSidecar(Controller):
                     entry.update(creationTime=i.creation_ns, readyToUse=ready)
                     if i.size > 0:
                         entry["restoreSize"] = i.size
-            status = {"volumeGroupSnapshotHandle": group, "creationTime": rfc3339_ns(infos[0].creation_ns),
-                      "readyToUse": ready, self.list_field: entries, "error": None}  # fmt: skip
+            status = {
+                "volumeGroupSnapshotHandle": group,
+                "creationTime": rfc3339_ns(infos[0].creation_ns),
+                "readyToUse": ready,
+                self.list_field: entries,
+                "error": None,
+            }
             vgsc = self.kube.patch(self.vgsc, name, {"status": status}, status=True)
             status = vgsc.get("status") or {}
         if not status.get("readyToUse"):

@@ -70,8 +70,13 @@ def meta(obj: Obj) -> Obj:
 def ref_of(res: Res, obj: Obj) -> Obj:
     """An ObjectReference to ``obj`` (what ``ref.GetReference`` gives: kind, apiVersion, name, ns, uid, rv)."""
     md = obj["metadata"]
-    out = {"kind": res.kind, "apiVersion": res.api_version, "name": md["name"], "uid": md["uid"],
-           "resourceVersion": md.get("resourceVersion", "")}  # fmt: skip
+    out = {
+        "kind": res.kind,
+        "apiVersion": res.api_version,
+        "name": md["name"],
+        "uid": md["uid"],
+        "resourceVersion": md.get("resourceVersion", ""),
+    }
     if res.namespaced:
         out["namespace"] = md["namespace"]
     return out
@@ -119,8 +124,11 @@ class Kube:
 
         try:
             if res.stem:
-                return self._raw(self._typed(res, "read", namespace=namespace)(
-                    *self._args(res, namespace, name), _preload_content=False))  # fmt: skip
+                return self._raw(
+                    self._typed(res, "read", namespace=namespace)(
+                        *self._args(res, namespace, name), _preload_content=False
+                    )
+                )
             return self._custom_fn(res, "get")(*self._args(res, namespace, name))
         except ApiException as err:
             if err.status == 404:
@@ -153,13 +161,22 @@ class Kube:
             return self._raw(fn(*((namespace,) if res.namespaced else ()), body, _preload_content=False))
         return self._custom_fn(res, "create")(*self._args(res, namespace, body))
 
-    def patch(self, res: Res, name: str, body: Any, namespace: str | None = None, *, status: bool = False,
-              content_type: str = MERGE) -> Obj:  # fmt: skip
+    def patch(
+        self,
+        res: Res,
+        name: str,
+        body: Any,
+        namespace: str | None = None,
+        *,
+        status: bool = False,
+        content_type: str = MERGE,
+    ) -> Obj:
         sub = "_status" if status else ""
         if res.stem:
             fn = self._typed(res, "patch", namespace=namespace, sub=sub)
-            return self._raw(fn(*self._args(res, namespace, name, body), _preload_content=False,
-                                _content_type=content_type))  # fmt: skip
+            return self._raw(
+                fn(*self._args(res, namespace, name, body), _preload_content=False, _content_type=content_type)
+            )
         return self._custom_fn(res, "patch", sub)(*self._args(res, namespace, name, body), _content_type=content_type)
 
     def json_patch(self, res: Res, obj: Obj, ops: list[Obj], *, status: bool = False) -> Obj:
@@ -176,8 +193,9 @@ class Kube:
 
         try:
             if res.stem:
-                self._typed(res, "delete", namespace=namespace)(*self._args(res, namespace, name),
-                                                               _preload_content=False)  # fmt: skip
+                self._typed(res, "delete", namespace=namespace)(
+                    *self._args(res, namespace, name), _preload_content=False
+                )
             else:
                 self._custom_fn(res, "delete")(*self._args(res, namespace, name))
             return True
@@ -208,10 +226,17 @@ class Kube:
                     pass
             body = {
                 "metadata": {"generateName": f"{md['name'][:200]}.", "namespace": namespace},
-                "involvedObject": ref_of(res, obj), "reason": reason, "message": message, "type": type_,
-                "source": {"component": component}, "reportingComponent": component,
-                "reportingInstance": component, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-            }  # fmt: skip
+                "involvedObject": ref_of(res, obj),
+                "reason": reason,
+                "message": message,
+                "type": type_,
+                "source": {"component": component},
+                "reportingComponent": component,
+                "reportingInstance": component,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
             created = self.create(EVENT, body, namespace)
             self._events[key] = (created["metadata"]["name"], 1)
 

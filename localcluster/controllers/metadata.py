@@ -94,8 +94,9 @@ class KubeSnapshotCatalog:
 
     def by_handle(self, handle: str) -> ImageSnapshot:
         for vsc in self.kube.list(VSC)[0]:
-            if (vsc.get("status") or {}).get("snapshotHandle") == handle and vsc["spec"].get("driver") == \
-                    self.plugin.driver:  # fmt: skip
+            if (vsc.get("status") or {}).get("snapshotHandle") == handle and vsc["spec"].get(
+                "driver"
+            ) == self.plugin.driver:
                 ref = vsc["spec"].get("volumeSnapshotRef") or {}
                 return self._image(vsc, ref.get("namespace", ""), ref.get("name", ""), ready=True)
         raise SnapshotNotFound(f"snapshot handle {handle!r} not found")
@@ -104,8 +105,9 @@ class KubeSnapshotCatalog:
         spec, status = vsc["spec"], vsc.get("status") or {}
         handle = status.get("snapshotHandle")
         if spec.get("driver") != self.plugin.driver or not handle:
-            raise SnapshotNotFound(f"VolumeSnapshotContent {vsc['metadata']['name']} has no {self.plugin.driver}"
-                                   " snapshot handle")  # fmt: skip
+            raise SnapshotNotFound(
+                f"VolumeSnapshotContent {vsc['metadata']['name']} has no {self.plugin.driver} snapshot handle"
+            )
         volume = (spec.get("source") or {}).get("volumeHandle") or f"unknown-volume-of-{handle}"
         try:
             return ImageSnapshot(
@@ -121,14 +123,16 @@ class KubeSnapshotCatalog:
 
 
 class MetadataService:
-    def __init__(self, kube: Kube, plugin: CsiPlugin, *, audience: str, host: str = "127.0.0.1",
-                 block_type: str = "FIXED_LENGTH") -> None:  # fmt: skip
+    def __init__(
+        self, kube: Kube, plugin: CsiPlugin, *, audience: str, host: str = "127.0.0.1", block_type: str = "FIXED_LENGTH"
+    ) -> None:
         self.kube = kube
         self.plugin = plugin
         self.audience = audience
         self.catalog = KubeSnapshotCatalog(kube, plugin)
-        self.server = SnapshotMetadataServer(self.catalog, TokenReviewValidator(kube.api_client, audience),
-                                             host=host, block_type=block_type)  # fmt: skip
+        self.server = SnapshotMetadataServer(
+            self.catalog, TokenReviewValidator(kube.api_client, audience), host=host, block_type=block_type
+        )
 
     @property
     def address(self) -> str:
@@ -141,9 +145,14 @@ class MetadataService:
     def start(self) -> MetadataService:
         self.server.start()
         try:
-            body = {"metadata": {"name": self.plugin.driver}, "spec": {
-                "address": self.server.address, "audience": self.audience,
-                "caCert": base64.b64encode(self.server.ca_pem).decode()}}  # fmt: skip
+            body = {
+                "metadata": {"name": self.plugin.driver},
+                "spec": {
+                    "address": self.server.address,
+                    "audience": self.audience,
+                    "caCert": base64.b64encode(self.server.ca_pem).decode(),
+                },
+            }
             old = self.kube.get(SMS, self.plugin.driver)
             if old is None:
                 self.kube.create(SMS, body)

@@ -54,8 +54,9 @@ class SnapshotInfo:
 
 
 class CsiPlugin:
-    def __init__(self, store: VolumeStore, spec: DriverSpec, *, restore_size: bool = True,
-                 group_capability: bool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, store: VolumeStore, spec: DriverSpec, *, restore_size: bool = True, group_capability: bool | None = None
+    ) -> None:
         self.store = store
         self.spec = spec
         self.driver = spec.name
@@ -77,8 +78,9 @@ class CsiPlugin:
         if snapshot is not None:
             have = self.snapshot_size(snapshot)
             if have is not None and have > size:
-                raise CsiError("InvalidArgument", f"snapshot {snapshot} size {have} is greater than requested volume"
-                                                  f" size {size}")  # fmt: skip
+                raise CsiError(
+                    "InvalidArgument", f"snapshot {snapshot} size {have} is greater than requested volume size {size}"
+                )
         size = -(-max(size, ALIGN) // ALIGN) * ALIGN
         try:
             self.store.create_volume(handle, size, from_snapshot=snapshot)

@@ -207,8 +207,9 @@ class Controller:
                         return
                     self._watches.add(w)
                 try:
-                    for event in w.stream(fn, *args, resource_version=rv, allow_watch_bookmarks=True,
-                                          timeout_seconds=WATCH_TIMEOUT):  # fmt: skip
+                    for event in w.stream(
+                        fn, *args, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=WATCH_TIMEOUT
+                    ):
                         if self._stopping.is_set():
                             return
                         obj = event.get("raw_object") or {}

@@ -146,8 +146,11 @@ class SnapshotController(Controller):
             self._snapshot_error(vs, "SnapshotContentMissing", "VolumeSnapshotContent is missing")
             raise Pending(f"content {content_name} of {namespace}/{name} is missing")
         ref = vsc["spec"].get("volumeSnapshotRef") or {}
-        if ref.get("name") != name or ref.get("namespace") != namespace or \
-                ref.get("uid") not in ("", None, vs["metadata"]["uid"]):  # fmt: skip
+        if (
+            ref.get("name") != name
+            or ref.get("namespace") != namespace
+            or ref.get("uid") not in ("", None, vs["metadata"]["uid"])
+        ):
             self._snapshot_error(
                 vs, "SnapshotContentMisbound", "VolumeSnapshotContent is not bound to the VolumeSnapshot correctly"
             )
@@ -296,8 +299,11 @@ class SnapshotController(Controller):
         if pvc is None or n.FIN_PVC_AS_SOURCE not in (pvc["metadata"].get("finalizers") or []):
             return
         for other in self.kube.list(VS, namespace)[0]:
-            if _source_pvc(other) == pvc_name and not (other.get("status") or {}).get("readyToUse") and \
-                    not other["metadata"].get("deletionTimestamp"):  # fmt: skip
+            if (
+                _source_pvc(other) == pvc_name
+                and not (other.get("status") or {}).get("readyToUse")
+                and not other["metadata"].get("deletionTimestamp")
+            ):
                 return
         finalizers = [f for f in pvc["metadata"]["finalizers"] if f != n.FIN_PVC_AS_SOURCE]
         self.kube.set_finalizers(PVC, pvc, finalizers)
@@ -317,11 +323,16 @@ class SnapshotController(Controller):
         if group_name and self.vgs is not None:
             group = self.kube.get(self.vgs, group_name, namespace)
             if group is not None and not group["metadata"].get("deletionTimestamp"):
-                self.kube.event(VS, vs, "Warning", "SnapshotDeletePending",
-                                f"deletion of the individual volume snapshot {namespace}/{name} is not allowed as it"
-                                f" belongs to group snapshot {namespace}/{group_name}. Deleting the group snapshot"
-                                " will trigger the deletion of all the individual volume snapshots that are part of"
-                                " the group.")  # fmt: skip
+                self.kube.event(
+                    VS,
+                    vs,
+                    "Warning",
+                    "SnapshotDeletePending",
+                    f"deletion of the individual volume snapshot {namespace}/{name} is not allowed as it"
+                    f" belongs to group snapshot {namespace}/{group_name}. Deleting the group snapshot"
+                    " will trigger the deletion of all the individual volume snapshots that are part of"
+                    " the group.",
+                )
                 return None  # the group's changes requeue this snapshot ("members-of")
         content_name = (vs.get("status") or {}).get("boundVolumeSnapshotContentName")
         if not content_name and _source_pvc(vs) is not None:
@@ -465,8 +476,11 @@ def restoring_from(kube: Kube, vs: Obj) -> bool:
     for pvc in kube.list(PVC, md["namespace"])[0]:
         spec = pvc.get("spec") or {}
         ds = spec.get("dataSourceRef") or spec.get("dataSource") or {}
-        if ds.get("kind") == "VolumeSnapshot" and ds.get("name") == md["name"] and \
-                (pvc.get("status") or {}).get("phase") == "Pending":  # fmt: skip
+        if (
+            ds.get("kind") == "VolumeSnapshot"
+            and ds.get("name") == md["name"]
+            and (pvc.get("status") or {}).get("phase") == "Pending"
+        ):
             return True
     return False
 
@@ -477,5 +491,6 @@ def _source_pvc(vs: Obj) -> str | None:
 
 
 def _group_owner(vs: Obj) -> Obj | None:
-    return next((r for r in vs["metadata"].get("ownerReferences") or [] if r.get("kind") == "VolumeGroupSnapshot"),
-                None)  # fmt: skip
+    return next(
+        (r for r in vs["metadata"].get("ownerReferences") or [] if r.get("kind") == "VolumeGroupSnapshot"), None
+    )

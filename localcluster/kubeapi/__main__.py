@@ -29,8 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     versions = tuple(v for v in args.group_snapshot_versions.split(",") if v) if args.group_snapshot_versions else None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with KubeAPI(port=args.port, audit_log=args.audit_log, group_snapshot_versions=versions,
-                 crd_dir=args.crd_dir or None) as api:  # fmt: skip
+    with KubeAPI(
+        port=args.port, audit_log=args.audit_log, group_snapshot_versions=versions, crd_dir=args.crd_dir or None
+    ) as api:
         path = api.write_kubeconfig(args.kubeconfig)
         validation = "on" if api.validating else "off"
         print(f"Kubernetes API emulator at {api.https_url} and {api.url} (CRD validation: {validation}, RBAC on)")

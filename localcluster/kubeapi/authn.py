@@ -89,13 +89,29 @@ class Authn:
         if not isinstance(expiration, int):
             raise bad_request("spec.expirationSeconds must be an integer")
         if expiration < MIN_EXPIRATION:
-            raise invalid("TokenRequest", "authentication.k8s.io", name, [
-                ("spec.expirationSeconds", f"Invalid value: {expiration}: may not specify a duration less than 10"
-                                           " minutes")])  # fmt: skip
+            raise invalid(
+                "TokenRequest",
+                "authentication.k8s.io",
+                name,
+                [
+                    (
+                        "spec.expirationSeconds",
+                        f"Invalid value: {expiration}: may not specify a duration less than 10 minutes",
+                    )
+                ],
+            )
         if expiration > MAX_EXPIRATION:
-            raise invalid("TokenRequest", "authentication.k8s.io", name, [
-                ("spec.expirationSeconds", f"Invalid value: {expiration}: may not specify a duration larger than"
-                                           " 2^32 seconds")])  # fmt: skip
+            raise invalid(
+                "TokenRequest",
+                "authentication.k8s.io",
+                name,
+                [
+                    (
+                        "spec.expirationSeconds",
+                        f"Invalid value: {expiration}: may not specify a duration larger than 2^32 seconds",
+                    )
+                ],
+            )
         audiences = list(spec.get("audiences") or API_AUDIENCES)
         store, registry = self.rest.store, self.rest.registry
         pod = None
@@ -111,17 +127,24 @@ class Authn:
                 if p is None:
                     raise not_found("pods", "", ref.get("name", ""))
                 if ref.get("uid") and ref["uid"] != p["metadata"]["uid"]:
-                    raise conflict("pods", "", ref["name"], f"the UID in the bound object reference ({ref['uid']})"
-                                   f" does not match the UID in record ({p['metadata']['uid']})")  # fmt: skip
+                    raise conflict(
+                        "pods",
+                        "",
+                        ref["name"],
+                        f"the UID in the bound object reference ({ref['uid']})"
+                        f" does not match the UID in record ({p['metadata']['uid']})",
+                    )
                 pod = (p["metadata"]["name"], p["metadata"]["uid"])
                 spec["boundObjectRef"] = {**ref, "uid": p["metadata"]["uid"]}
             token, exp = self.issuer.issue(namespace, name, sa["metadata"]["uid"], audiences, expiration, pod)
         spec.update(audiences=audiences, expirationSeconds=expiration)
         return {
-            "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
             "metadata": {"name": name, "namespace": namespace, "creationTimestamp": meta.rfc3339(self.issuer.clock())},
-            "spec": spec, "status": {"token": token, "expirationTimestamp": meta.rfc3339(exp)},
-        }  # fmt: skip
+            "spec": spec,
+            "status": {"token": token, "expirationTimestamp": meta.rfc3339(exp)},
+        }
 
     def token_review(self, body: Any) -> Obj:
         spec = (body or {}).get("spec") or {}

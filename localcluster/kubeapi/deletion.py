@@ -30,9 +30,14 @@ FOREGROUND = "foregroundDeletion"
 
 class DeletionMixin:
     def delete(
-        self, rt: ResourceType, version: str, namespace: str, name: str, options: Mapping[str, Any] | None = None,
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str,
+        name: str,
+        options: Mapping[str, Any] | None = None,
         dry_run: bool = False,
-    ) -> Obj:  # fmt: skip
+    ) -> Obj:
         options = options or {}
         with self.store.lock:
             obj = self.store.find(rt, namespace, name)
@@ -40,12 +45,22 @@ class DeletionMixin:
                 raise not_found(rt.plural, rt.group, name)
             pre = options.get("preconditions") or {}
             if pre.get("uid") and pre["uid"] != obj["metadata"]["uid"]:
-                raise conflict(rt.plural, rt.group, name, f"Precondition failed: UID in precondition: {pre['uid']},"
-                                                          f" UID in object meta: {obj['metadata']['uid']}")  # fmt: skip
+                raise conflict(
+                    rt.plural,
+                    rt.group,
+                    name,
+                    f"Precondition failed: UID in precondition: {pre['uid']},"
+                    f" UID in object meta: {obj['metadata']['uid']}",
+                )
             if pre.get("resourceVersion") and pre["resourceVersion"] != obj["metadata"]["resourceVersion"]:
-                raise conflict(rt.plural, rt.group, name, "Precondition failed: ResourceVersion in precondition:"
-                               f" {pre['resourceVersion']}, ResourceVersion in object meta:"
-                               f" {obj['metadata']['resourceVersion']}")  # fmt: skip
+                raise conflict(
+                    rt.plural,
+                    rt.group,
+                    name,
+                    "Precondition failed: ResourceVersion in precondition:"
+                    f" {pre['resourceVersion']}, ResourceVersion in object meta:"
+                    f" {obj['metadata']['resourceVersion']}",
+                )
             policy = options.get("propagationPolicy") or ("Orphan" if options.get("orphanDependents") else None)
             if policy not in (None, "Background", "Foreground", "Orphan"):
                 raise bad_request(f"propagationPolicy: Unsupported value: {policy!r}")
@@ -59,9 +74,12 @@ class DeletionMixin:
             return self.to_version(rt, obj, version)
         md = obj["metadata"]
         return {
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
             "details": {"name": md["name"], "group": rt.group, "kind": rt.plural, "uid": md["uid"]},
-        }  # fmt: skip
+        }
 
     def _delete(self, rt: ResourceType, obj: Obj, policy: str) -> tuple[Obj, bool]:
         """Delete the stored ``obj`` (a copy); (last state, removed now). Caller holds the lock."""
@@ -192,9 +210,13 @@ class DeletionMixin:
         return self._remove(ns_rt, copy.deepcopy(ns))
 
     def delete_collection(
-        self, rt: ResourceType, version: str, namespace: str | None, query: Mapping[str, str],
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str | None,
+        query: Mapping[str, str],
         options: Mapping[str, Any] | None = None,
-    ) -> Obj:  # fmt: skip
+    ) -> Obj:
         with self.store.lock:
             listed = self.list(rt, version, namespace, {k: v for k, v in query.items() if k != "limit"})
             for item in listed["items"]:

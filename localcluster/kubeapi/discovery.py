@@ -13,10 +13,16 @@ import hashlib
 from localcluster.kubeapi.resources import Obj, Registry, ResourceType
 
 VERSION = {
-    "major": "1", "minor": "34", "gitVersion": "v1.34.0-localcluster", "gitCommit": "0" * 40,
-    "gitTreeState": "clean", "buildDate": "2025-08-27T00:00:00Z", "goVersion": "go1.24.6", "compiler": "gc",
+    "major": "1",
+    "minor": "34",
+    "gitVersion": "v1.34.0-localcluster",
+    "gitCommit": "0" * 40,
+    "gitTreeState": "clean",
+    "buildDate": "2025-08-27T00:00:00Z",
+    "goVersion": "go1.24.6",
+    "compiler": "gc",
     "platform": "linux/amd64",
-}  # fmt: skip
+}
 
 _SUB_VERBS = {
     "status": ["get", "patch", "update"],
@@ -28,14 +34,22 @@ _SUB_VERBS = {
     "portforward": ["create", "get"],
     "finalize": ["update"],
 }
-_SUB_KIND = {"token": ("TokenRequest", "authentication.k8s.io", "v1"), "binding": ("Binding", "", "v1"),
-             "exec": ("PodExecOptions", "", "v1"), "log": ("Pod", "", "v1"), "attach": ("PodAttachOptions", "", "v1"),
-             "portforward": ("PodPortForwardOptions", "", "v1")}  # fmt: skip
+_SUB_KIND = {
+    "token": ("TokenRequest", "authentication.k8s.io", "v1"),
+    "binding": ("Binding", "", "v1"),
+    "exec": ("PodExecOptions", "", "v1"),
+    "log": ("Pod", "", "v1"),
+    "attach": ("PodAttachOptions", "", "v1"),
+    "portforward": ("PodPortForwardOptions", "", "v1"),
+}
 
 
 def api_versions(host: str) -> Obj:
-    return {"kind": "APIVersions", "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}]}  # fmt: skip
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}],
+    }
 
 
 def _group(name: str, versions: list[str]) -> Obj:
@@ -57,17 +71,25 @@ def api_group(registry: Registry, group: str) -> Obj | None:
 
 def _entries(rt: ResourceType, group_version: str) -> list[Obj]:
     main: Obj = {
-        "name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced, "kind": rt.kind,
+        "name": rt.plural,
+        "singularName": rt.singular,
+        "namespaced": rt.namespaced,
+        "kind": rt.kind,
         "verbs": list(rt.verbs),
-    }  # fmt: skip
+    }
     if rt.short_names:
         main["shortNames"] = list(rt.short_names)
     if rt.verbs != ("create",):
         main["storageVersionHash"] = hashlib.sha256(f"{group_version}/{rt.plural}".encode()).hexdigest()[:11]
     out = [main]
     for sub in rt.subresources:
-        entry: Obj = {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                      "kind": rt.kind, "verbs": _SUB_VERBS.get(sub, ["get"])}  # fmt: skip
+        entry: Obj = {
+            "name": f"{rt.plural}/{sub}",
+            "singularName": "",
+            "namespaced": rt.namespaced,
+            "kind": rt.kind,
+            "verbs": _SUB_VERBS.get(sub, ["get"]),
+        }
         if sub in _SUB_KIND:
             kind, group, version = _SUB_KIND[sub]
             entry["kind"] = kind

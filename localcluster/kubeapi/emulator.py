@@ -103,8 +103,14 @@ class KubeAPI:
         self.authn = Authn(self.rest, self.tokens, self.token)
         self.authorizer = Authorizer(self.store, self.registry)
         self.audit = AuditLog(audit_log) if audit_log is not None else None
-        self.server = Server(self.rest, self.authn, self.authorizer, require_auth=require_auth, audit=self.audit,
-                             bookmark_interval=bookmark_interval)  # fmt: skip
+        self.server = Server(
+            self.rest,
+            self.authn,
+            self.authorizer,
+            require_auth=require_auth,
+            audit=self.audit,
+            bookmark_interval=bookmark_interval,
+        )
         self._host, self._port = host, port
         self._namespaces = tuple(namespaces)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -217,7 +223,7 @@ class KubeAPI:
                     "name": "localcluster",
                     "context": {"cluster": "localcluster", "user": "localcluster-admin", "namespace": namespace},
                 }
-            ],  # fmt: skip
+            ],
             "current-context": "localcluster",
             "preferences": {},
         }
@@ -228,9 +234,13 @@ class KubeAPI:
         return path
 
     def issue_token(
-        self, namespace: str, service_account: str, audiences: Sequence[str] = (),
-        expiration_seconds: int = DEFAULT_EXPIRATION, pod: str | None = None,
-    ) -> str:  # fmt: skip
+        self,
+        namespace: str,
+        service_account: str,
+        audiences: Sequence[str] = (),
+        expiration_seconds: int = DEFAULT_EXPIRATION,
+        pod: str | None = None,
+    ) -> str:
         """A token as TokenRequest would give (for projected service-account token volumes)."""
         body: dict[str, Any] = {"spec": {"audiences": list(audiences), "expirationSeconds": expiration_seconds}}
         if pod is not None:

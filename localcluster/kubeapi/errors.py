@@ -41,24 +41,30 @@ def _qualified(plural: str, group: str) -> str:
 
 def not_found(plural: str, group: str, name: str) -> ApiError:
     return ApiError(
-        404, "NotFound", f'{_qualified(plural, group)} "{name}" not found',
+        404,
+        "NotFound",
+        f'{_qualified(plural, group)} "{name}" not found',
         {"name": name, "group": group, "kind": plural},
-    )  # fmt: skip
+    )
 
 
 def already_exists(plural: str, group: str, name: str) -> ApiError:
     return ApiError(
-        409, "AlreadyExists", f'{_qualified(plural, group)} "{name}" already exists',
+        409,
+        "AlreadyExists",
+        f'{_qualified(plural, group)} "{name}" already exists',
         {"name": name, "group": group, "kind": plural},
-    )  # fmt: skip
+    )
 
 
 def conflict(plural: str, group: str, name: str, why: str | None = None) -> ApiError:
     why = why or "the object has been modified; please apply your changes to the latest version and try again"
     return ApiError(
-        409, "Conflict", f'Operation cannot be fulfilled on {_qualified(plural, group)} "{name}": {why}',
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {_qualified(plural, group)} "{name}": {why}',
         {"name": name, "group": group, "kind": plural},
-    )  # fmt: skip
+    )
 
 
 def invalid(kind: str, group: str, name: str, causes: Sequence[Any]) -> ApiError:
@@ -110,10 +116,11 @@ def method_not_allowed(message: str = "the server does not allow this method on 
 
 def unsupported_media_type(content_type: str, accepted: list[str]) -> ApiError:
     return ApiError(
-        415, "UnsupportedMediaType",
+        415,
+        "UnsupportedMediaType",
         f"the body of the request was in an unknown format ({content_type}) - accepted media types include: "
         + ", ".join(accepted),
-    )  # fmt: skip
+    )
 
 
 def forbidden(message: str) -> ApiError:

@@ -15,8 +15,9 @@ import json
 
 from localcluster.kubeapi.resources import Obj, Registry, ResourceType
 
-_PARAMS = [{"name": n, "in": "query", "schema": {"type": "string"}} for n in ("dryRun", "fieldManager",
-                                                                             "fieldValidation")]  # fmt: skip
+_PARAMS = [
+    {"name": n, "in": "query", "schema": {"type": "string"}} for n in ("dryRun", "fieldManager", "fieldValidation")
+]
 
 
 def _gv_path(group: str, version: str) -> str:
@@ -31,8 +32,12 @@ def document(registry: Registry, group: str, version: str) -> Obj | None:
     schemas: Obj = {}
     for rt in types:
         _add(paths, schemas, rt, group, version)
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes (localcluster)", "version": "v1.34.0"},
-            "paths": paths, "components": {"schemas": schemas}}  # fmt: skip
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes (localcluster)", "version": "v1.34.0"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }
 
 
 def _add(paths: Obj, schemas: Obj, rt: ResourceType, group: str, version: str) -> None:
@@ -58,8 +63,12 @@ def _add(paths: Obj, schemas: Obj, rt: ResourceType, group: str, version: str) -
         if "list" in rt.verbs:
             paths[base]["get"] = op("list")
     if "get" in rt.verbs:
-        paths[base + "/{name}"] = {"get": op("get"), "put": op("put", True, True), "patch": op("patch", True, True),
-                                   "delete": op("delete")}  # fmt: skip
+        paths[base + "/{name}"] = {
+            "get": op("get"),
+            "put": op("put", True, True),
+            "patch": op("patch", True, True),
+            "delete": op("delete"),
+        }
 
 
 def root(registry: Registry) -> Obj:
@@ -68,6 +77,7 @@ def root(registry: Registry) -> Obj:
         for version in versions:
             doc = document(registry, group, version)
             digest = hashlib.sha512(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:64].upper()
-            out[_gv_path(group, version)] = {"serverRelativeURL": f"/openapi/v3/{_gv_path(group, version)}"
-                                                                  f"?hash={digest}"}  # fmt: skip
+            out[_gv_path(group, version)] = {
+                "serverRelativeURL": f"/openapi/v3/{_gv_path(group, version)}?hash={digest}"
+            }
     return {"paths": out}

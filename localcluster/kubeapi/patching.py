@@ -24,12 +24,24 @@ APPLY = "application/apply-patch+yaml"
 
 # list field -> merge key, by field name wherever it appears (upstream tags these per type)
 _MERGE_KEYS = {
-    "containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
-    "volumes": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath", "ports": "containerPort",
-    "conditions": "type", "ownerReferences": "uid", "imagePullSecrets": "name", "containerStatuses": "name",
-    "initContainerStatuses": "name", "secrets": "name", "hostAliases": "ip", "topologySpreadConstraints":
-    "topologyKey", "resourceClaims": "name",
-}  # fmt: skip
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath",
+    "ports": "containerPort",
+    "conditions": "type",
+    "ownerReferences": "uid",
+    "imagePullSecrets": "name",
+    "containerStatuses": "name",
+    "initContainerStatuses": "name",
+    "secrets": "name",
+    "hostAliases": "ip",
+    "topologySpreadConstraints": "topologyKey",
+    "resourceClaims": "name",
+}
 _SET_LISTS = {"finalizers"}
 
 

@@ -44,8 +44,16 @@ Admit = Callable[[Obj, "Obj | None"], None]
 """A check of the request's object (and the stored one on update) before validation: raises ApiError
 (the server's RBAC escalation checks, which need the requesting user)."""
 
-_SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-                "generation", "selfLink", "managedFields")  # fmt: skip
+_SERVER_META = (
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "selfLink",
+    "managedFields",
+)
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 
 
@@ -124,9 +132,10 @@ class Rest(DeletionMixin):
         if obj.get("apiVersion") not in (None, "", want) or obj.get("kind") not in (None, "", rt.kind):
             raise bad_request(
                 f"the API version in the data ({obj.get('apiVersion')}) does not match the expected API version"
-                f" ({want})" if obj.get("apiVersion") not in (None, "", want) else
-                f"the kind in the data ({obj.get('kind')}) does not match the expected kind ({rt.kind})"
-            )  # fmt: skip
+                f" ({want})"
+                if obj.get("apiVersion") not in (None, "", want)
+                else f"the kind in the data ({obj.get('kind')}) does not match the expected kind ({rt.kind})"
+            )
         obj["apiVersion"], obj["kind"] = want, rt.kind
         md = obj.setdefault("metadata", {})
         if not isinstance(md, dict):
@@ -207,13 +216,21 @@ class Rest(DeletionMixin):
             self.create(sa, "v1", namespace, {"metadata": {"name": "default"}})
 
     def update(
-        self, rt: ResourceType, version: str, namespace: str, name: str, body: Any, subresource: str | None = None,
-        dry_run: bool = False, admit: Admit | None = None,
-    ) -> Obj:  # fmt: skip
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str,
+        name: str,
+        body: Any,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        admit: Admit | None = None,
+    ) -> Obj:
         obj = self._check_body(rt, version, body, namespace)
         if obj["metadata"].get("name") not in (None, name):
-            raise bad_request(f"the name of the object ({obj['metadata']['name']}) does not match the name on the"
-                              f" URL ({name})")  # fmt: skip
+            raise bad_request(
+                f"the name of the object ({obj['metadata']['name']}) does not match the name on the URL ({name})"
+            )
         obj["metadata"]["name"] = name
         with self.store.lock:
             old = self.store.find(rt, namespace, name)
@@ -226,9 +243,17 @@ class Rest(DeletionMixin):
             return self._update(rt, version, old, obj, subresource, dry_run, admit)
 
     def patch(
-        self, rt: ResourceType, version: str, namespace: str, name: str, content_type: str, body: Any,
-        subresource: str | None = None, dry_run: bool = False, admit: Admit | None = None,
-    ) -> Obj:  # fmt: skip
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str,
+        name: str,
+        content_type: str,
+        body: Any,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        admit: Admit | None = None,
+    ) -> Obj:
         with self.store.lock:
             old = self.store.find(rt, namespace, name)
             if old is None:
@@ -323,8 +348,9 @@ class Rest(DeletionMixin):
             if pod is None:
                 raise not_found("pods", "", name)
             if pod["spec"].get("nodeName"):
-                raise conflict("pods/binding", "", name, f"pod {name} is already assigned to node"
-                                                         f" \"{pod['spec']['nodeName']}\"")  # fmt: skip
+                raise conflict(
+                    "pods/binding", "", name, f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"'
+                )
             pod = copy.deepcopy(pod)
             pod["spec"]["nodeName"] = node
             self.store.replace(pods, pod)
@@ -337,8 +363,9 @@ def _patch_text(patch: Any) -> str:
 
 
 def _spec_of(obj: Obj, rt: ResourceType) -> Obj:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status" if rt.has_status else "", "apiVersion",
-                                                      "kind")}  # fmt: skip
+    return {
+        k: v for k, v in obj.items() if k not in ("metadata", "status" if rt.has_status else "", "apiVersion", "kind")
+    }
 
 
 def _same(a: Obj, b: Obj) -> bool:

@@ -55,8 +55,9 @@ def _requirement(part: str) -> Predicate:
         try:
             bound = int(value)
         except ValueError:
-            raise bad_request(f"unable to parse requirement: for 'gt', 'lt' operators, the value must be an integer: "
-                              f"{part}") from None  # fmt: skip
+            raise bad_request(
+                f"unable to parse requirement: for 'gt', 'lt' operators, the value must be an integer: {part}"
+            ) from None
         gt = op == ">"
         return lambda labels: (
             _int(labels.get(key)) is not None

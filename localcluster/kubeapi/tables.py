@@ -57,5 +57,10 @@ def table(rt: ResourceType, objs: list[Obj], resource_version: str, now: float) 
             cells.append(_age(md.get("creationTimestamp"), now))
         partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": md}
         rows.append({"cells": cells, "object": partial})
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": resource_version},
-            "columnDefinitions": columns, "rows": rows}  # fmt: skip
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": columns,
+        "rows": rows,
+    }

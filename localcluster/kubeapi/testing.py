@@ -31,12 +31,16 @@ class Kube:
     kubeconfig: Path
     client: Any  # kubernetes.client.ApiClient
 
-    def raw(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
-            token: str | None = None) -> tuple[int, Any]:  # fmt: skip
+    def raw(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, token: str | None = None
+    ) -> tuple[int, Any]:
         """A plain HTTP request: (status, parsed JSON body or text)."""
         data = json.dumps(body).encode() if body is not None else None
-        hdrs = {"Authorization": f"Bearer {token or self.api.token}", "Content-Type": "application/json",
-                **(headers or {})}  # fmt: skip
+        hdrs = {
+            "Authorization": f"Bearer {token or self.api.token}",
+            "Content-Type": "application/json",
+            **(headers or {}),
+        }
         request = urllib.request.Request(self.api.url + path, data=data, method=method, headers=hdrs)
         try:
             with urllib.request.urlopen(request, timeout=30) as resp:

@@ -135,6 +135,9 @@ class Watcher:
         await resp.write(json.dumps({"type": kind, "object": out}, separators=(",", ":")).encode() + b"\n")
 
     async def _bookmark(self, resp: web.StreamResponse, call: Call, rv: int) -> None:
-        obj = {"kind": call.rt.kind, "apiVersion": call.rt.api_version(call.version),
-               "metadata": {"resourceVersion": str(rv)}}  # fmt: skip
+        obj = {
+            "kind": call.rt.kind,
+            "apiVersion": call.rt.api_version(call.version),
+            "metadata": {"resourceVersion": str(rv)},
+        }
         await resp.write(json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n")

@@ -106,12 +106,24 @@ class Cluster:
                 involved = {"kind": "Pod", "apiVersion": "v1", "namespace": ns, "name": md["name"], "uid": md["uid"]}
                 if field_path:
                     involved["fieldPath"] = field_path
-                self.rest.create(events, "v1", ns, {
-                    "metadata": {"name": name, "namespace": ns}, "involvedObject": involved, "reason": reason,
-                    "message": message, "type": type_, "count": 1, "firstTimestamp": now, "lastTimestamp": now,
-                    "source": {"component": "kubelet", "host": self.node}, "reportingComponent": "kubelet",
-                    "reportingInstance": self.node,
-                })  # fmt: skip
+                self.rest.create(
+                    events,
+                    "v1",
+                    ns,
+                    {
+                        "metadata": {"name": name, "namespace": ns},
+                        "involvedObject": involved,
+                        "reason": reason,
+                        "message": message,
+                        "type": type_,
+                        "count": 1,
+                        "firstTimestamp": now,
+                        "lastTimestamp": now,
+                        "source": {"component": "kubelet", "host": self.node},
+                        "reportingComponent": "kubelet",
+                        "reportingInstance": self.node,
+                    },
+                )
                 self._events[key] = name
         except ApiError as err:  # e.g. the namespace is terminating
             log.debug("event %s for %s/%s: %s", reason, ns, md["name"], err)
@@ -203,29 +215,42 @@ class Cluster:
         import os
 
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        capacity = {"cpu": str(os.cpu_count() or 1), "memory": f"{memory // 1024}Ki", "pods": "110",
-                    "ephemeral-storage": "100Gi"}  # fmt: skip
+        capacity = {
+            "cpu": str(os.cpu_count() or 1),
+            "memory": f"{memory // 1024}Ki",
+            "pods": "110",
+            "ephemeral-storage": "100Gi",
+        }
         windows = self.spec.os == "windows"
         return {
             "capacity": capacity,
             "allocatable": dict(capacity),
-            "conditions": [{
-                "type": "Ready", "status": "True" if ready else "False",
-                "reason": "KubeletReady" if ready else "KubeletStopped",
-                "message": "the local kubelet is posting ready status" if ready else "the local kubelet stopped",
-                "lastHeartbeatTime": now, "lastTransitionTime": now,
-            }],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "KubeletStopped",
+                    "message": "the local kubelet is posting ready status" if ready else "the local kubelet stopped",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": self.node}],
             "nodeInfo": {
-                "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": KUBELET_VERSION,
-                "operatingSystem": self.spec.os, "architecture": ARCH,
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": KUBELET_VERSION,
+                "operatingSystem": self.spec.os,
+                "architecture": ARCH,
                 "containerRuntimeVersion": "containerd://1.7.27" if windows else "localcluster://1",
                 "osImage": "Windows Server 2022 Datacenter" if windows else platform.platform(),
-                "kernelVersion": f"{self.spec.labels.get(WINDOWS_BUILD_LABEL, '10.0.20348')}.3207" if windows
+                "kernelVersion": f"{self.spec.labels.get(WINDOWS_BUILD_LABEL, '10.0.20348')}.3207"
+                if windows
                 else platform.release(),
-                "machineID": "", "systemUUID": "", "bootID": "",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
             },
-        }  # fmt: skip
+        }
 
 
 def _same_taint(a: Obj, b: Obj) -> bool:

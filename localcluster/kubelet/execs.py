@@ -49,15 +49,23 @@ def exit_status(code: int, argv: list[str]) -> dict:
     if code == 0:
         return {"metadata": {}, "status": "Success"}
     return {
-        "metadata": {}, "status": "Failure",
+        "metadata": {},
+        "status": "Failure",
         "message": f"command terminated with non-zero exit code: error executing command {argv}, exit code {code}",
-        "reason": "NonZeroExitCode", "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
-    }  # fmt: skip
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+    }
 
 
 def internal_error(message: str) -> dict:
-    return {"metadata": {}, "status": "Failure", "message": f"Internal error occurred: {message}",
-            "reason": "InternalError", "details": {"causes": [{"message": message}]}, "code": 500}  # fmt: skip
+    return {
+        "metadata": {},
+        "status": "Failure",
+        "message": f"Internal error occurred: {message}",
+        "reason": "InternalError",
+        "details": {"causes": [{"message": message}]},
+        "code": 500,
+    }
 
 
 def handler(kubelet: LocalKubelet):
@@ -108,10 +116,14 @@ def handler(kubelet: LocalKubelet):
         proc = None
         try:
             proc = await asyncio.create_subprocess_exec(
-                *launch.argv, env=launch.env, cwd=launch.cwd,
+                *launch.argv,
+                env=launch.env,
+                cwd=launch.cwd,
                 stdin=asyncio.subprocess.PIPE if want_stdin else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-            )  # fmt: skip
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
         except OSError as err:
             await send(ERROR, json.dumps(internal_error(str(err))).encode())
             await ws.close()
@@ -143,8 +155,10 @@ def handler(kubelet: LocalKubelet):
             kill_group(proc.pid, signal.SIGKILL)
 
         assert proc.stdout is not None and proc.stderr is not None
-        pumps = [asyncio.create_task(pump(proc.stdout, STDOUT, want_stdout)),
-                 asyncio.create_task(pump(proc.stderr, STDERR, want_stderr))]  # fmt: skip
+        pumps = [
+            asyncio.create_task(pump(proc.stdout, STDOUT, want_stdout)),
+            asyncio.create_task(pump(proc.stderr, STDERR, want_stderr)),
+        ]
         feeder = asyncio.create_task(feed())
         timed_out = False
         try:

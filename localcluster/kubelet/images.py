@@ -100,8 +100,10 @@ def argv_of(container: Mapping, image: Image | None) -> list[str]:
     if command:
         return command + args
     if image is None:
-        raise ImageError(f'image "{container.get("image")}" has no local command in the kubelet\'s image table and'
-                         " the container gives no command")  # fmt: skip
+        raise ImageError(
+            f'image "{container.get("image")}" has no local command in the kubelet\'s image table and'
+            " the container gives no command"
+        )
     argv = list(image.entrypoint) + (args if args else list(image.cmd))
     if not argv:
         raise ImageError(f'image "{container.get("image")}" has neither entrypoint nor command')

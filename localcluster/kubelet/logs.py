@@ -39,8 +39,9 @@ def pick_container(pod: dict, requested: str | None) -> str:
         if len(names) == 1:
             return names[0]
         extra = f" or one of the init containers: [{' '.join(inits)}]" if inits else ""
-        raise bad_request(f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]"
-                          f"{extra}")  # fmt: skip
+        raise bad_request(
+            f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]{extra}"
+        )
     if requested not in names + inits:
         raise bad_request(f"container {requested} is not valid for pod {name}")
     return requested

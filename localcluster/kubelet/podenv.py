@@ -101,15 +101,22 @@ def base_env(pod: Obj, endpoint: tuple[str, int] | None) -> dict[str, str]:
     }
     if endpoint is not None:
         host, port = endpoint[0], str(endpoint[1])
-        env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port, KUBERNETES_SERVICE_PORT_HTTPS=port,
-                   KUBERNETES_PORT=f"tcp://{host}:{port}", KUBERNETES_PORT_443_TCP=f"tcp://{host}:{port}",
-                   KUBERNETES_PORT_443_TCP_PROTO="tcp", KUBERNETES_PORT_443_TCP_ADDR=host,
-                   KUBERNETES_PORT_443_TCP_PORT=port)  # fmt: skip
+        env.update(
+            KUBERNETES_SERVICE_HOST=host,
+            KUBERNETES_SERVICE_PORT=port,
+            KUBERNETES_SERVICE_PORT_HTTPS=port,
+            KUBERNETES_PORT=f"tcp://{host}:{port}",
+            KUBERNETES_PORT_443_TCP=f"tcp://{host}:{port}",
+            KUBERNETES_PORT_443_TCP_PROTO="tcp",
+            KUBERNETES_PORT_443_TCP_ADDR=host,
+            KUBERNETES_PORT_443_TCP_PORT=port,
+        )
     return env
 
 
-def container_env(pod: Obj, container: Obj, image: Image | None, base: Mapping[str, str], secrets: Getter,
-                  configmaps: Getter) -> dict[str, str]:  # fmt: skip
+def container_env(
+    pod: Obj, container: Obj, image: Image | None, base: Mapping[str, str], secrets: Getter, configmaps: Getter
+) -> dict[str, str]:
     ns = pod["metadata"]["namespace"]
     env = dict(base)
     if image is not None:
@@ -151,8 +158,9 @@ def container_env(pod: Obj, container: Obj, image: Image | None, base: Mapping[s
                         break
                     if data is None:
                         raise ConfigError(f'{what} "{ref.get("name")}" not found')
-                    raise ConfigError(f"couldn't find key {ref.get('key')} in {what.capitalize()}"
-                                      f" {ns}/{ref.get('name')}")  # fmt: skip
+                    raise ConfigError(
+                        f"couldn't find key {ref.get('key')} in {what.capitalize()} {ns}/{ref.get('name')}"
+                    )
                 env[name] = data[ref["key"]]
                 break
     return env

@@ -73,11 +73,15 @@ class ContainerRun:
 
     def status(self, uid: str) -> Obj:
         out: Obj = {
-            "name": self.name, "image": self.spec.get("image", ""), "imageID": f"local://{self.spec.get('image', '')}",
+            "name": self.name,
+            "image": self.spec.get("image", ""),
+            "imageID": f"local://{self.spec.get('image', '')}",
             "ready": self.running if not self.init else self.final and self._exit_code() == 0,
-            "started": self.running, "restartCount": self.restart_count, "state": self.state,
+            "started": self.running,
+            "restartCount": self.restart_count,
+            "state": self.state,
             "lastState": self.last_state,
-        }  # fmt: skip
+        }
         if self.instance >= 0:
             out["containerID"] = f"local://{uid}/{self.name}/{self.instance}"
         return out
@@ -93,15 +97,25 @@ class PodWorker:
         md = pod["metadata"]
         self.ns, self.name, self.uid = md["namespace"], md["name"], md["uid"]
         self.dir = kubelet.workdir / "pods" / f"{self.ns}_{self.name}_{self.uid}"
-        self.volumes = PodVolumes(kubelet.cluster, kubelet.attachments, pod, self.dir / "volumes",
-                                  mount_fs=kubelet.sandbox.namespaces, automount=kubelet.automount,
-                                  ca_pem=kubelet.api_front.ca_pem if kubelet.api_front else b"", owner=kubelet,
-                                  node_os=kubelet.spec.os, plugins_dir=kubelet.workdir / "plugins")  # fmt: skip
+        self.volumes = PodVolumes(
+            kubelet.cluster,
+            kubelet.attachments,
+            pod,
+            self.dir / "volumes",
+            mount_fs=kubelet.sandbox.namespaces,
+            automount=kubelet.automount,
+            ca_pem=kubelet.api_front.ca_pem if kubelet.api_front else b"",
+            owner=kubelet,
+            node_os=kubelet.spec.os,
+            plugins_dir=kubelet.workdir / "plugins",
+        )
         spec = pod["spec"]
         inits = spec.get("initContainers") or []
         self.inits = [ContainerRun(c, True, self.dir, "PodInitializing") for c in inits]
-        self.containers = [ContainerRun(c, False, self.dir, "PodInitializing" if inits else "ContainerCreating")
-                           for c in spec.get("containers") or []]  # fmt: skip
+        self.containers = [
+            ContainerRun(c, False, self.dir, "PodInitializing" if inits else "ContainerCreating")
+            for c in spec.get("containers") or []
+        ]
         self.lock = threading.Lock()  # guards container state read by the log and exec handlers
         self.killing = False
         self.init_failed = False
@@ -271,8 +285,13 @@ class PodWorker:
         delay = min(initial * (2**c.restart_count), cap)
         with self.lock:
             c.last_state = c.state
-            c.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off {delay:g}s restarting failed"
-                                   f" container={c.name} pod={self.name}_{self.ns}({self.uid})"}}  # fmt: skip
+            c.state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {delay:g}s restarting failed"
+                    f" container={c.name} pod={self.name}_{self.ns}({self.uid})",
+                }
+            }
         self.publish()
         await self._sleep(delay)
         if not self.killing:
@@ -289,8 +308,14 @@ class PodWorker:
             return self._pull_failed(c, refused, field_path)
         try:
             raw_argv = argv_of(c.spec, image)
-            env = container_env(self.pod, c.spec, image, base_env(self.pod, self.k.endpoint), self.k.cluster.secret,
-                                self.k.cluster.configmap)  # fmt: skip
+            env = container_env(
+                self.pod,
+                c.spec,
+                image,
+                base_env(self.pod, self.k.endpoint),
+                self.k.cluster.secret,
+                self.k.cluster.configmap,
+            )
             argv = [expand(a, env) for a in raw_argv]
             working_dir = self._path(c.spec.get("workingDir") or (image.working_dir if image else None) or "/")
             filesystems, binds = self._mounts(c, env)
@@ -308,8 +333,9 @@ class PodWorker:
         log_path = c.dir / f"{instance}.log"
         log_path.unlink(missing_ok=True)
         try:
-            launch = self.k.sandbox.container(c.dir / f"plan-{instance}.json", error_file, argv, env, working_dir,
-                                              filesystems, binds)  # fmt: skip
+            launch = self.k.sandbox.container(
+                c.dir / f"plan-{instance}.json", error_file, argv, env, working_dir, filesystems, binds
+            )
         except OSError as err:
             return self._not_created(c, "CreateContainerError", str(err), field_path)
         logfile = LogFile(log_path)
@@ -347,8 +373,9 @@ class PodWorker:
             await self._end_fuse(launch)
         start_error = error_file.read_text() if error_file.exists() else ""
         reason = "StartError" if start_error else "Completed" if code == 0 else "Error"
-        message = start_error or termination_message(term, c.spec.get("terminationMessagePolicy") or "File", code,
-                                                      log_path)  # fmt: skip
+        message = start_error or termination_message(
+            term, c.spec.get("terminationMessagePolicy") or "File", code, log_path
+        )
         terminated: Obj = {
             "exitCode": code,
             "reason": reason,
@@ -436,8 +463,9 @@ class PodWorker:
                 raise ConfigError(f"subPath {sub!r} must not contain '..'")
             readonly = bool(m.get("readOnly")) or vol.readonly
             if vol.kind == "fs":
-                fs = filesystems.setdefault(vol.name, FsMount(vol.path, str(c.dir / "fs" / vol.name), vol.fstype,
-                                                              vol.readonly))  # fmt: skip
+                fs = filesystems.setdefault(
+                    vol.name, FsMount(vol.path, str(c.dir / "fs" / vol.name), vol.fstype, vol.readonly)
+                )
                 Path(fs.stage).mkdir(parents=True, exist_ok=True)
                 source = os.path.join(fs.stage, sub) if sub else fs.stage
                 binds.append(Bind(source, self._path(m.get("mountPath", "")), readonly, make_source=bool(sub)))
@@ -449,8 +477,10 @@ class PodWorker:
         for d in c.spec.get("volumeDevices") or []:
             vol = volumes.get(d.get("name", ""))
             if vol is None or vol.kind != "block":
-                raise ConfigError(f'volumeDevice {d.get("devicePath")}: volume "{d.get("name")}" is not a Block'
-                                  " persistentVolumeClaim of the pod")  # fmt: skip
+                raise ConfigError(
+                    f'volumeDevice {d.get("devicePath")}: volume "{d.get("name")}" is not a Block'
+                    " persistentVolumeClaim of the pod"
+                )
             binds.append(Bind(vol.path, d.get("devicePath", ""), vol.readonly))
         path = c.spec.get("terminationMessagePath")
         if path:
@@ -471,8 +501,12 @@ class PodWorker:
         procs = [c.process for c in self.all_containers() if c.process is not None]
         for c in self.all_containers():
             if c.process is not None:
-                self.k.cluster.event(self.pod, "Killing", f"Stopping container {c.name}", field_path=f"spec"
-                                     f".{'initContainers' if c.init else 'containers'}{{{c.name}}}")  # fmt: skip
+                self.k.cluster.event(
+                    self.pod,
+                    "Killing",
+                    f"Stopping container {c.name}",
+                    field_path=f"spec.{'initContainers' if c.init else 'containers'}{{{c.name}}}",
+                )
         await asyncio.gather(*(p.stop(grace) for p in procs), return_exceptions=True)
 
     # ---- status ----------------------------------------------------------------------------------
@@ -510,10 +544,14 @@ class PodWorker:
                     self._condition("ContainersReady", ready),
                     self._condition("PodScheduled", True),
                 ],
-                "hostIP": HOST_IP, "hostIPs": [{"ip": HOST_IP}], "podIP": POD_IP, "podIPs": [{"ip": POD_IP}],
-                "startTime": self.start_time, "qosClass": (self.pod.get("status") or {}).get("qosClass", "BestEffort"),
+                "hostIP": HOST_IP,
+                "hostIPs": [{"ip": HOST_IP}],
+                "podIP": POD_IP,
+                "podIPs": [{"ip": POD_IP}],
+                "startTime": self.start_time,
+                "qosClass": (self.pod.get("status") or {}).get("qosClass", "BestEffort"),
                 "containerStatuses": [c.status(self.uid) for c in self.containers],
-            }  # fmt: skip
+            }
             if self.inits:
                 out["initContainerStatuses"] = [c.status(self.uid) for c in self.inits]
             return out

@@ -115,17 +115,25 @@ class Process:
         ready_r, ready_w = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *launch.argv, str(ready_w), env=launch.env, cwd=launch.cwd, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                *launch.argv,
+                str(ready_w),
+                env=launch.env,
+                cwd=launch.cwd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
                 pass_fds=(ready_w,),
-            )  # fmt: skip
+            )
             os.close(ready_w)
             ready_w = -1
             if track is not None:
                 track(proc.pid)
             assert proc.stdout is not None and proc.stderr is not None
-            pumps = [asyncio.create_task(log.pump(proc.stdout, "stdout")),
-                     asyncio.create_task(log.pump(proc.stderr, "stderr"))]  # fmt: skip
+            pumps = [
+                asyncio.create_task(log.pump(proc.stdout, "stdout")),
+                asyncio.create_task(log.pump(proc.stderr, "stderr")),
+            ]
             await asyncio.to_thread(os.read, ready_r, 1)  # end of file: exec'd, or exited
         finally:
             os.close(ready_r)

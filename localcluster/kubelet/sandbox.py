@@ -42,8 +42,9 @@ def namespaces_available() -> bool:
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"):
         return False
     try:
-        probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True,
-                               timeout=10)  # fmt: skip
+        probe = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return probe.returncode == 0
@@ -141,8 +142,16 @@ class Sandbox:
     def namespaces(self) -> bool:
         return self.isolation == "namespace"
 
-    def container(self, plan_path: Path, error_file: Path, argv: list[str], env: dict[str, str], working_dir: str,
-                  filesystems: list[FsMount], binds: list[Bind]) -> Launch:  # fmt: skip
+    def container(
+        self,
+        plan_path: Path,
+        error_file: Path,
+        argv: list[str],
+        env: dict[str, str],
+        working_dir: str,
+        filesystems: list[FsMount],
+        binds: list[Bind],
+    ) -> Launch:
         """How to start a container (the caller releases ``host_paths`` when it ends)."""
         binds = sorted(binds, key=lambda b: (len(Path(b.target).parts), b.target))
         if self.namespaces:
@@ -162,15 +171,29 @@ class Sandbox:
                 raise
             fuse_pids = plan_path.with_name(f"{plan_path.stem}.fuse-pids")
             fuse_pids.unlink(missing_ok=True)
-            plan = {"errorFile": str(error_file), "argv": argv, "workingDir": working_dir,
-                    "fusePids": str(fuse_pids), "fuseLog": str(plan_path.with_name(f"{plan_path.stem}.fuse.log")),
-                    "filesystems": [{"source": f.device, "target": f.stage, "fstype": f.fstype,
-                                     "readOnly": f.readonly} for f in filesystems],
-                    "binds": [{"source": b.source, "target": b.target, "readOnly": b.readonly,
-                               "makeSource": b.make_source} for b in binds]}  # fmt: skip
+            plan = {
+                "errorFile": str(error_file),
+                "argv": argv,
+                "workingDir": working_dir,
+                "fusePids": str(fuse_pids),
+                "fuseLog": str(plan_path.with_name(f"{plan_path.stem}.fuse.log")),
+                "filesystems": [
+                    {"source": f.device, "target": f.stage, "fstype": f.fstype, "readOnly": f.readonly}
+                    for f in filesystems
+                ],
+                "binds": [
+                    {"source": b.source, "target": b.target, "readOnly": b.readonly, "makeSource": b.make_source}
+                    for b in binds
+                ],
+            }
             plan_path.write_text(json.dumps(plan))
-            return Launch(["unshare", "--mount", "--propagation", "private", *PYTHON, SHIM, "run", str(plan_path)],
-                          env, None, tops, fuse_pids=fuse_pids)  # fmt: skip
+            return Launch(
+                ["unshare", "--mount", "--propagation", "private", *PYTHON, SHIM, "run", str(plan_path)],
+                env,
+                None,
+                tops,
+                fuse_pids=fuse_pids,
+            )
         mapping = {b.target: b.source for b in binds}
         cwd = rewrite(working_dir, mapping)
         if not os.path.isdir(cwd):  # a runtime creates the working directory: here, one of the container's
@@ -183,16 +206,41 @@ class Sandbox:
         plan_path.write_text(json.dumps(plan))
         return Launch([*PYTHON, SHIM, "run", str(plan_path)], env, None, mapping=mapping)
 
-    def exec(self, pid: int, error_file: Path, argv: list[str], env: dict[str, str], working_dir: str,
-             mapping: dict[str, str]) -> Launch:  # fmt: skip
+    def exec(
+        self,
+        pid: int,
+        error_file: Path,
+        argv: list[str],
+        env: dict[str, str],
+        working_dir: str,
+        mapping: dict[str, str],
+    ) -> Launch:
         if self.namespaces:
-            return Launch(["nsenter", "--target", str(pid), "--mount", "--wd", "--", *PYTHON, SHIM, "exec",
-                           str(error_file), *argv], env, None)  # fmt: skip
+            return Launch(
+                [
+                    "nsenter",
+                    "--target",
+                    str(pid),
+                    "--mount",
+                    "--wd",
+                    "--",
+                    *PYTHON,
+                    SHIM,
+                    "exec",
+                    str(error_file),
+                    *argv,
+                ],
+                env,
+                None,
+            )
         env = {k: rewrite(v, mapping) for k, v in env.items()}
         env[DEVICE_MAP_ENV] = json.dumps(mapping, sort_keys=True)
         cwd = rewrite(working_dir, mapping)
-        return Launch([*PYTHON, SHIM, "exec", str(error_file), *(rewrite(a, mapping) for a in argv)], env,
-                      cwd if os.path.isdir(cwd) else None)  # fmt: skip
+        return Launch(
+            [*PYTHON, SHIM, "exec", str(error_file), *(rewrite(a, mapping) for a in argv)],
+            env,
+            cwd if os.path.isdir(cwd) else None,
+        )
 
 
 def rewrite(text: str, mapping: dict[str, str]) -> str:

@@ -186,13 +186,17 @@ def run(plan_path: str, ready_fd: int | None = None) -> None:
             workdir = mounter.ensure(workdir, False)
         os.chdir(workdir)
     except OSError as err:
-        _fail(error_file, f"failed to create containerd task: failed to create shim task: OCI runtime create failed:"
-                          f" {err}")  # fmt: skip
+        _fail(
+            error_file,
+            f"failed to create containerd task: failed to create shim task: OCI runtime create failed: {err}",
+        )
     _exec(error_file, plan["argv"], _CREATE)
 
 
-_CREATE = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create"
-           " failed: unable to start container process: {}: unknown")  # fmt: skip
+_CREATE = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create"
+    " failed: unable to start container process: {}: unknown"
+)
 _EXEC = "OCI runtime exec failed: exec failed: unable to start container process: {}: unknown"
 
 

@@ -140,8 +140,13 @@ def wait_pod(core, name: str, condition: Callable[[Any], bool], namespace: str =
     while time.monotonic() < deadline:
         w = watch.Watch()
         left = max(1, int(deadline - time.monotonic() + 0.999))
-        for event in w.stream(core.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}",
-                              resource_version=rv, timeout_seconds=left):  # fmt: skip
+        for event in w.stream(
+            core.list_namespaced_pod,
+            namespace,
+            field_selector=f"metadata.name={name}",
+            resource_version=rv,
+            timeout_seconds=left,
+        ):
             obj = event["object"]
             rv = obj.metadata.resource_version
             if event["type"] != "DELETED" and condition(obj):
@@ -165,8 +170,14 @@ def container_running(container: str) -> Callable[[Any], bool]:
     return check
 
 
-def pod_manifest(name: str, command: list[str] | None = None, *, image: str = "python:3-slim",
-                 restart_policy: str = "Never", **container: Any) -> dict[str, Any]:  # fmt: skip
+def pod_manifest(
+    name: str,
+    command: list[str] | None = None,
+    *,
+    image: str = "python:3-slim",
+    restart_policy: str = "Never",
+    **container: Any,
+) -> dict[str, Any]:
     """A one-container pod (container ``main``); ``container`` adds fields to the container."""
     c: dict[str, Any] = {"name": "main", "image": image, **container}
     if command is not None:

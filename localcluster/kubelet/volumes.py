@@ -156,9 +156,20 @@ class _FileVolume:
 
 
 class PodVolumes:
-    def __init__(self, cluster: Cluster, attachments: Attachments, pod: Obj, root: Path, *, mount_fs: bool,
-                 automount: bool = True, ca_pem: bytes = b"", owner: object = None, node_os: str = "linux",
-                 plugins_dir: Path | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cluster: Cluster,
+        attachments: Attachments,
+        pod: Obj,
+        root: Path,
+        *,
+        mount_fs: bool,
+        automount: bool = True,
+        ca_pem: bytes = b"",
+        owner: object = None,
+        node_os: str = "linux",
+        plugins_dir: Path | None = None,
+    ) -> None:
         self.cluster = cluster
         self.attachments = attachments
         self.owner = owner
@@ -180,11 +191,23 @@ class PodVolumes:
     def specs(self) -> list[Obj]:
         out = list(self.pod["spec"].get("volumes") or [])
         if self.automount:
-            out.append({"name": SA_VOLUME, "projected": {"defaultMode": 0o644, "sources": [
-                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                {"configMap": {"name": ROOT_CA, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
-            ]}})  # fmt: skip
+            out.append(
+                {
+                    "name": SA_VOLUME,
+                    "projected": {
+                        "defaultMode": 0o644,
+                        "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                            {"configMap": {"name": ROOT_CA, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                            {
+                                "downwardAPI": {
+                                    "items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]
+                                }
+                            },
+                        ],
+                    },
+                }
+            )
         return out
 
     def extra_mounts(self) -> list[Obj]:
@@ -325,8 +348,12 @@ class PodVolumes:
         out: dict[str, tuple[bytes, int]] = {}
         if "secret" in spec:
             s = spec["secret"]
-            self._object_files(out, "secret", {"name": s.get("secretName"), "items": s.get("items"),
-                                               "optional": s.get("optional")}, s.get("defaultMode"))  # fmt: skip
+            self._object_files(
+                out,
+                "secret",
+                {"name": s.get("secretName"), "items": s.get("items"), "optional": s.get("optional")},
+                s.get("defaultMode"),
+            )
         elif "configMap" in spec:
             c = spec["configMap"]
             self._object_files(out, "configMap", c, c.get("defaultMode"))
@@ -349,7 +376,8 @@ class PodVolumes:
                     token = next(tokens, None) or _Token(
                         _relpath(source["serviceAccountToken"].get("path", "token")),
                         source["serviceAccountToken"].get("audience") or "",
-                        int(source["serviceAccountToken"].get("expirationSeconds") or 3600))  # fmt: skip
+                        int(source["serviceAccountToken"].get("expirationSeconds") or 3600),
+                    )
                     new_tokens.append(token)
                     self._token_file(out, fv, token, mode, force_tokens)
             fv.tokens = new_tokens
@@ -362,8 +390,12 @@ class PodVolumes:
             md = self.pod["metadata"]
             try:
                 text = self.cluster.api.issue_token(
-                    md["namespace"], self.pod["spec"].get("serviceAccountName") or "default",
-                    [token.audience] if token.audience else [], token.expiration, pod=md["name"])  # fmt: skip
+                    md["namespace"],
+                    self.pod["spec"].get("serviceAccountName") or "default",
+                    [token.audience] if token.audience else [],
+                    token.expiration,
+                    pod=md["name"],
+                )
             except Exception as err:  # ApiError: no such service account (yet), invalid expiration
                 raise VolumeNotReady(f"failed to fetch token: {getattr(err, 'message', err)}") from None
             token.refresh_at = now + 0.8 * token.expiration
@@ -406,9 +438,14 @@ class PodVolumes:
                 if item.get("fieldRef"):
                     value = field_value(self.pod, item["fieldRef"].get("fieldPath", ""))
                 else:
-                    container = next((c for c in self.pod["spec"].get("containers") or []
-                                      if c.get("name") == (item.get("resourceFieldRef") or {}).get("containerName")),
-                                     {})  # fmt: skip
+                    container = next(
+                        (
+                            c
+                            for c in self.pod["spec"].get("containers") or []
+                            if c.get("name") == (item.get("resourceFieldRef") or {}).get("containerName")
+                        ),
+                        {},
+                    )
                     value = resource_value(container, item.get("resourceFieldRef") or {})
             except ConfigError as err:
                 raise VolumeNotReady(str(err)) from None

@@ -48,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
 
     catalog = InMemoryCatalog()
     try:
-        snaps = [catalog.add(ImageSnapshot(path, namespace=ns, name=name, volume_id=args.volume_id))
-                 for ns, name, path in args.image]  # fmt: skip
+        snaps = [
+            catalog.add(ImageSnapshot(path, namespace=ns, name=name, volume_id=args.volume_id))
+            for ns, name, path in args.image
+        ]
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -59,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    server = SnapshotMetadataServer(catalog, tokens, block_type=args.block_type, block_size=args.block_size,
-                                    host=args.host, port=args.port, tls=tls)  # fmt: skip
+    server = SnapshotMetadataServer(
+        catalog, tokens, block_type=args.block_type, block_size=args.block_size, host=args.host, port=args.port, tls=tls
+    )
     with server:
         print(f"address: {server.address}")
         print(f"ca: {args.ca_out}")

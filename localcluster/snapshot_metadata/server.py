@@ -72,9 +72,19 @@ class SnapshotMetadataServer:
     ``faults`` may be shared with the test and changed while serving; ``max_workers`` bounds concurrent RPCs.
     """
 
-    def __init__(self, catalog: SnapshotCatalog, validator: auth.TokenValidator, *,
-                 block_type: str = "FIXED_LENGTH", block_size: int = 4096, host: str = "127.0.0.1", port: int = 0,
-                 tls: TlsMaterial | None = None, faults: Faults | None = None, max_workers: int = 16):  # fmt: skip
+    def __init__(
+        self,
+        catalog: SnapshotCatalog,
+        validator: auth.TokenValidator,
+        *,
+        block_type: str = "FIXED_LENGTH",
+        block_size: int = 4096,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: TlsMaterial | None = None,
+        faults: Faults | None = None,
+        max_workers: int = 16,
+    ):
         if block_type not in BLOCK_TYPES:
             raise ValueError(f"block_type must be one of {sorted(BLOCK_TYPES)}")
         if block_size <= 0:
@@ -107,10 +117,14 @@ class SnapshotMetadataServer:
     def start(self) -> SnapshotMetadataServer:
         if self._server is not None:
             raise RuntimeError("server already started")
-        options = [("grpc.max_send_message_length", MESSAGE_LIMIT), ("grpc.max_receive_message_length", MESSAGE_LIMIT),
-                   ("grpc.so_reuseport", 0)]  # fmt: skip
-        server = grpc.server(ThreadPoolExecutor(self.max_workers, thread_name_prefix="snapshot-metadata"),
-                             options=options)  # fmt: skip
+        options = [
+            ("grpc.max_send_message_length", MESSAGE_LIMIT),
+            ("grpc.max_receive_message_length", MESSAGE_LIMIT),
+            ("grpc.so_reuseport", 0),
+        ]
+        server = grpc.server(
+            ThreadPoolExecutor(self.max_workers, thread_name_prefix="snapshot-metadata"), options=options
+        )
         handlers = {
             "GetMetadataAllocated": grpc.unary_stream_rpc_method_handler(
                 self.GetMetadataAllocated, pb.GetMetadataAllocatedRequest.FromString, None
@@ -175,8 +189,15 @@ class SnapshotMetadataServer:
     # RPCs
 
     def GetMetadataAllocated(self, request, context):  # noqa: N802 (gRPC method name)
-        record = RequestRecord("GetMetadataAllocated", request.namespace, request.snapshot_name, "",
-                               request.starting_offset, request.max_results, request.security_token)  # fmt: skip
+        record = RequestRecord(
+            "GetMetadataAllocated",
+            request.namespace,
+            request.snapshot_name,
+            "",
+            request.starting_offset,
+            request.max_results,
+            request.security_token,
+        )
         plan = self._begin(record, context, [(request.snapshot_name, "snapshotName cannot be empty")])
         target = self._target(request.namespace, request.snapshot_name, context)
         start_block, max_results = self._window(record, plan, target, context)
@@ -185,11 +206,19 @@ class SnapshotMetadataServer:
         yield from self._stream(plan, runs, target.capacity, max_results, key, context)
 
     def GetMetadataDelta(self, request, context):  # noqa: N802 (gRPC method name)
-        record = RequestRecord("GetMetadataDelta", request.namespace, request.target_snapshot_name,
-                               request.base_snapshot_id, request.starting_offset, request.max_results,
-                               request.security_token)  # fmt: skip
-        required = [(request.base_snapshot_id, "baseSnapshotId cannot be empty"),
-                    (request.target_snapshot_name, "targetSnapshotName cannot be empty")]  # fmt: skip
+        record = RequestRecord(
+            "GetMetadataDelta",
+            request.namespace,
+            request.target_snapshot_name,
+            request.base_snapshot_id,
+            request.starting_offset,
+            request.max_results,
+            request.security_token,
+        )
+        required = [
+            (request.base_snapshot_id, "baseSnapshotId cannot be empty"),
+            (request.target_snapshot_name, "targetSnapshotName cannot be empty"),
+        ]
         plan = self._begin(record, context, required)
         target = self._target(request.namespace, request.target_snapshot_name, context)
         try:
@@ -218,8 +247,11 @@ class SnapshotMetadataServer:
         plan = self.faults.plan()
         if plan.fail_with is not None:
             context.abort(plan.fail_with, "injected failure")
-        checks = [(record.security_token, "securityToken is missing"),
-                  (record.namespace, "namespace parameter cannot be empty"), *required]  # fmt: skip
+        checks = [
+            (record.security_token, "securityToken is missing"),
+            (record.namespace, "namespace parameter cannot be empty"),
+            *required,
+        ]
         for value, message in checks:
             if not value:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)

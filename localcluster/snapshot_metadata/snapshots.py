@@ -94,8 +94,16 @@ class Snapshot:
 
     cache_key: Hashable | None = None
 
-    def __init__(self, *, capacity: int, namespace: str, name: str, handle: str | None = None,
-                 volume_id: str = DEFAULT_VOLUME, ready: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        capacity: int,
+        namespace: str,
+        name: str,
+        handle: str | None = None,
+        volume_id: str = DEFAULT_VOLUME,
+        ready: bool = True,
+    ):
         if capacity < 0:
             raise ValueError("capacity must be >= 0")
         self.capacity = capacity
@@ -106,8 +114,10 @@ class Snapshot:
         self.ready = ready
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.namespace}/{self.name}, handle={self.handle!r}, "
-                f"volume={self.volume_id!r}, capacity={self.capacity}, ready={self.ready})")  # fmt: skip
+        return (
+            f"{type(self).__name__}({self.namespace}/{self.name}, handle={self.handle!r}, "
+            f"volume={self.volume_id!r}, capacity={self.capacity}, ready={self.ready})"
+        )
 
     def blocks(self, block_size: int) -> int:
         return -(-self.capacity // block_size)
@@ -152,15 +162,29 @@ def _pread(fd: int, n: int, pos: int) -> bytes:
 class ImageSnapshot(Snapshot):
     """A snapshot backed by a (sparse) regular image file; ``capacity`` defaults to the file size."""
 
-    def __init__(self, path: str | os.PathLike, *, namespace: str = "default", name: str | None = None,
-                 handle: str | None = None, volume_id: str = DEFAULT_VOLUME, capacity: int | None = None,
-                 ready: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        namespace: str = "default",
+        name: str | None = None,
+        handle: str | None = None,
+        volume_id: str = DEFAULT_VOLUME,
+        capacity: int | None = None,
+        ready: bool = True,
+    ):
         self.path = Path(path)
         st = os.stat(self.path)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError(f"{self.path} is not a regular file")
-        super().__init__(capacity=st.st_size if capacity is None else capacity, namespace=namespace,
-                         name=name or self.path.stem, handle=handle, volume_id=volume_id, ready=ready)  # fmt: skip
+        super().__init__(
+            capacity=st.st_size if capacity is None else capacity,
+            namespace=namespace,
+            name=name or self.path.stem,
+            handle=handle,
+            volume_id=volume_id,
+            ready=ready,
+        )
 
     def read(self, offset: int, length: int) -> bytes:
         length = max(0, min(length, self.capacity - offset))
@@ -204,13 +228,23 @@ class ImageSnapshot(Snapshot):
 class SyntheticSnapshot(Snapshot):
     """No data: block ``i`` is allocated (and changed against a synthetic base) iff ``i % pattern < run``."""
 
-    def __init__(self, capacity: int, pattern: int = 1, *, run: int = 1, namespace: str = "default",
-                 name: str = "synthetic", handle: str | None = None, volume_id: str = DEFAULT_VOLUME,
-                 ready: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        capacity: int,
+        pattern: int = 1,
+        *,
+        run: int = 1,
+        namespace: str = "default",
+        name: str = "synthetic",
+        handle: str | None = None,
+        volume_id: str = DEFAULT_VOLUME,
+        ready: bool = True,
+    ):
         if pattern < 1 or not 1 <= run <= pattern:
             raise ValueError("need pattern >= 1 and 1 <= run <= pattern (run blocks out of every pattern)")
-        super().__init__(capacity=capacity, namespace=namespace, name=name, handle=handle, volume_id=volume_id,
-                         ready=ready)  # fmt: skip
+        super().__init__(
+            capacity=capacity, namespace=namespace, name=name, handle=handle, volume_id=volume_id, ready=ready
+        )
         self.pattern = pattern
         self.run = run
         self.cache_key = ("synthetic", capacity, pattern, run)

@@ -38,13 +38,26 @@ class TlsMaterial:
 
 
 def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "cbt-mover localcluster"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])  # fmt: skip
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "cbt-mover localcluster"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
 
 
 def _key_usage(*allowed: str) -> x509.KeyUsage:
-    flags = ("digital_signature", "content_commitment", "key_encipherment", "data_encipherment", "key_agreement",
-             "key_cert_sign", "crl_sign", "encipher_only", "decipher_only")  # fmt: skip
+    flags = (
+        "digital_signature",
+        "content_commitment",
+        "key_encipherment",
+        "data_encipherment",
+        "key_agreement",
+        "key_cert_sign",
+        "crl_sign",
+        "encipher_only",
+        "decipher_only",
+    )
     return x509.KeyUsage(**{flag: flag in allowed for flag in flags})
 
 
