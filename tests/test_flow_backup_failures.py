@@ -319,11 +319,11 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
 
     ns, api = "bypolicy", local_cluster.client
     app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-policy")
-    policy = tmp_path / "shop.yaml"
+    policy = tmp_path / "bypolicy.yaml"
     policy.write_text(
         yaml.safe_dump(
             {
-                "name": "shop",
+                "name": "bypolicy",
                 "namespace": ns,
                 "pvc_selector": SEL,
                 "hooks": HOOKS,
@@ -339,7 +339,7 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
 
     first = backup_app(policy_path=str(policy), kubeconfig=flow_kubeconfig(local_cluster))
     second = backup_app(policy_path=str(policy), kubeconfig=flow_kubeconfig(local_cluster))
-    assert first["app"] == second["app"] == "shop"
+    assert first["app"] == second["app"] == "bypolicy"
     movers = [o for o in audited_creations(local_cluster, ns) if o.get("kind") == "Pod"]
     assert len(movers) == 4 and all(_flag(p, "--cbt-max-results") == "512" for p in movers), "cbt.max_results"
     ls = subprocess.run(
@@ -351,13 +351,13 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
     )
     ids = sorted(b["backup_id"] for b in json.loads(ls.stdout)["backups"])
     assert ids == sorted(r["backup_id"] for r in second["volumes"]), (ids, second["expired"])
-    assert sorted(o["metadata"]["name"] for o in k.list_objects(api, "VolumeGroupSnapshot", ns, f"{KEPT}=shop")) == [
-        second["run_id"]
-    ]
+    assert sorted(
+        o["metadata"]["name"] for o in k.list_objects(api, "VolumeGroupSnapshot", ns, f"{KEPT}=bypolicy")
+    ) == [second["run_id"]]
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as prefect:
-        table = [a for a in prefect.read_artifacts() if a.key == "backup-shop"]
+        table = [a for a in prefect.read_artifacts() if a.key == "backup-bypolicy"]
     assert len(table) == 2 and all(a.type == "table" for a in table)
     rows = json.loads(table[0].data)
     assert {"dedup", "compression", "throughput", "uploaded"} <= set(rows[0]), rows
