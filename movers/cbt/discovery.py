@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from movers.errors import CbtUnavailableError, MoverError, UsageError
 from movers.kube.apply import api_error
+from movers.quantities import quantity_bytes
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ def resolve_snapshot(api_client, namespace: str, name: str) -> SnapshotRef:
         driver=(vsc.get("spec") or {}).get("driver", ""),
         handle=cstatus.get("snapshotHandle"),
         ready=ready,
-        restore_size=_quantity(size),
+        restore_size=quantity_bytes(size),
         source_pvc=_source_pvc(vs),
         group_snapshot=status.get("volumeGroupSnapshotName"),
         group_snapshot_handle=cstatus.get("volumeGroupSnapshotHandle"),
@@ -146,9 +147,3 @@ def wait_snapshot_ready(api_client, namespace: str, name: str, timeout: float = 
 
 def _source_pvc(vs: dict) -> str | None:
     return ((vs.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName") or None
-
-
-def _quantity(value) -> int | None:
-    from movers.quantities import quantity_bytes
-
-    return quantity_bytes(value)

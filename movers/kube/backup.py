@@ -112,9 +112,9 @@ def move_volume(
     k.create(api, claim)
     _clear_finished_pod(api, namespace, name, log)
     try:
-        k.create(api, pod)
-        pods.wait_scheduled(api, namespace, name, name, min(start_timeout, timeout), what="mover pod")
-        res = pods.run_pod_to_completion(api, pod, timeout=timeout, on_log_line=on_log_line)
+        res = pods.run_scheduled(
+            api, pod, name, start_timeout=start_timeout, timeout=timeout, what="mover pod", on_log_line=on_log_line
+        )
     except NotFoundError:
         raise MoverPodFailed(
             f"mover pod {namespace}/{name} disappeared while running (deleted or evicted)", None

@@ -245,3 +245,25 @@ def wait_scheduled(
                 + (f"; its claim {claim}{claim_why}" if claim_why else "")
             )
         time.sleep(interval)
+
+
+def run_scheduled(
+    api,
+    pod: Mapping[str, Any],
+    claim: str,
+    *,
+    start_timeout: float,
+    timeout: float,
+    what: str = "pod",
+    error: type[PodNotScheduled] = PodNotScheduled,
+    on_log_line: Callable[[str], None] | None = None,
+) -> PodResult:
+    """Create ``pod`` (its claim ``claim``), wait until it is scheduled (``wait_scheduled``, at most
+    ``start_timeout`` s) and run it to completion (``run_pod_to_completion``): ``timeout`` s in all, start
+    to finish. The pod is left for the caller to delete."""
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    started = time.monotonic()
+    create(api, pod)
+    wait_scheduled(api, namespace, name, claim, min(start_timeout, timeout), what=what, error=error)
+    left = max(1.0, timeout - (time.monotonic() - started))
+    return run_pod_to_completion(api, pod, timeout=left, on_log_line=on_log_line)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -43,8 +42,7 @@ from movers.kube.pods import (
     PodNotScheduled,
     PodTimeoutError,
     pods_using_claim,
-    run_pod_to_completion,
-    wait_scheduled,
+    run_scheduled,
 )
 from movers.kube.volumes import default_storage_class, last_warning, rebind_volume
 
@@ -401,20 +399,17 @@ def write_volume(
     )
     name = pod["metadata"]["name"]
     k.delete_and_wait(api, "Pod", namespace, name)  # a failed attempt's pod
-    started = time.monotonic()
     try:
-        k.create(api, pod)
-        wait_scheduled(
+        res = run_scheduled(
             api,
-            namespace,
-            name,
+            pod,
             target.write_claim,
-            min(start_timeout, timeout),
+            start_timeout=start_timeout,
+            timeout=timeout,
             what="writer pod",
             error=WriterNotScheduled,
+            on_log_line=on_log_line,
         )
-        left = max(1.0, timeout - (time.monotonic() - started))
-        res = run_pod_to_completion(api, pod, timeout=left, on_log_line=on_log_line)
     except PodTimeoutError as err:
         why = last_warning(api, namespace, [("Pod", name), ("PersistentVolumeClaim", target.write_claim)])
         raise PodTimeoutError(f"{err}{why}") from None

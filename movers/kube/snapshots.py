@@ -28,6 +28,7 @@ from movers.kube.apply import (
     served_group_snapshot_version,
 )
 from movers.kube.manifests import GROUP_SNAPSHOT_GROUP, allow_volume_mode_change_patch
+from movers.quantities import quantity_bytes
 
 
 @dataclass(frozen=True)
@@ -124,18 +125,12 @@ def group_members(api_client, vgs: Mapping[str, Any]) -> list[GroupMember]:
                 content=content_name,
                 handle=cstatus.get("snapshotHandle"),
                 volume_handle=(cspec.get("source") or {}).get("volumeHandle"),
-                restore_size=_quantity(size),
+                restore_size=quantity_bytes(size),
                 source_volume_mode=cspec.get("sourceVolumeMode"),
                 ready=bool(status.get("readyToUse")) and bool(cstatus.get("readyToUse")),
             )
         )
     return sorted(members, key=lambda m: (m.pvc or "", m.snapshot))
-
-
-def _quantity(value) -> int | None:
-    from movers.quantities import quantity_bytes
-
-    return quantity_bytes(value)
 
 
 def patch_content_annotation(api_client, content: str, annotations: Mapping[str, str] | None = None) -> dict:
