@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
 from pathlib import Path
 
 from localcluster.snapshot_metadata.auth import StaticTokens
@@ -58,9 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     tokens = StaticTokens(args.audience)
     tls = make_ca_and_cert(args.dns_name)
     args.ca_out.write_bytes(tls.ca_pem)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    # Blocked before the server's threads start (they inherit the mask) and taken with sigwait:
+    # a handler that sets an Event can deadlock when the signal lands inside Event.wait's lock.
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     server = SnapshotMetadataServer(
         catalog, tokens, block_type=args.block_type, block_size=args.block_size, host=args.host, port=args.port, tls=tls
     )
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         for snap in snaps:
             print(f"snapshot: {snap.namespace}/{snap.name} handle={snap.handle} capacity={snap.capacity}")
         print("serving; Ctrl-C to stop", flush=True)
-        stop.wait()
+        signal.sigwait(stop_signals)
     return 0
 
 
