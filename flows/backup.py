@@ -105,7 +105,7 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
         policy = resolve_policy(
             params.get("policy_path"), **{key: v for key, v in params.items() if key in POLICY_OVERRIDES}
         )
-        ns, hooks, annotations = policy.namespace, policy.to_dict()["hooks"], policy.use_pod_annotations
+        ns, hooks, annotations = policy.namespace, policy.hooks.model_dump(), policy.use_pod_annotations
         app, hook_timeout = policy.name, policy.timeouts.hook
     except Exception as err:  # noqa: BLE001  (fall back to the raw parameters)
         log.warning("run %s (%s): cannot resolve the policy (%s); using the parameters", run_id, why, err)
@@ -262,17 +262,17 @@ def _snapshot_and_move(
     time), keep the new base snapshots. Returns the snapshot set (with the path's reason) and one summary row
     per volume."""
     log = get_run_logger()
-    ns, url, settings = policy.namespace, policy.repository.url, policy.to_dict()
+    ns, url = policy.namespace, policy.repository.url
     # preflight: nothing is frozen or created before all of it passed; the permissions first
-    check_permissions(kubeconfig, ns, settings)
+    check_permissions(kubeconfig, policy)
     check_repository(url)
-    found = inspect_cluster(kubeconfig, ns, settings)
+    found = inspect_cluster(kubeconfig, policy)
     sources = {s["pvc"]: s for s in found["sources"]}
     bases = {
         pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"])
         for pvc, s in sources.items()
     }
-    snap = take_snapshots(kubeconfig, ns, run_id, policy.name, settings, found) | {"reason": found["path_reason"]}
+    snap = take_snapshots(kubeconfig, run_id, policy, found) | {"reason": found["path_reason"]}
     members = _members(snap, sources, run_id, policy)
     done: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = []
     # submit in waves of `parallelism` (the task runner has more threads than that)
@@ -281,17 +281,7 @@ def _snapshot_and_move(
         for member in members[start : start + policy.parallelism]:
             audience, no_cbt = _cbt(found, snap, member["driver"])
             plan = plan_member(f"{ns}/{member['pvc']}", bases[member["pvc"]], audience, no_cbt, policy.cbt.max_results)
-            fut = move_volume.submit(
-                kubeconfig,
-                ns,
-                run_id,
-                member,
-                plan,
-                settings["mover"],
-                policy.repository.credentials_secret,
-                policy.timeouts.mover,
-                policy.timeouts.pvc_bound,
-            )
+            fut = move_volume.submit(kubeconfig, run_id, member, plan, policy)
             wave.append((member, plan, fut))
         wait([fut for _, _, fut in wave])  # all of the wave has ended before a failure triggers the cleanup
         done += [(member, plan, fut.result()) for member, plan, fut in wave]
@@ -346,14 +336,7 @@ def _members(
 
 def forget_backups_of(repo_url: str, volumes: list[str], policy: BackupPolicy) -> dict[str, Any] | None:
     """Expire ``volumes``' backups by the policy's retention (None when the policy keeps everything)."""
-    r = policy.retention
-    rules = {
-        "keep_last": r.keep_last,
-        "keep_daily": r.keep_daily,
-        "keep_weekly": r.keep_weekly,
-        "keep_monthly": r.keep_monthly,
-    }
-    rules = {key: n for key, n in rules.items() if n}
+    rules = policy.retention.rules()
     if not rules:
         get_run_logger().info("retention: the policy keeps every backup")
         return None

@@ -1,4 +1,5 @@
-"""Thin Prefect tasks over ``movers.kube`` / ``movers.hooks``: inputs and results are plain data.
+"""Thin Prefect tasks over ``movers.kube`` / ``movers.hooks``: inputs are the run's ``BackupPolicy`` and plain
+data, results plain data.
 
 Every task takes ``kubeconfig`` (None: in-cluster, then ``KUBECONFIG`` / ``~/.kube/config``) and
 builds its API client itself (cached per process), so that task inputs stay serialisable.
@@ -18,6 +19,7 @@ from prefect import get_run_logger, task
 
 from movers.kube import backup, cleanup, client, preflight, snapshotset
 from movers.kube import manifests as m
+from movers.policy import BackupPolicy
 from tasks import retry_if_retriable
 
 # a member of the snapshot set as plain data (snapshotset.member: pvc, snapshot, content, handle, driver,
@@ -37,16 +39,16 @@ def api_client(kubeconfig: str | None = None):
 
 
 @task(name="check-permissions")
-def check_permissions(kubeconfig: str | None, namespace: str, settings: dict[str, Any]) -> None:
+def check_permissions(kubeconfig: str | None, policy: BackupPolicy) -> None:
     """Preflight, first: may the run's identity make every call of a run (``preflight.check_permissions``)?"""
-    preflight.check_permissions(api_client(kubeconfig), namespace, settings)
+    preflight.check_permissions(api_client(kubeconfig), policy)
 
 
 @task(name="inspect-cluster", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
-def inspect_cluster(kubeconfig: str | None, namespace: str, settings: dict[str, Any]) -> dict[str, Any]:
+def inspect_cluster(kubeconfig: str | None, policy: BackupPolicy) -> dict[str, Any]:
     """Preflight: the claims, the mover identity, the snapshot path, classes and CBT (``preflight.inspect``)."""
     log = get_run_logger()
-    found = preflight.inspect(api_client(kubeconfig), namespace, settings)
+    found = preflight.inspect(api_client(kubeconfig), policy)
     log.info("snapshot path %s: %s", found.path, found.path_reason)
     for driver, cbt in found.cbt.items():
         for why in filter(None, (cbt.unavailable, found.path == preflight.GROUP and cbt.group_members)):
@@ -57,22 +59,20 @@ def inspect_cluster(kubeconfig: str | None, namespace: str, settings: dict[str, 
 
 
 @task(name="snapshot-set")
-def take_snapshots(
-    kubeconfig: str | None, namespace: str, run_id: str, app: str, settings: dict[str, Any], plan: dict[str, Any]
-) -> dict[str, Any]:
+def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, plan: dict[str, Any]) -> dict[str, Any]:
     """The claims' snapshots under a freeze bounded by the policy (``snapshotset.take``): its result as plain
     data, with ``members`` (``snapshotset.member`` of each) and ``freeze_s`` (every freeze window together)."""
     from movers.hooks import app_hooks
 
-    api = api_client(kubeconfig)
+    api, namespace = api_client(kubeconfig), policy.namespace
     hookset = app_hooks(
         api,
         namespace,
-        settings.get("hooks"),
-        use_pod_annotations=settings["use_pod_annotations"],
-        default_timeout=settings["timeouts"]["hook"],
+        policy.hooks.model_dump(),
+        use_pod_annotations=policy.use_pod_annotations,
+        default_timeout=policy.timeouts.hook,
     )
-    request = snapshotset.Request.of(run_id, m.run_labels(run_id, app=app), settings, plan)
+    request = snapshotset.Request.of(run_id, m.run_labels(run_id, app=policy.name), policy, plan)
     log = get_run_logger()
     done = snapshotset.take(api, namespace, request, hookset, log)
     for line in done.hooks:
@@ -124,20 +124,11 @@ class ProgressArtifact:
 
 @task(name="move-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
 def move_volume(
-    kubeconfig: str | None,
-    namespace: str,
-    run_id: str,
-    member: Member,
-    plan: dict[str, Any],
-    mover: dict[str, Any],
-    repo_secret: str,
-    timeout: float = 3600.0,
-    start_timeout: float = 300.0,
+    kubeconfig: str | None, run_id: str, member: Member, plan: dict[str, Any], policy: BackupPolicy
 ) -> dict[str, Any]:
-    """``movers.kube.backup.move_volume`` of one member (``timeout``: policy ``timeouts.mover``,
-    ``start_timeout``: ``timeouts.pvc_bound``) with a progress artifact fed from the mover's log."""
+    """``movers.kube.backup.move_volume`` of one member with a progress artifact fed from the mover's log."""
     log = get_run_logger()
-    pvc = member["pvc"]
+    namespace, pvc = policy.namespace, member["pvc"]
     progress = ProgressArtifact(progress_key(namespace, pvc), f"backup of {namespace}/{pvc} ({run_id})")
 
     def on_log_line(line: str) -> None:
@@ -145,17 +136,7 @@ def move_volume(
         progress.on_line(line)
 
     result = backup.move_volume(
-        api_client(kubeconfig),
-        namespace,
-        run_id,
-        member,
-        plan,
-        mover,
-        repo_secret,
-        timeout=timeout,
-        start_timeout=start_timeout,
-        on_log_line=on_log_line,
-        logger=log,
+        api_client(kubeconfig), run_id, member, plan, policy, on_log_line=on_log_line, logger=log
     )
     progress.set(100.0)
     return result

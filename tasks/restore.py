@@ -3,7 +3,6 @@ data (targets travel as ``Target.to_dict()``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -71,7 +70,7 @@ def writer_settings(policy_path: str | None = None, **given: Any) -> dict[str, A
     field). Without a policy and without ``resources``, ``resources`` is None (the writer's default)."""
     from movers.policy import load_policy, parse_mover
 
-    section = dataclasses.asdict(load_policy(policy_path).mover) if policy_path else {}
+    section = load_policy(policy_path).mover.model_dump() if policy_path else {}
     section |= {key: value for key, value in given.items() if value is not None}
     mover = parse_mover(section, policy_path or "restore-app parameters")
     settings = {key: getattr(mover, key) for key in ("image", "service_account", "node_selector", "tolerations")}

@@ -10,6 +10,7 @@ import pytest
 from movers.kube import preflight as p
 from movers.kube.names import derived_name, is_dns_label
 from movers.kube.preflight import GROUP, PER_PVC, Source
+from movers.policy import parse_policy
 
 RUN = "backup-0123456789abcdef"
 DEFAULT_VS = {p.DEFAULT_SNAPSHOT_CLASS: "true"}
@@ -83,17 +84,20 @@ def test_snapshot_classes_per_driver_and_what_group_members_need():
 
 def test_the_permissions_a_run_asks_for():
     settings = {
-        "repository": {"credentials_secret": "creds"},
+        "name": "shop",
+        "namespace": "shop",
+        "pvc_selector": {"matchLabels": {"app": "db"}},
+        "repository": {"url": "s3://b", "credentials_secret": "creds"},
         "mover": {"service_account": "sa"},
-        "hooks": {"pre": [{"name": "x"}]},
+        "hooks": {"pre": [{"name": "x", "pod_selector": {"app": "db"}, "command": ["true"]}]},
         "cbt": {"enabled": "auto"},
     }
-    checks = [c for c, _why in p.base_checks("shop", settings, group_served=True)]
+    checks = [c for c, _why in p.base_checks(parse_policy(settings), group_served=True)]
     assert p.Check("get", "", "secrets", namespace="shop", name="creds") in checks
     assert p.Check("create", "", "pods", "exec", namespace="shop") in checks
     assert p.Check("list", "groupsnapshot.storage.k8s.io", "volumegroupsnapshotclasses") in checks
     quiet = {**settings, "hooks": {}, "cbt": {"enabled": "off"}}
-    fewer = [c for c, _why in p.base_checks("shop", quiet, group_served=False)]
+    fewer = [c for c, _why in p.base_checks(parse_policy(quiet), group_served=False)]
     assert not [
         c for c in fewer if c.subresource == "exec" or c.group in ("groupsnapshot.storage.k8s.io", "cbt.storage.k8s.io")
     ]
@@ -137,15 +141,26 @@ def test_mover_objects_are_built_without_a_cluster():
         "app": "shop",
         "labels": {"app": "db"},
     }
-    mover = {"image": "cbt-mover", "service_account": "cbt-mover", "tolerations": [{"operator": "Exists"}]}
+    policy = parse_policy(
+        {
+            "name": "shop",
+            "namespace": "ns",
+            "pvc_selector": {"matchLabels": {"app": "db"}},
+            "repository": {"url": "s3://b", "credentials_secret": "cbt-mover-repo"},
+            "mover": {"image": "cbt-mover", "tolerations": [{"operator": "Exists"}]},
+            "timeouts": {"mover": "10m"},
+        }
+    )
     cbt = {"change_source": "cbt-delta", "base_handle": "h0", "audience": "aud", "max_results": 512}
-    claim, pod = mover_objects("ns", "run-1", member, cbt, mover, "cbt-mover-repo", 600)
+    claim, pod = mover_objects("run-1", member, cbt, policy)
     assert (claim["spec"]["storageClassName"], claim["spec"]["resources"]["requests"]["storage"]) == ("fast", "1Gi")
     args = pod["spec"]["containers"][0]["args"]
     assert args[args.index("--cbt-max-results") + 1] == "512" and args[args.index("--base-handle") + 1] == "h0"
-    assert any("projected" in v for v in pod["spec"]["volumes"]) and pod["spec"]["tolerations"] == mover["tolerations"]
+    assert any("projected" in v for v in pod["spec"]["volumes"]) and pod["spec"]["tolerations"] == [
+        {"operator": "Exists"}
+    ]
     assert pod["metadata"]["labels"][m.PVC_LABEL] == "data" and pod["spec"]["activeDeadlineSeconds"] == 600
-    _, scan_pod = mover_objects("ns", "run-1", member, {"change_source": "scan", "audience": None}, mover, "r", 600)
+    _, scan_pod = mover_objects("run-1", member, {"change_source": "scan", "audience": None}, policy)
     scan_args = scan_pod["spec"]["containers"][0]["args"]
     assert "--scan" in scan_args and "--cbt-max-results" not in scan_args
     assert not any("projected" in v for v in scan_pod["spec"]["volumes"])

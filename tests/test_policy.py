@@ -77,13 +77,13 @@ def test_defaults(tmp_path):
     assert policy.mover.resources["requests"] and policy.mover.resources["limits"]
     assert (policy.cbt.enabled, policy.cbt.max_results) == ("auto", 4096)
     assert policy.group_snapshot.class_name is None and policy.snapshot_class is None
-    data = policy.to_dict()
+    data = policy.model_dump(by_alias=True)
     assert (
         data["group_snapshot"] == {"class": None, "timeout": 300.0, "freeze_timeout": 20.0, "on_timeout": "per-pvc"}
         and "source" not in data
     )
     assert (data["mover"]["tolerations"], data["mover"]["affinity"]) == ([], None)
-    assert parse_policy(copy.deepcopy(MINIMAL)).to_dict() == data
+    assert parse_policy(copy.deepcopy(MINIMAL)).model_dump(by_alias=True) == data
 
 
 def test_values_normalised(tmp_path):
@@ -168,7 +168,7 @@ def test_scheduling_and_freeze_settings(tmp_path):
     )
     assert node["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 100
     assert (policy.group_snapshot.freeze_timeout, policy.group_snapshot.on_timeout) == (45.0, "fail")
-    assert policy.to_dict()["mover"]["affinity"] == policy.mover.affinity
+    assert policy.model_dump()["mover"]["affinity"] == policy.mover.affinity
 
 
 def test_cbt_off_spelled_as_string_in_yaml(tmp_path):
@@ -400,7 +400,7 @@ def test_a_hook_the_policy_accepts_is_the_hook_the_flow_runs(hook, selector):
     from movers.hooks import hookset_from_policy
 
     policy = parse_policy({**MINIMAL, "hooks": {"pre": [{"name": "h", "command": ["true"], **hook}]}})
-    (parsed,) = hookset_from_policy(policy.to_dict()["hooks"], policy.timeouts.hook).pre
+    (parsed,) = hookset_from_policy(policy.hooks.model_dump(), policy.timeouts.hook).pre
     assert parsed.label_selector == selector and parsed.timeout_s == (0.25 if "timeout" in hook else 60.0)
 
 

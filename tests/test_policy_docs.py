@@ -3,38 +3,30 @@ line there fails here)."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
+
+from pydantic import BaseModel
 
 import movers.policy as p
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-YAML_NAMES = {"class_name": "class"}  # dataclass field -> YAML key
-SECTIONS = {
-    c.__name__: c
-    for c in (
-        p.Repository,
-        p.Schedule,
-        p.Hooks,
-        p.Retention,
-        p.MoverSettings,
-        p.CBTSettings,
-        p.GroupSnapshotSettings,
-        p.Timeouts,
-    )
-}
 
 
-def _keys(cls: type, prefix: str = "") -> set[str]:
-    """The YAML keys of a policy dataclass (nested sections as ``section.key``)."""
+def _keys(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """The YAML keys of a policy model (nested sections as ``section.key``)."""
     keys: set[str] = set()
-    for f in dataclasses.fields(cls):
-        if f.name == "source":  # the file it was loaded from, not a key
+    for name, f in model.model_fields.items():
+        if f.exclude:  # the file it was loaded from, not a key
             continue
-        name, section = prefix + YAML_NAMES.get(f.name, f.name), str(f.type).split("|")[0].strip()
-        keys |= _keys(SECTIONS[section], name + ".") if section in SECTIONS else {name}
+        key = prefix + (f.alias or name)
+        section = next((t for t in (f.annotation, *getattr(f.annotation, "__args__", ())) if _is_section(t)), None)
+        keys |= _keys(section, key + ".") if section else {key}
     return keys
+
+
+def _is_section(t: object) -> bool:
+    return isinstance(t, type) and issubclass(t, p.Section)
 
 
 def _documented() -> set[str]:

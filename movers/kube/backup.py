@@ -8,15 +8,15 @@ mover pod that backs it up, as ``restore.py`` is the restore's.
 
 A member is plain data (``tasks.kube.Member``: the snapshot set's member with the claim's class, size,
 mode, labels, PV identity, the run's claims, tags, app and repository); a plan is
-``tasks.repo.plan_member``'s (change source, base handle, CBT audience and page size); ``mover`` is the
-policy's ``mover`` section as data.
+``tasks.repo.plan_member``'s (change source, base handle, CBT audience and page size); ``policy`` is the
+run's ``movers.policy.BackupPolicy`` (its mover section, credentials Secret and timeouts).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from movers.errors import NotFoundError
 from movers.kube import apply as k
@@ -24,25 +24,22 @@ from movers.kube import manifests as m
 from movers.kube import pods, snapshots
 from movers.kube.names import derived_name
 
+if TYPE_CHECKING:
+    from movers.policy import BackupPolicy
+
 
 class MoverPodFailed(pods.PodFailed):
     """A backup's mover pod did not succeed (``pods.PodFailed``: its exit status and the retry rule)."""
 
 
 def mover_objects(
-    namespace: str,
-    run_id: str,
-    member: Mapping[str, Any],
-    plan: Mapping[str, Any],
-    mover: Mapping[str, Any],
-    repo_secret: str,
-    timeout: float,
+    run_id: str, member: Mapping[str, Any], plan: Mapping[str, Any], policy: BackupPolicy
 ) -> tuple[dict, dict]:
     """The claim the mover reads (from the member's snapshot, in the source claim's class: the cluster's
     default may belong to another driver, which cannot restore it; sized from restoreSize or the source
     claim's capacity) and the mover pod (the policy's placement, a projected CBT token when CBT is planned),
     both named ``names.derived_name(run_id, pvc)``."""
-    pvc = member["pvc"]
+    namespace, mover, pvc = policy.namespace, policy.mover, member["pvc"]
     name = derived_name(run_id, pvc)  # valid and distinct whatever the PVC's name
     labels = m.run_labels(run_id, app=member.get("app"), **{m.PVC_LABEL: m.label_value(pvc)})
     size = m.reader_claim_size(member["restore_size"], member.get("size"))
@@ -64,56 +61,58 @@ def mover_objects(
         pvc_labels=member.get("labels"),
         cbt_max_results=plan.get("max_results"),
         **(member.get("identity") or {}),
-        extra=["--progress-interval", f"{mover.get('progress_interval', 1.0):g}"],
+        extra=["--progress-interval", f"{mover.progress_interval:g}"],
     )
     pod = m.mover_pod(
         name,
         namespace,
-        image=mover["image"],
+        image=mover.image,
         args=args,
         pvc=name,
-        service_account=mover["service_account"],
-        repo_secret=repo_secret,
+        service_account=mover.service_account,
+        repo_secret=policy.repository.credentials_secret,
         cbt_audience=plan.get("audience"),
-        resources=mover.get("resources"),
+        resources=mover.resources,
         labels=labels,
-        node_selector=mover.get("node_selector"),
-        tolerations=mover.get("tolerations"),
-        affinity=mover.get("affinity"),
-        active_deadline_seconds=int(timeout),
+        node_selector=mover.node_selector,
+        tolerations=mover.tolerations,
+        affinity=mover.affinity,
+        active_deadline_seconds=int(policy.timeouts.mover),
     )
     return claim, pod
 
 
 def move_volume(
     api,
-    namespace: str,
     run_id: str,
     member: Mapping[str, Any],
     plan: Mapping[str, Any],
-    mover: Mapping[str, Any],
-    repo_secret: str,
+    policy: BackupPolicy,
     *,
-    timeout: float = 3600.0,
-    start_timeout: float = 300.0,
     on_log_line: Callable[[str], None] | None = None,
     logger: logging.Logger | logging.LoggerAdapter | None = None,
 ) -> dict[str, Any]:
-    """Back up one member: its claim and mover pod (``mover_objects``), the pod scheduled within
-    ``start_timeout`` s (``pods.PodNotScheduled`` names FailedScheduling) and finished within ``timeout`` s;
+    """Back up one member: its claim and mover pod (``mover_objects``), the pod scheduled within the policy's
+    ``timeouts.pvc_bound`` (``pods.PodNotScheduled`` names FailedScheduling) and finished within ``timeouts.mover``;
     the mover's result JSON. A Filesystem source's snapshot content is first marked for a Block claim
     (KEP-3141). A finished pod of an earlier attempt is deleted first, so that a retry runs anew. A failed
     pod is ``MoverPodFailed`` (one line; its log tail goes to ``logger``)."""
     log = logger or logging.getLogger(__name__)
     if member.get("source_volume_mode") == "Filesystem":
         snapshots.patch_content_annotation(api, member["content"])
-    claim, pod = mover_objects(namespace, run_id, member, plan, mover, repo_secret, timeout)
-    name = pod["metadata"]["name"]
+    claim, pod = mover_objects(run_id, member, plan, policy)
+    namespace, name, timeouts = policy.namespace, pod["metadata"]["name"], policy.timeouts
     k.create(api, claim)
     _clear_finished_pod(api, namespace, name, log)
     try:
         res = pods.run_scheduled(
-            api, pod, name, start_timeout=start_timeout, timeout=timeout, what="mover pod", on_log_line=on_log_line
+            api,
+            pod,
+            name,
+            start_timeout=timeouts.pvc_bound,
+            timeout=timeouts.mover,
+            what="mover pod",
+            on_log_line=on_log_line,
         )
     except NotFoundError:
         raise MoverPodFailed(

@@ -4,11 +4,11 @@ Nothing here creates or changes an object. A failure is a ``movers.errors.Prefli
 saying what is wrong and how to fix it, with the exit code of its cause (6: a permission, 3: something
 missing, 2: a setting). A run calls, in this order (the repository is opened in between, by the flow):
 
-1. ``check_permissions(api, namespace, settings)``: one SelfSubjectAccessReview (``access.denied``) per
+1. ``check_permissions(api, policy)``: one SelfSubjectAccessReview (``access.denied``) per
    call every run makes (``base_checks``): what ``inspect`` reads, the mover claims and pods, the hooks'
    exec, the credentials Secret by name. Every authenticated user may ask these, so a missing grant is
    reported as such, never as a 403 halfway through a run.
-2. ``inspect(api, namespace, settings)`` -> ``Preflight``:
+2. ``inspect(api, policy)`` -> ``Preflight``:
 
    - the claims the selector picks (``Source``): each Bound to a CSI PersistentVolume, whose identity
      (``volumes.source_identity``) the backup records;
@@ -30,8 +30,7 @@ missing, 2: a setting). A run calls, in this order (the repository is opened in 
    - the permissions the chosen path adds (``path_checks``): the group snapshot calls, the per-claim
      snapshot calls (also for the fallback), the content patch of a Filesystem source.
 
-``settings`` is the policy's plain data (``BackupPolicy.to_dict()``): ``pvc_selector``, ``repository``,
-``mover``, ``hooks``, ``use_pod_annotations``, ``group_snapshot``, ``snapshot_class``, ``cbt``.
+``policy`` is the run's ``movers.policy.BackupPolicy`` (its namespace is the application's).
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ import base64
 import binascii
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from movers.errors import EXIT_ACCESS, EXIT_NOT_FOUND, EXIT_USAGE, CbtUnavailableError, NotFoundError, PreflightError
 from movers.kube import access
@@ -49,6 +48,9 @@ from movers.kube.apply import find, get, list_objects, served_group_snapshot_ver
 from movers.kube.manifests import GROUP_SNAPSHOT_GROUP, REPO_SECRET_KEYS, SNAPSHOT_GROUP
 from movers.kube.volumes import source_identity
 from movers.selectors import selector_string
+
+if TYPE_CHECKING:
+    from movers.policy import BackupPolicy
 
 DEFAULT_SNAPSHOT_CLASS = "snapshot.storage.kubernetes.io/is-default-class"
 DEFAULT_GROUP_CLASS = "groupsnapshot.storage.kubernetes.io/is-default-class"
@@ -92,16 +94,14 @@ class Preflight:
 # -- permissions ------------------------------------------------------------------------------------------------
 
 
-def _needs_exec(settings: Mapping[str, Any]) -> bool:
-    hooks = settings.get("hooks") or {}
-    return bool(hooks.get("pre") or hooks.get("post") or settings.get("use_pod_annotations"))
+def _needs_exec(policy: BackupPolicy) -> bool:
+    return bool(policy.hooks.pre or policy.hooks.post or policy.use_pod_annotations)
 
 
-def base_checks(namespace: str, settings: Mapping[str, Any], group_served: bool) -> list[tuple[Check, str]]:
+def base_checks(policy: BackupPolicy, group_served: bool) -> list[tuple[Check, str]]:
     """Every call of a run whatever its snapshot path, each with what it is for."""
-    ns = namespace
-    secret = (settings.get("repository") or {}).get("credentials_secret")
-    account = (settings.get("mover") or {}).get("service_account")
+    ns = policy.namespace
+    secret, account = policy.repository.credentials_secret, policy.mover.service_account
     checks = [
         (Check("list", "", "persistentvolumeclaims", namespace=ns), "to select the application's claims"),
         (Check("get", "", "persistentvolumes"), "to read the identity of their volumes"),
@@ -131,9 +131,9 @@ def base_checks(namespace: str, settings: Mapping[str, Any], group_served: bool)
         checks.append(
             (Check("list", GROUP_SNAPSHOT_GROUP, "volumegroupsnapshots", namespace=ns), "to find the run's groups")
         )
-    if ((settings.get("cbt") or {}).get("enabled") or "auto") != "off":
+    if policy.cbt.enabled != "off":
         checks.append((Check("get", CBT_GROUP, "snapshotmetadataservices"), "to find the drivers' CBT services"))
-    if _needs_exec(settings):
+    if _needs_exec(policy):
         checks += [
             (Check("list", "", "pods", namespace=ns), "to find the hooks' pods"),
             (Check("create", "", "pods", "exec", namespace=ns), "to run the freeze/thaw hooks"),
@@ -175,9 +175,9 @@ def _require(api, checks: Iterable[tuple[Check, str]]) -> None:
         )
 
 
-def check_permissions(api, namespace: str, settings: Mapping[str, Any]) -> None:
+def check_permissions(api, policy: BackupPolicy) -> None:
     """``PreflightError`` (exit 6) naming every refused call of ``base_checks``."""
-    _require(api, base_checks(namespace, settings, served_group_snapshot_version(api) is not None))
+    _require(api, base_checks(policy, served_group_snapshot_version(api) is not None))
 
 
 # -- the cluster ------------------------------------------------------------------------------------------------
@@ -234,11 +234,10 @@ def _secret_value(secret: Mapping[str, Any], key: str) -> str | None:
         return None
 
 
-def check_mover_identity(api, namespace: str, settings: Mapping[str, Any]) -> list[str]:
+def check_mover_identity(api, policy: BackupPolicy) -> list[str]:
     """The credentials Secret (with every key the mover pods need) and the movers' ServiceAccount exist;
     returns warnings (the Secret names another repository than the policy: the movers get the policy's)."""
-    repo = settings.get("repository") or {}
-    name, url = repo.get("credentials_secret"), repo.get("url")
+    namespace, name, url = policy.namespace, policy.repository.credentials_secret, policy.repository.url
     if not name:
         raise PreflightError("the mover pods need repository credentials: set repository.credentials_secret")
     secret = find(api, "Secret", namespace, name)
@@ -255,7 +254,7 @@ def check_mover_identity(api, namespace: str, settings: Mapping[str, Any]) -> li
             " could not start",
             EXIT_USAGE,
         )
-    account = (settings.get("mover") or {}).get("service_account")
+    account = policy.mover.service_account
     if find(api, "ServiceAccount", namespace, account) is None:
         raise PreflightError(
             f"the movers' ServiceAccount {namespace}/{account} (mover.service_account) does not exist: apply the"
@@ -391,28 +390,26 @@ def _check_policy_class(classes: list[dict], policy_class: str | None, drivers: 
         )
 
 
-def inspect(api, namespace: str, settings: Mapping[str, Any]) -> Preflight:
+def inspect(api, policy: BackupPolicy) -> Preflight:
     """The claims, the mover identity, the snapshot path, classes and CBT (see the module doc)."""
-    sources = select_sources(api, namespace, settings.get("pvc_selector") or {})
-    warnings = check_mover_identity(api, namespace, settings)
+    namespace = policy.namespace
+    sources = select_sources(api, namespace, policy.pvc_selector)
+    warnings = check_mover_identity(api, policy)
     drivers = sorted({s.driver for s in sources})
     version = served_group_snapshot_version(api)
     classes = list_objects(api, "VolumeSnapshotClass", None)
-    _check_policy_class(classes, settings.get("snapshot_class"), drivers)
+    _check_policy_class(classes, policy.snapshot_class, drivers)
     group_classes = list_objects(api, "VolumeGroupSnapshotClass", None, version=version) if version else []
-    path, why, group_class = choose_path(
-        sources, version, group_classes, (settings.get("group_snapshot") or {}).get("class")
-    )
+    path, why, group_class = choose_path(sources, version, group_classes, policy.group_snapshot.class_name)
     snapshot_classes, problems = {}, []
     for driver in drivers:
-        name, problem = snapshot_class_for(classes, driver, settings.get("snapshot_class"))
+        name, problem = snapshot_class_for(classes, driver, policy.snapshot_class)
         if name:
             snapshot_classes[driver] = name
         else:
             problems.append(problem)
     if path == PER_PVC and problems:
         raise PreflightError(f"one VolumeSnapshot per claim ({why}) needs a class: {'; '.join(problems)}", EXIT_USAGE)
-    enabled = (settings.get("cbt") or {}).get("enabled") or "auto"
     plan = Preflight(
         sources=sources,
         path=path,
@@ -421,7 +418,7 @@ def inspect(api, namespace: str, settings: Mapping[str, Any]) -> Preflight:
         group_class=group_class,
         snapshot_classes=snapshot_classes,
         fallback_problem="; ".join(problems) or None,
-        cbt={driver: driver_cbt(api, driver, enabled, classes) for driver in drivers},
+        cbt={driver: driver_cbt(api, driver, policy.cbt.enabled, classes) for driver in drivers},
         warnings=warnings,
     )
     _require(api, path_checks(namespace, plan))

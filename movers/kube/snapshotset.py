@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from movers.errors import EXIT_UNAVAILABLE, MoverError
 from movers.kube import apply as k
@@ -39,6 +39,9 @@ from movers.kube import manifests as m
 from movers.kube import snapshots
 from movers.kube.names import derived_name
 from movers.kube.preflight import GROUP, PER_PVC
+
+if TYPE_CHECKING:
+    from movers.policy import BackupPolicy
 
 log = logging.getLogger(__name__)
 KEPT_LABEL = "cbt-mover.io/kept-for"  # a kept base snapshot (its run label removed): value = the app's name
@@ -68,13 +71,13 @@ class Request:
     group_timeout: float = 300.0  # the group to become ready after the thaw; a failed group to be deleted
 
     @classmethod
-    def of(cls, name: str, labels: Mapping[str, str], settings: Mapping[str, Any], plan: Mapping[str, Any]) -> Request:
-        """The request of run ``name`` from the policy's plain data (``BackupPolicy.to_dict()``) and the
-        preflight's (``dataclasses.asdict(preflight.Preflight)``)."""
-        group = settings["group_snapshot"]
+    def of(cls, name: str, labels: Mapping[str, str], policy: BackupPolicy, plan: Mapping[str, Any]) -> Request:
+        """The request of run ``name`` from the policy and the preflight's plan
+        (``dataclasses.asdict(preflight.Preflight)``)."""
+        group = policy.group_snapshot
         return cls(
             name=name,
-            selector=dict(settings["pvc_selector"]),
+            selector=dict(policy.pvc_selector),
             pvcs={s["pvc"]: s["driver"] for s in plan["sources"]},
             path=plan["path"],
             group_version=plan["group_version"],
@@ -82,10 +85,10 @@ class Request:
             snapshot_classes=dict(plan["snapshot_classes"]),
             fallback_problem=plan["fallback_problem"],
             labels=dict(labels),
-            freeze_timeout=group["freeze_timeout"],
-            on_timeout=group["on_timeout"],
-            ready_timeout=settings["timeouts"]["snapshot"],
-            group_timeout=group["timeout"],
+            freeze_timeout=group.freeze_timeout,
+            on_timeout=group.on_timeout,
+            ready_timeout=policy.timeouts.snapshot,
+            group_timeout=group.timeout,
         )
 
 

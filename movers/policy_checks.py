@@ -1,0 +1,452 @@
+"""The field checks of a policy (``movers.policy``'s models use them as validators).
+
+Every check takes the raw value and ``at``, its path relative to the model field being validated, and
+returns the clean value or raises ``problem(at, message)``: a pydantic error whose context carries the
+relative path, so the policy's error names the whole field path (``mover.affinity.nodeAffinity...``).
+Kubernetes-shaped values (label selectors, tolerations, node affinity, resources) are checked as the API
+server validates them and stay plain Kubernetes JSON, ready for a pod spec.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlparse
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError  # a dependency of prefect, the same field syntax
+from pydantic_core import PydanticCustomError
+
+from movers.durations import EXAMPLES, parse_duration
+from movers.quantities import parse_quantity
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# label key: optional DNS subdomain prefix + "/" + name (<= 63, alphanumeric ends, - _ . inside)
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)$")
+_CRON_MACROS = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+}
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_ON_ERROR = ("fail", "continue")
+_TOLERATION_OPERATORS = ("Exists", "Equal")
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def problem(at: str, message: str) -> PydanticCustomError:
+    """The error of a bad value at ``at`` (relative to the field being validated; "" for the field)."""
+    return PydanticCustomError("policy", "{message}", {"message": message, "at": at})
+
+
+def join(parent: str, key: str) -> str:
+    if not parent:
+        return key
+    if not key:
+        return parent
+    return f"{parent}{key}" if key.startswith("[") else f"{parent}.{key}"
+
+
+def kind(value: Any) -> str:
+    """How a value reads in an error: ``nothing``, ``a mapping``, ``str 'x'``."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return f"{type(value).__name__} {value!r}"
+
+
+# -- plain values
+
+
+def mapping(value: Any, at: str, required: bool = False) -> dict[str, Any]:
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise problem(at, f"must be a mapping, not {kind(value)}")
+    for key in value:
+        if not isinstance(key, str):
+            raise problem(at, f"key {key!r} must be a string")
+    return value
+
+
+def known(data: dict[str, Any], at: str, keys: set[str]) -> None:
+    unknown = sorted(set(data) - keys)
+    if unknown:
+        raise problem(join(at, unknown[0]), f"unknown field (known: {', '.join(sorted(keys))})")
+
+
+def required(data: dict[str, Any], key: str, at: str) -> Any:
+    if data.get(key) is None:
+        raise problem(join(at, key), "is required")
+    return data[key]
+
+
+def string(value: Any, at: str = "") -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise problem(at, f"must be a non-empty string, not {kind(value)}")
+    return value
+
+
+def dns_label(value: Any, at: str = "") -> str:
+    value = string(value, at)
+    if not DNS_LABEL.match(value):
+        raise problem(at, f"{value!r} is not a DNS-1123 label (lower case a-z, 0-9, '-', at most 63)")
+    return value
+
+
+def object_name(value: Any, at: str = "") -> str:
+    value = string(value, at)
+    if not DNS_SUBDOMAIN.match(value):
+        raise problem(at, f"{value!r} is not a valid Kubernetes object name (DNS-1123 subdomain)")
+    return value
+
+
+def optional_object_name(value: Any) -> str | None:
+    return None if value is None else object_name(value)
+
+
+def boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise problem("", f"must be true or false, not {kind(value)}")
+    return value
+
+
+def count(minimum: int):
+    """A check of an integer (not a boolean) of at least ``minimum``."""
+
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise problem("", f"must be an integer, not {kind(value)}")
+        if value < minimum:
+            raise problem("", f"must be at least {minimum}, not {value}")
+        return value
+
+    return check
+
+
+def duration(value: Any, at: str = "") -> float:
+    """Seconds, positive: a number or a Go duration (``movers.durations``)."""
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        raise problem(at, f"must be a duration ({EXAMPLES}), not {kind(value)}") from None
+    if seconds <= 0:
+        raise problem(at, "must be a positive duration")
+    return seconds
+
+
+def repo_url(value: Any) -> str:
+    url = string(value)
+    parsed = urlparse(url)
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise problem("", f"{url!r} has no bucket (s3://bucket[/prefix])")
+    elif parsed.scheme == "file":
+        if not parsed.path.startswith("/"):
+            raise problem("", f"{url!r} must be an absolute path (file:///path)")
+    else:
+        raise problem("", f"{url!r} is not s3://bucket[/prefix] or file:///path")
+    return url
+
+
+def cron(value: Any) -> str:
+    expr = string(value).strip()
+    spec = _CRON_MACROS.get(expr.lower(), expr)
+    if len(spec.split()) != 5:
+        raise problem("", f"{expr!r} is not a cron expression of 5 fields: minute hour day month weekday")
+    if any(part.upper() in ("H", "R") or "H(" in part.upper() for part in spec.split()):
+        raise problem("", f"{expr!r}: hashed/random cron fields are not supported")
+    try:
+        CronSim(spec, datetime(2000, 1, 1))
+    except CronSimError as err:
+        raise problem("", f"{expr!r} is not a valid cron expression: {err}") from None
+    return expr
+
+
+def timezone(value: Any) -> str:
+    name = string(value)
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise problem("", f"{name!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
+    return name
+
+
+# -- labels and selectors
+
+
+def label_key(key: Any, at: str) -> str:
+    if not isinstance(key, str):
+        raise problem(at, f"label key {key!r} must be a string")
+    prefix, _, name = key.rpartition("/")
+    if (prefix and not DNS_SUBDOMAIN.match(prefix)) or not _LABEL_NAME.match(name):
+        raise problem(at, f"{key!r} is not a valid label key")
+    return key
+
+
+def label_value(value: Any, at: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise problem(at, f"label value must be a string, not {kind(value)}")
+    value = str(value)
+    if not _LABEL_VALUE.match(value):
+        raise problem(at, f"{value!r} is not a valid label value")
+    return value
+
+
+def labels(value: Any, at: str = "") -> dict[str, str]:
+    """A map of label keys to label values (numbers become strings); None is empty."""
+    return {label_key(k, join(at, k)): label_value(v, join(at, k)) for k, v in mapping(value, at).items()}
+
+
+def selector(value: Any, at: str = "") -> dict[str, Any]:
+    """A LabelSelector that selects something (matchLabels and/or matchExpressions)."""
+    sel = mapping(value, at, required=True)
+    known(sel, at, {"matchLabels", "matchExpressions"})
+    out: dict[str, Any] = {}
+    if sel.get("matchLabels") is not None:
+        out["matchLabels"] = labels(sel["matchLabels"], join(at, "matchLabels"))
+    exprs = sel.get("matchExpressions")
+    if exprs is not None:
+        where = join(at, "matchExpressions")
+        if not isinstance(exprs, list):
+            raise problem(where, f"must be a list, not {kind(exprs)}")
+        out["matchExpressions"] = [_expression(e, f"{where}[{i}]") for i, e in enumerate(exprs)]
+    if not out.get("matchLabels") and not out.get("matchExpressions"):
+        raise problem(at, "selects every PVC of the namespace; give matchLabels or matchExpressions")
+    return out
+
+
+def _expression(value: Any, at: str) -> dict[str, Any]:
+    expr = mapping(value, at, required=True)
+    known(expr, at, {"key", "operator", "values"})
+    key = label_key(required(expr, "key", at), join(at, "key"))
+    op = required(expr, "operator", at)
+    if op not in _SELECTOR_OPERATORS:
+        raise problem(join(at, "operator"), f"must be one of {', '.join(_SELECTOR_OPERATORS)}, not {op!r}")
+    values = expr.get("values")
+    if op in ("In", "NotIn"):
+        if not isinstance(values, list) or not values:
+            raise problem(join(at, "values"), f"must be a non-empty list for {op}")
+        values = [label_value(x, join(at, f"values[{i}]")) for i, x in enumerate(values)]
+        return {"key": key, "operator": op, "values": values}
+    if values:
+        raise problem(join(at, "values"), f"must be empty for {op}")
+    return {"key": key, "operator": op}
+
+
+# -- hooks: their owner is movers.hooks; only their shape is checked here, field by field
+
+
+def hooks(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise problem("", f"must be a list of hooks, not {kind(value)}")
+    out = []
+    for i, hook in enumerate(value):
+        at = f"[{i}]"
+        hook = mapping(hook, at, required=True)
+        command = hook.get("command")
+        if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
+            raise problem(join(at, "command"), "must be a non-empty list of strings (an argv, no shell)")
+        if "on_error" in hook and hook["on_error"] not in _ON_ERROR:
+            raise problem(join(at, "on_error"), f"must be fail or continue, not {hook['on_error']!r}")
+        if "timeout" in hook:
+            duration(hook["timeout"], join(at, "timeout"))
+        if hook.get("container") is not None:
+            string(hook["container"], join(at, "container"))
+        if hook.get("name") is not None:
+            string(hook["name"], join(at, "name"))
+        pods = hook.get("pod_selector")
+        if isinstance(pods, dict) and pods and not {"matchLabels", "matchExpressions"} & set(pods):
+            labels(pods, join(at, "pod_selector"))  # a flat selector: labels to match
+        elif pods is not None:
+            selector(pods, join(at, "pod_selector"))
+        out.append(dict(hook))
+    return out
+
+
+# -- pod resources and scheduling
+
+
+def resources(value: Any) -> dict[str, dict[str, str]]:
+    """``{requests, limits}`` of Kubernetes quantities (kept as written); no request above its limit."""
+    res = mapping(value, "")
+    known(res, "", {"requests", "limits"})
+    out: dict[str, dict[str, str]] = {}
+    for part in ("requests", "limits"):
+        out[part] = {}
+        for resource, quantity in mapping(res.get(part), part).items():
+            at = f"{part}.{resource}"
+            if isinstance(quantity, bool) or not isinstance(quantity, (str, int, float)):
+                raise problem(at, f"must be a quantity like 500m, 1Gi; not {kind(quantity)}")
+            try:
+                parse_quantity(quantity)
+            except ValueError:
+                raise problem(at, f"{quantity!r} is not a Kubernetes quantity (e.g. 500m, 2, 512Mi, 1Gi)") from None
+            out[part][resource] = str(quantity)
+    for resource, limit in out["limits"].items():
+        request = out["requests"].get(resource)
+        if request is not None and parse_quantity(request) > parse_quantity(limit):
+            raise problem(f"requests.{resource}", f"request {request} is above the limit {limit}")
+    return out
+
+
+def tolerations(value: Any) -> list[dict[str, Any]]:
+    """A list of Tolerations (key, operator, value, effect, tolerationSeconds), as the API server
+    validates them: key a label key (empty only with Exists: tolerate every taint), operator Exists or
+    Equal (empty: Equal), value a label value and empty with Exists, effect NoSchedule, PreferNoSchedule,
+    NoExecute or empty (every effect), tolerationSeconds an integer and only with NoExecute."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise problem("", f"must be a list of tolerations, not {kind(value)}")
+    return [_toleration(item, f"[{i}]") for i, item in enumerate(value)]
+
+
+def _toleration(item: Any, at: str) -> dict[str, Any]:
+    tol = mapping(item, at, required=True)
+    known(tol, at, {"key", "operator", "value", "effect", "tolerationSeconds"})
+    key, op = tol.get("key") or "", tol.get("operator") or ""
+    if key:
+        label_key(key, join(at, "key"))
+    if op and op not in _TOLERATION_OPERATORS:
+        raise problem(join(at, "operator"), f"must be Exists or Equal, not {op!r}")
+    if not key and op != "Exists":
+        raise problem(
+            join(at, "operator"), "must be Exists when key is empty (which means: match all values and all keys)"
+        )
+    val = tol.get("value")
+    if op == "Exists" and val not in (None, ""):
+        raise problem(join(at, "value"), "must be empty when operator is Exists")
+    effect = tol.get("effect") or ""
+    if effect and effect not in _TAINT_EFFECTS:
+        raise problem(
+            join(at, "effect"), f"must be one of {', '.join(_TAINT_EFFECTS)} or empty (every effect), not {effect!r}"
+        )
+    seconds = tol.get("tolerationSeconds")
+    if seconds is not None:
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            raise problem(join(at, "tolerationSeconds"), f"must be an integer, not {kind(seconds)}")
+        if effect != "NoExecute":
+            raise problem(join(at, "effect"), "must be NoExecute when tolerationSeconds is set")
+    clean: dict[str, Any] = {"key": key} if key else {}
+    if op:
+        clean["operator"] = op
+    if val not in (None, ""):
+        clean["value"] = label_value(val, join(at, "value"))
+    if effect:
+        clean["effect"] = effect
+    if seconds is not None:
+        clean["tolerationSeconds"] = seconds
+    return clean
+
+
+def affinity(value: Any) -> dict[str, Any] | None:
+    """A Kubernetes Affinity with ``nodeAffinity`` only (pod (anti-)affinity is not for movers), its
+    required NodeSelector and preferred terms validated as the API server does."""
+    if value is None:
+        return None
+    aff = mapping(value, "", required=True)
+    for other in ("podAffinity", "podAntiAffinity"):
+        if other in aff:
+            raise problem(other, "is not supported: mover pods take nodeAffinity only")
+    known(aff, "", {"nodeAffinity"})
+    node = mapping(required(aff, "nodeAffinity", ""), "nodeAffinity", required=True)
+    known(node, "nodeAffinity", {REQUIRED, PREFERRED})
+    out: dict[str, Any] = {}
+    if node.get(REQUIRED) is not None:
+        at = f"nodeAffinity.{REQUIRED}"
+        sel = mapping(node[REQUIRED], at, required=True)
+        known(sel, at, {"nodeSelectorTerms"})
+        terms = sel.get("nodeSelectorTerms")
+        if not isinstance(terms, list) or not terms:
+            raise problem(f"{at}.nodeSelectorTerms", "must have at least one node selector term")
+        out[REQUIRED] = {
+            "nodeSelectorTerms": [_node_term(t, f"{at}.nodeSelectorTerms[{i}]", True) for i, t in enumerate(terms)]
+        }
+    if node.get(PREFERRED) is not None:
+        at = f"nodeAffinity.{PREFERRED}"
+        prefs = node[PREFERRED]
+        if not isinstance(prefs, list):
+            raise problem(at, f"must be a list of weighted terms, not {kind(prefs)}")
+        out[PREFERRED] = [_preference(item, f"{at}[{i}]") for i, item in enumerate(prefs)]
+    if not out:
+        raise problem("nodeAffinity", f"give {REQUIRED} or {PREFERRED}")
+    return {"nodeAffinity": out}
+
+
+def _preference(item: Any, at: str) -> dict[str, Any]:
+    pref = mapping(item, at, required=True)
+    known(pref, at, {"weight", "preference"})
+    weight = required(pref, "weight", at)
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+        raise problem(f"{at}.weight", f"must be in the range 1-100, not {weight!r}")
+    return {"weight": weight, "preference": _node_term(required(pref, "preference", at), f"{at}.preference", False)}
+
+
+def _node_term(value: Any, at: str, is_required: bool) -> dict[str, Any]:
+    term = mapping(value, at, required=True)
+    known(term, at, {"matchExpressions", "matchFields"})
+    out: dict[str, Any] = {}
+    for part in ("matchExpressions", "matchFields"):
+        reqs = term.get(part)
+        if reqs is None:
+            continue
+        if not isinstance(reqs, list):
+            raise problem(f"{at}.{part}", f"must be a list, not {kind(reqs)}")
+        out[part] = [
+            _node_requirement(r, f"{at}.{part}[{i}]", part == "matchFields", is_required) for i, r in enumerate(reqs)
+        ]
+    return out
+
+
+def _node_requirement(value: Any, at: str, field_selector: bool, is_required: bool) -> dict[str, Any]:
+    req = mapping(value, at, required=True)
+    known(req, at, {"key", "operator", "values"})
+    key = required(req, "key", at)
+    op = required(req, "operator", at)
+    values = req.get("values") or []
+    if not isinstance(values, list):
+        raise problem(f"{at}.values", f"must be a list, not {kind(values)}")
+    if field_selector:  # matchFields: metadata.name only, In/NotIn one node name
+        if key != "metadata.name":
+            raise problem(f"{at}.key", f"{key!r} is not a valid field selector key (metadata.name)")
+        if op not in ("In", "NotIn"):
+            raise problem(f"{at}.operator", f"must be In or NotIn for a node field selector, not {op!r}")
+        if len(values) != 1:
+            raise problem(
+                f"{at}.values", "must be only one value when operator is In or NotIn for a node field selector"
+            )
+        return {"key": key, "operator": op, "values": [object_name(values[0], f"{at}.values[0]")]}
+    label_key(key, f"{at}.key")
+    if op not in _NODE_SELECTOR_OPERATORS:
+        raise problem(f"{at}.operator", f"must be one of {', '.join(_NODE_SELECTOR_OPERATORS)}, not {op!r}")
+    if op in ("In", "NotIn") and not values:
+        raise problem(f"{at}.values", f"must be specified when operator is {op}")
+    if op in ("Exists", "DoesNotExist") and values:
+        raise problem(f"{at}.values", f"may not be specified when operator is {op}")
+    if op in ("Gt", "Lt") and len(values) != 1:
+        raise problem(f"{at}.values", f"must be a single value when operator is {op}")
+    if is_required:  # the API server checks the values of required terms as label values
+        values = [label_value(x, f"{at}.values[{i}]") for i, x in enumerate(values)]
+    else:
+        values = [str(x) for x in values]
+    return {"key": key, "operator": op, **({"values": values} if values else {})}
