@@ -35,7 +35,7 @@ from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from movers.policy import BackupPolicy, parse_policy
+from movers.policy import BackupPolicy, Hooks, parse_policy
 from movers.repo.manifest import APP_TAG, RUN_TAG
 from tasks import report, state_hook_logger
 from tasks.kube import check_permissions, cleanup_run, inspect_cluster, keep_base_snapshots, move_volume, take_snapshots
@@ -158,7 +158,7 @@ def backup_app(
     selector: dict[str, Any] | None = None,
     repo: str | None = None,
     repo_secret: str | None = None,
-    hooks: dict[str, Any] | None = None,
+    hooks: Hooks | None = None,
     image: str | None = None,
     service_account: str | None = None,
     parallelism: int | None = None,

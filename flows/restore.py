@@ -47,6 +47,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.errors import UsageError
+from movers.policy import Affinity, Labels, Tolerations
 from tasks import events, state_hook_logger
 from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume, writer_settings
 
@@ -142,9 +143,9 @@ def restore_app(
     allow_partial: bool = False,
     image: str | None = None,
     service_account: str | None = None,
-    node_selector: dict[str, str] | None = None,
-    tolerations: list[dict[str, Any]] | None = None,
-    affinity: dict[str, Any] | None = None,
+    node_selector: Labels | None = None,
+    tolerations: Tolerations | None = None,
+    affinity: Affinity = None,
     policy_path: str | None = None,
     parallelism: int = 2,
     timeout: float = 3600.0,

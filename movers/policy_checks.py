@@ -45,8 +45,9 @@ PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
 def problem(at: str, message: str) -> PydanticCustomError:
-    """The error of a bad value at ``at`` (relative to the field being validated; "" for the field)."""
-    return PydanticCustomError("policy", "{message}", {"message": message, "at": at})
+    """The error of a bad value at ``at`` (relative to the field being validated; "" for the field); its text
+    names ``at`` too, for pydantic's own error reports (e.g. a flow's parameters)."""
+    return PydanticCustomError("policy", "{at}: {message}" if at else "{message}", {"message": message, "at": at})
 
 
 def join(parent: str, key: str) -> str:
