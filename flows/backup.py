@@ -23,7 +23,8 @@ failure, a cleanup error is logged and the run's own error raised); the snapshot
 kept (run label removed) as the base of the next CBT delta, and the ones they replace are deleted.
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: a served flow run gets the flow by cloudpickle, which keeps only
+# the globals its code uses, so string annotations naming the policy's models could not be resolved there
 
 import time
 import uuid

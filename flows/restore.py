@@ -33,7 +33,8 @@ and a markdown report (``restore-<ns>-report``); Prefect events ``cbt-mover.rest
 the failure came before the volumes were known).
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: a served flow run gets the flow by cloudpickle, which keeps only
+# the globals its code uses, so string annotations naming the policy's models could not be resolved there
 
 import re
 import time
