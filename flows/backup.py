@@ -36,6 +36,7 @@ from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from movers.kube.backup import MoverResult, VolumePlan
 from movers.policy import BackupPolicy, Hooks, parse_policy
 from movers.repo.manifest import APP_TAG, RUN_TAG
 from tasks import report, state_hook_logger
@@ -275,7 +276,7 @@ def _snapshot_and_move(
     }
     snap = take_snapshots(kubeconfig, run_id, policy, found) | {"reason": found["path_reason"]}
     members = _members(snap, sources, run_id, policy)
-    done: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = []
+    done: list[tuple[dict[str, Any], VolumePlan, MoverResult]] = []
     # submit in waves of `parallelism` (the task runner has more threads than that)
     for start in range(0, len(members), policy.parallelism):
         wave = []
@@ -289,13 +290,13 @@ def _snapshot_and_move(
     rows = []
     for member, plan, res in done:
         rows.append(report.volume_row(f"{ns}/{member['pvc']}", plan, res, report.snapshot_text(snap)))
-        if res.get("change_source") != plan["change_source"]:
+        if res.change_source != plan.change_source:
             log.warning(
                 "%s: planned %s but the mover used %s (%s)",
                 member["pvc"],
-                plan["change_source"],
-                res.get("change_source"),
-                res.get("cbt_fallback", "no reason given"),
+                plan.change_source,
+                res.change_source,
+                res.cbt_fallback or "no reason given",
             )
     kept = [snap["group"]] if snap["group"] else [x["snapshot"] for x in members]
     keep_base_snapshots(kubeconfig, ns, policy.name, snap["kind"], snap["group_version"], kept)

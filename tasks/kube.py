@@ -124,8 +124,8 @@ class ProgressArtifact:
 
 @task(name="move-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
 def move_volume(
-    kubeconfig: str | None, run_id: str, member: Member, plan: dict[str, Any], policy: BackupPolicy
-) -> dict[str, Any]:
+    kubeconfig: str | None, run_id: str, member: Member, plan: backup.VolumePlan, policy: BackupPolicy
+) -> backup.MoverResult:
     """``movers.kube.backup.move_volume`` of one member with a progress artifact fed from the mover's log."""
     log = get_run_logger()
     namespace, pvc = policy.namespace, member["pvc"]

@@ -6,6 +6,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
+from movers.kube.backup import VolumePlan
 from tasks import retry_if_retriable
 
 
@@ -44,21 +45,8 @@ def choose_base(repo_url: str, volume_id: str, pv_handle: str | None, pv_uid: st
 @task(name="plan-member")
 def plan_member(
     volume_id: str, base: dict[str, Any], audience: str | None, no_cbt: str | None = None, max_results: int = 4096
-) -> dict[str, Any]:
-    """cbt-delta (CBT and a base of the same volume), cbt-allocated (CBT, no such base) or scan (no CBT:
-    ``no_cbt`` says why); ``why`` is the reason, logged, never silent. ``max_results``: the CBT calls' page
-    size (policy ``cbt.max_results``; None for a scan)."""
-    if audience is None:
-        source, handle, why = "scan", None, no_cbt or "no SnapshotMetadataService"
-    else:
-        handle, why = base.get("handle"), base["reason"]
-        source = "cbt-delta" if handle else "cbt-allocated"
-    plan = {
-        "change_source": source,
-        "base_handle": handle,
-        "audience": audience,
-        "why": why,
-        "max_results": None if source == "scan" else max_results,
-    }
-    get_run_logger().info("%s: planned %s (%s)", volume_id, plan["change_source"], plan["why"])
+) -> VolumePlan:
+    """``movers.kube.backup.VolumePlan.of``, said in the run's log (a plan is never silent)."""
+    plan = VolumePlan.of(base, audience, no_cbt, max_results)
+    get_run_logger().info("%s: planned %s (%s)", volume_id, plan.change_source, plan.why)
     return plan

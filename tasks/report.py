@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from movers.kube.backup import MoverResult, VolumePlan
 from movers.units import human_bytes
 from tasks import events
 
@@ -25,31 +26,27 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return math.inf if denominator <= 0 else round(numerator / denominator, 2)
 
 
-def volume_row(
-    volume: str, plan: dict[str, Any], result: dict[str, Any], snapshot: str | None = None
-) -> dict[str, Any]:
-    """One volume's summary (plain numbers) from its plan and the mover's result JSON; ``snapshot`` says how
-    its snapshot was taken (e.g. ``per-pvc (fallback: ...)``), ``why`` is the plan's reason."""
-    read, zero = int(result.get("read_bytes") or 0), int(result.get("zero_bytes") or 0)
-    new, stored = int(result.get("new_chunk_bytes") or 0), int(result.get("stored_bytes") or 0)
-    data_uploaded = stored - int(result.get("metadata_bytes") or 0)
-    duration = float(result.get("duration_s") or 0.0)
+def volume_row(volume: str, plan: VolumePlan, result: MoverResult, snapshot: str | None = None) -> dict[str, Any]:
+    """One volume's summary (plain numbers) from its plan and its mover's result; ``snapshot`` says how its
+    snapshot was taken (e.g. ``per-pvc (fallback: ...)``), ``why`` is the plan's reason."""
+    read, new, stored = result.read_bytes, result.new_chunk_bytes, result.stored_bytes
+    duration = result.duration_s
     return {
         "volume": volume,
-        "mode": result.get("mode"),
-        "planned": plan.get("change_source"),
-        "why": plan.get("why"),
+        "mode": result.mode,
+        "planned": plan.change_source,
+        "why": plan.why,
         "snapshot": snapshot,
-        "change_source": result.get("change_source"),
-        "changed_bytes": int(result.get("changed_bytes") or 0),
+        "change_source": result.change_source,
+        "changed_bytes": result.changed_bytes,
         "read_bytes": read,
         "uploaded_bytes": stored,
-        "dedup_ratio": _ratio(read - zero, new),
-        "compression_ratio": _ratio(new, data_uploaded) if new else None,
+        "dedup_ratio": _ratio(read - result.zero_bytes, new),
+        "compression_ratio": _ratio(new, stored - result.metadata_bytes) if new else None,
         "duration_s": round(duration, 3),
         "throughput_bps": int(read / duration) if duration > 0 else None,
-        "reused_packs": int(result.get("reused_packs") or 0),
-        "backup_id": result.get("backup_id"),
+        "reused_packs": result.reused_packs,
+        "backup_id": result.backup_id,
     }
 
 

@@ -277,6 +277,7 @@ def test_on_cancellation_thaws_and_deletes_the_run(local_cluster, app, harness):
 def test_plan_is_said_and_selector_syntax():
     from prefect.logging import disable_run_logger
 
+    from movers.kube.backup import VolumePlan
     from movers.selectors import selector_string
     from tasks.repo import plan_member
 
@@ -285,22 +286,9 @@ def test_plan_is_said_and_selector_syntax():
             return plan_member.fn(*args)
 
     delta, full = {"handle": "h1", "reason": "delta since b1"}, {"handle": None, "reason": "another volume"}
-    assert plan("ns/a", delta, "aud") == {
-        "change_source": "cbt-delta",
-        "base_handle": "h1",
-        "audience": "aud",
-        "why": "delta since b1",
-        "max_results": 4096,
-    }
-    assert plan("ns/a", full, "aud")["change_source"] == "cbt-allocated"
-    assert plan("ns/a", full, "aud")["why"] == "another volume"
-    assert plan("ns/a", delta, None, "CBT disabled") == {
-        "change_source": "scan",
-        "base_handle": None,
-        "audience": None,
-        "why": "CBT disabled",
-        "max_results": None,
-    }
+    assert plan("ns/a", delta, "aud") == VolumePlan("cbt-delta", "delta since b1", "h1", "aud", 4096)
+    assert plan("ns/a", full, "aud") == VolumePlan("cbt-allocated", "another volume", None, "aud", 4096)
+    assert plan("ns/a", delta, None, "CBT disabled") == VolumePlan("scan", "CBT disabled")
     assert selector_string(
         {
             "matchLabels": {"b": "2", "a": "1"},

@@ -129,7 +129,7 @@ def test_mover_objects_are_built_without_a_cluster():
     """The backup's claim and mover pod of a member (movers.kube.backup): the source claim's class and size,
     the plan's change source and page size, a CBT token only for CBT, the policy's placement."""
     from movers.kube import manifests as m
-    from movers.kube.backup import mover_objects
+    from movers.kube.backup import VolumePlan, mover_objects
 
     member = {
         "pvc": "data",
@@ -151,7 +151,7 @@ def test_mover_objects_are_built_without_a_cluster():
             "timeouts": {"mover": "10m"},
         }
     )
-    cbt = {"change_source": "cbt-delta", "base_handle": "h0", "audience": "aud", "max_results": 512}
+    cbt = VolumePlan.of({"handle": "h0", "reason": "delta since b0"}, "aud", max_results=512)
     claim, pod = mover_objects("run-1", member, cbt, policy)
     assert (claim["spec"]["storageClassName"], claim["spec"]["resources"]["requests"]["storage"]) == ("fast", "1Gi")
     args = pod["spec"]["containers"][0]["args"]
@@ -160,7 +160,22 @@ def test_mover_objects_are_built_without_a_cluster():
         {"operator": "Exists"}
     ]
     assert pod["metadata"]["labels"][m.PVC_LABEL] == "data" and pod["spec"]["activeDeadlineSeconds"] == 600
-    _, scan_pod = mover_objects("run-1", member, {"change_source": "scan", "audience": None}, policy)
+    _, scan_pod = mover_objects("run-1", member, VolumePlan.of({}, None, "CBT off"), policy)
     scan_args = scan_pod["spec"]["containers"][0]["args"]
     assert "--scan" in scan_args and "--cbt-max-results" not in scan_args
     assert not any("projected" in v for v in scan_pod["spec"]["volumes"])
+
+
+def test_the_movers_result_is_typed_and_keeps_what_it_does_not_name():
+    """movers.kube.backup.MoverResult: what the flow reads of a mover's result line; a line without the backup
+    it committed is refused (the flow then fails the volume without a retry, which would commit another)."""
+    from pydantic import ValidationError
+
+    from movers.kube.backup import MoverResult
+
+    line = {"backup_id": "b1", "mode": "incremental", "change_source": "scan", "cbt_fallback": "CBT down"}
+    res = MoverResult.model_validate(line | {"read_bytes": 4096, "cbt": {"messages": 3}})
+    assert (res.change_source, res.cbt_fallback, res.read_bytes, res.stored_bytes) == ("scan", "CBT down", 4096, 0)
+    assert res.model_extra == {"cbt": {"messages": 3}}
+    with pytest.raises(ValidationError, match="backup_id"):
+        MoverResult.model_validate({k: v for k, v in line.items() if k != "backup_id"})

@@ -1,14 +1,15 @@
 """The backup's per-volume cluster workflow (no Prefect): a Block claim from a member's snapshot and the
 mover pod that backs it up, as ``restore.py`` is the restore's.
 
+* ``VolumePlan.of``: what a member's mover does (the change source and why), decided once, rendered whole into
+  the mover's argv;
 * ``mover_objects``: the reader claim and the mover pod of a member (pure: checked without a cluster);
 * ``move_volume``: creates them, waits for the pod to be scheduled (``timeouts.pvc_bound``) and to finish
-  (``timeouts.mover``); the mover's result JSON, or ``MoverPodFailed`` (one line; ``pods.PodFailed``'s
-  retry rule).
+  (``timeouts.mover``); the mover's result (``MoverResult``: what it did and why), or ``MoverPodFailed`` (one
+  line; ``pods.PodFailed``'s retry rule).
 
 A member is plain data (``tasks.kube.Member``: the snapshot set's member with the claim's class, size,
-mode, labels, PV identity, the run's claims, tags, app and repository); a plan is
-``tasks.repo.plan_member``'s (change source, base handle, CBT audience and page size); ``policy`` is the
+mode, labels, PV identity, the run's claims, tags, app and repository); ``policy`` is the
 run's ``movers.policy.BackupPolicy`` (its mover section, credentials Secret and timeouts).
 """
 
@@ -16,9 +17,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-from movers.errors import NotFoundError
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from movers.errors import EXIT_INCOMPATIBLE, NotFoundError
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import pods, snapshots
@@ -28,13 +32,61 @@ if TYPE_CHECKING:
     from movers.policy import BackupPolicy
 
 
+ChangeSource = Literal["cbt-delta", "cbt-allocated", "scan"]
+
+
 class MoverPodFailed(pods.PodFailed):
     """A backup's mover pod did not succeed (``pods.PodFailed``: its exit status and the retry rule)."""
 
 
-def mover_objects(
-    run_id: str, member: Mapping[str, Any], plan: Mapping[str, Any], policy: BackupPolicy
-) -> tuple[dict, dict]:
+@dataclass(frozen=True)
+class VolumePlan:
+    """What one member's mover does, decided once (``of``) and rendered whole into its argv: ``scan`` reads the
+    whole device (``--scan``: no CBT service is asked), a CBT source asks the driver's SnapshotMetadataService
+    (token ``audience``, pages of ``max_results``) for the changes since ``base_handle`` (cbt-delta) or for the
+    allocated blocks (cbt-allocated). ``why`` is the reason, for the logs and the run's table."""
+
+    change_source: ChangeSource
+    why: str
+    base_handle: str | None = None
+    audience: str | None = None
+    max_results: int | None = None
+
+    @classmethod
+    def of(
+        cls, base: Mapping[str, Any], audience: str | None, no_cbt: str | None = None, max_results: int = 4096
+    ) -> VolumePlan:
+        """cbt-delta (CBT and a base of the same volume: ``base``, ``lineage.choose_base``'s handle and reason),
+        cbt-allocated (CBT, no such base) or scan (no CBT ``audience``; ``no_cbt`` says why)."""
+        if audience is None:
+            return cls("scan", no_cbt or "no SnapshotMetadataService")
+        handle = base.get("handle")
+        source = "cbt-delta" if handle else "cbt-allocated"
+        return cls(source, base["reason"], handle, audience, max_results)
+
+
+class MoverResult(BaseModel):
+    """A mover pod's result line (``cbt-mover backup --json``): the backup it committed, the change source it
+    used and, when that is not the planned one, why (``cbt_fallback``), and its byte counts. Other keys of the
+    line are kept as they are."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    backup_id: str
+    mode: str
+    change_source: str
+    cbt_fallback: str | None = None
+    changed_bytes: int = 0
+    read_bytes: int = 0
+    zero_bytes: int = 0
+    new_chunk_bytes: int = 0
+    stored_bytes: int = 0
+    metadata_bytes: int = 0
+    reused_packs: int = 0
+    duration_s: float = 0.0
+
+
+def mover_objects(run_id: str, member: Mapping[str, Any], plan: VolumePlan, policy: BackupPolicy) -> tuple[dict, dict]:
     """The claim the mover reads (from the member's snapshot, in the source claim's class: the cluster's
     default may belong to another driver, which cannot restore it; sized from restoreSize or the source
     claim's capacity) and the mover pod (the policy's placement, a projected CBT token when CBT is planned),
@@ -50,8 +102,8 @@ def mover_objects(
         snapshot=member["snapshot"],
         pvc=pvc,
         repo=member.get("repo"),
-        base_handle=plan.get("base_handle"),
-        scan=plan["change_source"] == "scan",
+        base_handle=plan.base_handle,
+        scan=plan.change_source == "scan",
         snapshot_handle=member.get("handle"),
         group_snapshot=member.get("group_snapshot"),
         storage_class=member.get("storage_class"),
@@ -59,7 +111,7 @@ def mover_objects(
         tags=member.get("tags"),
         run_pvcs=member.get("run_pvcs"),
         pvc_labels=member.get("labels"),
-        cbt_max_results=plan.get("max_results"),
+        cbt_max_results=plan.max_results,
         **(member.get("identity") or {}),
         extra=["--progress-interval", f"{mover.progress_interval:g}"],
     )
@@ -71,7 +123,7 @@ def mover_objects(
         pvc=name,
         service_account=mover.service_account,
         repo_secret=policy.repository.credentials_secret,
-        cbt_audience=plan.get("audience"),
+        cbt_audience=plan.audience,
         resources=mover.resources,
         labels=labels,
         node_selector=mover.node_selector,
@@ -86,15 +138,15 @@ def move_volume(
     api,
     run_id: str,
     member: Mapping[str, Any],
-    plan: Mapping[str, Any],
+    plan: VolumePlan,
     policy: BackupPolicy,
     *,
     on_log_line: Callable[[str], None] | None = None,
     logger: logging.Logger | logging.LoggerAdapter | None = None,
-) -> dict[str, Any]:
+) -> MoverResult:
     """Back up one member: its claim and mover pod (``mover_objects``), the pod scheduled within the policy's
     ``timeouts.pvc_bound`` (``pods.PodNotScheduled`` names FailedScheduling) and finished within ``timeouts.mover``;
-    the mover's result JSON. A Filesystem source's snapshot content is first marked for a Block claim
+    the mover's result. A Filesystem source's snapshot content is first marked for a Block claim
     (KEP-3141). A finished pod of an earlier attempt is deleted first, so that a retry runs anew. A failed
     pod is ``MoverPodFailed`` (one line; its log tail goes to ``logger``)."""
     log = logger or logging.getLogger(__name__)
@@ -124,7 +176,14 @@ def move_volume(
         raise MoverPodFailed(
             f"mover pod {namespace}/{name} for {member['pvc']} failed (exit {res.exit_code}): {why}", res.exit_code
         )
-    return res.result
+    try:
+        return MoverResult.model_validate(res.result)
+    except ValidationError as err:  # not retried: a new pod would commit another backup and write it again
+        bad = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors(include_url=False))
+        raise MoverPodFailed(
+            f"mover pod {namespace}/{name} wrote a result this flow cannot read ({bad}): is its image another version?",
+            EXIT_INCOMPATIBLE,
+        ) from None
 
 
 def _clear_finished_pod(api, namespace: str, name: str, log, timeout: float = 60.0) -> None:
