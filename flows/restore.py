@@ -190,7 +190,7 @@ def restore_app(
             "overwrite": overwrite,
             "hand_over": hand_over,
             "repo_secret": repo_secret,
-            "service_account": mover["service_account"],
+            "service_account": mover.service_account,
         }
         targets = plan_restore(kubeconfig, target, selected["volumes"], run_id, options)
         log.info("run %s: restoring %s of %s into %s", run_id, selected["how"], namespace, target)

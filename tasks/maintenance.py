@@ -69,22 +69,11 @@ def forget_backups(
     ``volumes``: ``[{volume, kept: [{backup_id, created, reasons}], expired: [ids]}]``) plus
     ``missing``: named volumes without backups (logged, not an error). No rule at all: ``UsageError``.
     """
-    from movers.errors import NotFoundError
-    from movers.repo.retention import ForgetReport, forget
+    from movers.repo.retention import forget_each
 
-    repo, rules = (
-        _open(repo_url),
-        dict(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly, keep_monthly=keep_monthly),
-    )
-    result, missing = ForgetReport(dry_run=dry_run), []
-    for volume in [None] if volumes is None else volumes:
-        try:
-            report = forget(repo, volume, dry_run=dry_run, **rules)
-        except NotFoundError:
-            missing.append(volume)
-            continue
-        result.volumes += report.volumes
-        result.deleted += report.deleted
+    repo = _open(repo_url)
+    rules = {"keep_last": keep_last, "keep_daily": keep_daily, "keep_weekly": keep_weekly, "keep_monthly": keep_monthly}
+    result, missing = forget_each(repo, volumes, dry_run=dry_run, **rules)
     for v in result.volumes:
         get_run_logger().info(
             "%s: keep %d, %s %d", v.volume, len(v.kept), "would forget" if dry_run else "forgot", len(v.expired)

@@ -9,6 +9,7 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from movers.kube import restore as r
+from movers.policy import MoverSettings
 from tasks import retry_if_retriable
 from tasks.kube import ProgressArtifact, api_client, progress_key
 
@@ -17,11 +18,8 @@ from tasks.kube import ProgressArtifact, api_client, progress_key
 def select_backups(
     repo_url: str, namespace: str, pvcs: list[str] | None, backup: str, allow_partial: bool = False
 ) -> dict[str, Any]:
-    """``{"how", "run", "app", "missing", "notes", "volumes": [...]}``, each volume ``{pvc, volume, backup_id,
-    capacity_bytes, storage_class, volume_mode, fs_type, node_affinity, labels, app, created}`` as recorded
-    (``movers.repo.selection.select``: a whole-app "latest" is the newest complete run; a partial run
-    needs ``allow_partial``). Logs which run was taken and why (a newer partial run, missing PVCs)."""
-    from movers.repo.manifest import APP_TAG
+    """``movers.repo.selection.select(...).to_dict()`` (a whole-app "latest" is the newest complete run; a partial
+    run needs ``allow_partial``); logs which run was taken and why (a newer partial run, missing PVCs)."""
     from movers.repo.repository import Repository
     from movers.repo.selection import select
     from movers.repo.store import open_store
@@ -35,48 +33,17 @@ def select_backups(
             "restoring the partial %s (allow_partial): PVC(s) %s are not in it", sel.how, ", ".join(sel.missing)
         )
     (log.warning if sel.run is None else log.info)("restoring %s", sel.how)
-    volumes = [
-        {
-            "pvc": s.pvc,
-            "volume": s.manifest.volume.id,
-            "backup_id": s.manifest.backup_id,
-            "capacity_bytes": s.manifest.capacity_bytes,
-            "storage_class": s.manifest.volume.storage_class,
-            "volume_mode": s.manifest.volume.volume_mode,
-            "fs_type": s.manifest.volume.fs_type,
-            "node_affinity": s.manifest.volume.node_affinity,
-            "labels": s.manifest.volume.labels,
-            "app": s.manifest.tags.get(APP_TAG),
-            "created": s.manifest.created,
-        }
-        for s in sel.volumes
-    ]
-    apps = {v["app"] for v in volumes if v["app"]}
-    app = apps.pop() if len(apps) == 1 else None
-    return {
-        "how": sel.how,
-        "run": sel.run,
-        "app": app,
-        "missing": list(sel.missing),
-        "notes": list(sel.notes),
-        "volumes": volumes,
-    }
+    return sel.to_dict()
 
 
-def writer_settings(policy_path: str | None = None, **given: Any) -> dict[str, Any]:
-    """The writer pods' settings ``{image, service_account, resources, node_selector, tolerations, affinity}``:
-    the policy's ``mover`` section when ``policy_path`` is given, overridden by the non-None ``given`` ones,
-    validated as a policy's mover section (``movers.policy.parse_mover``; a ``PolicyError`` names the
-    field). Without a policy and without ``resources``, ``resources`` is None (the writer's default)."""
+def writer_settings(policy_path: str | None = None, **given: Any) -> MoverSettings:
+    """The writer pods' settings: the policy's ``mover`` section when ``policy_path`` is given, overridden by the
+    non-None ``given`` ones, validated as a policy's mover section (a ``PolicyError`` names the field)."""
     from movers.policy import load_policy, parse_mover
 
     section = load_policy(policy_path).mover.model_dump() if policy_path else {}
     section |= {key: value for key, value in given.items() if value is not None}
-    mover = parse_mover(section, policy_path or "restore-app parameters")
-    settings = {key: getattr(mover, key) for key in ("image", "service_account", "node_selector", "tolerations")}
-    settings["affinity"] = mover.affinity
-    settings["resources"] = mover.resources if policy_path or given.get("resources") is not None else None
-    return settings
+    return parse_mover(section, policy_path or "restore-app parameters")
 
 
 @task(name="plan-restore")
@@ -109,30 +76,18 @@ def write_volume(
     namespace: str,
     run_id: str,
     target: dict[str, Any],
-    mover: dict[str, Any],
+    writer: MoverSettings,
     repo_secret: str,
     timeout: float = 3600.0,
 ) -> dict[str, Any]:
-    """Restore one volume into its new Block claim from a writer pod (``mover``: ``writer_settings``); the
-    mover's result plus ``wall_s``. The pod must be scheduled within ``min(timeout, 600)`` s."""
+    """``movers.kube.restore.write_volume`` of one target with a progress artifact; its result plus ``wall_s``."""
     t = r.Target.from_dict(target)
     what = f"restore of {t.volume} backup {t.backup_id} into {namespace}/{t.pvc} ({run_id})"
     progress = ProgressArtifact("restore-" + progress_key(namespace, t.pvc), what)
     started = time.monotonic()
+    api = api_client(kubeconfig)
     result = r.write_volume(
-        api_client(kubeconfig),
-        namespace,
-        run_id,
-        t,
-        image=mover["image"],
-        service_account=mover["service_account"],
-        repo_secret=repo_secret,
-        timeout=timeout,
-        resources=mover.get("resources"),
-        node_selector=mover.get("node_selector"),
-        tolerations=mover.get("tolerations"),
-        affinity=mover.get("affinity"),
-        on_log_line=progress.on_line,
+        api, namespace, run_id, t, writer, repo_secret, timeout=timeout, on_log_line=progress.on_line
     )
     progress.set(100.0)
     return {**result, "wall_s": round(time.monotonic() - started, 3)}

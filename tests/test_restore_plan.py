@@ -10,6 +10,7 @@ import pytest
 
 from movers.kube import manifests as m
 from movers.kube import restore as r
+from movers.policy import MoverSettings
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -151,15 +152,8 @@ def test_the_writer_pod_mounts_no_token_and_carries_the_run_s_labels_and_placeme
         app="shop",
     )
     tolerations = [{"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"}]
-    pod = r.writer_pod(
-        "restored",
-        RUN,
-        t,
-        image="cbt-mover",
-        service_account="cbt-mover",
-        repo_secret="cbt-mover-repo",
-        tolerations=tolerations,
-    )
+    writer = MoverSettings(image="cbt-mover", tolerations=tolerations)
+    pod = r.writer_pod("restored", RUN, t, writer, "cbt-mover-repo")
     spec, labels = pod["spec"], pod["metadata"]["labels"]
     assert spec["automountServiceAccountToken"] is False and len(spec["volumes"]) == 1, "no API token"
     assert "readOnly" not in spec["volumes"][0]["persistentVolumeClaim"], "a writer writes its claim"

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from movers.errors import NotFoundError, UsageError
-from movers.repo.retention import backup_time, forget, select_kept
+from movers.repo.retention import backup_time, forget, forget_each, select_kept
 
 
 def t(*args) -> datetime:
@@ -151,3 +151,7 @@ def test_forget_deletes_only_expired_manifests():
         forget(repo, keep_last=0)
     with pytest.raises(NotFoundError):
         forget(repo, "nope", keep_last=1)
+    each, missing = forget_each(repo, ["v2", "nope"], keep_last=3, dry_run=True)
+    assert ([v.volume for v in each.volumes], len(each.deleted), missing) == (["v2"], 2, ["nope"])
+    every, missing = forget_each(repo, None, keep_last=1)
+    assert ([v.volume for v in every.volumes], len(every.deleted), missing) == (["v1", "v2"], 5, [])

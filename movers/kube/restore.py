@@ -31,7 +31,7 @@ import copy
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from movers.errors import MoverError, NotFoundError, UsageError
 from movers.kube import apply as k
@@ -45,6 +45,9 @@ from movers.kube.pods import (
     run_scheduled,
 )
 from movers.kube.volumes import default_storage_class, last_warning, rebind_volume
+
+if TYPE_CHECKING:
+    from movers.policy import MoverSettings
 
 PVC_LABEL = m.PVC_LABEL
 DEFAULT_FS_TYPE = "ext4"  # external-provisioner's default for Filesystem volumes
@@ -313,35 +316,32 @@ def writer_pod(
     namespace: str,
     run_id: str,
     target: Target,
-    *,
-    image: str,
-    service_account: str,
+    writer: MoverSettings,
     repo_secret: str,
+    *,
     timeout: float = 3600.0,
     verify_device: bool = True,
-    resources: Mapping[str, Any] | None = None,
-    node_selector: Mapping[str, str] | None = None,
-    tolerations: Sequence[Mapping[str, Any]] | None = None,
-    affinity: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The writer pod of ``target`` (``pod_name``): ``cbt-mover restore`` of its backup onto the claim
     ``target.write_claim`` (reading the device back with ``verify_device``), no API token (a writer),
-    the run's labels (``labels_of``), ``affinity`` plus the source volume's placement (``writer_affinity``)."""
+    the run's labels (``labels_of``), ``writer``'s image, ServiceAccount, resources and placement (flow
+    parameters or a policy's mover section) with the source volume's placement added to its affinity
+    (``writer_affinity``)."""
     extra = ["--progress-interval", "1", *(["--verify-device"] if verify_device else [])]
     return m.mover_pod(
         pod_name(run_id, target.pvc),
         namespace,
-        image=image,
+        image=writer.image,
         args=m.restore_args(volume=target.volume, backup=target.backup_id, extra=extra),
         pvc=target.write_claim,
-        service_account=service_account,
+        service_account=writer.service_account,
         repo_secret=repo_secret,
-        resources=resources,
+        resources=writer.resources,
         labels=labels_of(run_id, target.pvc, target.app),
-        node_selector=node_selector,
+        node_selector=writer.node_selector,
         active_deadline_seconds=int(timeout),
-        tolerations=tolerations,
-        affinity=writer_affinity(target.node_affinity, affinity),
+        tolerations=writer.tolerations,
+        affinity=writer_affinity(target.node_affinity, writer.affinity),
         role=m.WRITER,
     )
 
@@ -351,30 +351,23 @@ def write_volume(
     namespace: str,
     run_id: str,
     target: Target,
-    *,
-    image: str,
-    service_account: str,
+    writer: MoverSettings,
     repo_secret: str,
+    *,
     timeout: float = 3600.0,
     start_timeout: float = 600.0,
     verify_device: bool = True,
-    resources: Mapping[str, Any] | None = None,
-    node_selector: Mapping[str, str] | None = None,
     on_log_line: Callable[[str], None] | None = None,
-    tolerations: Sequence[Mapping[str, Any]] | None = None,
-    affinity: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A new Block claim ``target.write_claim`` of the recorded capacity and class, and a writer pod
-    restoring the backup onto it (and reading it back with ``verify_device``); the mover's result JSON.
+    (``writer_pod``) restoring the backup onto it (and reading it back with ``verify_device``); the mover's
+    result JSON.
 
     The claim and the pod are created together and the pod is waited for (``wait_scheduled``, at most
     ``start_timeout`` s, then to completion within ``timeout`` s): a WaitForFirstConsumer claim binds
     when the pod is scheduled. The pod is deleted in every outcome (a retry starts a fresh one); the
     claim stays for ``finish_volume`` or ``discard_run``. ``WriterError`` names the exit code and the
     log tail; ``WriterNotScheduled`` / ``PodTimeoutError`` the last Warning about the pod or its claim.
-    ``tolerations`` / ``affinity`` / ``node_selector`` / ``resources``: the writer settings (flow
-    parameters or the policy's mover section); the affinity gains the source volume's placement
-    (``writer_affinity``).
     """
     labels = labels_of(run_id, target.pvc, target.app)
     k.create(
@@ -383,20 +376,7 @@ def write_volume(
             target.write_claim, namespace, m.quantity(target.capacity_bytes), target.storage_class or None, labels
         ),
     )
-    pod = writer_pod(
-        namespace,
-        run_id,
-        target,
-        image=image,
-        service_account=service_account,
-        repo_secret=repo_secret,
-        timeout=timeout,
-        verify_device=verify_device,
-        resources=resources,
-        node_selector=node_selector,
-        tolerations=tolerations,
-        affinity=affinity,
-    )
+    pod = writer_pod(namespace, run_id, target, writer, repo_secret, timeout=timeout, verify_device=verify_device)
     name = pod["metadata"]["name"]
     k.delete_and_wait(api, "Pod", namespace, name)  # a failed attempt's pod
     try:

@@ -205,3 +205,20 @@ def forget(
                 repo.store.delete(key)
                 log.info("forgot %s", key)
     return report
+
+
+def forget_each(
+    repo: Repository, volumes: Sequence[str] | None, *, dry_run: bool = False, **rules: int | None
+) -> tuple[ForgetReport, list[str]]:
+    """``forget`` of each of ``volumes`` (None: every volume of the repository) in one report, and the named
+    volumes that have no backups (not an error: nothing to expire)."""
+    result, missing = ForgetReport(dry_run=dry_run), []
+    for volume in [None] if volumes is None else volumes:
+        try:
+            report = forget(repo, volume, dry_run=dry_run, **rules)
+        except NotFoundError:
+            missing.append(volume)
+            continue
+        result.volumes += report.volumes
+        result.deleted += report.deleted
+    return result, missing

@@ -44,6 +44,24 @@ class Selected:
     pvc: str
     manifest: Manifest
 
+    def to_dict(self) -> dict:
+        """What a restore needs of the backup, as recorded: ``{pvc, volume, backup_id, capacity_bytes,
+        storage_class, volume_mode, fs_type, node_affinity, labels, app, created}``."""
+        m, v = self.manifest, self.manifest.volume
+        return {
+            "pvc": self.pvc,
+            "volume": v.id,
+            "backup_id": m.backup_id,
+            "capacity_bytes": m.capacity_bytes,
+            "storage_class": v.storage_class,
+            "volume_mode": v.volume_mode,
+            "fs_type": v.fs_type,
+            "node_affinity": v.node_affinity,
+            "labels": v.labels,
+            "app": m.tags.get(APP_TAG),
+            "created": m.created,
+        }
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -57,6 +75,20 @@ class Selection:
     def complete(self) -> bool:
         """Every recorded member of the run has a backup in it (True for runs without a member list)."""
         return not self.missing
+
+    def to_dict(self) -> dict:
+        """``{how, run, app, missing, notes, volumes}``: ``app`` when every volume's backup names the same one,
+        ``volumes`` as ``Selected.to_dict``."""
+        volumes = [s.to_dict() for s in self.volumes]
+        apps = {v["app"] for v in volumes if v["app"]}
+        return {
+            "how": self.how,
+            "run": self.run,
+            "app": apps.pop() if len(apps) == 1 else None,
+            "missing": list(self.missing),
+            "notes": list(self.notes),
+            "volumes": volumes,
+        }
 
 
 @dataclass(frozen=True)
