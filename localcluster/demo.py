@@ -18,8 +18,10 @@ its UI; otherwise to a throwaway local Prefect API.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -230,9 +232,8 @@ def run() -> None:
 
     t0 = time.monotonic()
     policy = load_policy(POLICY)
-    work = Path(tempfile.mkdtemp(prefix="cbt-mover-demo-"))
-    _say(f"starting the local cluster in {work}")
-    with LocalCluster(work / "cluster") as cluster:
+    _say("starting the local cluster (in a temporary directory, removed at the end)")
+    with LocalCluster() as cluster:
         os.environ.update(cluster.s3.env)  # this process is the Prefect worker: it reads the repository too
         _init_repo(policy.repository.url, cluster.s3.env)
         _deploy(cluster, policy)
@@ -275,7 +276,9 @@ def main() -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     if not os.environ.get("PREFECT_API_URL"):  # a throwaway local API, not the user's ~/.prefect
-        os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="cbt-mover-demo-prefect-")
+        os.environ["PREFECT_HOME"] = home = tempfile.mkdtemp(prefix="cbt-mover-demo-prefect-")
+        # registered before Prefect starts its server, so run after Prefect's own exit handler stopped it
+        atexit.register(shutil.rmtree, home, True)
         # its first start creates the database: well over Prefect's 20 s default on a busy 2-core machine
         os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     try:

@@ -11,8 +11,18 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_demo_runs_the_whole_story_and_says_ok():
+def _loop_backing_files() -> list[str]:
+    out = subprocess.run(["losetup", "--list", "--noheadings", "--output", "BACK-FILE"], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def test_demo_runs_the_whole_story_and_says_ok(tmp_path):
+    """...and leaves nothing behind: its cluster, repository and Prefect home are temporary (TMPDIR points at
+    a directory of the test's own, which must be empty again) and no loop device stays attached."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_", "KUBECONFIG"))}
+    env["TMPDIR"] = str(tmp)
     out = subprocess.run(
         [sys.executable, "-m", "localcluster.demo"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
     )
@@ -22,3 +32,5 @@ def test_demo_runs_the_whole_story_and_says_ok():
     assert table.count("incremental-cbt / cbt-delta") == 2, table
     assert table.count("full / cbt-allocated") == 2, table
     assert "verify full: ok" in table, table
+    assert sorted(p.name for p in tmp.iterdir()) == [], "the demo left files behind"
+    assert [f for f in _loop_backing_files() if f.startswith(str(tmp))] == [], "the demo left loop devices attached"
