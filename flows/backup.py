@@ -107,7 +107,7 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
         policy = resolve_policy(
             params.get("policy_path"), **{key: v for key, v in params.items() if key in POLICY_OVERRIDES}
         )
-        ns, hooks, annotations = policy.namespace, policy.hooks.model_dump(), policy.use_pod_annotations
+        ns, hooks, annotations = policy.namespace, policy.hooks, policy.use_pod_annotations
         app, hook_timeout = policy.name, policy.timeouts.hook
     except Exception as err:  # noqa: BLE001  (fall back to the raw parameters)
         log.warning("run %s (%s): cannot resolve the policy (%s); using the parameters", run_id, why, err)

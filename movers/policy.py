@@ -11,8 +11,8 @@ A policy is one YAML file (examples in ``configs/policies/``)::
       url: s3://backups/shop           # s3://bucket[/prefix] or file:///path
       credentials_secret: repo-creds   # Secret in `namespace` with the repository's credentials (optional)
     schedule: {cron: "0 2 * * *", timezone: Europe/Berlin}   # optional; absent: on demand only
-    hooks:                             # optional; plain dicts that movers.hooks parses (name required;
-                                       # pod_selector: labels, or a LabelSelector with matchExpressions)
+    hooks:                             # optional; movers.hooks' Hooks model (name required; pod_selector:
+                                       # labels, or a LabelSelector with matchExpressions)
       pre:  [{name: freeze, pod_selector: {matchLabels: {...}}, container: db,
               command: [fsfreeze, --freeze, /data], timeout: 30, on_error: fail}]
       post: [{name: thaw, ..., command: [fsfreeze, --unfreeze, /data], on_error: continue}]
@@ -46,8 +46,8 @@ Durations are ``movers.durations``'s: seconds (a number) or a Go duration (``90s
 Each section is a pydantic model (``BackupPolicy`` and one per section, frozen), so the flows take the
 same types as parameters and the Prefect UI shows them as forms. Every field is checked by one function of
 ``movers.policy_checks``; durations by ``movers.durations``, quantities by ``movers.quantities``.
-Unknown keys are errors (a typo must not silently drop a setting). Hooks are checked field by field and
-then parsed by ``movers.hooks`` (their owner), so a policy that loads runs. Every error is a
+Unknown keys are errors (a typo must not silently drop a setting). The ``hooks`` section is
+``movers.hooks.Hooks``, the model the flow runs hooks from: a policy that loads runs. Every error is a
 ``PolicyError`` whose message names the file and the field.
 """
 
@@ -58,17 +58,19 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema, model_validator
 
 from movers import policy_checks as c
 from movers.errors import UsageError
-from movers.hooks.model import HookSpecError, hookset_from_policy
+from movers.hooks.model import Hooks, HookSpec
 from movers.kube.manifests import DEFAULT_RESOURCES
+from movers.policy_checks import Section
 
 __all__ = [
     "BackupPolicy",
     "CBTSettings",
     "GroupSnapshotSettings",
+    "HookSpec",
     "Hooks",
     "MoverSettings",
     "PolicyError",
@@ -124,15 +126,11 @@ def _node_selector(value: Any) -> dict[str, str]:
     return merged
 
 
-_DURATION_SCHEMA = {
-    "anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}],
-    "description": "seconds, or a Go duration: 90s, 5m, 1h30m, 500ms, 7d",
-}
 Text = Annotated[str, BeforeValidator(c.string), WithJsonSchema({"type": "string", "minLength": 1})]
 DnsLabel = Annotated[str, BeforeValidator(c.dns_label)]
 ObjectName = Annotated[str, BeforeValidator(c.object_name)]
 OptionalObjectName = Annotated[str | None, BeforeValidator(c.optional_object_name)]
-Seconds = Annotated[float, BeforeValidator(c.duration), WithJsonSchema(_DURATION_SCHEMA)]
+Seconds = Annotated[float, BeforeValidator(c.duration), WithJsonSchema(c.DURATION_SCHEMA)]
 Flag = Annotated[bool, BeforeValidator(c.boolean)]
 KeepCount = Annotated[int, BeforeValidator(c.count(0)), Field(ge=0)]
 Workers = Annotated[int, BeforeValidator(c.count(1)), Field(ge=1)]
@@ -142,36 +140,12 @@ Cron = Annotated[str, BeforeValidator(c.cron)]
 TimeZone = Annotated[str, BeforeValidator(c.timezone)]
 Labels = Annotated[dict[str, str], BeforeValidator(c.labels)]
 Selector = Annotated[dict[str, Any], BeforeValidator(c.selector)]
-HookList = Annotated[list[dict[str, Any]], BeforeValidator(c.hooks)]
 Resources = Annotated[dict[str, dict[str, str]], BeforeValidator(c.resources)]
 NodeSelector = Annotated[dict[str, str], BeforeValidator(_node_selector)]
 Tolerations = Annotated[list[dict[str, Any]], BeforeValidator(c.tolerations)]
 Affinity = Annotated[dict[str, Any] | None, BeforeValidator(c.affinity)]
 CbtMode = Annotated[Literal["auto", "off"], BeforeValidator(_cbt_mode)]
 OnTimeout = Annotated[Literal["per-pvc", "fail"], BeforeValidator(_on_timeout)]
-
-
-class Section(BaseModel):
-    """A policy section: a mapping (None: every default) of known keys, its required ones not null."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-    not_a_mapping: ClassVar[str] = "must be a mapping"
-    none_is_default: ClassVar[bool] = True  # ``section: null`` in YAML: every default
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shape(cls, data: Any) -> Any:
-        if isinstance(data, BaseModel):
-            return data
-        if (data is not None or not cls.none_is_default) and not isinstance(data, dict):
-            raise c.problem("", f"{cls.not_a_mapping}, not {c.kind(data)}")
-        data = c.mapping(data, "")
-        fields = {name: f for name, f in cls.model_fields.items() if not f.exclude}
-        c.known(data, "", {f.alias or name for name, f in fields.items()})
-        for name, f in fields.items():
-            if f.is_required():
-                c.required(data, f.alias or name, "")
-        return data
 
 
 # --------------------------------------------------------------------------------------------------
@@ -186,11 +160,6 @@ class Repository(Section):
 class Schedule(Section):
     cron: Cron
     timezone: TimeZone = "UTC"
-
-
-class Hooks(Section):
-    pre: HookList = []
-    post: HookList = []
 
 
 class Retention(Section):
@@ -260,14 +229,6 @@ class BackupPolicy(Section):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     source: str | None = Field(default=None, exclude=True)  # the file it was loaded from
 
-    @model_validator(mode="after")
-    def _hooks_run(self) -> BackupPolicy:
-        try:  # movers.hooks parses them in the flow: a policy that loads must parse there too
-            hookset_from_policy(self.hooks.model_dump(), self.timeouts.hook)
-        except HookSpecError as err:
-            raise c.problem("hooks", str(err)) from None
-        return self
-
 
 # --------------------------------------------------------------------------------------------------
 # loading
@@ -278,14 +239,7 @@ def _validated(model: type[Section], data: Any, source: str | Path | None, prefi
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        first = err.errors(include_url=False)[0]
-        where = prefix
-        for part in first["loc"]:
-            where = c.join(where, f"[{part}]" if isinstance(part, int) else str(part))
-        ctx = first.get("ctx") or {}
-        if first["type"] == "policy":
-            raise PolicyError(source, c.join(where, ctx["at"]), ctx["message"]) from None
-        raise PolicyError(source, where, first["msg"]) from None
+        raise PolicyError(source, *c.first_problem(err, prefix)) from None
 
 
 def parse_policy(data: Any, source: str | Path | None = None) -> BackupPolicy:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError  # a dependency of prefect, the same field syntax
+from pydantic import AliasChoices, BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from movers.durations import EXAMPLES, parse_duration
@@ -36,7 +37,6 @@ _CRON_MACROS = {
     "@annually": "0 0 1 1 *",
 }
 _SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-_ON_ERROR = ("fail", "continue")
 _TOLERATION_OPERATORS = ("Exists", "Equal")
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -44,10 +44,65 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
+# a duration in a JSON schema (a UI form, enforce_parameter_schema): seconds or a Go duration string
+DURATION_SCHEMA = {
+    "anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}],
+    "description": "seconds, or a Go duration: 90s, 5m, 1h30m, 500ms, 7d",
+}
+
+
 def problem(at: str, message: str) -> PydanticCustomError:
     """The error of a bad value at ``at`` (relative to the field being validated; "" for the field); its text
     names ``at`` too, for pydantic's own error reports (e.g. a flow's parameters)."""
     return PydanticCustomError("policy", "{at}: {message}" if at else "{message}", {"message": message, "at": at})
+
+
+def first_problem(err: ValidationError, prefix: str = "") -> tuple[str, str]:
+    """The field path (after ``prefix``; ``[i]`` for list items) and the message of ``err``'s first error."""
+    first = err.errors(include_url=False)[0]
+    where = prefix
+    for part in first["loc"]:
+        where = join(where, f"[{part}]" if isinstance(part, int) else str(part))
+    ctx = first.get("ctx") or {}
+    if first["type"] == "policy":
+        return join(where, ctx["at"]), ctx["message"]
+    return where, first["msg"]
+
+
+class Section(BaseModel):
+    """A mapping of known keys (None: every default), its required ones not null, each key given once (a
+    field may accept several spellings: ``validation_alias=AliasChoices(...)``); frozen."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    not_a_mapping: ClassVar[str] = "must be a mapping"
+    none_is_default: ClassVar[bool] = True  # ``section: null`` in YAML: every default
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shape(cls, data: Any) -> Any:
+        if isinstance(data, BaseModel):
+            return data
+        if (data is not None or not cls.none_is_default) and not isinstance(data, dict):
+            raise problem("", f"{cls.not_a_mapping}, not {kind(data)}")
+        data = mapping(data, "")
+        spellings = {name: _spellings(name, f) for name, f in cls.model_fields.items() if not f.exclude}
+        unknown = sorted(set(data) - {key for keys in spellings.values() for key in keys})
+        if unknown:
+            names = ", ".join(sorted(keys[0] for keys in spellings.values()))
+            raise problem(unknown[0], f"unknown field (known: {names})")
+        for name, keys in spellings.items():
+            given = [key for key in keys if key in data]
+            if len(given) > 1:
+                raise problem(given[1], f"the same field as {given[0]}: give one of them")
+            if cls.model_fields[name].is_required() and (not given or data[given[0]] is None):
+                raise problem(given[0] if given else keys[0], "is required")
+        return data
+
+
+def _spellings(name: str, f: Any) -> list[str]:
+    if isinstance(f.validation_alias, AliasChoices):
+        return [choice for choice in f.validation_alias.choices if isinstance(choice, str)]
+    return [f.alias or name]
 
 
 def join(parent: str, key: str) -> str:
@@ -250,38 +305,6 @@ def _expression(value: Any, at: str) -> dict[str, Any]:
     if values:
         raise problem(join(at, "values"), f"must be empty for {op}")
     return {"key": key, "operator": op}
-
-
-# -- hooks: their owner is movers.hooks; only their shape is checked here, field by field
-
-
-def hooks(value: Any) -> list[dict[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise problem("", f"must be a list of hooks, not {kind(value)}")
-    out = []
-    for i, hook in enumerate(value):
-        at = f"[{i}]"
-        hook = mapping(hook, at, required=True)
-        command = hook.get("command")
-        if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
-            raise problem(join(at, "command"), "must be a non-empty list of strings (an argv, no shell)")
-        if "on_error" in hook and hook["on_error"] not in _ON_ERROR:
-            raise problem(join(at, "on_error"), f"must be fail or continue, not {hook['on_error']!r}")
-        if "timeout" in hook:
-            duration(hook["timeout"], join(at, "timeout"))
-        if hook.get("container") is not None:
-            string(hook["container"], join(at, "container"))
-        if hook.get("name") is not None:
-            string(hook["name"], join(at, "name"))
-        pods = hook.get("pod_selector")
-        if isinstance(pods, dict) and pods and not {"matchLabels", "matchExpressions"} & set(pods):
-            labels(pods, join(at, "pod_selector"))  # a flat selector: labels to match
-        elif pods is not None:
-            selector(pods, join(at, "pod_selector"))
-        out.append(dict(hook))
-    return out
 
 
 # -- pod resources and scheduling

@@ -68,7 +68,7 @@ def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, pl
     hookset = app_hooks(
         api,
         namespace,
-        policy.hooks.model_dump(),
+        policy.hooks,
         use_pod_annotations=policy.use_pod_annotations,
         default_timeout=policy.timeouts.hook,
     )

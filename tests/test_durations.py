@@ -28,7 +28,7 @@ def test_go_syntax_only_needs_a_unit():
 def test_one_syntax_everywhere():
     """A policy field, a hook's timeout and a prune's grace take the same strings (500ms was a hook's only)."""
     from flows.maintenance import seconds
-    from movers.hooks.model import hook_from_policy
+    from movers.hooks.model import HookSpec
     from movers.policy import parse_policy
 
     doc = {
@@ -40,5 +40,7 @@ def test_one_syntax_everywhere():
     }
     policy = parse_policy(doc)
     assert (policy.timeouts.hook, policy.timeouts.mover) == (0.5, 86400)
-    hook = hook_from_policy({"name": "h", "pod_selector": {"app": "db"}, "command": ["x"], "timeout": "1d"})
+    hook = HookSpec.model_validate(
+        {"name": "h", "pod_selector": {"app": "db"}, "command": ["x"], "timeout": "1d"}
+    ).hook()
     assert hook.timeout_s == 86400 and seconds("500ms") == 0.5 and seconds("7d") == 7 * 86400

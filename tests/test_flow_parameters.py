@@ -20,6 +20,11 @@ def test_backup_hooks_are_a_form_of_pre_and_post_hooks():
     assert schema["properties"]["hooks"]["anyOf"][0] == {"$ref": "#/definitions/Hooks"}
     hooks = schema["definitions"]["Hooks"]
     assert set(hooks["properties"]) == {"pre", "post"} and hooks["additionalProperties"] is False
+    assert hooks["properties"]["pre"]["items"] == {"$ref": "#/definitions/HookSpec"}, "each hook a form"
+    spec = schema["definitions"]["HookSpec"]
+    assert set(spec["required"]) == {"name", "pod_selector", "command"}
+    assert spec["properties"]["on_error"]["enum"] == ["fail", "continue"]
+    assert {"type": "string"} in spec["properties"]["timeout"]["anyOf"], "a Go duration such as 90s is a timeout"
     assert backup_app.validate_parameters({"hooks": {"pre": [HOOK]}})["hooks"] == Hooks(pre=[HOOK])
 
 
@@ -27,8 +32,8 @@ def test_backup_hooks_are_a_form_of_pre_and_post_hooks():
     ("hooks", "words"),
     [
         ({"pre": [HOOK], "prost": []}, "prost"),
-        ({"pre": [{**HOOK, "command": "fsfreeze --freeze /data"}]}, "[0].command: must be a non-empty list"),
-        ({"post": [{**HOOK, "on_error": "ignore"}]}, "[0].on_error: must be fail or continue"),
+        ({"pre": [{**HOOK, "command": "fsfreeze --freeze /data"}]}, "hooks.pre.0.command: must be a list (an argv)"),
+        ({"post": [{**HOOK, "on_error": "ignore"}]}, "hooks.post.0.on_error: must be fail or continue"),
     ],
 )
 def test_backup_refuses_bad_hooks_before_the_run(hooks, words):

@@ -44,20 +44,24 @@ def test_policy_hooks_with_defaults_and_aliases():
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"pod_selector": {"a": "b"}, "command": ["x"]}, "pre hook #1: missing field 'name'"),
-        ({"name": "f", "command": ["x"]}, "pre hook 'f': missing field 'pod_selector'"),
-        ({"name": "f", "pod_selector": {"a": "b"}}, "pre hook 'f': missing field 'command'"),
-        ({"name": "f", "pod_selector": {"a": "b"}, "command": "fsfreeze -f /data"}, "command must be a list"),
-        ({"name": "f", "pod_selector": {"a": "b"}, "command": []}, "hook 'f': command must be a non-empty list"),
-        ({"name": "f", "pod_selector": {"a": "b"}, "command": ["x", 1]}, "hook 'f': command must be"),
-        ({"name": "f", "pod_selector": {}, "command": ["x"]}, "hook 'f': pod_selector must be a non-empty"),
-        ({"name": "f", "pod_selector": {"a": 1}, "command": ["x"]}, "hook 'f': pod_selector: label 'a'"),
+        ({"pod_selector": {"a": "b"}, "command": ["x"]}, "pre hook #1: name: is required"),
+        ({"name": "f", "command": ["x"]}, "pre hook 'f': pod_selector: is required"),
+        ({"name": "f", "pod_selector": {"a": "b"}}, "pre hook 'f': command: is required"),
+        (
+            {"name": "f", "pod_selector": {"a": "b"}, "command": "fsfreeze -f /data"},
+            "command: must be a list (an argv)",
+        ),
+        ({"name": "f", "pod_selector": {"a": "b"}, "command": []}, "hook 'f': command: must be a non-empty list"),
+        ({"name": "f", "pod_selector": {"a": "b"}, "command": ["x", 1]}, "hook 'f': command: must be"),
+        ({"name": "f", "pod_selector": {}, "command": ["x"]}, "hook 'f': pod_selector: must select pods"),
+        ({"name": "f", "pod_selector": {"a": True}, "command": ["x"]}, "hook 'f': pod_selector.a: label value"),
         ({"name": "f", "pod_selector": {"a": "b"}, "command": ["x"], "on_error": "ignore"}, "hook 'f': on_error"),
         ({"name": "f", "pod_selector": {"a": "b"}, "command": ["x"], "timeout": "10 sec"}, "hook 'f': timeout"),
-        ({"name": "f", "pod_selector": {"a": "b"}, "command": ["x"], "timeout": 0}, "hook 'f': timeout must be"),
-        ({"name": "f", "pod_selector": {"a": "b"}, "command": ["x"], "shell": True}, "hook 'f': unknown field 'shell'"),
+        ({"name": "f", "pod_selector": {"a": "b"}, "command": ["x"], "timeout": 0}, "hook 'f': timeout: must be"),
+        ({"name": "f", "pod_selector": {"a": "b"}, "command": ["x"], "shell": True}, "hook 'f': shell: unknown field"),
         ({"name": "f", "pod_selector": {"a": "b"}, "command": ["x"], "container": ""}, "hook 'f': container"),
-        ("freeze", "pre hook #1: expected a mapping"),
+        ({"name": "f", "pod_selector": {"a": "b"}, "podSelector": {"a": "b"}, "command": ["x"]}, "same field as"),
+        ("freeze", "pre hook #1: must be a mapping"),
     ],
 )
 def test_policy_errors_name_the_hook_and_field(entry, message):
@@ -69,10 +73,10 @@ def test_policy_errors_name_the_hook_and_field(entry, message):
 def test_policy_structure_errors():
     with pytest.raises(HookSpecError, match="unknown field"):
         hookset_from_policy({"pre": [], "during": []})
-    with pytest.raises(HookSpecError, match="post must be a list"):
+    with pytest.raises(HookSpecError, match="post: must be a list"):
         hookset_from_policy({"post": {"name": "x"}})
     hook = {"name": "f", "pod_selector": {"a": "b"}, "command": ["x"]}
-    with pytest.raises(HookSpecError, match="duplicate pre hook name"):
+    with pytest.raises(HookSpecError, match="pre: duplicate hook name"):
         hookset_from_policy({"pre": [hook, hook]})
     with pytest.raises(HookSpecError, match="post hook #2"):
         hookset_from_policy({"post": [hook, {"name": 3}]})

@@ -47,9 +47,9 @@ def test_examples_load():
     }
     assert db.repository.credentials_secret == "cbt-mover-repo"
     assert (db.schedule.cron, db.schedule.timezone) == ("30 1 * * *", "Europe/Berlin")
-    assert [h["name"] for h in db.hooks.pre] == ["checkpoint", "fsfreeze-data", "fsfreeze-wal"]
-    assert all(isinstance(h["command"], list) for h in db.hooks.pre + db.hooks.post)
-    assert db.hooks.post[0]["on_error"] == "continue"
+    assert [h.name for h in db.hooks.pre] == ["checkpoint", "fsfreeze-data", "fsfreeze-wal"]
+    assert all(isinstance(h.command, list) for h in db.hooks.pre + db.hooks.post)
+    assert db.hooks.post[0].on_error == "continue"
     assert db.retention == Retention(keep_last=3, keep_daily=7, keep_weekly=4, keep_monthly=12)
     assert db.group_snapshot.class_name == "csi-group-snapclass" and db.group_snapshot.timeout == 300.0
     assert db.timeouts.mover == 7200.0 and db.snapshot_class == "csi-snapclass"
@@ -61,7 +61,7 @@ def test_examples_load():
     assert db.mover.affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 50
     assert (db.group_snapshot.freeze_timeout, db.group_snapshot.on_timeout) == (20.0, "per-pvc")
     demo = policies["demo"]
-    assert demo.hooks.pre[0]["command"][:3] == ["python", "-m", "localcluster.demo_app"]
+    assert demo.hooks.pre[0].command[:3] == ["python", "-m", "localcluster.demo_app"]
     assert demo.mover.image == "cbt-mover"
     assert demo.group_snapshot.freeze_timeout < 10, "the demo app thaws itself after 10 s"
 
@@ -241,7 +241,7 @@ BAD = [
     ("hooks", {"pre": [{**HOOK, "timeout": "soon"}]}, "hooks.pre[0].timeout", "duration"),
     ("hooks", {"pre": [{**HOOK, "container": ""}]}, "hooks.pre[0].container", "non-empty string"),
     ("hooks", {"pre": [{**HOOK, "name": 3}]}, "hooks.pre[0].name", "non-empty string"),
-    ("hooks", {"pre": [{**HOOK, "pod_selector": {}}]}, "hooks.pre[0].pod_selector", "selects every"),
+    ("hooks", {"pre": [{**HOOK, "pod_selector": {}}]}, "hooks.pre[0].pod_selector", "must select pods"),
     ("use_pod_annotations", "yes please", "use_pod_annotations", "true or false"),
     ("retention.keep_last", -1, "retention.keep_last", "at least 0"),
     ("retention.keep_daily", 1.5, "retention.keep_daily", "integer"),
@@ -396,22 +396,30 @@ def test_load_policies_directory(tmp_path):
     ],
 )
 def test_a_hook_the_policy_accepts_is_the_hook_the_flow_runs(hook, selector):
-    """The policy's checks and the hook parser the flow uses agree: what loads, runs, as written."""
-    from movers.hooks import hookset_from_policy
-
+    """The policy's hooks are the model the flow runs hooks from: what loads, runs, as written."""
     policy = parse_policy({**MINIMAL, "hooks": {"pre": [{"name": "h", "command": ["true"], **hook}]}})
-    (parsed,) = hookset_from_policy(policy.hooks.model_dump(), policy.timeouts.hook).pre
+    (parsed,) = policy.hooks.hookset(policy.timeouts.hook).pre
     assert parsed.label_selector == selector and parsed.timeout_s == (0.25 if "timeout" in hook else 60.0)
 
 
 @pytest.mark.parametrize(
-    "hook, fragment",
+    "hook, field, fragment",
     [
-        ({"pod_selector": {"app": "db"}, "command": ["true"]}, "missing field 'name'"),
-        ({"name": "h", "pod_selector": {"app": "db"}, "command": ["true"], "retries": 2}, "unknown field 'retries'"),
+        ({"pod_selector": {"app": "db"}, "command": ["true"]}, "hooks.pre[0].name", "is required"),
+        (
+            {"name": "h", "pod_selector": {"app": "db"}, "command": ["true"], "retries": 2},
+            "hooks.pre[0].retries",
+            "unknown",
+        ),
+        (
+            {"name": "h", "podSelector": {"app": "db"}, "pod_selector": {}, "command": ["true"]},
+            "hooks.pre[0].podSelector",
+            "same",
+        ),
     ],
 )
-def test_a_hook_the_flow_would_refuse_does_not_load(hook, fragment):
+def test_a_hook_the_flow_would_refuse_does_not_load(hook, field, fragment):
+    """The policy's hooks are movers.hooks' own model: what the flow would refuse, the policy refuses, by field."""
     with pytest.raises(PolicyError, match=fragment) as err:
         parse_policy({**MINIMAL, "hooks": {"pre": [hook]}})
-    assert err.value.field == "hooks"
+    assert err.value.field == field

@@ -4,6 +4,7 @@ line there fails here)."""
 from __future__ import annotations
 
 import re
+import typing
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -20,12 +21,14 @@ def _keys(model: type[BaseModel], prefix: str = "") -> set[str]:
         if f.exclude:  # the file it was loaded from, not a key
             continue
         key = prefix + (f.alias or name)
-        section = next((t for t in (f.annotation, *getattr(f.annotation, "__args__", ())) if _is_section(t)), None)
+        args = () if typing.get_origin(f.annotation) is list else getattr(f.annotation, "__args__", ())
+        section = next((t for t in (f.annotation, *args) if _is_section(t)), None)
         keys |= _keys(section, key + ".") if section else {key}
     return keys
 
 
 def _is_section(t: object) -> bool:
+    """A nested section (``Retention``, ``Schedule | None``), not a list of entries (``hooks.pre``)."""
     return isinstance(t, type) and issubclass(t, p.Section)
 
 

@@ -5,7 +5,9 @@ No Prefect here: flows and tasks call ``quiesced(api, namespace, hookset)`` arou
 
 from movers.hooks.model import (
     Hook,
+    Hooks,
     HookSet,
+    HookSpec,
     HookSpecError,
     hookset_from_annotations,
     hookset_from_policy,
@@ -29,7 +31,9 @@ __all__ = [
     "Hook",
     "HookError",
     "HookResult",
+    "Hooks",
     "HookSet",
+    "HookSpec",
     "HookSpecError",
     "Quiesce",
     "annotation_hooks",

@@ -30,8 +30,19 @@ import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from pydantic import (
+    AliasChoices,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from movers import policy_checks as c
 from movers.durations import parse_duration
 from movers.errors import UsageError
 from movers.selectors import expression_problem, selector_string
@@ -116,87 +127,133 @@ def _timeout(value: Any, where: str, label: str = "timeout", bare_numbers: bool 
     return seconds
 
 
-# --- policy data ---------------------------------------------------------------------------------
-
-_ALIASES = {"podSelector": "pod_selector", "onError": "on_error", "timeoutSeconds": "timeout", "timeout_s": "timeout"}
-_KEYS = {"name", "pod_selector", "container", "command", "timeout", "on_error"}
+# --- policy data: HookSpec (one entry) and Hooks (pre and post), pydantic models the policy reuses ---------------
 
 
-def hook_from_policy(
-    data: Any, *, phase: str = "pre", index: int = 0, default_timeout: float = DEFAULT_TIMEOUT_S
-) -> Hook:
-    """One hook from a policy entry; ``phase``/``index`` only name it in error messages; ``default_timeout``:
-    its timeout when the entry gives none (the policy's ``timeouts.hook``)."""
-    where = f"{phase} hook #{index + 1}"
-    if not isinstance(data, Mapping):
-        raise HookSpecError(f"{where}: expected a mapping, got {type(data).__name__}")
-    if isinstance(data.get("name"), str) and data["name"]:
-        where = f"{phase} hook {data['name']!r}"
-    entry: dict[str, Any] = {}
-    for key, value in data.items():
-        canonical = _ALIASES.get(key, key)
-        if canonical not in _KEYS:
-            raise HookSpecError(f"{where}: unknown field {key!r} (known: {', '.join(sorted(_KEYS))})")
-        if canonical in entry:
-            raise HookSpecError(f"{where}: field {canonical!r} given twice ({key!r})")
-        entry[canonical] = value
-    for required in ("name", "pod_selector", "command"):
-        if required not in entry:
-            raise HookSpecError(f"{where}: missing field {required!r}")
-    if not isinstance(entry["name"], str) or not entry["name"]:
-        raise HookSpecError(f"{where}: name must be a non-empty string")
-    command = entry["command"]
-    if isinstance(command, str):
-        raise HookSpecError(
-            f"{where}: command must be a list (an argv), not a string; for a shell use e.g. ['sh', '-c', {command!r}]"
-        )
-    on_error = entry.get("on_error", "fail")
-    if isinstance(on_error, str):
-        on_error = on_error.lower()
-    selector, expressions = entry["pod_selector"], []
-    if isinstance(selector, Mapping) and {"matchLabels", "matchExpressions"} & set(selector):  # a LabelSelector
-        if set(selector) - {"matchLabels", "matchExpressions"}:
-            raise HookSpecError(f"{where}: pod_selector: a LabelSelector has matchLabels and matchExpressions only")
-        expressions = selector.get("matchExpressions") or []
-        if not isinstance(expressions, list):
-            raise HookSpecError(f"{where}: pod_selector.matchExpressions must be a list")
-        selector = selector.get("matchLabels") or {}
-    if not isinstance(selector, Mapping):
-        raise HookSpecError(f"{where}: pod_selector must be a mapping of labels, got {selector!r}")
-    return Hook(
-        name=entry["name"],
-        pod_selector=dict(selector),
-        match_expressions=[dict(e) if isinstance(e, Mapping) else e for e in expressions],
-        container=entry.get("container"),
-        command=list(command) if isinstance(command, list | tuple) else command,
-        timeout_s=_timeout(entry["timeout"], where) if "timeout" in entry else default_timeout,
-        on_error=on_error,
+def _argv(value: Any) -> list[str]:
+    if isinstance(value, str):
+        raise c.problem("", f"must be a list (an argv), not a string; for a shell use e.g. ['sh', '-c', {value!r}]")
+    if not isinstance(value, list) or not value or not all(isinstance(a, str) and a for a in value):
+        raise c.problem("", f"must be a non-empty list of non-empty strings (an argv, no shell), not {c.kind(value)}")
+    return value
+
+
+def _pod_selector(value: Any) -> dict[str, Any]:
+    """Labels to match (``{app: db}``), or a LabelSelector (``matchLabels``, ``matchExpressions``)."""
+    if isinstance(value, dict) and {"matchLabels", "matchExpressions"} & set(value):
+        return c.selector(value)
+    labels = c.labels(value)
+    if not labels:
+        raise c.problem("", "must select pods: labels, or a LabelSelector (matchLabels, matchExpressions)")
+    return labels
+
+
+def _on_error(value: Any) -> str:
+    value = value.lower() if isinstance(value, str) else value
+    if value not in ("fail", "continue"):
+        raise c.problem("", f"must be fail or continue, not {value!r}")
+    return value
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None else c.string(value)
+
+
+def _optional_seconds(value: Any) -> float | None:
+    return None if value is None else c.duration(value)
+
+
+class HookSpec(c.Section):
+    """One hook as a policy or a flow parameter writes it; camelCase spellings (``podSelector``, ``onError``,
+    ``timeoutSeconds``) are accepted too. ``hook`` is its runtime form."""
+
+    name: Annotated[str, BeforeValidator(c.string)]
+    pod_selector: Annotated[dict[str, Any], BeforeValidator(_pod_selector)] = Field(
+        validation_alias=AliasChoices("pod_selector", "podSelector")
     )
+    container: Annotated[str | None, BeforeValidator(_optional_text)] = None  # None: the pod's first container
+    command: Annotated[list[str], BeforeValidator(_argv)]
+    timeout: Annotated[
+        float | None,
+        BeforeValidator(_optional_seconds),
+        WithJsonSchema({"anyOf": [*c.DURATION_SCHEMA["anyOf"], {"type": "null"}]}),
+    ] = Field(
+        default=None,
+        validation_alias=AliasChoices("timeout", "timeoutSeconds", "timeout_s"),
+        description=f"{c.DURATION_SCHEMA['description']} (none: the policy's timeouts.hook)",
+    )
+    on_error: Annotated[OnError, BeforeValidator(_on_error)] = Field(
+        default="fail", validation_alias=AliasChoices("on_error", "onError")
+    )
+
+    def hook(self, default_timeout: float = DEFAULT_TIMEOUT_S) -> Hook:
+        selector = self.pod_selector
+        if "matchLabels" in selector or "matchExpressions" in selector:
+            labels, expressions = selector.get("matchLabels") or {}, selector.get("matchExpressions") or []
+        else:
+            labels, expressions = selector, []
+        return Hook(
+            name=self.name,
+            pod_selector=dict(labels),
+            match_expressions=[dict(e) for e in expressions],
+            container=self.container,
+            command=list(self.command),
+            timeout_s=self.timeout if self.timeout is not None else default_timeout,
+            on_error=self.on_error,
+        )
+
+
+class Hooks(c.Section):
+    """An application's hooks: ``pre`` run in order before the snapshot, ``post`` after it in reverse order;
+    names unique per phase."""
+
+    pre: list[HookSpec] = []
+    post: list[HookSpec] = []
+
+    @field_validator("pre", "post", mode="before")
+    @classmethod
+    def _listed(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise c.problem("", f"must be a list of hooks, not {c.kind(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Hooks:
+        for phase in ("pre", "post"):
+            names = [h.name for h in getattr(self, phase)]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise c.problem(phase, f"duplicate hook name(s): {', '.join(dupes)}")
+        return self
+
+    def hookset(self, default_timeout: float = DEFAULT_TIMEOUT_S) -> HookSet:
+        """The runtime hooks; ``default_timeout`` for hooks without their own."""
+        return HookSet([h.hook(default_timeout) for h in self.pre], [h.hook(default_timeout) for h in self.post])
 
 
 def hookset_from_policy(data: Any, default_timeout: float = DEFAULT_TIMEOUT_S) -> HookSet:
-    """``{"pre": [...], "post": [...]}`` (either may be missing or null) -> HookSet; ``default_timeout`` for
-    hooks without their own."""
-    if data is None:
-        return HookSet()
-    if not isinstance(data, Mapping):
-        raise HookSpecError(f"hooks: expected a mapping with 'pre' and 'post', got {type(data).__name__}")
-    unknown = set(data) - {"pre", "post"}
-    if unknown:
-        raise HookSpecError(f"hooks: unknown field(s) {', '.join(sorted(map(str, unknown)))} (known: pre, post)")
-    phases: dict[str, list[Hook]] = {}
-    for phase in ("pre", "post"):
-        entries = data.get(phase) or []
-        if not isinstance(entries, list):
-            raise HookSpecError(f"hooks: {phase} must be a list")
-        phases[phase] = [
-            hook_from_policy(e, phase=phase, index=i, default_timeout=default_timeout) for i, e in enumerate(entries)
-        ]
-        names = [h.name for h in phases[phase]]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise HookSpecError(f"hooks: duplicate {phase} hook name(s): {', '.join(dupes)}")
-    return HookSet(phases["pre"], phases["post"])
+    """``{"pre": [...], "post": [...]}`` (either may be missing or null; a ``Hooks``) -> HookSet;
+    ``default_timeout`` for hooks without their own. A ``HookSpecError`` names the hook and the field."""
+    try:
+        hooks = Hooks.model_validate(data)
+    except ValidationError as err:
+        path, problem = c.first_problem(err)
+        raise HookSpecError(_where(data, path, problem)) from None
+    return hooks.hookset(default_timeout)
+
+
+def _where(data: Any, path: str, problem: str) -> str:
+    """``pre hook 'freeze': command: must be ...`` (``pre hook #2: ...`` for a hook without a usable name)."""
+    phase, _, rest = path.partition("[")
+    index, _, field = rest.partition("]")
+    if not index.isdigit():
+        return f"hooks: {path}: {problem}" if path else f"hooks: {problem}"
+    entry = data[phase][int(index)] if isinstance(data, Mapping) else getattr(data, phase)[int(index)]
+    name = entry.get("name") if isinstance(entry, Mapping) else None
+    who = f"{phase} hook {name!r}" if isinstance(name, str) and name else f"{phase} hook #{int(index) + 1}"
+    return f"{who}: {field.lstrip('.')}: {problem}" if field else f"{who}: {problem}"
 
 
 # --- Velero-style pod annotations ----------------------------------------------------------------

@@ -230,8 +230,9 @@ def app_hooks(
     use_pod_annotations: bool = False,
     default_timeout: float = DEFAULT_TIMEOUT_S,
 ) -> HookSet:
-    """An application's hooks: the policy's ``hooks`` (``{"pre": [...], "post": [...]}``) and, with
-    ``use_pod_annotations``, its Running pods' annotation hooks; ``default_timeout`` for hooks without one."""
+    """An application's hooks: the policy's ``hooks`` (``Hooks``, or its data ``{"pre": [...], "post": [...]}``)
+    and, with ``use_pod_annotations``, its Running pods' annotation hooks; ``default_timeout`` for hooks without
+    one."""
     hookset = hookset_from_policy(hooks or {}, default_timeout)
     if use_pod_annotations:
         hookset = hookset + annotation_hooks(api, namespace, default_timeout=default_timeout)
