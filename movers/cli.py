@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--grace", default="24h", help="keep unreferenced data this long (e.g. 0, 90m, 24h, 7d; default 24h)"
     )
+    p.add_argument(
+        "--wait-backups",
+        default="1h",
+        help="before deleting, wait this long for backups that may use what it deletes (default 1h); still"
+        " running then: delete nothing this time",
+    )
     p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
     return parser
 
@@ -584,15 +590,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else errors.EXIT_INTEGRITY
 
 
-def _duration(text: str) -> float:
+def _duration(text: str, option: str = "--grace") -> float:
     from movers.durations import parse_duration
 
     try:
         seconds = parse_duration(text)
     except ValueError as err:
-        raise UsageError(f"--grace {err}") from None
+        raise UsageError(f"{option} {err}") from None
     if seconds < 0:
-        raise UsageError("--grace must not be negative")
+        raise UsageError(f"{option} must not be negative")
     return seconds
 
 
@@ -623,9 +629,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
 def cmd_prune(args: argparse.Namespace) -> int:
     from movers.repo.prune import prune
 
-    grace = _duration(args.grace)
+    grace, wait = _duration(args.grace), _duration(args.wait_backups, "--wait-backups")
     repo = _open_repo(args)
-    r = prune(repo, grace_s=grace, dry_run=args.dry_run)
+    r = prune(repo, grace_s=grace, dry_run=args.dry_run, backup_wait_s=wait)
     verb = "would delete" if r.dry_run else "deleted"
     text = (
         f"{verb} {r.packs_deleted} pack(s) ({_mib(r.bytes_deleted)}) and {r.map_objects_deleted} map object(s);"
@@ -633,6 +639,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         f" {r.packs_in_grace} unreferenced pack(s) in grace ({_mib(r.bytes_in_grace)});"
         f" index objects: {r.index_objects_deleted} replaced by {r.index_objects_written}; {r.duration_s:.1f}s"
     )
+    if r.backups_waited_for:
+        text += f"; waited for {r.backups_waited_for} running backup(s), {r.packs_deferred} pack(s) kept for now"
     _emit(args, r.to_dict(), text)
     return 0
 

@@ -10,6 +10,7 @@ from movers.pipeline.verify import run_verify
 from movers.repo import pack, volmap
 from movers.repo.config import RepoConfig
 from movers.repo.index import INDEX_PREFIX
+from movers.repo.leases import TTL_S
 from movers.repo.manifest import VolumeIdentity
 from movers.repo.prune import STATE_PREFIX, prune
 from movers.repo.repository import Repository
@@ -22,6 +23,7 @@ SIZE = 16 * MiB
 CONFIG = RepoConfig(page_size=4 * MiB, pack_target=2 * MiB)
 T0 = 1_700_000_000.0
 DAY = 86400.0
+CRASHED = 0.0  # lease_ttl_s of a prune after a simulated crash: the crashed backup's lease counts as expired
 
 
 def snapshot_of(image, tmp_path, name) -> tuple:
@@ -145,7 +147,7 @@ def test_crashed_backup_packs_are_reused_by_the_retry_until_a_prune_lists_them(t
         orphans = keys(inner, pack.PACK_PREFIX) - packs_before
         assert len(orphans) == 1 and not repo.list_backups(vol)
         if prune_between:  # the orphan is now listed: a prune may delete it, so the retry must not use it
-            report = prune(Repository.open(store), grace_s=DAY, now=T0)
+            report = prune(Repository.open(store), grace_s=DAY, now=T0, lease_ttl_s=CRASHED)
             assert report.packs_in_grace == 1 and report.packs_deleted == 0
         puts_before = len(store.puts)
         m = run_backup(Repository.open(store), str(image), VolumeIdentity(vol), force_full=True)
@@ -156,7 +158,7 @@ def test_crashed_backup_packs_are_reused_by_the_retry_until_a_prune_lists_them(t
         assert orphan_chunks
         assert bool(orphan_chunks & new_chunks) == prune_between, vol  # re-uploaded only once listed
         assert not orphans & set(new_packs)  # never re-created under the listed key
-        later = prune(Repository.open(store), grace_s=DAY, now=T0 + 10 * DAY)
+        later = prune(Repository.open(store), grace_s=DAY, now=T0 + 10 * DAY, lease_ttl_s=CRASHED)
         assert (orphans <= keys(inner, pack.PACK_PREFIX)) != prune_between  # reused: kept; listed: deleted
         assert later.packs_deleted == (1 if prune_between else 0)
     assert check_all_restore(Repository.open(store), expected, tmp_path) == 3
@@ -176,11 +178,11 @@ def test_abandoned_packs_older_than_grace_are_deleted(tmp_path):
     store.recover()
     orphans = keys(inner, pack.PACK_PREFIX) - before
     assert len(orphans) == 1
-    assert prune(Repository.open(store), grace_s=DAY, now=T0).packs_in_grace == 1
+    assert prune(Repository.open(store), grace_s=DAY, now=T0, lease_ttl_s=CRASHED).packs_in_grace == 1
     dry = prune(Repository.open(store), grace_s=DAY, now=T0 + 2 * DAY, dry_run=True)
     assert dry.packs_deleted == 1 and orphans <= keys(inner)
     orphan_bytes = sum(inner.size(k) for k in orphans)
-    report = prune(Repository.open(store), grace_s=DAY, now=T0 + 2 * DAY)
+    report = prune(Repository.open(store), grace_s=DAY, now=T0 + 2 * DAY, lease_ttl_s=CRASHED)
     assert (report.packs_deleted, report.bytes_deleted) == (1, orphan_bytes) == (dry.packs_deleted, dry.bytes_deleted)
     assert not orphans & keys(inner)
     assert keys(inner, pack.PACK_PREFIX) == {k for k in before if k.startswith(pack.PACK_PREFIX)}
@@ -236,15 +238,16 @@ class HookStore(MemoryStore):
         super().delete(key)
 
 
-def prune_before_commit(store, now, reports):
+def prune_before_commit(store, now, reports, lease_ttl_s=TTL_S):
     """A progress callback for a backup with extents that prunes once everything but the manifest is written.
 
-    The engine's last progress call comes after its packs, index and map: only the commit is left.
+    The engine's last progress call comes after its packs, index and map: only the commit is left. The
+    backup read the prune state that lists what this prune deletes, so the prune need not wait for it.
     """
 
     def progress(done, total):
         if total is not None and not reports:  # with extents, only the last call knows the total
-            reports.append(prune(Repository.open(store), grace_s=DAY, now=now))
+            reports.append(prune(Repository.open(store), grace_s=DAY, now=now, lease_ttl_s=lease_ttl_s))
 
     return progress
 
@@ -326,7 +329,7 @@ def test_retry_after_a_prune_never_recreates_listed_packs_or_pages(tmp_path):
     assert any(k.startswith(pack.PACK_PREFIX) for k in orphans) and any(
         k.startswith(volmap.MAP_PREFIX) for k in orphans
     )
-    listed = prune(Repository.open(store), grace_s=DAY, now=T0)
+    listed = prune(Repository.open(store), grace_s=DAY, now=T0, lease_ttl_s=CRASHED)
     assert listed.packs_in_grace + listed.map_objects_in_grace == len(orphan_data)
 
     reports = []
@@ -335,7 +338,7 @@ def test_retry_after_a_prune_never_recreates_listed_packs_or_pages(tmp_path):
         str(image),
         VolumeIdentity("vol-b"),
         extents=[(0, SIZE)],
-        progress=prune_before_commit(store, T0 + DAY, reports),
+        progress=prune_before_commit(store, T0 + DAY, reports, CRASHED),
     )
     expected[m.backup_id] = ("vol-b", sha256_file(image))
     [racing] = reports

@@ -37,10 +37,11 @@ from movers.repo import digests as dg
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import chunk_id, encode_chunk
+from movers.repo.leases import Lease
 from movers.repo.lineage import backup_with_handle
 from movers.repo.manifest import Manifest, MapRef, SnapshotIdentity, VolumeIdentity, new_backup_id
 from movers.repo.mapwriter import DigestUpdate, MapWriter
-from movers.repo.prunestate import garbage_keys
+from movers.repo.prunestate import read_state
 from movers.repo.repository import Repository
 
 log = logging.getLogger(__name__)
@@ -132,12 +133,47 @@ def run_backup(
     sorted.
 
     Nothing the newest prune state lists (read first, before the chunk index) is deduplicated
-    against or re-created under its key (see ``movers.repo.prune``).
+    against or re-created under its key, and a lease (``movers.repo.leases``) held from before that
+    read until the commit makes a concurrent prune wait for this backup (see ``movers.repo.prune``).
     """
+    with Lease(repo.store, f"backup of volume {volume.id}") as lease:
+        return _backup(
+            repo,
+            device_path,
+            volume,
+            lease,
+            extents=extents,
+            snapshot=snapshot,
+            options=options,
+            progress=progress,
+            force_full=force_full,
+            base_handle=base_handle,
+            tags=tags,
+            run_pvcs=run_pvcs,
+        )
+
+
+def _backup(
+    repo: Repository,
+    device_path: str,
+    volume: VolumeIdentity,
+    lease: Lease,
+    *,
+    extents: Iterable[Extent] | None,
+    snapshot: SnapshotIdentity | None,
+    options: BackupOptions | None,
+    progress: ProgressFn | None,
+    force_full: bool,
+    base_handle: str | None,
+    tags: Mapping[str, str] | None,
+    run_pvcs: Sequence[str] | None,
+) -> Manifest:
     options = options or BackupOptions()
     started = time.monotonic()
     stats = BackupStats()
-    garbage = garbage_keys(repo.store)
+    state = read_state(repo.store)[1]
+    lease.saw(state.key)
+    garbage = state.garbage
     fd = device.open_device(device_path)
     try:
         capacity = device.device_size(fd)
@@ -184,6 +220,7 @@ def run_backup(
     stats.duration_s = round(time.monotonic() - started, 3)
     manifest.stats = stats.as_dict()
     data = manifest.encode()
+    lease.check()
     repo.store.put(manifest.key, data)  # the commit point
     stats.stored_bytes += len(data)
     stats.metadata_bytes += len(data)

@@ -1,6 +1,6 @@
 """Prune: delete packs and map objects that no backup references any more, and compact the index.
 
-Mark, then sweep (no locks; safe to run while backups run, see "Grace" and "Backups" below;
+Mark, then sweep (safe to run while backups run, whatever the grace: see "Backups" and "Leases" below;
 two prunes of one repository must not run at the same time: the maintenance flow holds a
 Prefect concurrency slot per repository while it prunes):
 
@@ -35,8 +35,8 @@ Prefect concurrency slot per repository while it prunes):
      and compares times from one clock (prune's), not S3 server time against the host's.
 
    The cost: an unreferenced object is deleted by the first prune at least ``grace_s`` after
-   the first prune that saw it (``grace_s=0`` deletes at once, unsafe while backups run).
-   ``grace_s`` must exceed the longest backup.
+   the first prune that saw it (``grace_s=0``: by this prune). Running backups do not depend on
+   the grace (4a below): it is an undo window for a forget.
 4. **Backups never newly reference what a prune may delete.** A backup reads the newest state
    *before* it loads the chunk index (``read_state``, ``garbage_keys``) and treats every
    object listed there (kept in grace or being deleted) as absent: it does not dedup against
@@ -61,6 +61,13 @@ Prefect concurrency slot per repository while it prunes):
    (re-uploaded; the orphans are deleted after the grace). Residual: a parent whose manifest
    is forgotten while its child backup runs (retention never forgets the newest backup of a
    volume, so only a concurrent newer backup of the same volume plus a forget can do it).
+4a. **Leases.** After writing its state and before anything else, prune waits (at most
+   ``backup_wait_s``) for the running backups (``movers.repo.leases``) that may use what it is
+   about to delete: every one when a key is new to the garbage (``grace_s=0``), else those that
+   did not read the previous state (a backup that did treats its keys as absent). Then it marks
+   the manifests committed meanwhile and keeps what they reference. Backups still running after
+   the wait: it deletes nothing this time (``packs_deferred``). A backup refuses to commit when
+   it could not refresh its lease for so long that a prune may have stopped waiting for it.
 5. **Index rewrite, then deletes.** Write the new state, then ONE new index object listing every
    surviving pack (from the old index objects and from the trailers of packs no index lists),
    then delete the old index objects, then the unreferenced packs, then map objects, then old
@@ -94,8 +101,9 @@ from datetime import UTC, datetime
 from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
 from movers.repo import pack, volmap
 from movers.repo.index import INDEX_PREFIX, decode_index, encode_index
+from movers.repo.leases import TTL_S, live_leases, saw_state, wait_for_leases
 from movers.repo.pack import PackEntry
-from movers.repo.prunestate import STATE_PREFIX, encode_state, read_state
+from movers.repo.prunestate import STATE_PREFIX, PruneState, encode_state, read_state
 from movers.repo.repository import Repository
 
 log = logging.getLogger(__name__)
@@ -122,6 +130,9 @@ class PruneReport:
     index_objects_written: int = 0
     index_objects_deleted: int = 0
     unreadable_packs: list[str] = field(default_factory=list)
+    backups_waited_for: int = 0  # backups running when this prune was about to delete (it waited for them)
+    packs_deferred: int = 0  # due for deletion, kept: a backup it waited for uses them, or still runs
+    map_objects_deferred: int = 0
     duration_s: float = 0.0
 
     def to_dict(self) -> dict:
@@ -137,11 +148,17 @@ def _clock(now: datetime | float | None) -> Callable[[], float]:
 
 
 def _mark(
-    repo: Repository, report: PruneReport, progress=None, skip: Collection[str] = ()
-) -> tuple[set[bytes], set[bytes]]:
-    """Referenced chunk ids and map object ids (pages and directories) of all manifests (but ``skip``)."""
-    chunks: set[bytes] = set()
-    maps: set[bytes] = set()
+    repo: Repository,
+    report: PruneReport,
+    progress=None,
+    skip: Collection[str] = (),
+    chunks: set[bytes] | None = None,
+    maps: set[bytes] | None = None,
+) -> tuple[set[bytes], set[bytes], set[str]]:
+    """Referenced chunk ids and map object ids (pages and directories) of all manifests but ``skip`` (added to
+    ``chunks`` and ``maps`` when given), and the keys of the manifests marked."""
+    chunks = set() if chunks is None else chunks
+    maps = set() if maps is None else maps
     refs = [ref for ref in repo.list_backups() if ref.key not in skip]
     for n, ref in enumerate(refs, 1):
         if progress:
@@ -162,7 +179,31 @@ def _mark(
         report.backups_marked += 1
     if progress:
         progress(len(refs), len(refs))
-    return chunks, maps
+    return chunks, maps, {ref.key for ref in refs}
+
+
+def _map_id(key: str) -> bytes:
+    return bytes.fromhex(key.rsplit("/", 1)[-1])
+
+
+def _wait_for_backups(
+    store, doomed: list[str], previous: PruneState, timeout_s: float, ttl_s: float, report: PruneReport
+) -> bool:
+    """Wait for the running backups that may use ``doomed`` keys (``movers.repo.leases``): all of them when a key
+    is new to the garbage, else those that did not read the ``previous`` state. True when they ended in time."""
+    running = live_leases(store, ttl_s)
+    if any(key not in previous.garbage for key in doomed):
+        waiting = set(running)
+    else:
+        waiting = {key for key, doc in running.items() if not saw_state(doc, previous.key)}
+    report.backups_waited_for = len(waiting)
+    if not waiting:
+        return True
+    log.info("prune: waiting up to %.0f s for %d running backup(s) before deleting", timeout_s, len(waiting))
+    pending = wait_for_leases(store, waiting, timeout_s, ttl_s)
+    for doc in pending.values():
+        log.warning("prune: still running after %.0f s: %s; deleting nothing this time", timeout_s, doc.get("what"))
+    return not pending
 
 
 def prune(
@@ -172,6 +213,8 @@ def prune(
     now: datetime | float | None = None,
     progress: Callable[[int, int], None] | None = None,
     assume_forgotten: Collection[str] = (),
+    backup_wait_s: float = 3600.0,
+    lease_ttl_s: float = TTL_S,
 ) -> PruneReport:
     """Delete what no backup references (after ``grace_s``) and rewrite the index; see the module doc.
 
@@ -179,7 +222,9 @@ def prune(
     cannot see every reference must not sweep. ``dry_run`` reads everything and writes nothing.
     ``now`` freezes prune's clock (tests); ``progress(backups marked, backups)`` follows the mark.
     ``assume_forgotten`` (manifest keys, dry runs only) are treated as gone: what a forget's dry run
-    plus this prune would free.
+    plus this prune would free. ``backup_wait_s``: how long to wait for backups running when it is about to
+    delete (``movers.repo.leases``); still running after that, it deletes nothing this time. ``lease_ttl_s``: a
+    lease not refreshed for that long (real time) is a crashed backup's (tests of crashes set 0).
     """
     if assume_forgotten and not dry_run:
         raise UsageError("assume_forgotten is for dry runs: forget the backups, then prune")
@@ -210,7 +255,7 @@ def prune(
             report.unreadable_packs.append(present[pid])
     stale_index = any(pid not in present for pid in entries_of)
 
-    chunks, maps = _mark(repo, report, progress, frozenset(assume_forgotten))
+    chunks, maps, marked = _mark(repo, report, progress, frozenset(assume_forgotten))
     report.chunks_referenced = len(chunks)
 
     kept: dict[str, float | None] = {}  # None: first seen now (stamped when the state is written)
@@ -234,6 +279,8 @@ def prune(
         if e.chunk_id in chunks
     }
     doomed_packs: list[str] = []
+    doomed_ids: dict[str, bytes] = {}
+    sizes: dict[str, int] = {}
     surviving: dict[bytes, list[PackEntry]] = {}
     for pid, key in present.items():
         report.packs_total += 1
@@ -251,8 +298,10 @@ def prune(
                 report.dead_bytes += dead
         elif expired(key):
             doomed_packs.append(key)
+            doomed_ids[key] = pid
+            sizes[key] = store.size(key)
             report.packs_deleted += 1
-            report.bytes_deleted += store.size(key)
+            report.bytes_deleted += sizes[key]
         else:
             surviving[pid] = entries
             report.packs_in_grace += 1
@@ -288,6 +337,34 @@ def prune(
         first = {key: stamp if seen is None else seen for key, seen in kept.items()}
         state_key, data = encode_state(stamp, first, doomed_packs + doomed_maps)
         store.put(state_key, data)
+    if doomed_packs or doomed_maps:
+        # a backup that may have read an older state can use what we are about to delete: wait for the
+        # backups running now, then mark what they committed; still running after the wait: delete nothing
+        doomed = doomed_packs + doomed_maps
+        new_chunks: set[bytes] = set()
+        new_maps: set[bytes] = set()
+        waited = _wait_for_backups(store, doomed, previous, backup_wait_s, lease_ttl_s, report)
+        if waited and report.backups_waited_for:  # what the backups we waited for committed stays
+            _mark(repo, report, None, marked | set(assume_forgotten), new_chunks, new_maps)
+
+        def needed(key: str) -> bool:
+            if not waited:
+                return True
+            if key in doomed_ids:
+                return any(e.chunk_id in new_chunks for e in entries_of[doomed_ids[key]])
+            return _map_id(key) in new_maps
+
+        for key in [k for k in doomed_packs if needed(k)]:
+            doomed_packs.remove(key)
+            surviving[doomed_ids[key]] = entries_of[doomed_ids[key]]
+            report.packs_deferred += 1
+            report.packs_deleted -= 1
+            report.bytes_deleted -= sizes[key]
+        kept_maps = [k for k in doomed_maps if needed(k)]
+        doomed_maps = [k for k in doomed_maps if k not in kept_maps]
+        report.map_objects_deferred = len(kept_maps)
+        report.map_objects_deleted = len(doomed_maps)
+        rewrite = rewrite or bool(report.packs_deferred)
     # 2. one new index of the surviving packs, 3. then the old index objects
     if rewrite:
         new_key = None
