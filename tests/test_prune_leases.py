@@ -92,7 +92,7 @@ def test_a_backup_whose_lease_went_stale_does_not_commit():
     store = FaultyStore(MemoryStore())
     with Lease(store, "backup", refresh_s=0.05, ttl_s=0.3) as lease:
         lease.check()
-        assert set(live_leases(store, ttl_s=0.3)) == {lease.key}
+        assert set(live_leases(store, ttl_s=0.3)) == {lease.id}
         store.fail("put", TransientStoreError, times=10**6, key_prefix=LEASE_PREFIX)
         wait_until(lambda: not live_leases(store, ttl_s=0.3), 10, "the lease to go stale")
         with pytest.raises(TransientStoreError, match="does not commit"):
