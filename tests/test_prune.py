@@ -252,20 +252,27 @@ def prune_before_commit(store, now, reports, lease_ttl_s=TTL_S):
     return progress
 
 
-def dead_data_repo(store, tmp_path):
-    """vol-a: a backup of content A, then one of other content; the first is forgotten and a prune at T0
-    lists A's packs and pages. Returns a copy of image A (what the racing backup will store)."""
+def forgotten_content(store, tmp_path, seeds=(10, 11)):
+    """vol-a backed up twice with different content, the first backup forgotten (no prune yet). Returns a copy
+    of that first content and the kept backup as ``check_all_restore`` expects it."""
     repo = Repository.init(store, CONFIG)
     image = tmp_path / "vol-a.img"
-    make_image(image, SIZE, seed=10, data_fraction=0.9)
+    make_image(image, SIZE, seed=seeds[0], data_fraction=0.9)
     copy, _ = snapshot_of(image, tmp_path, "content-a")
     run_backup(repo, str(image), VolumeIdentity("vol-a"), force_full=True)
-    make_image(image, SIZE, seed=11, data_fraction=0.9)
+    make_image(image, SIZE, seed=seeds[1], data_fraction=0.9)
     kept = run_backup(repo, str(image), VolumeIdentity("vol-a"), force_full=True)
     forget(repo, keep_last=1)
+    return copy, {kept.backup_id: ("vol-a", sha256_file(image))}
+
+
+def dead_data_repo(store, tmp_path):
+    """``forgotten_content``, then a prune at T0 lists A's packs and pages. Returns a copy of image A (what the
+    racing backup will store)."""
+    copy, expected = forgotten_content(store, tmp_path)
     first = prune(Repository.open(store), grace_s=DAY, now=T0)
     assert first.packs_in_grace > 0 and first.packs_deleted == 0
-    return copy, {kept.backup_id: ("vol-a", sha256_file(image))}
+    return copy, expected
 
 
 def test_backup_does_not_dedup_against_dead_data_a_prune_deletes_before_its_commit(tmp_path):

@@ -16,24 +16,14 @@ from movers.repo.leases import LEASE_PREFIX, Lease, live_leases
 from movers.repo.manifest import VolumeIdentity
 from movers.repo.prune import STATE_PREFIX, prune
 from movers.repo.repository import Repository
-from movers.repo.retention import forget
 from movers.repo.store import FaultyStore, LocalStore, MemoryStore
-from tests.test_prune import CONFIG, SIZE, check_all_restore, keys, snapshot_of
-from tests.volumes import make_image, sha256_file
+from tests.test_prune import check_all_restore, forgotten_content, keys
+from tests.volumes import sha256_file
 
 
 def dead_content(store, tmp_path):
-    """vol-a backed up twice with different content, the first forgotten and no prune run yet: its packs are
-    unreferenced and listed by no prune state. Returns a copy of that first content and the kept backup."""
-    repo = Repository.init(store, CONFIG)
-    image = tmp_path / "vol-a.img"
-    make_image(image, SIZE, seed=21, data_fraction=0.9)
-    copy, _ = snapshot_of(image, tmp_path, "content-a")
-    run_backup(repo, str(image), VolumeIdentity("vol-a"), force_full=True)
-    make_image(image, SIZE, seed=22, data_fraction=0.9)
-    kept = run_backup(repo, str(image), VolumeIdentity("vol-a"), force_full=True)
-    forget(repo, keep_last=1)
-    return copy, {kept.backup_id: ("vol-a", sha256_file(image))}
+    """Forgotten packs that no prune state lists yet (``test_prune.forgotten_content``)."""
+    return forgotten_content(store, tmp_path, seeds=(21, 22))
 
 
 def test_prune_without_grace_waits_for_a_running_backup_and_keeps_what_it_committed(tmp_path):
