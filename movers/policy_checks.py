@@ -86,10 +86,8 @@ class Section(BaseModel):
             raise problem("", f"{cls.not_a_mapping}, not {kind(data)}")
         data = mapping(data, "")
         spellings = {name: _spellings(name, f) for name, f in cls.model_fields.items() if not f.exclude}
-        unknown = sorted(set(data) - {key for keys in spellings.values() for key in keys})
-        if unknown:
-            names = ", ".join(sorted(keys[0] for keys in spellings.values()))
-            raise problem(unknown[0], f"unknown field (known: {names})")
+        every = {key for keys in spellings.values() for key in keys}
+        known(data, "", every, shown={keys[0] for keys in spellings.values()})
         for name, keys in spellings.items():
             given = [key for key in keys if key in data]
             if len(given) > 1:
@@ -142,10 +140,11 @@ def mapping(value: Any, at: str, required: bool = False) -> dict[str, Any]:
     return value
 
 
-def known(data: dict[str, Any], at: str, keys: set[str]) -> None:
+def known(data: dict[str, Any], at: str, keys: set[str], shown: set[str] | None = None) -> None:
+    """No key of ``data`` but ``keys``; the error names ``shown`` (default ``keys``) as the known ones."""
     unknown = sorted(set(data) - keys)
     if unknown:
-        raise problem(join(at, unknown[0]), f"unknown field (known: {', '.join(sorted(keys))})")
+        raise problem(join(at, unknown[0]), f"unknown field (known: {', '.join(sorted(shown or keys))})")
 
 
 def required(data: dict[str, Any], key: str, at: str) -> Any:
