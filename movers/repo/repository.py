@@ -18,7 +18,7 @@ import logging
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
-from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
+from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, TransientStoreError, UsageError
 from movers.repo import pack, volmap
 from movers.repo.config import CONFIG_KEY, RepoConfig
 from movers.repo.index import INDEX_PREFIX, ChunkIndex, decode_index, encode_index
@@ -28,6 +28,8 @@ from movers.repo.prunestate import garbage_keys
 from movers.repo.store.base import Store
 
 log = logging.getLogger(__name__)
+
+_INDEX_RELISTS = 5  # listings of index/ while prunes compact it under a reader
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,8 @@ class Repository:
         running) are remembered in ``unindexed_packs`` so the next backup indexes them. Index
         entries of packs that are gone from ``packs/`` are left out; a chunk that is also in a
         pack the newest prune state lists resolves to its other copy (the listed one may be
-        deleted after the grace). Cached.
+        deleted after the grace). Safe beside a prune: index objects it compacts away while they are
+        read are listed again (``_read_index_objects``), packs it deletes meanwhile are left out. Cached.
         """
         if self._index is None:
             self._index, self.unindexed_packs = self._load_index(frozenset(), frozenset(garbage_keys(self.store)))
@@ -104,18 +107,17 @@ class Repository:
         self, exclude: frozenset[str], last: frozenset[str]
     ) -> tuple[ChunkIndex, dict[bytes, list[PackEntry]]]:
         # Index objects first, then packs/: a pack an index lists but the later listing lacks is gone.
-        listed: dict[bytes, list[PackEntry]] = {}
-        for key in self.store.list(INDEX_PREFIX):
-            for pack_id, entries in decode_index(self.store.get(key), key):
-                listed.setdefault(pack_id, entries)
+        listed = self._read_index_objects()
         present = {pack.pack_id_from_key(key): key for key in self.store.list(pack.PACK_PREFIX)}
         unindexed: dict[bytes, list[PackEntry]] = {}
-        for pack_id, key in present.items():
+        for pack_id, key in list(present.items()):
             if pack_id in listed or key in exclude:
                 continue
             try:
                 unindexed[pack_id] = self.read_pack_trailer(key)
-            except (IntegrityError, ObjectNotFound) as err:
+            except ObjectNotFound:  # deleted by a prune since we listed packs/: it is gone, nothing uses it
+                del present[pack_id]
+            except IntegrityError as err:
                 log.warning("ignoring unreadable unindexed pack %s: %s", key, err)
         if unindexed:
             log.info("recovered %d pack(s) not yet indexed", len(unindexed))
@@ -128,6 +130,34 @@ class Repository:
         for pid, entries in sorted(usable, key=lambda item: present[item[0]] in last):  # stable: listed ones last
             idx.add_pack(pid, entries)
         return idx, unindexed
+
+    def _read_index_objects(self) -> dict[bytes, list[PackEntry]]:
+        """Pack id -> entries, from every index object (the first one listing a pack wins).
+
+        An index object that vanishes between the listing and its read was compacted by a prune, which
+        writes its new index *before* deleting the old ones: so ``index/`` is listed again and the objects
+        not read yet are read (at most ``_INDEX_RELISTS`` listings; then ``TransientStoreError``, exit 5).
+        """
+        decoded: dict[str, list[tuple[bytes, list[PackEntry]]]] = {}
+        for _ in range(_INDEX_RELISTS):
+            keys = list(self.store.list(INDEX_PREFIX))
+            still = set(keys)
+            decoded = {key: packs for key, packs in decoded.items() if key in still}
+            try:
+                for key in keys:
+                    if key not in decoded:
+                        decoded[key] = list(decode_index(self.store.get(key), key))
+            except ObjectNotFound:
+                continue  # compacted meanwhile: the listing again has the new index
+            listed: dict[bytes, list[PackEntry]] = {}
+            for key in keys:
+                for pack_id, entries in decoded[key]:
+                    listed.setdefault(pack_id, entries)
+            return listed
+        raise TransientStoreError(
+            f"index objects under {INDEX_PREFIX} of {self.describe()} kept vanishing while being read"
+            " (prunes compacting the index); retry"
+        )
 
     def drop_cached_index(self) -> None:
         """Forget the cached chunk index (after packs were deleted); the next ``index()`` reloads it."""
