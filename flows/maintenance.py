@@ -100,8 +100,9 @@ def maintain_repo(
     """Forget expired backups of ``repo``, prune (grace ``grace``), then verify (``verify``, ``sample``).
 
     ``dry_run``: say what would be forgotten and pruned, change nothing (verify still reads).
-    ``lock_wait``: seconds to wait for another run's prune of the same repository; then the prune
-    is skipped (reported), not failed. Raises ``IntegrityError`` when verify finds damage.
+    ``lock_wait``: seconds to wait for another prune of the same repository (another run's, or a CLI
+    prune: the repository's prune lock); then the prune is skipped (reported), not failed.
+    Raises ``IntegrityError`` when verify finds damage.
     """
     started = time.monotonic()
     try:

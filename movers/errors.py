@@ -103,6 +103,14 @@ class AccessDeniedError(PermanentStoreError):
     exit_code = EXIT_ACCESS
 
 
+class PruneLockedError(MoverError):
+    """Another prune of the repository holds its prune lock (``movers.repo.prunelock``): this one did nothing.
+    Exit code 5 like an unavailable store: the repository cannot be pruned now, a later try may."""
+
+    exit_code = EXIT_UNAVAILABLE
+    retriable = True
+
+
 class KubeAccessDenied(MoverError):
     """The Kubernetes API refused a call with 401 (credentials rejected) or 403 (the identity lacks the
     permission). The message carries the API's own, which names the verb, the resource and the user."""

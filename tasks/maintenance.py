@@ -5,17 +5,15 @@ from the environment, as for the CLI). Damage that verify finds is in its result
 the caller decides (the ``maintain-repo`` flow fails after writing its artifacts). Only errors the
 movers mark retriable (a store that is unavailable for a while) are retried.
 
-Two prunes of one repository must not overlap (``movers.repo.prune``): ``prune_repo`` holds the
-repository's slot of a Prefect global concurrency limit (``prune_lock_name``, limit 1, created when
-missing) while it runs, and skips (reports why) when it cannot get it.
+Two prunes of one repository never overlap: the engine's prune holds the repository's prune lock, an
+object in the repository itself (``movers.repo.prunelock``), so a CLI prune and a flow's prune exclude
+each other too. ``prune_repo`` waits for it, then skips (reports why) when another prune still holds it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -83,53 +81,6 @@ def forget_backups(
     return {**result.to_dict(), "missing": missing}
 
 
-def prune_lock_name(repo_url: str) -> str:
-    """The Prefect global concurrency limit that serialises the prunes of one repository."""
-    return f"cbt-mover-prune-{hashlib.sha256(repo_url.rstrip('/').encode()).hexdigest()[:16]}"
-
-
-def _ensure_limit(name: str) -> None:
-    """Create the limit (1 slot) unless it exists: a missing limit is silently not enforced by Prefect."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            try:
-                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
-            except ObjectAlreadyExists:
-                pass  # another run created it first
-
-
-@contextmanager
-def prune_lock(repo_url: str, wait_s: float) -> Iterator[str | None]:
-    """Hold the repository's prune slot; yields None when held, else why not (then do not prune).
-
-    Not held: another run held it for ``wait_s`` seconds, or the Prefect API could not create or
-    grant the limit. Either way the caller skips its prune (the next run prunes) rather than block,
-    fail, or prune unguarded next to another prune.
-    """
-    from prefect.concurrency.sync import concurrency
-
-    name, entered = prune_lock_name(repo_url), False
-    try:
-        _ensure_limit(name)
-        with concurrency(name, occupy=1, timeout_seconds=wait_s, strict=True, raise_on_lease_renewal_failure=False):
-            entered = True
-            yield None
-    except TimeoutError:
-        if entered:
-            raise
-        yield f"another run held the prune lock {name} for over {wait_s:.0f} s"
-    except Exception as err:  # noqa: BLE001  (the API could not give us the slot)
-        if entered:
-            raise
-        yield f"no prune lock {name}: {type(err).__name__}: {err}"
-
-
 @task(
     name="prune-repo",
     retries=1,
@@ -145,21 +96,23 @@ def prune_repo(
     assume_forgotten: list[str] | None = None,
 ) -> dict[str, Any]:
     """Prune the repository under its prune lock: ``movers.repo.prune.PruneReport.to_dict()`` plus
-    ``skipped`` (None, or why nothing was done: another run held the lock for ``lock_wait_s``).
+    ``skipped`` (None, or why nothing was done: another prune held the lock for ``lock_wait_s``).
     ``assume_forgotten``: with ``dry_run``, manifest keys a forget's dry run named (count them as gone)."""
+    from movers.errors import PruneLockedError
     from movers.repo.prune import prune
 
-    with prune_lock(repo_url, lock_wait_s) as not_held:
-        if not_held:
-            get_run_logger().warning("not pruning %s now: %s", repo_url, not_held)
-            return {"dry_run": dry_run, "skipped": not_held}
+    try:
         report = prune(
             _open(repo_url),
             grace_s=grace_s,
             dry_run=dry_run,
             progress=_log_progress("marked backups"),
             assume_forgotten=assume_forgotten or (),
+            lock_wait_s=lock_wait_s,
         )
+    except PruneLockedError as err:
+        get_run_logger().warning("not pruning %s now: %s", repo_url, err)
+        return {"dry_run": dry_run, "skipped": str(err)}
     get_run_logger().info("prune: %s", report)
     return {**report.to_dict(), "skipped": None}
 

@@ -203,25 +203,21 @@ def test_sampled_verify_finds_a_flipped_byte_and_the_flow_fails_after_its_artifa
 
 
 def test_prune_waits_for_the_repository_lock_then_skips_and_forget_reports_missing_volumes(repo_url, harness, tmp_path):
-    from prefect.client.orchestration import get_client
-    from prefect.concurrency.sync import concurrency
-
+    """The lock is the repository's own (``movers.repo.prunelock``): here a prune the CLI or another flow
+    runs holds it; the flow's prune waits ``lock_wait`` for it, then skips (reported), and prunes once free."""
     from flows.maintenance import maintain_repo
-    from tasks.maintenance import forget_backups, prune_lock_name, prune_repo
+    from movers.repo.prunelock import PruneLock
+    from tasks.maintenance import forget_backups, prune_repo
 
     expected = backups(repo_url, tmp_path, {"ns/a": 3})
-    name = prune_lock_name(repo_url)
-    first = prune_repo(repo_url, 0, True)  # the limit does not exist yet: created, not a hang or a failure
-    assert first["skipped"] is None and first["dry_run"]
-    with get_client(sync_client=True) as prefect:
-        assert prefect.read_global_concurrency_limit_by_name(name).limit == 1
-
     before = set(open_store(repo_url).list())
-    with concurrency(name, occupy=1, strict=True):  # another run is pruning this repository
+    with PruneLock(open_store(repo_url), "prune by the CLI"):  # another prune of this repository runs
+        dry = prune_repo(repo_url, 0, True)  # a dry run writes nothing and takes no lock
         skipped = prune_repo(repo_url, 0, False, 1.0)
         summary = maintain_repo(repo=repo_url, keep_last=1, grace=0, verify="off", lock_wait=1.0)
-    assert "another run held the prune lock" in skipped["skipped"], skipped
-    assert "another run held the prune lock" in summary["prune"]["skipped"], summary
+    assert dry["skipped"] is None and dry["dry_run"]
+    assert "holds the prune lock: prune by the CLI" in skipped["skipped"], skipped
+    assert "holds the prune lock" in summary["prune"]["skipped"], summary
     assert summary["forgotten"] == 2
     packs_before = {k for k in before if k.startswith(pack.PACK_PREFIX)}
     assert set(open_store(repo_url).list(pack.PACK_PREFIX)) == packs_before, "nothing pruned under another's lock"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from movers.errors import PruneLockedError
 from movers.pipeline.backup import run_backup
 from movers.pipeline.restore import run_restore
 from movers.pipeline.verify import run_verify
@@ -13,6 +16,7 @@ from movers.repo.index import INDEX_PREFIX
 from movers.repo.leases import TTL_S
 from movers.repo.manifest import VolumeIdentity
 from movers.repo.prune import STATE_PREFIX, prune
+from movers.repo.prunelock import LOCK_PREFIX
 from movers.repo.repository import Repository
 from movers.repo.retention import forget
 from movers.repo.store import FaultyStore, LocalStore, MemoryStore, SimulatedCrash
@@ -67,6 +71,14 @@ def check_all_restore(repo, expected, tmp_path):
 
 def keys(store, prefix=""):
     return set(store.list(prefix))
+
+
+def age_locks(store, seconds):
+    """Let ``seconds`` pass for the prune lock objects: their last refresh moves back (a test store only)."""
+    for key in store.list(LOCK_PREFIX):
+        doc = json.loads(store.get(key))
+        doc["refreshed"] -= seconds
+        store.put(key, json.dumps(doc).encode())
 
 
 @pytest.fixture(params=["memory", "local"])
@@ -207,6 +219,11 @@ def test_crash_during_prune_leaves_a_readable_repository(crash, tmp_path):
     with pytest.raises(SimulatedCrash):
         prune(Repository.open(store), grace_s=0, now=T0)
     store.recover()
+    if crash == "before-index":  # the process died holding the prune lock: the next prune waits for its TTL
+        assert keys(inner, LOCK_PREFIX)
+        with pytest.raises(PruneLockedError, match="another prune of memory:// holds the prune lock"):
+            prune(Repository.open(inner), grace_s=0, now=T0)
+        age_locks(inner, TTL_S)
     if crash == "after-index":
         assert len(keys(inner, INDEX_PREFIX) - index_before) == 1 and index_before <= keys(inner, INDEX_PREFIX)
     assert check_all_restore(Repository.open(inner), expected, tmp_path) == 2

@@ -46,32 +46,44 @@ TTL_S = 600.0
 
 
 class Lease:
-    """A backup's lease (a context manager): written on enter, refreshed by a thread, deleted on exit."""
+    """A lease (a context manager): written on enter, refreshed by a thread, deleted on exit.
 
-    def __init__(self, store: Store, what: str, refresh_s: float = REFRESH_S, ttl_s: float = TTL_S) -> None:
-        self.store, self.what, self.refresh_s, self.ttl_s = store, what, refresh_s, ttl_s
-        self.id = secrets.token_hex(16)
+    A backup's by default; ``prefix`` and ``lease_id`` give other holders their own namespace and ordering
+    (the prune lock, ``movers.repo.prunelock``). ``update(**fields)`` adds fields to the document, written at
+    once and with every refresh.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        what: str,
+        refresh_s: float = REFRESH_S,
+        ttl_s: float = TTL_S,
+        prefix: str = LEASE_PREFIX,
+        lease_id: str | None = None,
+    ) -> None:
+        self.store, self.what, self.refresh_s, self.ttl_s, self.prefix = store, what, refresh_s, ttl_s, prefix
+        self.id = lease_id or secrets.token_hex(16)
         self.key: str | None = None  # the newest object written
+        self.fields: dict[str, object] = {}
         self._seq = 0
         self._lock = threading.Lock()
         self.refreshed = 0.0  # monotonic time of the last successful write
-        self.state_seen: str | None = None  # the prune state the backup read (None: not yet read)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _write(self) -> None:
-        doc = {
-            "format": LEASE_FORMAT,
-            "what": self.what,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "refreshed": time.time(),
-        }
-        if self.state_seen is not None:
-            doc["saw"] = self.state_seen
         with self._lock:
+            doc = {
+                "format": LEASE_FORMAT,
+                "what": self.what,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "refreshed": time.time(),
+                **self.fields,
+            }
             self._seq += 1
-            key, previous = f"{LEASE_PREFIX}{self.id}-{self._seq:08d}", self.key
+            key, previous = f"{self.prefix}{self.id}-{self._seq:08d}", self.key
             self.store.put(key, json.dumps(doc, sort_keys=True).encode())
             self.key, self.refreshed = key, time.monotonic()
         if previous is not None:
@@ -80,32 +92,38 @@ class Lease:
     def _delete(self, key: str) -> None:
         try:
             self.store.delete(key)
-        except StoreError as err:  # it expires after the TTL
-            log.warning("cannot delete the backup lease object %s: %s", key, err)
+        except StoreError as err:  # it expires after the TTL; a prune deletes it later (sweep_expired)
+            log.warning("cannot delete the lease object %s: %s", key, err)
 
     def _refresh_until_stopped(self) -> None:
         while not self._stop.wait(self.refresh_s):
             try:
                 self._write()
-            except StoreError as err:  # the next refresh tries again; check() refuses a commit if too late
-                log.warning("cannot refresh the backup lease %s: %s", self.id, err)
+            except StoreError as err:  # the next refresh tries again; check() refuses to go on if too late
+                log.warning("cannot refresh the lease %s of %s: %s", self.id, self.what, err)
+
+    def update(self, **fields: object) -> None:
+        """Add ``fields`` to the lease's document and write it at once."""
+        with self._lock:
+            self.fields.update(fields)
+        self._write()
 
     def saw(self, state_key: str | None) -> None:
         """Record the prune state the backup read (None: the repository had none) in the lease, at once."""
-        self.state_seen = state_key or ""
-        self._write()
+        self.update(saw=state_key or "")
 
     def check(self) -> None:
-        """``TransientStoreError`` when the lease went unrefreshed so long that a prune may count it as gone."""
+        """``TransientStoreError`` when the lease went unrefreshed so long that others may count it as gone."""
         if time.monotonic() - self.refreshed > self.ttl_s - self.refresh_s:
             raise TransientStoreError(
-                f"the backup lease {self.id} could not be refreshed for over {self.ttl_s - self.refresh_s:.0f} s:"
-                " a prune may have deleted what this backup uses, so it does not commit; retry"
+                f"the lease {self.id} of {self.what} could not be refreshed for over"
+                f" {self.ttl_s - self.refresh_s:.0f} s, so others may count it as gone: a backup does not commit,"
+                " a prune stops deleting; retry"
             )
 
     def __enter__(self) -> Lease:
         self._write()
-        self._thread = threading.Thread(target=self._refresh_until_stopped, name="backup-lease", daemon=True)
+        self._thread = threading.Thread(target=self._refresh_until_stopped, name=f"lease-{self.prefix}", daemon=True)
         self._thread.start()
         return self
 
@@ -117,29 +135,63 @@ class Lease:
             self._delete(self.key)
 
 
-def live_leases(store: Store, ttl_s: float = TTL_S, now: float | None = None) -> dict[str, dict]:
+def _keys_by_id(store: Store, prefix: str) -> dict[str, list[str]]:
+    """Lease id -> its keys, oldest sequence first."""
+    by_id: dict[str, list[str]] = {}
+    for key in store.list(prefix):
+        by_id.setdefault(key[len(prefix) :].rsplit("-", 1)[0], []).append(key)
+    return {lease_id: sorted(keys) for lease_id, keys in by_id.items()}
+
+
+def live_leases(
+    store: Store, ttl_s: float = TTL_S, now: float | None = None, prefix: str = LEASE_PREFIX
+) -> dict[str, dict]:
     """The leases refreshed within ``ttl_s`` (lease id -> its newest document); unreadable ones count as live."""
     now = time.time() if now is None else now
-    newest: dict[str, str] = {}
-    for key in store.list(LEASE_PREFIX):
-        lease_id = key[len(LEASE_PREFIX) :].rsplit("-", 1)[0]
-        newest[lease_id] = max(newest.get(lease_id, key), key)
     live: dict[str, dict] = {}
-    for lease_id, key in newest.items():
-        doc = _newest_document(store, lease_id, key)
+    for lease_id, keys in _keys_by_id(store, prefix).items():
+        doc = _newest_document(store, prefix, lease_id, keys[-1])
         if doc is None:
             continue  # ended
-        try:
-            refreshed = float(doc["refreshed"])
-        except (ValueError, TypeError, KeyError) as err:
-            log.warning("unreadable backup lease %s (%s): counted as live; delete it if no backup runs", key, err)
+        refreshed = _refreshed(doc)
+        if refreshed is None:
+            log.warning("unreadable lease %s: counted as live; delete it if nothing runs", keys[-1])
             doc, refreshed = {"what": "unreadable lease"}, now
         if now - refreshed < ttl_s:
             live[lease_id] = doc
     return live
 
 
-def _newest_document(store: Store, lease_id: str, key: str) -> dict | None:
+def _refreshed(doc: dict) -> float | None:
+    try:
+        return float(doc["refreshed"])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def sweep_expired(store: Store, older_than_s: float, now: float | None = None, prefix: str = LEASE_PREFIX) -> int:
+    """Delete the objects of leases not refreshed for ``older_than_s`` (their holders crashed, or could not
+    delete them), and the superseded sequences of any lease (no reader uses them); the number deleted.
+    Unreadable leases are left alone; objects the store refuses to delete are skipped with a warning."""
+    now = time.time() if now is None else now
+    doomed: list[str] = []
+    for lease_id, keys in _keys_by_id(store, prefix).items():
+        doomed.extend(keys[:-1])
+        doc = _newest_document(store, prefix, lease_id, keys[-1])
+        refreshed = None if doc is None else _refreshed(doc)
+        if refreshed is not None and now - refreshed > older_than_s:
+            doomed.append(keys[-1])
+    deleted = 0
+    for key in doomed:
+        try:
+            store.delete(key)
+            deleted += 1
+        except StoreError as err:
+            log.warning("cannot delete the expired lease object %s: %s", key, err)
+    return deleted
+
+
+def _newest_document(store: Store, prefix: str, lease_id: str, key: str) -> dict | None:
     """The lease's newest document; None when it ended. A key that vanishes was replaced by a refresh (the newer
     one is written first), so its id is listed again rather than taken for ended."""
     for _ in range(5):
@@ -147,7 +199,7 @@ def _newest_document(store: Store, lease_id: str, key: str) -> dict | None:
             doc = json.loads(store.get(key))
             return doc if isinstance(doc, dict) else {}
         except ObjectNotFound:
-            keys = list(store.list(f"{LEASE_PREFIX}{lease_id}-"))
+            keys = list(store.list(f"{prefix}{lease_id}-"))
             if not keys:
                 return None
             key = max(keys)
@@ -163,11 +215,12 @@ def wait_for_leases(
     ttl_s: float = TTL_S,
     poll_s: float = 2.0,
     on_wait: Callable[[dict[str, dict]], None] | None = None,
+    prefix: str = LEASE_PREFIX,
 ) -> dict[str, dict]:
     """Wait until none of the lease ids ``keys`` is live, at most ``timeout_s``; the ones still live (empty: done)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        pending = {k: doc for k, doc in live_leases(store, ttl_s).items() if k in keys}
+        pending = {k: doc for k, doc in live_leases(store, ttl_s, prefix=prefix).items() if k in keys}
         if not pending or time.monotonic() >= deadline:
             return pending
         if on_wait:

@@ -1,8 +1,8 @@
 """Prune: delete packs and map objects that no backup references any more, and compact the index.
 
 Mark, then sweep (safe to run while backups run, whatever the grace: see "Backups" and "Leases" below;
-two prunes of one repository must not run at the same time: the maintenance flow holds a
-Prefect concurrency slot per repository while it prunes):
+two prunes of one repository must not run at the same time: each holds the repository's prune lock,
+``movers.repo.prunelock``, from before it reads anything until it is done; a dry run takes none):
 
 1. **Mark.** Read every manifest, its map directories and its pages, and collect the ids of
    all referenced chunks, pages and directories. A page shared by several backups is read
@@ -100,9 +100,10 @@ from datetime import UTC, datetime
 
 from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
 from movers.repo import pack, volmap
-from movers.repo.index import INDEX_PREFIX, decode_index, encode_index
+from movers.repo.index import encode_index
 from movers.repo.leases import TTL_S, live_leases, saw_state, wait_for_leases
 from movers.repo.pack import PackEntry
+from movers.repo.prunelock import PruneLock
 from movers.repo.prunestate import STATE_PREFIX, PruneState, encode_state, read_state
 from movers.repo.repository import Repository
 
@@ -215,6 +216,7 @@ def prune(
     assume_forgotten: Collection[str] = (),
     backup_wait_s: float = 3600.0,
     lease_ttl_s: float = TTL_S,
+    lock_wait_s: float = 0.0,
 ) -> PruneReport:
     """Delete what no backup references (after ``grace_s``) and rewrite the index; see the module doc.
 
@@ -225,11 +227,33 @@ def prune(
     plus this prune would free. ``backup_wait_s``: how long to wait for backups running when it is about to
     delete (``movers.repo.leases``); still running after that, it deletes nothing this time. ``lease_ttl_s``: a
     lease not refreshed for that long (real time) is a crashed backup's (tests of crashes set 0).
+
+    A prune that writes holds the repository's prune lock (``movers.repo.prunelock``) from before it reads
+    anything to its end: ``PruneLockedError`` (exit code 5, nothing done) when another prune still holds it
+    after ``lock_wait_s``. A dry run takes no lock (it writes nothing and reads safely beside a prune).
     """
     if assume_forgotten and not dry_run:
         raise UsageError("assume_forgotten is for dry runs: forget the backups, then prune")
+    args = (repo, grace_s, dry_run, _clock(now), progress, assume_forgotten, backup_wait_s, lease_ttl_s)
+    if dry_run:
+        return _prune(*args, alive=lambda: None)
+    with PruneLock(repo.store, wait_s=lock_wait_s) as lock:
+        return _prune(*args, alive=lock.check)
+
+
+def _prune(
+    repo: Repository,
+    grace_s: float,
+    dry_run: bool,
+    clock: Callable[[], float],
+    progress: Callable[[int, int], None] | None,
+    assume_forgotten: Collection[str],
+    backup_wait_s: float,
+    lease_ttl_s: float,
+    alive: Callable[[], None],
+) -> PruneReport:
+    """``prune`` under the lock; ``alive()`` raises when the lock may have been lost (called before each write)."""
     started = time.monotonic()
-    clock = _clock(now)
     now_ts = clock()
     report = PruneReport(dry_run=dry_run)
     store = repo.store
@@ -238,11 +262,8 @@ def prune(
 
     # Listing order matters: index objects before packs, so every pack an index we read lists
     # was uploaded before we list packs/ (a pack missing from that listing was deleted).
-    index_keys = list(store.list(INDEX_PREFIX))
-    entries_of: dict[bytes, list[PackEntry]] = {}
-    for key in index_keys:
-        for pack_id, entries in decode_index(store.get(key), key):
-            entries_of.setdefault(pack_id, entries)
+    index_keys, entries_of = repo.read_index_objects()
+    entries_of = dict(entries_of)
     pack_keys = list(store.list(pack.PACK_PREFIX))
     map_keys = list(store.list(volmap.MAP_PREFIX))
     present: dict[bytes, str] = {pack.pack_id_from_key(k): k for k in pack_keys}
@@ -250,7 +271,9 @@ def prune(
     for pid in unindexed:
         try:
             entries_of[pid] = repo.read_pack_trailer(present[pid])
-        except (IntegrityError, ObjectNotFound) as err:
+        except ObjectNotFound:  # deleted since we listed (a prune that ran without the lock): gone
+            del present[pid]
+        except IntegrityError as err:
             log.warning("keeping unreadable pack %s: %s", present[pid], err)
             report.unreadable_packs.append(present[pid])
     stale_index = any(pid not in present for pid in entries_of)
@@ -336,6 +359,7 @@ def prune(
         stamp = clock()
         first = {key: stamp if seen is None else seen for key, seen in kept.items()}
         state_key, data = encode_state(stamp, first, doomed_packs + doomed_maps)
+        alive()
         store.put(state_key, data)
     if doomed_packs or doomed_maps:
         # a backup that may have read an older state can use what we are about to delete: wait for the
@@ -365,27 +389,33 @@ def prune(
         report.map_objects_deferred = len(kept_maps)
         report.map_objects_deleted = len(doomed_maps)
         rewrite = rewrite or bool(report.packs_deferred)
+
+    def delete(key: str) -> None:
+        alive()  # a prune that may have lost its lock stops (the order below keeps the repository readable)
+        store.delete(key)
+
     # 2. one new index of the surviving packs, 3. then the old index objects
     if rewrite:
         new_key = None
         if surviving:
             new_key, data = encode_index(sorted(surviving.items()))
+            alive()
             repo.put_once(new_key, data)
         report.index_objects_deleted = 0
         for key in index_keys:
             if key != new_key:
-                store.delete(key)
+                delete(key)
                 report.index_objects_deleted += 1
         if new_key in index_keys:
             report.index_objects_written = 0
     # 4. packs no index lists any more, 5. map objects, 6. older prune states
     for key in doomed_packs:
-        store.delete(key)
+        delete(key)
     for key in doomed_maps:
-        store.delete(key)
+        delete(key)
     for key in state_keys:
         if key != state_key:
-            store.delete(key)
+            delete(key)
     repo.drop_cached_index()  # it may list deleted packs
     report.duration_s = round(time.monotonic() - started, 3)
     log.info(

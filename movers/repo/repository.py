@@ -88,7 +88,7 @@ class Repository:
         entries of packs that are gone from ``packs/`` are left out; a chunk that is also in a
         pack the newest prune state lists resolves to its other copy (the listed one may be
         deleted after the grace). Safe beside a prune: index objects it compacts away while they are
-        read are listed again (``_read_index_objects``), packs it deletes meanwhile are left out. Cached.
+        read are listed again (``read_index_objects``), packs it deletes meanwhile are left out. Cached.
         """
         if self._index is None:
             self._index, self.unindexed_packs = self._load_index(frozenset(), frozenset(garbage_keys(self.store)))
@@ -107,7 +107,7 @@ class Repository:
         self, exclude: frozenset[str], last: frozenset[str]
     ) -> tuple[ChunkIndex, dict[bytes, list[PackEntry]]]:
         # Index objects first, then packs/: a pack an index lists but the later listing lacks is gone.
-        listed = self._read_index_objects()
+        listed = self.read_index_objects()[1]
         present = {pack.pack_id_from_key(key): key for key in self.store.list(pack.PACK_PREFIX)}
         unindexed: dict[bytes, list[PackEntry]] = {}
         for pack_id, key in list(present.items()):
@@ -131,8 +131,8 @@ class Repository:
             idx.add_pack(pid, entries)
         return idx, unindexed
 
-    def _read_index_objects(self) -> dict[bytes, list[PackEntry]]:
-        """Pack id -> entries, from every index object (the first one listing a pack wins).
+    def read_index_objects(self) -> tuple[list[str], dict[bytes, list[PackEntry]]]:
+        """The keys of the index objects, and pack id -> entries from them (the first one listing a pack wins).
 
         An index object that vanishes between the listing and its read was compacted by a prune, which
         writes its new index *before* deleting the old ones: so ``index/`` is listed again and the objects
@@ -153,7 +153,7 @@ class Repository:
             for key in keys:
                 for pack_id, entries in decoded[key]:
                     listed.setdefault(pack_id, entries)
-            return listed
+            return keys, listed
         raise TransientStoreError(
             f"index objects under {INDEX_PREFIX} of {self.describe()} kept vanishing while being read"
             " (prunes compacting the index); retry"
