@@ -171,8 +171,11 @@ def test_crashed_backup_packs_are_reused_by_the_retry_until_a_prune_lists_them(t
         assert bool(orphan_chunks & new_chunks) == prune_between, vol  # re-uploaded only once listed
         assert not orphans & set(new_packs)  # never re-created under the listed key
         later = prune(Repository.open(store), grace_s=DAY, now=T0 + 10 * DAY, lease_ttl_s=CRASHED)
+        # listed and re-uploaded: a pack of duplicate copies now, held a day from this prune (restores may read it)
+        assert (later.duplicate_packs_in_grace, later.packs_deleted) == ((1, 0) if prune_between else (0, 0))
+        final = prune(Repository.open(store), grace_s=DAY, now=T0 + 11 * DAY, lease_ttl_s=CRASHED)
         assert (orphans <= keys(inner, pack.PACK_PREFIX)) != prune_between  # reused: kept; listed: deleted
-        assert later.packs_deleted == (1 if prune_between else 0)
+        assert final.packs_deleted == final.duplicate_packs_deleted == (1 if prune_between else 0)
     assert check_all_restore(Repository.open(store), expected, tmp_path) == 3
 
 

@@ -10,9 +10,15 @@ two prunes of one repository must not run at the same time: each holds the repos
    TiB of unique data at 4 MiB chunks) and per map object, plus the pack entries read from the
    index objects (~200 bytes per stored chunk, the same bound as ``ChunkIndex``). Pages are
    read one at a time.
-2. **Classify packs.** A pack with at least one referenced chunk is kept (its unreferenced
-   chunks are reported as ``dead_bytes``: repacking partly used packs is out of scope). A pack
-   with no referenced chunk, and a map object nobody references, is *unreferenced*.
+2. **Classify packs: one copy of each chunk.** Every referenced chunk gets a *home*: the pack whose
+   copy stays (``choose_homes``), chosen among the packs the previous state does not list (backups
+   dedup against those, readers prefer them). A pack that is home to a chunk, or holds a referenced
+   chunk no unlisted pack has, is kept; its other chunks (unreferenced, or copies whose home is
+   elsewhere) are reported as ``dead_bytes`` (repacking partly used packs is out of scope). A pack
+   whose referenced chunks all live elsewhere is *a pack of duplicate copies* (two backups that
+   re-uploaded the same listed chunks at once leave such packs); a pack with no referenced chunk,
+   and a map object nobody references, is *unreferenced*. Memory: one more dict entry per
+   referenced chunk (~100 bytes) for its home.
 3. **Grace.** An unreferenced object is deleted only when it has been seen unreferenced for
    at least ``grace_s`` (default 24 h). The age is kept in **prune state objects**
    (``prune/<time>-<hash>``, JSON ``{"first_unreferenced": {object key: first time seen
@@ -37,6 +43,12 @@ two prunes of one repository must not run at the same time: each holds the repos
    The cost: an unreferenced object is deleted by the first prune at least ``grace_s`` after
    the first prune that saw it (``grace_s=0``: by this prune). Running backups do not depend on
    the grace (4a below): it is an undo window for a forget.
+
+   A pack of duplicate copies is listed the same way (``redundant`` in the state), but its clock
+   starts when a prune first sees it *as duplicate copies* and it waits at least
+   ``DUPLICATE_HOLD_S`` (a day) whatever the grace: a restore that loaded the chunk index before
+   the state listed it, or before the copy that stays existed, may read its chunks there (restores
+   hold no lease). Readers and backups that read a state listing it use the home copy.
 4. **Backups never newly reference what a prune may delete.** A backup reads the newest state
    *before* it loads the chunk index (``read_state``, ``garbage_keys``) and treats every
    object listed there (kept in grace or being deleted) as absent: it does not dedup against
@@ -92,6 +104,7 @@ two prunes of one repository must not run at the same time: each holds the repos
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections.abc import Callable, Collection
@@ -106,6 +119,8 @@ from movers.repo.pack import PackEntry
 from movers.repo.prunelock import PruneLock
 from movers.repo.prunestate import STATE_PREFIX, PruneState, encode_state, read_state
 from movers.repo.repository import Repository
+
+DUPLICATE_HOLD_S = 86400.0  # a pack of duplicate copies is deleted at least this long after it was first listed
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +141,8 @@ class PruneReport:
     dead_bytes: int = 0  # unreferenced chunk bytes inside kept (partly used) packs: needs repacking
     packs_in_grace: int = 0  # unreferenced, kept until unreferenced for grace_s
     bytes_in_grace: int = 0
+    duplicate_packs_in_grace: int = 0  # of packs_in_grace: their referenced chunks all have a copy that stays
+    duplicate_packs_deleted: int = 0  # of packs_deleted: the same
     map_objects_deleted: int = 0
     map_objects_in_grace: int = 0
     index_objects_written: int = 0
@@ -185,6 +202,56 @@ def _mark(
 
 def _map_id(key: str) -> bytes:
     return bytes.fromhex(key.rsplit("/", 1)[-1])
+
+
+def choose_homes(packs: dict[bytes, list[PackEntry]], chunks: Collection[bytes]) -> dict[bytes, bytes]:
+    """Chunk id -> the pack whose copy stays, for every chunk of ``chunks`` with a copy in ``packs``.
+
+    Few packs stay (a greedy cover): a pack holding the only copy of a chunk stays anyway, so a chunk with
+    several copies goes to such a pack if one holds it; the other duplicated chunks go, pack by pack, to the
+    pack holding the most bytes of them (ties: the smaller pack id). Deterministic. Memory: a dict entry per
+    chunk; lists and weights only for chunks with several copies and the packs holding them.
+    """
+    home: dict[bytes, bytes] = {}
+    duplicated: set[bytes] = set()
+    for pid in sorted(packs):
+        for e in packs[pid]:
+            if e.chunk_id in chunks and home.setdefault(e.chunk_id, pid) != pid:
+                duplicated.add(e.chunk_id)
+    if not duplicated:
+        return home
+    stays = {pid for cid, pid in home.items() if cid not in duplicated}
+    holders: dict[bytes, list[bytes]] = {}
+    size: dict[bytes, int] = {}
+    for pid in sorted(packs):
+        for e in packs[pid]:
+            if e.chunk_id in duplicated:
+                holders.setdefault(e.chunk_id, []).append(pid)
+                size[e.chunk_id] = e.stored_len
+    open_: set[bytes] = set()
+    for cid in duplicated:
+        staying = [pid for pid in holders[cid] if pid in stays]
+        if staying:
+            home[cid] = min(staying)
+        else:
+            open_.add(cid)
+    weight: dict[bytes, int] = {}
+    for cid in open_:
+        for pid in set(holders[cid]):
+            weight[pid] = weight.get(pid, 0) + size[cid]
+    heap = [(-w, pid) for pid, w in weight.items()]
+    heapq.heapify(heap)
+    while open_:
+        neg, pid = heapq.heappop(heap)
+        if -neg != weight[pid]:  # went down since pushed
+            heapq.heappush(heap, (-weight[pid], pid))
+            continue
+        for cid in {e.chunk_id for e in packs[pid]} & open_:
+            home[cid] = pid
+            open_.discard(cid)
+            for other in set(holders[cid]):
+                weight[other] -= size[cid]
+    return home
 
 
 def _wait_for_backups(
@@ -282,53 +349,55 @@ def _prune(
     report.chunks_referenced = len(chunks)
 
     kept: dict[str, float | None] = {}  # None: first seen now (stamped when the state is written)
+    redundant: set[str] = set()  # kept packs whose referenced chunks all have a copy elsewhere that stays
 
-    def expired(key: str) -> bool:
+    def expired(key: str, duplicate: bool = False) -> bool:
         seen = first_seen.get(key)
-        if grace_s <= 0 or (seen is not None and now_ts - seen >= grace_s):
+        hold = grace_s
+        if duplicate:  # its copies may be what a running restore reads: a clock of its own, and a day at least
+            seen = seen if key in previous.redundant else None
+            hold = max(grace_s, DUPLICATE_HOLD_S)
+        if hold <= 0 or (seen is not None and now_ts - seen >= hold):
             return True
         kept[key] = seen
+        if duplicate:
+            redundant.add(key)
         return False
 
-    # A backup re-uploads the chunks of packs the previous state listed rather than use them. A
-    # referenced chunk with such a fresh copy keeps only that copy alive: the listed pack's grace
-    # goes on (readers prefer unlisted packs, see Repository.index).
+    # One copy of each referenced chunk stays: the one in its home pack, chosen among packs the previous state
+    # does not list (backups dedup against those and readers prefer them, see Repository.index).
     listed = previous.garbage
-    fresh = {
-        e.chunk_id
-        for pid, key in present.items()
-        if key not in listed and pid in entries_of
-        for e in entries_of[pid]
-        if e.chunk_id in chunks
-    }
+    readable = {pid: key for pid, key in present.items() if key not in report.unreadable_packs}
+    home = choose_homes({pid: entries_of[pid] for pid, key in readable.items() if key not in listed}, chunks)
+    homes = set(home.values())
     doomed_packs: list[str] = []
     doomed_ids: dict[str, bytes] = {}
     sizes: dict[str, int] = {}
     surviving: dict[bytes, list[PackEntry]] = {}
-    for pid, key in present.items():
-        report.packs_total += 1
-        if key in report.unreadable_packs:
-            continue
+    report.packs_total = len(present)
+    for pid, key in readable.items():
         entries = entries_of[pid]
-        live = [e for e in entries if e.chunk_id in chunks and (key not in listed or e.chunk_id not in fresh)]
-        if live:
+        referenced = [e for e in entries if e.chunk_id in chunks]
+        if pid in homes or any(e.chunk_id not in home for e in referenced):  # holds a copy that must stay
             surviving[pid] = entries
             report.packs_kept += 1
             report.kept_chunk_bytes += sum(e.stored_len for e in entries)
-            dead = sum(e.stored_len for e in entries) - sum(e.stored_len for e in live)
+            dead = sum(e.stored_len for e in entries if e.chunk_id not in chunks or home.get(e.chunk_id, pid) != pid)
             if dead:
                 report.packs_partly_used += 1
                 report.dead_bytes += dead
-        elif expired(key):
+        elif expired(key, duplicate=bool(referenced)):
             doomed_packs.append(key)
             doomed_ids[key] = pid
             sizes[key] = store.size(key)
             report.packs_deleted += 1
             report.bytes_deleted += sizes[key]
+            report.duplicate_packs_deleted += bool(referenced)
         else:
             surviving[pid] = entries
             report.packs_in_grace += 1
             report.bytes_in_grace += store.size(key)
+            report.duplicate_packs_in_grace += bool(referenced)
 
     doomed_maps: list[str] = []
     for key in map_keys:
@@ -358,7 +427,7 @@ def _prune(
     if kept or doomed_packs or doomed_maps or state_keys:
         stamp = clock()
         first = {key: stamp if seen is None else seen for key, seen in kept.items()}
-        state_key, data = encode_state(stamp, first, doomed_packs + doomed_maps)
+        state_key, data = encode_state(stamp, first, doomed_packs + doomed_maps, sorted(redundant))
         alive()
         store.put(state_key, data)
     if doomed_packs or doomed_maps:
@@ -374,8 +443,8 @@ def _prune(
         def needed(key: str) -> bool:
             if not waited:
                 return True
-            if key in doomed_ids:
-                return any(e.chunk_id in new_chunks for e in entries_of[doomed_ids[key]])
+            if key in doomed_ids:  # a chunk committed meanwhile with no copy that stays
+                return any(e.chunk_id in new_chunks and e.chunk_id not in home for e in entries_of[doomed_ids[key]])
             return _map_id(key) in new_maps
 
         for key in [k for k in doomed_packs if needed(k)]:

@@ -4,8 +4,11 @@ A state object is JSON at ``prune/<UTC time>-<hash>``::
 
     {"format": "cbt-mover-prune-state", "version": 1, "written": <unix time>,
      "first_unreferenced": {object key: unix time first seen unreferenced, ...},
-     "deleting": [object keys this prune deletes after writing the state, ...]}
+     "deleting": [object keys this prune deletes after writing the state, ...],
+     "redundant": [keys of first_unreferenced that are packs of duplicate copies, ...]}
 
+``redundant`` (optional, like ``deleting``) names the keys of ``first_unreferenced`` that are packs whose
+referenced chunks all have a copy elsewhere that stays (their time is when they were first seen so).
 ``deleting`` is optional (states of older writers lack it). The *newest readable* state is the
 one that counts: prune carries its first-seen times over, and a backup treats every key it lists
 (``PruneState.garbage``) as absent (see ``movers.repo.prune``, "Backups never newly reference
@@ -37,6 +40,7 @@ class PruneState:
     key: str | None = None
     first_unreferenced: dict[str, float] = field(default_factory=dict)
     deleting: list[str] = field(default_factory=list)
+    redundant: frozenset[str] = frozenset()  # keys of first_unreferenced that are packs of duplicate copies
 
     @property
     def garbage(self) -> set[str]:
@@ -52,12 +56,15 @@ def decode_state(key: str, data: bytes) -> PruneState:
             raise ValueError("unknown format")
         first = {str(k): float(v) for k, v in doc["first_unreferenced"].items()}
         deleting = [str(k) for k in doc.get("deleting", [])]
+        redundant = frozenset(str(k) for k in doc.get("redundant", []))
     except (TypeError, KeyError, AttributeError, UnicodeDecodeError) as err:
         raise ValueError(f"malformed prune state: {err}") from None
-    return PruneState(key, first, deleting)
+    return PruneState(key, first, deleting, redundant)
 
 
-def encode_state(written: float, first_unreferenced: dict[str, float], deleting: list[str]) -> tuple[str, bytes]:
+def encode_state(
+    written: float, first_unreferenced: dict[str, float], deleting: list[str], redundant: list[str] = ()
+) -> tuple[str, bytes]:
     """``(key, bytes)`` of a new state object; keys sort by ``written``."""
     data = json.dumps(
         {
@@ -66,6 +73,7 @@ def encode_state(written: float, first_unreferenced: dict[str, float], deleting:
             "written": written,
             "first_unreferenced": first_unreferenced,
             "deleting": sorted(deleting),
+            "redundant": sorted(redundant),
         },
         sort_keys=True,
     ).encode()
