@@ -104,3 +104,34 @@ def test_cli_prune_waits_for_a_running_backup_as_long_as_told(tmp_path):
     done = json.loads(run("prune", "--repo", url, "--grace", "0", "--json", check_rc=0).stdout)
     assert done["backups_waited_for"] == 0 and done["packs_deleted"] > 0
     assert_one_line_error(run("prune", "--repo", url, "--wait-backups", "soon"), 2, "--wait-backups")
+
+
+def test_prune_deletes_lease_objects_their_holders_left_behind(tmp_path):
+    """A mover whose credentials cannot delete leaves every sequence of its lease (issue 12: they accumulated
+    forever). Prune deletes superseded sequences at once and a lease's last object once it has not been
+    refreshed for twice the TTL; a live lease stays."""
+    from movers.errors import AccessDeniedError
+    from movers.repo.leases import EXPIRED_AFTER_S
+    from tests.test_prune import CONFIG, T0
+
+    inner = MemoryStore()
+    store = FaultyStore(inner)
+    Repository.init(inner, CONFIG)
+    store.fail("delete", AccessDeniedError, times=10**6, key_prefix=LEASE_PREFIX)
+    with Lease(store, "backup with put-only credentials", refresh_s=0.01):
+        wait_until(lambda: len(keys(inner, LEASE_PREFIX)) >= 5, 10, "refreshes that could not delete the last key")
+    left = sorted(keys(inner, LEASE_PREFIX))
+    assert len(left) >= 5, "the lease ended and could not delete a thing"
+    with Lease(inner, "a backup running now") as running:
+        dry = prune(Repository.open(inner), grace_s=0, now=T0, dry_run=True)
+        first = prune(Repository.open(inner), grace_s=0, now=T0)
+        assert dry.leases_deleted == first.leases_deleted == len(left) - 1
+        assert keys(inner, LEASE_PREFIX) == {left[-1], running.key}, "the newest of each lease stays"
+        doc = json.loads(inner.get(left[-1]))
+        doc["refreshed"] -= EXPIRED_AFTER_S - 60  # not yet twice the TTL
+        inner.put(left[-1], json.dumps(doc).encode())
+        assert prune(Repository.open(inner), grace_s=0, now=T0).leases_deleted == 0
+        doc["refreshed"] -= 120
+        inner.put(left[-1], json.dumps(doc).encode())
+        assert prune(Repository.open(inner), grace_s=0, now=T0).leases_deleted == 1
+        assert keys(inner, LEASE_PREFIX) == {running.key}

@@ -43,6 +43,7 @@ LEASE_PREFIX = "leases/"
 LEASE_FORMAT = "cbt-mover-lease"
 REFRESH_S = 60.0
 TTL_S = 600.0
+EXPIRED_AFTER_S = 2 * TTL_S  # a lease not refreshed for this long is swept by prune (sweep_expired)
 
 
 class Lease:
@@ -169,10 +170,13 @@ def _refreshed(doc: dict) -> float | None:
         return None
 
 
-def sweep_expired(store: Store, older_than_s: float, now: float | None = None, prefix: str = LEASE_PREFIX) -> int:
+def sweep_expired(
+    store: Store, older_than_s: float, now: float | None = None, prefix: str = LEASE_PREFIX, delete: bool = True
+) -> int:
     """Delete the objects of leases not refreshed for ``older_than_s`` (their holders crashed, or could not
-    delete them), and the superseded sequences of any lease (no reader uses them); the number deleted.
-    Unreadable leases are left alone; objects the store refuses to delete are skipped with a warning."""
+    delete them), and the superseded sequences of any lease (no reader uses them); the number deleted
+    (``delete=False``: that would be). Unreadable leases are left alone; objects the store refuses to delete
+    are skipped with a warning."""
     now = time.time() if now is None else now
     doomed: list[str] = []
     for lease_id, keys in _keys_by_id(store, prefix).items():
@@ -181,6 +185,8 @@ def sweep_expired(store: Store, older_than_s: float, now: float | None = None, p
         refreshed = None if doc is None else _refreshed(doc)
         if refreshed is not None and now - refreshed > older_than_s:
             doomed.append(keys[-1])
+    if not delete:
+        return len(doomed)
     deleted = 0
     for key in doomed:
         try:

@@ -100,6 +100,9 @@ two prunes of one repository must not run at the same time: each holds the repos
 
    Index objects and packs written after prune listed them are never touched (prune deletes
    only keys it listed), so a concurrent backup's index and packs survive.
+6. **Expired leases.** Last, lease objects (backups' and prune locks') whose holder has not refreshed them
+   for ``EXPIRED_AFTER_S`` (twice their TTL: it crashed, or its credentials cannot delete), and superseded
+   sequences of any lease, are deleted (``leases_deleted``); a dry run counts them.
 """
 
 from __future__ import annotations
@@ -114,12 +117,21 @@ from datetime import UTC, datetime
 from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
 from movers.repo import pack, volmap
 from movers.repo.index import encode_index
-from movers.repo.leases import TTL_S, live_leases, saw_state, wait_for_leases
+from movers.repo.leases import (
+    EXPIRED_AFTER_S,
+    LEASE_PREFIX,
+    TTL_S,
+    live_leases,
+    saw_state,
+    sweep_expired,
+    wait_for_leases,
+)
 from movers.repo.pack import PackEntry
-from movers.repo.prunelock import PruneLock
+from movers.repo.prunelock import LOCK_PREFIX, PruneLock
 from movers.repo.prunestate import STATE_PREFIX, PruneState, encode_state, read_state
 from movers.repo.repository import Repository
 
+_LEASES = (LEASE_PREFIX, LOCK_PREFIX)
 DUPLICATE_HOLD_S = 86400.0  # a pack of duplicate copies is deleted at least this long after it was first listed
 
 log = logging.getLogger(__name__)
@@ -151,6 +163,7 @@ class PruneReport:
     backups_waited_for: int = 0  # backups running when this prune was about to delete (it waited for them)
     packs_deferred: int = 0  # due for deletion, kept: a backup it waited for uses them, or still runs
     map_objects_deferred: int = 0
+    leases_deleted: int = 0  # lease and prune lock objects of holders gone for 2x their TTL, or superseded
     duration_s: float = 0.0
 
     def to_dict(self) -> dict:
@@ -418,6 +431,7 @@ def _prune(
         report.index_objects_written = int(bool(surviving))
         report.index_objects_deleted = len(index_keys)
     if dry_run:
+        report.leases_deleted = sum(sweep_expired(store, EXPIRED_AFTER_S, prefix=p, delete=False) for p in _LEASES)
         report.duration_s = round(time.monotonic() - started, 3)
         return report
 
@@ -485,6 +499,9 @@ def _prune(
     for key in state_keys:
         if key != state_key:
             delete(key)
+    # 7. lease objects nobody refreshed for long (crashed holders, or holders whose credentials cannot delete)
+    alive()
+    report.leases_deleted = sum(sweep_expired(store, EXPIRED_AFTER_S, prefix=p) for p in _LEASES)
     repo.drop_cached_index()  # it may list deleted packs
     report.duration_s = round(time.monotonic() - started, 3)
     log.info(
