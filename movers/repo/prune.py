@@ -343,7 +343,6 @@ def _prune(
     # Listing order matters: index objects before packs, so every pack an index we read lists
     # was uploaded before we list packs/ (a pack missing from that listing was deleted).
     index_keys, entries_of = repo.read_index_objects()
-    entries_of = dict(entries_of)
     pack_keys = list(store.list(pack.PACK_PREFIX))
     map_keys = list(store.list(volmap.MAP_PREFIX))
     present: dict[bytes, str] = {pack.pack_id_from_key(k): k for k in pack_keys}
@@ -351,7 +350,7 @@ def _prune(
     for pid in unindexed:
         try:
             entries_of[pid] = repo.read_pack_trailer(present[pid])
-        except ObjectNotFound:  # deleted since we listed (a prune that ran without the lock): gone
+        except ObjectNotFound:  # deleted since we listed (this is a dry run beside a prune): gone
             del present[pid]
         except IntegrityError as err:
             log.warning("keeping unreadable pack %s: %s", present[pid], err)
