@@ -4,6 +4,7 @@ S3 error translation, multipart abort, RetryingStore, FaultyStore and ``open_sto
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import socket
@@ -28,6 +29,8 @@ from movers.errors import (
     TransientStoreError,
     UsageError,
 )
+from movers.repo.config import RepoConfig
+from movers.repo.repository import Repository
 from movers.repo.store import (
     FaultyStore,
     LocalStore,
@@ -38,6 +41,7 @@ from movers.repo.store import (
     open_store,
 )
 from movers.repo.store.s3 import S3Store
+from tests.s3proxy import Request, S3Proxy
 
 MiB = 1024 * 1024
 FAKE = {"access_key": "testing", "secret_key": "testing", "region": "us-east-1"}
@@ -186,14 +190,52 @@ def test_delete_is_idempotent(store):
     assert list(store.list("d/")) == ["d/y"]
 
 
-BAD_KEYS = ["", "/a", "a/", "a//b", ".", "..", "a/../b", "./a", "a b", "a\\b", "ä", "a?b", "a*b", "a\nb"]
+BAD_KEYS = [
+    *("", "/a", "a/", "a//b", ".", "..", "a/../b", "./a", "a b", "a\\b", "ä", "a?b", "a*b", "a\nb"),
+    *(".tmp-x", "a/.tmp-x/b", "packs/.tmp-1"),  # reserved for a local store's temporary files
+]
 
 
 def test_invalid_keys_are_rejected(store):
     for key in BAD_KEYS:
         with pytest.raises(UsageError):
             store.put(key, b"x")
+        with pytest.raises(UsageError):
+            store.put_new(key, b"x")
     assert list(store.list()) == []
+
+
+def test_put_new_writes_only_a_key_that_does_not_exist(store):
+    assert store.put_new("packs/ab/1", b"first") is True
+    assert store.put_new("packs/ab/1", b"second") is False
+    assert store.get("packs/ab/1") == b"first"
+    store.put("packs/ab/2", b"put")
+    assert store.put_new("packs/ab/2", b"other") is False and store.get("packs/ab/2") == b"put"
+    store.delete("packs/ab/1")
+    assert store.put_new("packs/ab/1", b"again") is True and store.get("packs/ab/1") == b"again"
+    assert store.put_new("e", b"") is True and store.put_new("e", b"x") is False and store.get("e") == b""
+    assert list(store.list()) == ["e", "packs/ab/1", "packs/ab/2"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "local"])
+def test_put_new_of_racing_writers_writes_once(tmp_path, kind):
+    store = MemoryStore() if kind == "memory" else LocalStore(tmp_path)
+    for round_ in range(20):
+        key, start, won = f"k/{round_}", threading.Barrier(8), []
+
+        def writer(n: int, key=key, start=start, won=won) -> None:
+            start.wait()
+            if store.put_new(key, b"%d" % n * 1000):
+                won.append(n)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(won) == 1 and store.get(key) == b"%d" % won[0] * 1000
+    if kind == "local":
+        assert [p.name for p in tmp_path.rglob(".tmp-*")] == []  # no temporary file stays behind
 
 
 # -- S3 specifics ------------------------------------------------------------------------------
@@ -256,6 +298,88 @@ def test_s3_failed_multipart_upload_is_aborted(moto_server, s3_bucket, failure):
     assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert not store.exists("packs/p")
     assert client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+
+
+def _conditional_puts(proxy: S3Proxy) -> list[bool]:
+    return [r.conditional for r in proxy.seen("PUT")]
+
+
+@pytest.mark.s3
+def test_s3_put_once_is_one_conditional_put_without_head(s3_bucket):
+    endpoint, bucket = s3_bucket
+    with S3Proxy(endpoint) as proxy:
+        repo = Repository(make_s3(proxy.endpoint_url, bucket), RepoConfig())
+        assert repo.put_once("packs/aa/1", b"pack") == 4
+        assert repo.put_once("packs/aa/1", b"pack") == 0  # moto answered 412 PreconditionFailed
+    assert [r.method for r in proxy.requests] == ["PUT", "PUT"] and _conditional_puts(proxy) == [True, True]
+    assert repo.store.get("packs/aa/1") == b"pack"
+
+
+@pytest.mark.s3
+def test_s3_put_new_of_a_large_object(s3_bucket, moto_server, random_70mib):
+    endpoint, bucket = s3_bucket
+    data, other = random_70mib[: 6 * MiB], random_70mib[6 * MiB : 12 * MiB]
+    with S3Proxy(endpoint) as proxy:
+        store = make_s3(proxy.endpoint_url, bucket)
+        assert store.put_new("packs/big", data) is True
+        complete = [r for r in proxy.seen("POST") if "uploadId=" in r.path]
+        assert len(complete) == 1 and complete[0].conditional
+        before = len(proxy.requests)
+        assert store.put_new("packs/big", other) is False
+        assert [r.method for r in proxy.requests[before:]] == ["HEAD"]  # no part is uploaded to be refused
+    assert store.get("packs/big") == data
+
+    # another writer creates the key while our parts upload: the conditional completion refuses, we abort
+    client = moto_server.client()
+
+    def racing_writer(request: Request):
+        if request.method == "POST" and request.path.endswith("?uploads"):
+            client.put_object(Bucket=bucket, Key="repo/packs/raced", Body=b"theirs")
+        return None
+
+    with S3Proxy(endpoint, racing_writer) as proxy:
+        assert make_s3(proxy.endpoint_url, bucket).put_new("packs/raced", data) is False
+    assert store.get("packs/raced") == b"theirs"
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+@pytest.mark.s3
+def test_s3_put_new_without_conditional_writes_falls_back_to_head_then_put(s3_bucket, caplog):
+    endpoint, bucket = s3_bucket
+    refuse = lambda r: (501, "NotImplemented") if r.conditional else None  # noqa: E731
+    with S3Proxy(endpoint, refuse) as proxy:
+        store = make_s3(proxy.endpoint_url, bucket)
+        with caplog.at_level(logging.WARNING, logger="movers"):
+            assert store.put_new("a", b"1") is True
+        assert [(r.method, r.conditional) for r in proxy.requests] == [("PUT", True), ("HEAD", False), ("PUT", False)]
+        assert "does not support conditional writes" in caplog.text
+        del proxy.requests[:]
+        assert store.put_new("b", b"2") is True and store.put_new("a", b"x") is False  # remembered: no 501 again
+        assert [(r.method, r.conditional) for r in proxy.requests] == [("HEAD", False), ("PUT", False), ("HEAD", False)]
+    assert (store.get("a"), store.get("b")) == (b"1", b"2")
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("exists", [False, True])
+def test_s3_conditional_write_conflict_is_retried(s3_bucket, exists):
+    """409 ConditionalRequestConflict (a concurrent write or delete of the key) is transient: the retry
+    learns whether the key exists (412) or writes it."""
+    endpoint, bucket = s3_bucket
+    conflicts = []
+
+    def conflict_once(request: Request):
+        if request.conditional and not conflicts:
+            conflicts.append(request)
+            return 409, "ConditionalRequestConflict"
+        return None
+
+    with S3Proxy(endpoint, conflict_once) as proxy:
+        store = make_s3(proxy.endpoint_url, bucket)
+        if exists:
+            store.put("k", b"theirs")
+        assert RetryingStore(store, sleep=Sleeps()).put_new("k", b"ours") is (not exists)
+        assert _conditional_puts(proxy)[-2:] == [True, True]
+    assert store.get("k") == (b"theirs" if exists else b"ours")
 
 
 # Translation of vendor errors, without a server: Stubber fakes S3 error responses, and a

@@ -6,12 +6,16 @@ Contract:
   ``method`` whose key (for ``list``: the prefix argument) starts with ``key_prefix`` raise
   ``error`` instead of reaching the inner store. ``error`` is an exception instance or class
   (a class is instantiated with a message naming the call). Faults fire in the order queued.
-* ``crash_after_puts(n, prefix="")`` lets ``n`` more puts of keys starting with ``prefix`` through;
-  the next one raises ``SimulatedCrash`` (a ``BaseException``, so ``except Exception`` does not
-  swallow it) and its object is NOT written. From then on the store behaves like a dead
-  process: every call raises ``SimulatedCrash`` until ``recover()``.
+* ``crash_after_puts(n, prefix="")`` lets ``n`` more writes (calls of ``put`` or ``put_new``) of
+  keys starting with ``prefix`` through; the next one raises ``SimulatedCrash`` (a
+  ``BaseException``, so ``except Exception`` does not swallow it) and its object is NOT written.
+  From then on the store behaves like a dead process: every call raises ``SimulatedCrash``
+  until ``recover()``.
+* ``put_new`` is a write like ``put``: faults scripted for ``"put"`` and ``crash_after_puts`` hit
+  both (``fail("put_new", ...)`` only the conditional ones), and ``calls["put"]`` counts both
+  (``calls["put_new"]`` the conditional ones).
 * ``calls[method]`` counts every call, faulted or not; ``puts`` (keys) and ``bytes_put`` count
-  only puts that reached the inner store and returned.
+  only writes that reached the inner store and wrote (``put_new`` returning True).
 * Thread-safe: bookkeeping happens under a lock, inner calls run outside it.
 """
 
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 
 from movers.repo.store.base import Store
 
-METHODS = ("put", "get", "get_range", "size", "exists", "list", "delete")
+METHODS = ("put", "put_new", "get", "get_range", "size", "exists", "list", "delete")
 
 
 class SimulatedCrash(BaseException):
@@ -78,12 +82,16 @@ class FaultyStore:
             return sum(f.remaining for f in self._faults)
 
     def _before(self, method: str, key: str) -> None:
+        write = method in ("put", "put_new")
         with self._lock:
             self.calls[method] += 1
+            if method == "put_new":
+                self.calls["put"] += 1
             if self._crashed:
                 raise SimulatedCrash(f"store is crashed ({method} {key})")
             for fault in self._faults:
-                if fault.method == method and key.startswith(fault.key_prefix):
+                matches = fault.method == method or (write and fault.method == "put")
+                if matches and key.startswith(fault.key_prefix):
                     fault.remaining -= 1
                     if fault.remaining <= 0:
                         self._faults.remove(fault)
@@ -91,7 +99,7 @@ class FaultyStore:
                     if isinstance(error, type):
                         error = error(f"injected fault in {method}({key!r})")
                     raise error
-            if method == "put" and self._crash is not None and key.startswith(self._crash[1]):
+            if write and self._crash is not None and key.startswith(self._crash[1]):
                 left, prefix = self._crash
                 if left <= 0:
                     self._crash = None
@@ -105,6 +113,15 @@ class FaultyStore:
         with self._lock:
             self.puts.append(key)
             self.bytes_put += len(data)
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        self._before("put_new", key)
+        written = self.inner.put_new(key, data)
+        if written:
+            with self._lock:
+                self.puts.append(key)
+                self.bytes_put += len(data)
+        return written
 
     def get(self, key: str) -> bytes:
         self._before("get", key)

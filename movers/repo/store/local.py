@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from movers.errors import AccessDeniedError, ObjectNotFound, PermanentStoreError, TransientStoreError
-from movers.repo.store.base import validate_key
+from movers.repo.store.base import TEMPORARY_PREFIX, validate_key
+
+log = logging.getLogger(__name__)
+_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP}  # what link(2) says on filesystems without them
 
 
 def _translate(err: OSError, key: str) -> Exception:
@@ -23,30 +27,74 @@ def _translate(err: OSError, key: str) -> Exception:
 
 
 class LocalStore:
-    """Objects are files under ``root``; ``put`` writes a temp file, fsyncs and renames it."""
+    """Objects are files under ``root``. A write goes to a temporary file (``.tmp-*`` beside the
+    object, fsynced) that ``put`` renames into place and ``put_new`` hard-links into place: the
+    link fails if the key exists, so creating a key is atomic and happens at most once. On a
+    filesystem without hard links ``put_new`` checks then renames (a race may rewrite a key)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self._hard_links = True  # False once the filesystem refused one
 
     def _path(self, key: str) -> Path:
         return self.root / validate_key(key)
 
+    @staticmethod
+    def _write_temporary(path: Path, data: bytes) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMPORARY_PREFIX)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return tmp
+
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            tmp = self._write_temporary(path, data)
             try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
                 os.replace(tmp, path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
         except OSError as err:
             raise _translate(err, key) from None
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        if path.is_file():  # the common "already stored" case without writing anything
+            return False
+        try:
+            tmp = self._write_temporary(path, data)
+            try:
+                return self._create(tmp, path)
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+        except OSError as err:
+            raise _translate(err, key) from None
+
+    def _create(self, tmp: str, path: Path) -> bool:
+        """Give the complete file ``tmp`` the name ``path`` unless that exists; True if it did."""
+        if self._hard_links:
+            try:
+                os.link(tmp, path)
+                return True
+            except FileExistsError:
+                return False
+            except OSError as err:
+                if err.errno not in _NO_HARD_LINKS:
+                    raise
+                log.info("%s: no hard links on this filesystem (%s): put_new checks, then renames", self, err.strerror)
+                self._hard_links = False
+        if path.exists():
+            return False
+        os.replace(tmp, path)
+        return True
 
     def get(self, key: str) -> bytes:
         try:
@@ -80,7 +128,7 @@ class LocalStore:
         for dirpath, _dirs, files in os.walk(start):
             rel_dir = os.path.relpath(dirpath, self.root)
             for name in files:
-                if name.startswith(".tmp-"):
+                if name.startswith(TEMPORARY_PREFIX):
                     continue
                 key = name if rel_dir == "." else f"{rel_dir}/{name}"
                 if key.startswith(prefix):

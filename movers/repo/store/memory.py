@@ -26,6 +26,16 @@ class MemoryStore:
                 bisect.insort(self._keys, key)
             self._objects[key] = data
 
+    def put_new(self, key: str, data: bytes) -> bool:
+        validate_key(key)
+        data = bytes(data)
+        with self._lock:
+            if key in self._objects:
+                return False
+            bisect.insort(self._keys, key)
+            self._objects[key] = data
+        return True
+
     def get(self, key: str) -> bytes:
         with self._lock:
             try:

@@ -60,6 +60,9 @@ class RetryingStore:
     def put(self, key: str, data: bytes) -> None:
         self._call(self.inner.put, key, data)
 
+    def put_new(self, key: str, data: bytes) -> bool:
+        return self._call(self.inner.put_new, key, data)
+
     def get(self, key: str) -> bytes:
         return self._call(self.inner.get, key)
 
