@@ -323,6 +323,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         "tags": manifest.tags,
         **extra,
         **manifest.stats,
+        "requests": repo.store.requests.as_dict(),
     }
     _emit(
         args,
@@ -505,6 +506,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         check = verify_device(repo, manifest, args.device, workers=max(1, args.workers), progress=phase(1))
         result["readback"] = check.as_dict()
         text += f"; read back {_mib(check.checked_bytes + check.zero_bytes)} in {check.duration_s} s: identical"
+    result["requests"] = repo.store.requests.as_dict()
     _emit(args, result, text)
     return 0
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import traceback
+from collections import Counter
 
 import botocore.exceptions as bce
 import pytest
@@ -236,6 +237,61 @@ def test_put_new_of_racing_writers_writes_once(tmp_path, kind):
         assert len(won) == 1 and store.get(key) == b"%d" % won[0] * 1000
     if kind == "local":
         assert [p.name for p in tmp_path.rglob(".tmp-*")] == []  # no temporary file stays behind
+
+
+def test_requests_are_counted_by_kind(store):
+    store.put("c/a", b"abc")
+    assert store.put_new("c/b", b"x") is True
+    assert store.put_new("c/b", b"y") is False
+    store.get("c/a")
+    store.get_range("c/a", 1, 1)
+    store.size("c/a")
+    store.exists("c/zz")
+    assert list(store.list("c/")) == ["c/a", "c/b"]
+    store.delete("c/a")
+    expected = {"put": 3, "get": 1, "range_get": 1, "head": 2, "list_pages": 1, "delete": 1}
+    assert store.requests.as_dict() == expected
+
+
+def test_listings_count_the_pages_s3_would_return():
+    store = MemoryStore()
+    for n in range(2001):
+        store.put(f"k/{n:05}", b"")
+    before = store.requests.as_dict()["list_pages"]
+    assert len(list(store.list("k/"))) == 2001 and len(list(store.list("none/"))) == 0
+    assert store.requests.as_dict()["list_pages"] - before == 3 + 1
+    with pytest.raises(ValueError):
+        store.requests.add("post")
+
+
+@pytest.mark.s3
+def test_s3_counts_every_http_request(s3_bucket, random_70mib):
+    """What S3Store counts is what the endpoint saw: multipart calls, fallbacks and retried attempts included."""
+    endpoint, bucket = s3_bucket
+    unavailable = []
+
+    def once_unavailable(request: Request):
+        if request.method == "GET" and not unavailable:
+            unavailable.append(request)
+            return 503, "ServiceUnavailable"
+        return None
+
+    with S3Proxy(endpoint, once_unavailable) as proxy:
+        inner = make_s3(proxy.endpoint_url, bucket)
+        store = RetryingStore(inner, sleep=Sleeps())
+        store.put("big", random_70mib[: 11 * MiB])  # create, 3 parts, complete
+        store.put("small", b"s")
+        assert store.get("small") == b"s"  # 503, then the retry
+        store.get_range("big", 0, 10)
+        assert store.put_new("small", b"t") is False
+        assert list(store.list()) == ["big", "small"]
+        store.delete("small")
+        store.check()
+        by_method = Counter(r.method for r in proxy.requests)
+    counts = store.requests.as_dict()
+    assert counts == {"put": 7, "get": 2, "range_get": 1, "head": 1, "list_pages": 1, "delete": 1}
+    assert sum(counts.values()) == len(proxy.requests)
+    assert by_method == {"PUT": 5, "POST": 2, "GET": 4, "HEAD": 1, "DELETE": 1}
 
 
 # -- S3 specifics ------------------------------------------------------------------------------

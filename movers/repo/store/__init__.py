@@ -12,6 +12,7 @@ from urllib.parse import unquote, urlsplit
 
 from movers.errors import UsageError
 from movers.repo.store.base import Store, validate_key
+from movers.repo.store.counting import RequestCounts
 from movers.repo.store.faulty import FaultyStore, SimulatedCrash
 from movers.repo.store.local import LocalStore
 from movers.repo.store.memory import MemoryStore
@@ -24,6 +25,7 @@ __all__ = [
     "FaultyStore",
     "LocalStore",
     "MemoryStore",
+    "RequestCounts",
     "RetryingStore",
     "S3Store",
     "SimulatedCrash",

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from movers.repo.store.base import Store
+from movers.repo.store.counting import RequestCounts
 
 METHODS = ("put", "put_new", "get", "get_range", "size", "exists", "list", "delete")
 
@@ -146,6 +147,11 @@ class FaultyStore:
     def delete(self, key: str) -> None:
         self._before("delete", key)
         self.inner.delete(key)
+
+    @property
+    def requests(self) -> RequestCounts:
+        """The inner store's request counts (faulted calls never reach it)."""
+        return self.inner.requests
 
     def describe(self) -> str:
         return self.inner.describe()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from movers.errors import AccessDeniedError, ObjectNotFound, PermanentStoreError, TransientStoreError
 from movers.repo.store.base import TEMPORARY_PREFIX, validate_key
+from movers.repo.store.counting import RequestCounts, list_pages
 
 log = logging.getLogger(__name__)
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP}  # what link(2) says on filesystems without them
@@ -35,6 +36,7 @@ class LocalStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self._hard_links = True  # False once the filesystem refused one
+        self.requests = RequestCounts()
 
     def _path(self, key: str) -> Path:
         return self.root / validate_key(key)
@@ -55,6 +57,7 @@ class LocalStore:
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
+        self.requests.add("put")
         try:
             tmp = self._write_temporary(path, data)
             try:
@@ -67,6 +70,7 @@ class LocalStore:
 
     def put_new(self, key: str, data: bytes) -> bool:
         path = self._path(key)
+        self.requests.add("put")
         if path.is_file():  # the common "already stored" case without writing anything
             return False
         try:
@@ -97,34 +101,43 @@ class LocalStore:
         return True
 
     def get(self, key: str) -> bytes:
+        path = self._path(key)
+        self.requests.add("get")
         try:
-            return self._path(key).read_bytes()
+            return path.read_bytes()
         except OSError as err:
             raise _translate(err, key) from None
 
     def get_range(self, key: str, offset: int, length: int) -> bytes:
+        path = self._path(key)
+        self.requests.add("range_get")
         try:
-            with open(self._path(key), "rb") as f:
+            with open(path, "rb") as f:
                 return os.pread(f.fileno(), length, offset)
         except OSError as err:
             raise _translate(err, key) from None
 
     def size(self, key: str) -> int:
+        path = self._path(key)
+        self.requests.add("head")
         try:
-            return self._path(key).stat().st_size
+            return path.stat().st_size
         except OSError as err:
             raise _translate(err, key) from None
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        path = self._path(key)
+        self.requests.add("head")
+        return path.is_file()
 
     def list(self, prefix: str = "") -> Iterator[str]:
         # Walk only the deepest directory that the prefix fully names.
         base_dir = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = self.root / base_dir if base_dir else self.root
+        keys: list[str] = []
         if not start.is_dir():
+            self.requests.add("list_pages")
             return
-        keys = []
         for dirpath, _dirs, files in os.walk(start):
             rel_dir = os.path.relpath(dirpath, self.root)
             for name in files:
@@ -133,11 +146,14 @@ class LocalStore:
                 key = name if rel_dir == "." else f"{rel_dir}/{name}"
                 if key.startswith(prefix):
                     keys.append(key)
+        self.requests.add("list_pages", list_pages(len(keys)))
         yield from sorted(keys)
 
     def delete(self, key: str) -> None:
+        path = self._path(key)
+        self.requests.add("delete")
         try:
-            self._path(key).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
         except OSError as err:
             raise _translate(err, key) from None
 

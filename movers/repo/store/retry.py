@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from movers.errors import TransientStoreError
 from movers.repo.store.base import Store
+from movers.repo.store.counting import RequestCounts
 
 T = TypeVar("T")
 
@@ -86,6 +87,11 @@ class RetryingStore:
         check = getattr(self.inner, "check", None)
         if check is not None:
             self._call(check)
+
+    @property
+    def requests(self) -> RequestCounts:
+        """The inner store's request counts (each attempt counted)."""
+        return self.inner.requests
 
     def describe(self) -> str:
         return self.inner.describe()

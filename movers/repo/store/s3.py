@@ -18,6 +18,7 @@ Contract, on top of the Store protocol in ``base.py``:
 * ``put`` of more than ``multipart_threshold`` bytes is a multipart upload that is aborted on
   any failure, ``KeyboardInterrupt`` included, so it leaves neither a partial object nor a
   dangling upload (unless the abort itself fails, which is logged).
+* ``requests`` counts the HTTP requests sent, by kind (``movers.repo.store.counting``).
 * Vendor errors are translated here into ``movers.errors``; messages name the endpoint and the
   ``s3://`` location but never the access key, secret or session token.
 * ``size``/``exists`` use HEAD, whose 404 cannot tell a missing bucket from a missing key:
@@ -50,6 +51,7 @@ from movers.errors import (
     UsageError,
 )
 from movers.repo.store.base import validate_key
+from movers.repo.store.counting import RequestCounts
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,20 @@ _CREDENTIALS_HINT = (
     "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (plus AWS_SESSION_TOKEN for temporary "
     "credentials), or AWS_PROFILE naming a profile in ~/.aws/credentials or ~/.aws/config"
 )
+
+
+_REQUEST_KINDS = {  # botocore operation -> movers.repo.store.counting kind
+    "GetObject": "get",
+    "PutObject": "put",
+    "CreateMultipartUpload": "put",
+    "UploadPart": "put",
+    "CompleteMultipartUpload": "put",
+    "HeadObject": "head",
+    "HeadBucket": "head",
+    "ListObjectsV2": "list_pages",
+    "DeleteObject": "delete",
+    "AbortMultipartUpload": "delete",
+}
 
 
 class _NoConditionalWrites(Exception):
@@ -228,6 +244,8 @@ class S3Store:
         except bce.BotoCoreError as err:  # e.g. partial credentials in the environment
             raise self._translate(err, "setup", None) from None
         self.endpoint_url = _USERINFO.sub("//", self._client.meta.endpoint_url)
+        self.requests = RequestCounts()
+        self._client.meta.events.register("before-send.s3", self._count_request)
         if creds is not None:  # also hide what the chain found (env vars, profile)
             self._redactor.add(creds.access_key, creds.secret_key, creds.token)
 
@@ -246,6 +264,14 @@ class S3Store:
             response_checksum_validation="when_required",
         )
         return session.client("s3", endpoint_url=endpoint_url, config=config)
+
+    def _count_request(self, request, event_name: str, **_) -> None:
+        """botocore's ``before-send`` hook: called once per HTTP request (returning None sends it)."""
+        kind = _REQUEST_KINDS.get(event_name.rsplit(".", 1)[-1])
+        if kind == "get" and "Range" in request.headers:
+            kind = "range_get"
+        if kind is not None:
+            self.requests.add(kind)
 
     # -- naming and error translation --------------------------------------------------------
 

@@ -1,0 +1,67 @@
+"""The store layer through the CLI, as users run it: the requests a backup and a restore report, and a
+repository in an object-locked bucket (moto over HTTP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from movers.repo.store.counting import KINDS
+from tests.s3proxy import S3Proxy
+from tests.volumes import make_image, sha256_file
+
+MiB = 1 << 20
+
+
+def cli(*args, env=None) -> dict:
+    """Run ``cbt-mover ARGS --json``; assert it exits 0 and return its JSON result."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CBT_MOVER_"))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "movers", *map(str, args), "--json"],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def image(tmp_path):
+    path = tmp_path / "vol.img"
+    make_image(path, 8 * MiB, seed=3)
+    return path
+
+
+@pytest.mark.s3
+def test_backup_and_restore_report_the_requests_they_sent(s3_bucket, moto_server, image, tmp_path):
+    endpoint, bucket = s3_bucket
+    repo = f"s3://{bucket}/team/repo"
+    with S3Proxy(endpoint) as proxy:
+        env = {**moto_server.env, "AWS_ENDPOINT_URL": proxy.endpoint_url}
+        cli("init", "--repo", repo, env=env)
+        reported = {}
+        for name, command in {
+            "backup": ["backup", "--volume", "ns/pvc", "--device", image, "--scan"],
+            "restore": ["restore", "--volume", "ns/pvc", "--device", tmp_path / "out.img"],
+        }.items():
+            before = len(proxy.requests)
+            reported[name] = cli(*command, "--repo", repo, env=env)["requests"]
+            assert set(reported[name]) == set(KINDS)
+            assert sum(reported[name].values()) == len(proxy.requests) - before, name  # every request, no more
+    assert sha256_file(tmp_path / "out.img") == sha256_file(image)
+    assert reported["backup"]["put"] >= 3  # a pack, a map page, the manifest at least
+    assert reported["restore"]["range_get"] + reported["restore"]["get"] >= 2
+
+
+def test_a_local_repository_reports_requests_too(image, tmp_path):
+    repo = f"file://{tmp_path}/repo"
+    cli("init", "--repo", repo)
+    doc = cli("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan")
+    assert set(doc["requests"]) == set(KINDS) and doc["requests"]["put"] >= doc["objects_written"] >= 1
