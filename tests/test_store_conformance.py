@@ -11,8 +11,10 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 
 import botocore.exceptions as bce
 import pytest
@@ -41,8 +43,9 @@ from movers.repo.store import (
     Store,
     open_store,
 )
+from movers.repo.store.retry import parse_retry_for
 from movers.repo.store.s3 import S3Store
-from tests.s3proxy import Request, S3Proxy
+from tests.s3proxy import Request, S3Proxy, SilentServer
 
 MiB = 1024 * 1024
 FAKE = {"access_key": "testing", "secret_key": "testing", "region": "us-east-1"}
@@ -536,14 +539,16 @@ def _assert_no_secret(text: str) -> None:
 
 
 @pytest.mark.s3
-def test_s3_credentials_never_shown(s3_bucket):
+def test_s3_credentials_never_shown(s3_bucket, caplog):
     endpoint, bucket = s3_bucket
     store = S3Store(bucket, "p", endpoint_url=endpoint, region="us-east-1", **SECRETS)
     store.put("k", b"v")  # moto accepts any credentials
     _assert_no_secret(repr(store) + store.describe() + repr(RetryingStore(store)) + str(vars(store)))
     missing_bucket = S3Store(f"{bucket}-missing", endpoint_url=endpoint, **SECRETS)
     unreachable = RetryingStore(
-        S3Store(bucket, endpoint_url=f"http://127.0.0.1:{closed_port()}", **SECRETS), attempts=2, sleep=lambda _: None
+        S3Store(bucket, endpoint_url=f"http://127.0.0.1:{closed_port()}", **SECRETS),
+        retry_for=1,
+        **fake_time(FakeClock()),
     )
     failures = [
         lambda: store.get("missing"),
@@ -552,10 +557,13 @@ def test_s3_credentials_never_shown(s3_bucket):
         unreachable.check,
         lambda: unreachable.put("k", b"v"),
     ]
-    for failure in failures:
-        with pytest.raises(StoreError) as info:
-            failure()
-        _assert_no_secret(_all_text(info.value))
+    with caplog.at_level(logging.DEBUG, logger="movers"):  # ours; botocore's DEBUG log shows the key id
+        for failure in failures:
+            with pytest.raises(StoreError) as info:
+                failure()
+            _assert_no_secret(_all_text(info.value))
+    assert "retry 1 in" in caplog.text
+    _assert_no_secret(caplog.text)
     # Even a server that echoes the credentials back cannot make us print them.
     with Stubber(store._client) as stub:
         stub.add_client_error(
@@ -576,8 +584,27 @@ def test_s3_check(s3_bucket):
     dead = f"http://127.0.0.1:{closed_port()}"
     with pytest.raises(TransientStoreError, match=f"cannot reach S3 endpoint {dead}"):
         make_s3(dead, bucket).check()
-    with pytest.raises(TransientStoreError, match="gave up after 2 attempts"):
-        RetryingStore(make_s3(dead, bucket), attempts=2, sleep=lambda _: None).check()
+    with pytest.raises(TransientStoreError, match=r"gave up after \d+ attempts in 2 s"):
+        RetryingStore(make_s3(dead, bucket), retry_for=2, **fake_time(FakeClock())).check()
+
+
+def test_s3_a_hung_endpoint_fails_in_bounded_time():
+    """An endpoint that accepts connections and never answers: each request ends at its read timeout
+    (botocore does not retry it), and the retrying store within its budget plus one attempt."""
+    with SilentServer() as hung:
+        store = S3Store("bkt", "p", endpoint_url=hung.endpoint_url, connect_timeout=1, read_timeout=0.5, **FAKE)
+        started = time.monotonic()
+        with pytest.raises(TransientStoreError, match="Read timeout"):
+            store.get("k")
+        assert time.monotonic() - started < 2.0 and hung.accepted == 1
+        retrying = RetryingStore(store, retry_for=2, base_delay=0.1, max_delay=0.2)
+        # a PUT waits up to 1 s for "100 Continue" (botocore's Expect header), then for its read timeout
+        for call, attempt_s in ((lambda: list(retrying.list()), 0.5), (lambda: retrying.put_new("k", b"v"), 1.5)):
+            accepted, started = hung.accepted, time.monotonic()
+            with pytest.raises(TransientStoreError, match=r"gave up after \d+ attempts in [23] s"):
+                call()
+            assert 2 <= time.monotonic() - started < 2 + attempt_s + 0.5
+            assert hung.accepted - accepted >= 2  # one connection per attempt: none is retried inside botocore
 
 
 @pytest.mark.s3
@@ -657,14 +684,33 @@ def test_s3_credentials_and_endpoint_from_the_aws_chain(s3_bucket, tmp_path):
 # -- RetryingStore -----------------------------------------------------------------------------
 
 
-class Sleeps(list):
-    def __call__(self, seconds: float) -> None:
-        self.append(seconds)
+class FakeClock:
+    """A monotonic clock for RetryingStore that only its ``sleep`` (or a test) moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def fake_time(clock: FakeClock) -> dict:
+    return {"sleep": clock.sleep, "clock": clock}
+
+
+def Sleeps() -> Callable[[float], None]:  # noqa: N802 - a sleep that takes no time, for stores that recover
+    return FakeClock().sleep
 
 
 def test_retrying_store_retries_transient_errors_then_succeeds():
-    faulty, sleeps = FaultyStore(MemoryStore()), Sleeps()
-    store = RetryingStore(faulty, attempts=5, base_delay=0.2, max_delay=5.0, sleep=sleeps)
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+    store = RetryingStore(faulty, base_delay=0.2, max_delay=5.0, **fake_time(clock))
     faulty.fail("put", TransientStoreError, times=2)
     faulty.fail("get", TransientStoreError("flaky"), times=3)
     store.put("k", b"v")
@@ -672,18 +718,60 @@ def test_retrying_store_retries_transient_errors_then_succeeds():
     assert (faulty.calls["put"], faulty.calls["get"]) == (3, 4)
     assert faulty.puts == ["k"]
     caps = [0.2, 0.4, 0.2, 0.4, 0.8]
-    assert len(sleeps) == 5 and all(0 <= s <= cap for s, cap in zip(sleeps, caps, strict=True))
+    assert len(clock.sleeps) == 5 and all(0 <= s <= cap for s, cap in zip(clock.sleeps, caps, strict=True))
 
 
-def test_retrying_store_gives_up_after_the_attempts():
-    faulty, sleeps = FaultyStore(MemoryStore()), Sleeps()
-    store = RetryingStore(faulty, attempts=4, base_delay=1.0, max_delay=1.5, sleep=sleeps)
-    faulty.fail("size", TransientStoreError("endpoint down"), times=100)
-    with pytest.raises(TransientStoreError, match=r"endpoint down \(gave up after 4 attempts\)") as info:
+def test_retrying_store_rides_out_an_outage_of_minutes(caplog):
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+    faulty.put("k", b"v")
+    faulty.fail_while(lambda: clock.now < 240, TransientStoreError("endpoint down"))
+    store = RetryingStore(faulty, **fake_time(clock))  # the defaults: 5 minutes, backoff capped at 10 s
+    with caplog.at_level(logging.WARNING, logger="movers.repo.store.retry"):
+        assert store.get("k") == b"v"
+    assert 240 <= clock.now < 250 and max(clock.sleeps) <= 10.0
+    assert faulty.calls["get"] == len(clock.sleeps) + 1 >= 24  # polled at least every 10 s
+    retries = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(retries) == len(clock.sleeps) and "endpoint down; retry 1 in" in retries[0].getMessage()
+
+
+def test_retrying_store_budget_ends_an_outage():
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+    faulty.fail_while(lambda: True, TransientStoreError("endpoint down"))
+    store = RetryingStore(faulty, retry_for=300, **fake_time(clock))
+    with pytest.raises(TransientStoreError, match=r"endpoint down \(gave up after \d+ attempts in 300 s\)") as info:
         store.size("k")
     assert isinstance(info.value.__cause__, TransientStoreError)
-    assert faulty.calls["size"] == 4
-    assert len(sleeps) == 3 and max(sleeps) <= 1.5
+    assert clock.now == pytest.approx(300)  # the last sleep is cut short: the last attempt starts at the deadline
+    assert faulty.calls["size"] == len(clock.sleeps) + 1
+
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+    faulty.fail_while(lambda: True, TransientStoreError("endpoint down"))
+    with pytest.raises(TransientStoreError, match="gave up after 1 attempts"):
+        RetryingStore(faulty, retry_for=0, **fake_time(clock)).get("k")
+    assert clock.sleeps == []
+
+
+def test_retrying_store_budget_bounds_attempts_that_hang():
+    """Attempts that each take 25 s (timeouts) end within the budget plus one attempt."""
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+
+    def hung() -> bool:
+        clock.now += 25
+        return True
+
+    faulty.fail_while(hung, TransientStoreError("read timeout"))
+    with pytest.raises(TransientStoreError, match="gave up"):
+        RetryingStore(faulty, retry_for=120, **fake_time(clock)).get("k")
+    assert 120 <= clock.now <= 120 + 25
+
+
+def test_retry_budget_parsing():
+    assert [parse_retry_for(v) for v in ("5m", "90s", "0", 30, "1h")] == [300, 90, 0, 30, 3600]
+    for bad in ("61m", "-1s", "soon", "", True):
+        with pytest.raises(ValueError):
+            parse_retry_for(bad)
+    with pytest.raises(ValueError):
+        RetryingStore(MemoryStore(), retry_for=-1)
 
 
 @pytest.mark.parametrize(
@@ -691,11 +779,11 @@ def test_retrying_store_gives_up_after_the_attempts():
     [PermanentStoreError("bad"), AccessDeniedError("no"), UsageError("x"), ObjectNotFound("gone"), KeyboardInterrupt()],
 )
 def test_retrying_store_does_not_retry_other_errors(error):
-    faulty, sleeps = FaultyStore(MemoryStore()), Sleeps()
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
     faulty.fail("get", error, times=5)
     with pytest.raises(type(error)):
-        RetryingStore(faulty, sleep=sleeps).get("k")
-    assert faulty.calls["get"] == 1 and sleeps == []
+        RetryingStore(faulty, **fake_time(clock)).get("k")
+    assert faulty.calls["get"] == 1 and clock.sleeps == []
 
 
 def test_retrying_store_lists_completely_after_a_retry():

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -17,19 +18,29 @@ from tests.volumes import make_image, sha256_file
 MiB = 1 << 20
 
 
-def cli(*args, env=None) -> dict:
-    """Run ``cbt-mover ARGS --json``; assert it exits 0 and return its JSON result."""
+def run(*args, env=None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CBT_MOVER_"))}
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "movers", *map(str, args), "--json"],
         capture_output=True,
         text=True,
         env={**base, **(env or {})},
         timeout=120,
     )
+
+
+def cli(*args, env=None) -> dict:
+    """Run ``cbt-mover ARGS --json``; assert it exits 0 and return its JSON result."""
+    proc = run(*args, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     return json.loads(proc.stdout)
+
+
+def error_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cbt-mover: error: "), proc.stderr
+    return lines[0]
 
 
 @pytest.fixture
@@ -65,3 +76,37 @@ def test_a_local_repository_reports_requests_too(image, tmp_path):
     cli("init", "--repo", repo)
     doc = cli("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan")
     assert set(doc["requests"]) == set(KINDS) and doc["requests"]["put"] >= doc["objects_written"] >= 1
+
+
+@pytest.mark.s3
+def test_a_blip_of_seconds_is_ridden_out(s3_bucket, moto_server):
+    """The endpoint answers 503 for 3 s (the issue's blip, which failed a backup before): the default
+    budget rides it out, --retry-for 0 fails at once with the storage-unavailable exit code."""
+    endpoint, bucket = s3_bucket
+    repo = f"s3://{bucket}/r"
+    cli("init", "--repo", repo, env=moto_server.env)
+    blip: list[float] = []
+
+    def unavailable_for_3s(request):
+        blip.append(blip[0] if blip else time.monotonic())
+        return (503, "ServiceUnavailable") if time.monotonic() - blip[0] < 3 else None
+
+    with S3Proxy(endpoint, unavailable_for_3s) as proxy:
+        env = {**moto_server.env, "AWS_ENDPOINT_URL": proxy.endpoint_url}
+        proc = run("ls", "--repo", repo, "--retry-for", "0", env=env)
+        assert proc.returncode == 5 and "ServiceUnavailable" in error_line(proc)
+        proc = run("ls", "--repo", repo, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert "ServiceUnavailable" in proc.stderr and "; retry 1 in" in proc.stderr
+        assert json.loads(proc.stdout) == {"backups": [], "runs": []}
+        assert time.monotonic() - blip[0] >= 3
+
+
+@pytest.mark.parametrize(
+    ("option", "env", "shown"), [(["--retry-for", "2h"], {}, "'2h'"), ([], {"CBT_MOVER_RETRY_FOR": "soon"}, "'soon'")]
+)
+def test_a_bad_retry_budget_is_bad_input(tmp_path, option, env, shown):
+    proc = run("ls", "--repo", f"file://{tmp_path}/repo", *option, env=env)
+    assert proc.returncode == 2
+    line = error_line(proc)
+    assert "--retry-for (or CBT_MOVER_RETRY_FOR)" in line and shown in line

@@ -6,6 +6,8 @@ Contract:
   ``method`` whose key (for ``list``: the prefix argument) starts with ``key_prefix`` raise
   ``error`` instead of reaching the inner store. ``error`` is an exception instance or class
   (a class is instantiated with a message naming the call). Faults fire in the order queued.
+* ``fail_while(active, error)``: every call of any method raises ``error`` while ``active()``
+  returns True (an outage whose length the test controls, e.g. with a fake clock).
 * ``crash_after_puts(n, prefix="")`` lets ``n`` more writes (calls of ``put`` or ``put_new``) of
   keys starting with ``prefix`` through; the next one raises ``SimulatedCrash`` (a
   ``BaseException``, so ``except Exception`` does not swallow it) and its object is NOT written.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from movers.repo.store.base import Store
@@ -55,6 +57,7 @@ class FaultyStore:
         self._faults: list[_Fault] = []
         self._crash: tuple[int, str] | None = None  # (puts still allowed, key prefix)
         self._crashed = False
+        self._outages: list[tuple[Callable[[], bool], BaseException | type[BaseException]]] = []
         self._lock = threading.Lock()
 
     def fail(
@@ -65,6 +68,11 @@ class FaultyStore:
             raise ValueError(f"unknown store method {method!r}; expected one of {METHODS}")
         with self._lock:
             self._faults.append(_Fault(method, error, times, key_prefix))
+
+    def fail_while(self, active: Callable[[], bool], error: BaseException | type[BaseException]) -> None:
+        """Make every call raise ``error`` while ``active()`` is True."""
+        with self._lock:
+            self._outages.append((active, error))
 
     def crash_after_puts(self, n: int, prefix: str = "") -> None:
         """Let ``n`` puts under ``prefix`` succeed, then crash on the next one (not written)."""
@@ -90,6 +98,9 @@ class FaultyStore:
                 self.calls["put"] += 1
             if self._crashed:
                 raise SimulatedCrash(f"store is crashed ({method} {key})")
+            for active, error in self._outages:
+                if active():
+                    raise error(f"injected outage in {method}({key!r})") if isinstance(error, type) else error
             for fault in self._faults:
                 matches = fault.method == method or (write and fault.method == "put")
                 if matches and key.startswith(fault.key_prefix):
