@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -295,6 +296,34 @@ def test_s3_counts_every_http_request(s3_bucket, random_70mib):
     assert counts == {"put": 7, "get": 2, "range_get": 1, "head": 1, "list_pages": 1, "delete": 1}
     assert sum(counts.values()) == len(proxy.requests)
     assert by_method == {"PUT": 5, "POST": 2, "GET": 4, "HEAD": 1, "DELETE": 1}
+
+
+KILLED_WRITER = r"""
+import resource, signal, sys
+from movers.repo.store import LocalStore
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it: let the kernel kill the writer mid-write
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+LocalStore(sys.argv[1]).put_new("packs/ab/abcd", b"x" * (2 << 20))
+"""
+
+
+def test_temporary_files_of_a_killed_writer_are_never_listed_and_swept_once_old(tmp_path):
+    root = tmp_path / "repo"
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(root)], capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGXFSZ, proc.stderr
+    (left,) = root.rglob(".tmp-*")
+    assert left.stat().st_size == MiB
+    store = LocalStore(root)
+    store.put("packs/ab/other", b"o")
+    assert list(store.list()) == ["packs/ab/other"] and not store.exists("packs/ab/abcd")
+    fresh = root / "packs" / "ab" / ".tmp-in-progress"  # another writer's, still being written
+    fresh.write_bytes(b"f")
+    assert store.sweep_temporaries(3600) == (0, 0)  # both are fresh
+    an_hour_and_more = time.time() - 3601
+    os.utime(left, (an_hour_and_more, an_hour_and_more))
+    assert open_store(f"file://{root}").sweep_temporaries() == (1, MiB)  # through the retrying wrapper
+    assert not left.exists() and fresh.exists() and store.get("packs/ab/other") == b"o"
+    assert RetryingStore(MemoryStore()).sweep_temporaries() == (0, 0)
 
 
 # -- S3 specifics ------------------------------------------------------------------------------

@@ -110,3 +110,19 @@ def test_a_bad_retry_budget_is_bad_input(tmp_path, option, env, shown):
     assert proc.returncode == 2
     line = error_line(proc)
     assert "--retry-for (or CBT_MOVER_RETRY_FOR)" in line and shown in line
+
+
+def test_prune_sweeps_the_temporary_files_of_killed_writers(image, tmp_path):
+    root = tmp_path / "repo"
+    cli("init", "--repo", f"file://{root}")
+    cli("backup", "--repo", f"file://{root}", "--volume", "v", "--device", image, "--scan")
+    pack_dir = next((root / "packs").iterdir())
+    old, fresh = pack_dir / ".tmp-killed", pack_dir / ".tmp-writing"
+    old.write_bytes(b"partial")
+    fresh.write_bytes(b"partial")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    cli("prune", "--repo", f"file://{root}", "--dry-run")
+    assert old.exists()  # a dry run deletes nothing
+    cli("prune", "--repo", f"file://{root}")
+    assert not old.exists() and fresh.exists()

@@ -328,6 +328,9 @@ def prune(
     if dry_run:
         report.duration_s = round(time.monotonic() - started, 3)
         return report
+    sweep = getattr(store, "sweep_temporaries", None)  # file:// stores: temporary files of killed writers
+    if sweep is not None:
+        sweep()
 
     # 1. the new state first: the first-seen times of what we keep must survive any crash below,
     # and backups must see what we are about to delete before we delete anything

@@ -6,11 +6,12 @@ import errno
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from movers.errors import AccessDeniedError, ObjectNotFound, PermanentStoreError, TransientStoreError
-from movers.repo.store.base import TEMPORARY_PREFIX, validate_key
+from movers.repo.store.base import TEMPORARY_MAX_AGE_S, TEMPORARY_PREFIX, validate_key
 from movers.repo.store.counting import RequestCounts, list_pages
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,9 @@ class LocalStore:
     """Objects are files under ``root``. A write goes to a temporary file (``.tmp-*`` beside the
     object, fsynced) that ``put`` renames into place and ``put_new`` hard-links into place: the
     link fails if the key exists, so creating a key is atomic and happens at most once. On a
-    filesystem without hard links ``put_new`` checks then renames (a race may rewrite a key)."""
+    filesystem without hard links ``put_new`` checks then renames (a race may rewrite a key).
+    A writer killed mid-write leaves its temporary file: ``list`` never shows it and
+    ``sweep_temporaries`` (called by prune) deletes it once it is old."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
@@ -156,6 +159,32 @@ class LocalStore:
             path.unlink(missing_ok=True)
         except OSError as err:
             raise _translate(err, key) from None
+
+    def sweep_temporaries(self, older_than_s: float = TEMPORARY_MAX_AGE_S) -> tuple[int, int]:
+        """Delete the temporary files (``.tmp-*``, never listed) that writers killed mid-write left:
+        those last modified more than ``older_than_s`` ago (a live write keeps its file fresh and
+        renames it moments after its last byte). Returns ``(files, bytes)`` removed."""
+        cutoff = time.time() - older_than_s
+        files = size = 0
+        for dirpath, _dirs, names in os.walk(self.root):
+            for name in names:
+                if not name.startswith(TEMPORARY_PREFIX):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    stat = os.stat(path)
+                    if stat.st_mtime >= cutoff:
+                        continue
+                    os.unlink(path)
+                except FileNotFoundError:  # renamed into place or removed meanwhile
+                    continue
+                except OSError as err:
+                    log.warning("cannot remove the temporary file %s: %s", path, err.strerror)
+                    continue
+                files, size = files + 1, size + stat.st_size
+        if files:
+            log.info("removed %d temporary file(s), %d bytes, left by interrupted writes in %s", files, size, self)
+        return files, size
 
     def describe(self) -> str:
         return f"file://{self.root}"

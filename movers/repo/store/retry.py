@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from movers.durations import parse_duration
 from movers.errors import TransientStoreError
-from movers.repo.store.base import Store
+from movers.repo.store.base import TEMPORARY_MAX_AGE_S, Store
 from movers.repo.store.counting import RequestCounts
 
 T = TypeVar("T")
@@ -117,6 +117,11 @@ class RetryingStore:
         check = getattr(self.inner, "check", None)
         if check is not None:
             self._call(check)
+
+    def sweep_temporaries(self, older_than_s: float = TEMPORARY_MAX_AGE_S) -> tuple[int, int]:
+        """The inner store's ``sweep_temporaries`` (local stores), else nothing to do: ``(0, 0)``."""
+        sweep = getattr(self.inner, "sweep_temporaries", None)
+        return sweep(older_than_s) if sweep is not None else (0, 0)
 
     @property
     def requests(self) -> RequestCounts:
