@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -126,3 +128,112 @@ def test_prune_sweeps_the_temporary_files_of_killed_writers(image, tmp_path):
     assert old.exists()  # a dry run deletes nothing
     cli("prune", "--repo", f"file://{root}")
     assert not old.exists() and fresh.exists()
+
+
+@pytest.fixture
+def locked_bucket(moto_server):
+    """A bucket with object lock on (so versioned) and a default retention of GOVERNANCE 1 day; emptied
+    afterwards with the governance bypass (the test's own right, not the product's)."""
+    client = moto_server.client()
+    bucket = f"locked-{uuid.uuid4().hex[:16]}"
+    client.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+    client.put_object_lock_configuration(
+        Bucket=bucket,
+        ObjectLockConfiguration={
+            "ObjectLockEnabled": "Enabled",
+            "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1}},
+        },
+    )
+    try:
+        yield client, bucket
+    finally:
+        for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
+            for v in page.get("Versions", []) + page.get("DeleteMarkers", []):
+                client.delete_object(
+                    Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"], BypassGovernanceRetention=True
+                )
+        client.delete_bucket(Bucket=bucket)
+
+
+def _versions(client, bucket: str) -> tuple[dict[str, list[dict]], set[str]]:
+    """``({key: [object versions]}, {keys whose latest version is a delete marker})``."""
+    versions: dict[str, list[dict]] = {}
+    deleted = set()
+    for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        for v in page.get("Versions", []):
+            versions.setdefault(v["Key"], []).append(v)
+        deleted |= {m["Key"] for m in page.get("DeleteMarkers", []) if m["IsLatest"]}
+    return versions, deleted
+
+
+@pytest.mark.s3
+def test_a_repository_in_an_object_locked_bucket(locked_bucket, moto_server, image, tmp_path):
+    """init, backups, restores bit-exact, forget and prune all work; prune's deletes only add delete
+    markers, so every object version stays, under retention, until a lifecycle rule removes it."""
+    client, bucket = locked_bucket
+    repo, env = f"s3://{bucket}/repo", moto_server.env
+    cli("init", "--repo", repo, env=env)
+    first_image = tmp_path / "first.img"
+    shutil.copyfile(image, first_image)
+    first = cli("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan", env=env)
+    make_image(image, 8 * MiB, seed=9)  # other content: the first backup's data becomes garbage once forgotten
+    cli("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan", env=env)
+    cli(
+        "restore",
+        "--repo",
+        repo,
+        "--volume",
+        "v",
+        "--backup",
+        first["backup_id"],
+        "--device",
+        tmp_path / "1.img",
+        env=env,
+    )
+    assert sha256_file(tmp_path / "1.img") == sha256_file(first_image)
+
+    forgot = cli("forget", "--repo", repo, "--volume", "v", "--keep-last", "1", env=env)
+    assert len(forgot["deleted"]) == 1
+    visible_before = {
+        o["Key"] for p in client.get_paginator("list_objects_v2").paginate(Bucket=bucket) for o in p.get("Contents", [])
+    }
+    pruned = cli("prune", "--repo", repo, "--grace", "0", env=env)
+    assert pruned["packs_deleted"] >= 1 and pruned["map_objects_deleted"] >= 1
+    cli("restore", "--repo", repo, "--volume", "v", "--device", tmp_path / "2.img", env=env)
+    assert sha256_file(tmp_path / "2.img") == sha256_file(image)
+    assert cli("verify", "--repo", repo, env=env)["ok"] is True
+
+    versions, deleted = _versions(client, bucket)
+    visible_after = {
+        o["Key"] for p in client.get_paginator("list_objects_v2").paginate(Bucket=bucket) for o in p.get("Contents", [])
+    }
+    pruned_keys = visible_before - visible_after
+    assert any(k.startswith("repo/packs/") for k in pruned_keys) and any(
+        k.startswith("repo/maps/") for k in pruned_keys
+    )
+    assert pruned_keys <= deleted  # a delete marker on top ...
+    assert all(len(versions[k]) == 1 for k in pruned_keys)  # ... of the data, still there
+    assert all(len(v) == 1 for v in versions.values())  # no key was ever written twice
+    pack = next(k for k in pruned_keys if k.startswith("repo/packs/"))
+    kept = client.head_object(Bucket=bucket, Key=pack, VersionId=versions[pack][0]["VersionId"])
+    assert kept["ObjectLockMode"] == "GOVERNANCE"  # under retention: only a lifecycle rule, after it, reclaims it
+    with pytest.raises(client.exceptions.ClientError, match="AccessDenied"):
+        client.delete_object(Bucket=bucket, Key=pack, VersionId=versions[pack][0]["VersionId"])
+
+
+@pytest.mark.s3
+def test_content_md5_only_once_a_locked_bucket_asks_for_it(locked_bucket, s3_bucket, moto_server):
+    from movers.repo.store.s3 import S3Store
+
+    client, bucket = locked_bucket
+    options = {"access_key": "testing", "secret_key": "testing", "region": "us-east-1"}
+    with S3Proxy(moto_server.endpoint_url) as proxy:
+        store = S3Store(bucket, "p", endpoint_url=proxy.endpoint_url, **options)
+        store.put("a", b"1")  # refused without an integrity header, then sent with Content-MD5
+        assert store.put_new("b", b"2") is True and store.put_new("b", b"3") is False
+        assert [("content-md5" in r.headers) for r in proxy.seen("PUT")] == [False, True, True, True]
+        plain = S3Store(s3_bucket[1], "p", endpoint_url=proxy.endpoint_url, **options)
+        del proxy.requests[:]
+        plain.put("a", b"1")
+        assert [("content-md5" in r.headers) for r in proxy.seen("PUT")] == [False]  # other buckets never pay it
+    assert client.get_object(Bucket=bucket, Key="p/b")["Body"].read() == b"2"
