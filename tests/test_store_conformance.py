@@ -298,6 +298,15 @@ def test_s3_counts_every_http_request(s3_bucket, random_70mib):
     assert by_method == {"PUT": 5, "POST": 2, "GET": 4, "HEAD": 1, "DELETE": 1}
 
 
+def test_local_put_new_of_a_key_that_names_a_folder_fails_like_put(tmp_path):
+    store = LocalStore(tmp_path)
+    store.put("a/b", b"x")
+    for write in (store.put, store.put_new):
+        with pytest.raises(PermanentStoreError, match="local store error on a"):
+            write("a", b"y")
+    assert list(store.list()) == ["a/b"] and list(tmp_path.rglob(".tmp-*")) == []
+
+
 KILLED_WRITER = r"""
 import resource, signal, sys
 from movers.repo.store import LocalStore

@@ -92,13 +92,15 @@ class LocalStore:
                 os.link(tmp, path)
                 return True
             except FileExistsError:
+                if path.is_dir():  # a key that is a prefix of other keys: as put would fail
+                    raise IsADirectoryError(errno.EISDIR, "is a directory") from None
                 return False
             except OSError as err:
                 if err.errno not in _NO_HARD_LINKS:
                     raise
                 log.info("%s: no hard links on this filesystem (%s): put_new checks, then renames", self, err.strerror)
                 self._hard_links = False
-        if path.exists():
+        if path.is_file():
             return False
         os.replace(tmp, path)
         return True
