@@ -29,6 +29,13 @@ def _add_repo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3-endpoint", default=None, help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
     p.add_argument("--s3-region", default=None, help="S3 region (default: AWS_REGION / profile)")
     p.add_argument("--s3-profile", default=None, help="AWS profile name (default: AWS_PROFILE)")
+    p.add_argument(
+        "--retry-for",
+        default=os.environ.get("CBT_MOVER_RETRY_FOR", "5m"),
+        metavar="DURATION",
+        help="keep retrying a failing store request this long, e.g. 90s, 5m, 0 for no retry"
+        " (default: CBT_MOVER_RETRY_FOR or 5m; at most 1h)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
     p.add_argument("--result-file", help="also write the JSON result here (a pod's /dev/termination-log)")
     p.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
@@ -213,15 +220,20 @@ class _Progress:
 def _open_repo(args: argparse.Namespace, create: bool = False):
     from movers.repo.repository import Repository
     from movers.repo.store import open_store
+    from movers.repo.store.retry import parse_retry_for
 
     if not args.repo:
         raise UsageError("--repo is required (or set CBT_MOVER_REPO)")
+    try:
+        retry_for = parse_retry_for(args.retry_for)
+    except ValueError as err:
+        raise UsageError(f"--retry-for (or CBT_MOVER_RETRY_FOR) {err}") from None
     options = {
         k: v
         for k, v in (("endpoint_url", args.s3_endpoint), ("region", args.s3_region), ("profile", args.s3_profile))
         if v
     }
-    store = open_store(args.repo, **options)
+    store = open_store(args.repo, retry_for=retry_for, **options)
     return Repository.init(store) if create else Repository.open(store)
 
 
@@ -323,6 +335,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         "tags": manifest.tags,
         **extra,
         **manifest.stats,
+        "requests": repo.store.requests.as_dict(),
     }
     _emit(
         args,
@@ -505,6 +518,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         check = verify_device(repo, manifest, args.device, workers=max(1, args.workers), progress=phase(1))
         result["readback"] = check.as_dict()
         text += f"; read back {_mib(check.checked_bytes + check.zero_bytes)} in {check.duration_s} s: identical"
+    result["requests"] = repo.store.requests.as_dict()
     _emit(args, result, text)
     return 0
 

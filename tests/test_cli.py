@@ -149,7 +149,9 @@ def test_unreachable_endpoint_and_missing_credentials(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: nothing listens there
     env = {"AWS_ACCESS_KEY_ID": "AKIAFAKE", "AWS_SECRET_ACCESS_KEY": "very-secret-value", "AWS_REGION": "us-east-1"}
-    proc = run("ls", "--repo", "s3://bucket/p", "--s3-endpoint", f"http://127.0.0.1:{port}", env=env)
+    proc = run(
+        "ls", "--repo", "s3://bucket/p", "--s3-endpoint", f"http://127.0.0.1:{port}", "--retry-for", "0", env=env
+    )
     assert_one_line_error(proc, 5, f"127.0.0.1:{port}")
     assert "very-secret-value" not in proc.stderr
     no_creds = {

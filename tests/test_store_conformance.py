@@ -4,13 +4,18 @@ S3 error translation, multipart abort, RetryingStore, FaultyStore and ``open_sto
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
+from collections import Counter
+from collections.abc import Callable
 
 import botocore.exceptions as bce
 import pytest
@@ -28,6 +33,8 @@ from movers.errors import (
     TransientStoreError,
     UsageError,
 )
+from movers.repo.config import RepoConfig
+from movers.repo.repository import Repository
 from movers.repo.store import (
     FaultyStore,
     LocalStore,
@@ -37,7 +44,9 @@ from movers.repo.store import (
     Store,
     open_store,
 )
+from movers.repo.store.retry import parse_retry_for
 from movers.repo.store.s3 import S3Store
+from tests.s3proxy import Request, S3Proxy, SilentServer
 
 MiB = 1024 * 1024
 FAKE = {"access_key": "testing", "secret_key": "testing", "region": "us-east-1"}
@@ -186,14 +195,144 @@ def test_delete_is_idempotent(store):
     assert list(store.list("d/")) == ["d/y"]
 
 
-BAD_KEYS = ["", "/a", "a/", "a//b", ".", "..", "a/../b", "./a", "a b", "a\\b", "ä", "a?b", "a*b", "a\nb"]
+BAD_KEYS = [
+    *("", "/a", "a/", "a//b", ".", "..", "a/../b", "./a", "a b", "a\\b", "ä", "a?b", "a*b", "a\nb"),
+    *(".tmp-x", "a/.tmp-x/b", "packs/.tmp-1"),  # reserved for a local store's temporary files
+]
 
 
 def test_invalid_keys_are_rejected(store):
     for key in BAD_KEYS:
         with pytest.raises(UsageError):
             store.put(key, b"x")
+        with pytest.raises(UsageError):
+            store.put_new(key, b"x")
     assert list(store.list()) == []
+
+
+def test_put_new_writes_only_a_key_that_does_not_exist(store):
+    assert store.put_new("packs/ab/1", b"first") is True
+    assert store.put_new("packs/ab/1", b"second") is False
+    assert store.get("packs/ab/1") == b"first"
+    store.put("packs/ab/2", b"put")
+    assert store.put_new("packs/ab/2", b"other") is False and store.get("packs/ab/2") == b"put"
+    store.delete("packs/ab/1")
+    assert store.put_new("packs/ab/1", b"again") is True and store.get("packs/ab/1") == b"again"
+    assert store.put_new("e", b"") is True and store.put_new("e", b"x") is False and store.get("e") == b""
+    assert list(store.list()) == ["e", "packs/ab/1", "packs/ab/2"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "local"])
+def test_put_new_of_racing_writers_writes_once(tmp_path, kind):
+    store = MemoryStore() if kind == "memory" else LocalStore(tmp_path)
+    for round_ in range(20):
+        key, start, won = f"k/{round_}", threading.Barrier(8), []
+
+        def writer(n: int, key=key, start=start, won=won) -> None:
+            start.wait()
+            if store.put_new(key, b"%d" % n * 1000):
+                won.append(n)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(won) == 1 and store.get(key) == b"%d" % won[0] * 1000
+    if kind == "local":
+        assert [p.name for p in tmp_path.rglob(".tmp-*")] == []  # no temporary file stays behind
+
+
+def test_requests_are_counted_by_kind(store):
+    store.put("c/a", b"abc")
+    assert store.put_new("c/b", b"x") is True
+    assert store.put_new("c/b", b"y") is False
+    store.get("c/a")
+    store.get_range("c/a", 1, 1)
+    store.size("c/a")
+    store.exists("c/zz")
+    assert list(store.list("c/")) == ["c/a", "c/b"]
+    store.delete("c/a")
+    expected = {"put": 3, "get": 1, "range_get": 1, "head": 2, "list_pages": 1, "delete": 1}
+    assert store.requests.as_dict() == expected
+
+
+def test_listings_count_the_pages_s3_would_return():
+    store = MemoryStore()
+    for n in range(2001):
+        store.put(f"k/{n:05}", b"")
+    before = store.requests.as_dict()["list_pages"]
+    assert len(list(store.list("k/"))) == 2001 and len(list(store.list("none/"))) == 0
+    assert store.requests.as_dict()["list_pages"] - before == 3 + 1
+    with pytest.raises(ValueError):
+        store.requests.add("post")
+
+
+@pytest.mark.s3
+def test_s3_counts_every_http_request(s3_bucket, random_70mib):
+    """What S3Store counts is what the endpoint saw: multipart calls, fallbacks and retried attempts included."""
+    endpoint, bucket = s3_bucket
+    unavailable = []
+
+    def once_unavailable(request: Request):
+        if request.method == "GET" and not unavailable:
+            unavailable.append(request)
+            return 503, "ServiceUnavailable"
+        return None
+
+    with S3Proxy(endpoint, once_unavailable) as proxy:
+        inner = make_s3(proxy.endpoint_url, bucket)
+        store = RetryingStore(inner, sleep=Sleeps())
+        store.put("big", random_70mib[: 11 * MiB])  # create, 3 parts, complete
+        store.put("small", b"s")
+        assert store.get("small") == b"s"  # 503, then the retry
+        store.get_range("big", 0, 10)
+        assert store.put_new("small", b"t") is False
+        assert list(store.list()) == ["big", "small"]
+        store.delete("small")
+        store.check()
+        by_method = Counter(r.method for r in proxy.requests)
+    counts = store.requests.as_dict()
+    assert counts == {"put": 7, "get": 2, "range_get": 1, "head": 1, "list_pages": 1, "delete": 1}
+    assert sum(counts.values()) == len(proxy.requests)
+    assert by_method == {"PUT": 5, "POST": 2, "GET": 4, "HEAD": 1, "DELETE": 1}
+
+
+def test_local_put_new_of_a_key_that_names_a_folder_fails_like_put(tmp_path):
+    store = LocalStore(tmp_path)
+    store.put("a/b", b"x")
+    for write in (store.put, store.put_new):
+        with pytest.raises(PermanentStoreError, match="local store error on a"):
+            write("a", b"y")
+    assert list(store.list()) == ["a/b"] and list(tmp_path.rglob(".tmp-*")) == []
+
+
+KILLED_WRITER = r"""
+import resource, signal, sys
+from movers.repo.store import LocalStore
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it: let the kernel kill the writer mid-write
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+LocalStore(sys.argv[1]).put_new("packs/ab/abcd", b"x" * (2 << 20))
+"""
+
+
+def test_temporary_files_of_a_killed_writer_are_never_listed_and_swept_once_old(tmp_path):
+    root = tmp_path / "repo"
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(root)], capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGXFSZ, proc.stderr
+    (left,) = root.rglob(".tmp-*")
+    assert left.stat().st_size == MiB
+    store = LocalStore(root)
+    store.put("packs/ab/other", b"o")
+    assert list(store.list()) == ["packs/ab/other"] and not store.exists("packs/ab/abcd")
+    fresh = root / "packs" / "ab" / ".tmp-in-progress"  # another writer's, still being written
+    fresh.write_bytes(b"f")
+    assert store.sweep_temporaries(3600) == (0, 0)  # both are fresh
+    an_hour_and_more = time.time() - 3601
+    os.utime(left, (an_hour_and_more, an_hour_and_more))
+    assert open_store(f"file://{root}").sweep_temporaries() == (1, MiB)  # through the retrying wrapper
+    assert not left.exists() and fresh.exists() and store.get("packs/ab/other") == b"o"
+    assert RetryingStore(MemoryStore()).sweep_temporaries() == (0, 0)
 
 
 # -- S3 specifics ------------------------------------------------------------------------------
@@ -256,6 +395,88 @@ def test_s3_failed_multipart_upload_is_aborted(moto_server, s3_bucket, failure):
     assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert not store.exists("packs/p")
     assert client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+
+
+def _conditional_puts(proxy: S3Proxy) -> list[bool]:
+    return [r.conditional for r in proxy.seen("PUT")]
+
+
+@pytest.mark.s3
+def test_s3_put_once_is_one_conditional_put_without_head(s3_bucket):
+    endpoint, bucket = s3_bucket
+    with S3Proxy(endpoint) as proxy:
+        repo = Repository(make_s3(proxy.endpoint_url, bucket), RepoConfig())
+        assert repo.put_once("packs/aa/1", b"pack") == 4
+        assert repo.put_once("packs/aa/1", b"pack") == 0  # moto answered 412 PreconditionFailed
+    assert [r.method for r in proxy.requests] == ["PUT", "PUT"] and _conditional_puts(proxy) == [True, True]
+    assert repo.store.get("packs/aa/1") == b"pack"
+
+
+@pytest.mark.s3
+def test_s3_put_new_of_a_large_object(s3_bucket, moto_server, random_70mib):
+    endpoint, bucket = s3_bucket
+    data, other = random_70mib[: 6 * MiB], random_70mib[6 * MiB : 12 * MiB]
+    with S3Proxy(endpoint) as proxy:
+        store = make_s3(proxy.endpoint_url, bucket)
+        assert store.put_new("packs/big", data) is True
+        complete = [r for r in proxy.seen("POST") if "uploadId=" in r.path]
+        assert len(complete) == 1 and complete[0].conditional
+        before = len(proxy.requests)
+        assert store.put_new("packs/big", other) is False
+        assert [r.method for r in proxy.requests[before:]] == ["HEAD"]  # no part is uploaded to be refused
+    assert store.get("packs/big") == data
+
+    # another writer creates the key while our parts upload: the conditional completion refuses, we abort
+    client = moto_server.client()
+
+    def racing_writer(request: Request):
+        if request.method == "POST" and request.path.endswith("?uploads"):
+            client.put_object(Bucket=bucket, Key="repo/packs/raced", Body=b"theirs")
+        return None
+
+    with S3Proxy(endpoint, racing_writer) as proxy:
+        assert make_s3(proxy.endpoint_url, bucket).put_new("packs/raced", data) is False
+    assert store.get("packs/raced") == b"theirs"
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+@pytest.mark.s3
+def test_s3_put_new_without_conditional_writes_falls_back_to_head_then_put(s3_bucket, caplog):
+    endpoint, bucket = s3_bucket
+    refuse = lambda r: (501, "NotImplemented") if r.conditional else None  # noqa: E731
+    with S3Proxy(endpoint, refuse) as proxy:
+        store = make_s3(proxy.endpoint_url, bucket)
+        with caplog.at_level(logging.WARNING, logger="movers"):
+            assert store.put_new("a", b"1") is True
+        assert [(r.method, r.conditional) for r in proxy.requests] == [("PUT", True), ("HEAD", False), ("PUT", False)]
+        assert "does not support conditional writes" in caplog.text
+        del proxy.requests[:]
+        assert store.put_new("b", b"2") is True and store.put_new("a", b"x") is False  # remembered: no 501 again
+        assert [(r.method, r.conditional) for r in proxy.requests] == [("HEAD", False), ("PUT", False), ("HEAD", False)]
+    assert (store.get("a"), store.get("b")) == (b"1", b"2")
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("exists", [False, True])
+def test_s3_conditional_write_conflict_is_retried(s3_bucket, exists):
+    """409 ConditionalRequestConflict (a concurrent write or delete of the key) is transient: the retry
+    learns whether the key exists (412) or writes it."""
+    endpoint, bucket = s3_bucket
+    conflicts = []
+
+    def conflict_once(request: Request):
+        if request.conditional and not conflicts:
+            conflicts.append(request)
+            return 409, "ConditionalRequestConflict"
+        return None
+
+    with S3Proxy(endpoint, conflict_once) as proxy:
+        store = make_s3(proxy.endpoint_url, bucket)
+        if exists:
+            store.put("k", b"theirs")
+        assert RetryingStore(store, sleep=Sleeps()).put_new("k", b"ours") is (not exists)
+        assert _conditional_puts(proxy)[-2:] == [True, True]
+    assert store.get("k") == (b"theirs" if exists else b"ours")
 
 
 # Translation of vendor errors, without a server: Stubber fakes S3 error responses, and a
@@ -356,14 +577,16 @@ def _assert_no_secret(text: str) -> None:
 
 
 @pytest.mark.s3
-def test_s3_credentials_never_shown(s3_bucket):
+def test_s3_credentials_never_shown(s3_bucket, caplog):
     endpoint, bucket = s3_bucket
     store = S3Store(bucket, "p", endpoint_url=endpoint, region="us-east-1", **SECRETS)
     store.put("k", b"v")  # moto accepts any credentials
     _assert_no_secret(repr(store) + store.describe() + repr(RetryingStore(store)) + str(vars(store)))
     missing_bucket = S3Store(f"{bucket}-missing", endpoint_url=endpoint, **SECRETS)
     unreachable = RetryingStore(
-        S3Store(bucket, endpoint_url=f"http://127.0.0.1:{closed_port()}", **SECRETS), attempts=2, sleep=lambda _: None
+        S3Store(bucket, endpoint_url=f"http://127.0.0.1:{closed_port()}", **SECRETS),
+        retry_for=1,
+        **fake_time(FakeClock()),
     )
     failures = [
         lambda: store.get("missing"),
@@ -372,10 +595,13 @@ def test_s3_credentials_never_shown(s3_bucket):
         unreachable.check,
         lambda: unreachable.put("k", b"v"),
     ]
-    for failure in failures:
-        with pytest.raises(StoreError) as info:
-            failure()
-        _assert_no_secret(_all_text(info.value))
+    with caplog.at_level(logging.DEBUG, logger="movers"):  # ours; botocore's DEBUG log shows the key id
+        for failure in failures:
+            with pytest.raises(StoreError) as info:
+                failure()
+            _assert_no_secret(_all_text(info.value))
+    assert "retry 1 in" in caplog.text
+    _assert_no_secret(caplog.text)
     # Even a server that echoes the credentials back cannot make us print them.
     with Stubber(store._client) as stub:
         stub.add_client_error(
@@ -396,8 +622,27 @@ def test_s3_check(s3_bucket):
     dead = f"http://127.0.0.1:{closed_port()}"
     with pytest.raises(TransientStoreError, match=f"cannot reach S3 endpoint {dead}"):
         make_s3(dead, bucket).check()
-    with pytest.raises(TransientStoreError, match="gave up after 2 attempts"):
-        RetryingStore(make_s3(dead, bucket), attempts=2, sleep=lambda _: None).check()
+    with pytest.raises(TransientStoreError, match=r"gave up after \d+ attempts in 2 s"):
+        RetryingStore(make_s3(dead, bucket), retry_for=2, **fake_time(FakeClock())).check()
+
+
+def test_s3_a_hung_endpoint_fails_in_bounded_time():
+    """An endpoint that accepts connections and never answers: each request ends at its read timeout
+    (botocore does not retry it), and the retrying store within its budget plus one attempt."""
+    with SilentServer() as hung:
+        store = S3Store("bkt", "p", endpoint_url=hung.endpoint_url, connect_timeout=1, read_timeout=0.5, **FAKE)
+        started = time.monotonic()
+        with pytest.raises(TransientStoreError, match="Read timeout"):
+            store.get("k")
+        assert time.monotonic() - started < 2.0 and hung.accepted == 1
+        retrying = RetryingStore(store, retry_for=2, base_delay=0.1, max_delay=0.2)
+        # a PUT waits up to 1 s for "100 Continue" (botocore's Expect header), then for its read timeout
+        for call, attempt_s in ((lambda: list(retrying.list()), 0.5), (lambda: retrying.put_new("k", b"v"), 1.5)):
+            accepted, started = hung.accepted, time.monotonic()
+            with pytest.raises(TransientStoreError, match=r"gave up after \d+ attempts in [23] s"):
+                call()
+            assert 2 <= time.monotonic() - started < 2 + attempt_s + 0.5
+            assert hung.accepted - accepted >= 2  # one connection per attempt: none is retried inside botocore
 
 
 @pytest.mark.s3
@@ -477,14 +722,33 @@ def test_s3_credentials_and_endpoint_from_the_aws_chain(s3_bucket, tmp_path):
 # -- RetryingStore -----------------------------------------------------------------------------
 
 
-class Sleeps(list):
-    def __call__(self, seconds: float) -> None:
-        self.append(seconds)
+class FakeClock:
+    """A monotonic clock for RetryingStore that only its ``sleep`` (or a test) moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def fake_time(clock: FakeClock) -> dict:
+    return {"sleep": clock.sleep, "clock": clock}
+
+
+def Sleeps() -> Callable[[float], None]:  # noqa: N802 - a sleep that takes no time, for stores that recover
+    return FakeClock().sleep
 
 
 def test_retrying_store_retries_transient_errors_then_succeeds():
-    faulty, sleeps = FaultyStore(MemoryStore()), Sleeps()
-    store = RetryingStore(faulty, attempts=5, base_delay=0.2, max_delay=5.0, sleep=sleeps)
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+    store = RetryingStore(faulty, base_delay=0.2, max_delay=5.0, **fake_time(clock))
     faulty.fail("put", TransientStoreError, times=2)
     faulty.fail("get", TransientStoreError("flaky"), times=3)
     store.put("k", b"v")
@@ -492,18 +756,60 @@ def test_retrying_store_retries_transient_errors_then_succeeds():
     assert (faulty.calls["put"], faulty.calls["get"]) == (3, 4)
     assert faulty.puts == ["k"]
     caps = [0.2, 0.4, 0.2, 0.4, 0.8]
-    assert len(sleeps) == 5 and all(0 <= s <= cap for s, cap in zip(sleeps, caps, strict=True))
+    assert len(clock.sleeps) == 5 and all(0 <= s <= cap for s, cap in zip(clock.sleeps, caps, strict=True))
 
 
-def test_retrying_store_gives_up_after_the_attempts():
-    faulty, sleeps = FaultyStore(MemoryStore()), Sleeps()
-    store = RetryingStore(faulty, attempts=4, base_delay=1.0, max_delay=1.5, sleep=sleeps)
-    faulty.fail("size", TransientStoreError("endpoint down"), times=100)
-    with pytest.raises(TransientStoreError, match=r"endpoint down \(gave up after 4 attempts\)") as info:
+def test_retrying_store_rides_out_an_outage_of_minutes(caplog):
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+    faulty.put("k", b"v")
+    faulty.fail_while(lambda: clock.now < 240, TransientStoreError("endpoint down"))
+    store = RetryingStore(faulty, **fake_time(clock))  # the defaults: 5 minutes, backoff capped at 10 s
+    with caplog.at_level(logging.WARNING, logger="movers.repo.store.retry"):
+        assert store.get("k") == b"v"
+    assert 240 <= clock.now < 250 and max(clock.sleeps) <= 10.0
+    assert faulty.calls["get"] == len(clock.sleeps) + 1 >= 24  # polled at least every 10 s
+    retries = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(retries) == len(clock.sleeps) and "endpoint down; retry 1 in" in retries[0].getMessage()
+
+
+def test_retrying_store_budget_ends_an_outage():
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+    faulty.fail_while(lambda: True, TransientStoreError("endpoint down"))
+    store = RetryingStore(faulty, retry_for=300, **fake_time(clock))
+    with pytest.raises(TransientStoreError, match=r"endpoint down \(gave up after \d+ attempts in 300 s\)") as info:
         store.size("k")
     assert isinstance(info.value.__cause__, TransientStoreError)
-    assert faulty.calls["size"] == 4
-    assert len(sleeps) == 3 and max(sleeps) <= 1.5
+    assert clock.now == pytest.approx(300)  # the last sleep is cut short: the last attempt starts at the deadline
+    assert faulty.calls["size"] == len(clock.sleeps) + 1
+
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+    faulty.fail_while(lambda: True, TransientStoreError("endpoint down"))
+    with pytest.raises(TransientStoreError, match="gave up after 1 attempts"):
+        RetryingStore(faulty, retry_for=0, **fake_time(clock)).get("k")
+    assert clock.sleeps == []
+
+
+def test_retrying_store_budget_bounds_attempts_that_hang():
+    """Attempts that each take 25 s (timeouts) end within the budget plus one attempt."""
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+
+    def hung() -> bool:
+        clock.now += 25
+        return True
+
+    faulty.fail_while(hung, TransientStoreError("read timeout"))
+    with pytest.raises(TransientStoreError, match="gave up"):
+        RetryingStore(faulty, retry_for=120, **fake_time(clock)).get("k")
+    assert 120 <= clock.now <= 120 + 25
+
+
+def test_retry_budget_parsing():
+    assert [parse_retry_for(v) for v in ("5m", "90s", "0", 30, "1h")] == [300, 90, 0, 30, 3600]
+    for bad in ("61m", "-1s", "soon", "", True):
+        with pytest.raises(ValueError):
+            parse_retry_for(bad)
+    with pytest.raises(ValueError):
+        RetryingStore(MemoryStore(), retry_for=-1)
 
 
 @pytest.mark.parametrize(
@@ -511,11 +817,11 @@ def test_retrying_store_gives_up_after_the_attempts():
     [PermanentStoreError("bad"), AccessDeniedError("no"), UsageError("x"), ObjectNotFound("gone"), KeyboardInterrupt()],
 )
 def test_retrying_store_does_not_retry_other_errors(error):
-    faulty, sleeps = FaultyStore(MemoryStore()), Sleeps()
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
     faulty.fail("get", error, times=5)
     with pytest.raises(type(error)):
-        RetryingStore(faulty, sleep=sleeps).get("k")
-    assert faulty.calls["get"] == 1 and sleeps == []
+        RetryingStore(faulty, **fake_time(clock)).get("k")
+    assert faulty.calls["get"] == 1 and clock.sleeps == []
 
 
 def test_retrying_store_lists_completely_after_a_retry():

@@ -71,6 +71,14 @@ class RecordingStore:
             self.written.append(key)
             self.bytes_written += len(data)
 
+    def put_new(self, key, data):
+        written = self.inner.put_new(key, data)
+        if written:
+            with self._lock:
+                self.written.append(key)
+                self.bytes_written += len(data)
+        return written
+
     def get(self, key):
         with self._lock:
             self.reads[key] += 1

@@ -433,6 +433,9 @@ def _prune(
         report.leases_deleted = sum(sweep_expired(store, EXPIRED_AFTER_S, prefix=p, delete=False) for p in _LEASES)
         report.duration_s = round(time.monotonic() - started, 3)
         return report
+    sweep = getattr(store, "sweep_temporaries", None)  # file:// stores: temporary files of killed writers
+    if sweep is not None:
+        sweep()
 
     # 1. the new state first: the first-seen times of what we keep must survive any crash below,
     # and backups must see what we are about to delete before we delete anything

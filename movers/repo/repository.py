@@ -72,11 +72,9 @@ class Repository:
     # -- objects -------------------------------------------------------------------------
 
     def put_once(self, key: str, data: bytes) -> int:
-        """Write an immutable object unless it exists; return the bytes uploaded."""
-        if self.store.exists(key):
-            return 0
-        self.store.put(key, data)
-        return len(data)
+        """Write an immutable object unless its key exists (one conditional write, ``Store.put_new``, no
+        HEAD first); return the bytes uploaded (0 if the key existed)."""
+        return len(data) if self.store.put_new(key, data) else 0
 
     # -- chunk index -----------------------------------------------------------------------
 

@@ -12,10 +12,11 @@ from urllib.parse import unquote, urlsplit
 
 from movers.errors import UsageError
 from movers.repo.store.base import Store, validate_key
+from movers.repo.store.counting import RequestCounts
 from movers.repo.store.faulty import FaultyStore, SimulatedCrash
 from movers.repo.store.local import LocalStore
 from movers.repo.store.memory import MemoryStore
-from movers.repo.store.retry import RetryingStore
+from movers.repo.store.retry import DEFAULT_RETRY_FOR, RetryingStore
 
 if TYPE_CHECKING:
     from movers.repo.store.s3 import S3Store
@@ -24,6 +25,7 @@ __all__ = [
     "FaultyStore",
     "LocalStore",
     "MemoryStore",
+    "RequestCounts",
     "RetryingStore",
     "S3Store",
     "SimulatedCrash",
@@ -49,11 +51,11 @@ def _bad(url: str, why: str) -> UsageError:
     return UsageError(f"bad store URL {shown!r}: {why}; expected {ACCEPTED_FORMS}")
 
 
-def open_store(url: str, **s3_options: Any) -> Store:
+def open_store(url: str, *, retry_for: float = DEFAULT_RETRY_FOR, **s3_options: Any) -> Store:
     """Open the store named by ``url``.
 
-    * ``s3://bucket/prefix`` -> ``RetryingStore(S3Store(bucket, prefix, **s3_options))``
-    * ``file:///abs/path`` -> ``RetryingStore(LocalStore(path))``
+    * ``s3://bucket/prefix`` -> ``RetryingStore(S3Store(bucket, prefix, **s3_options), retry_for)``
+    * ``file:///abs/path`` -> ``RetryingStore(LocalStore(path), retry_for)``
     * ``memory://`` -> a fresh, empty ``MemoryStore`` (for tests)
 
     ``s3_options`` are ``S3Store`` keyword options; they are ignored for the other schemes.
@@ -77,7 +79,7 @@ def open_store(url: str, **s3_options: Any) -> Store:
         path = unquote(parts.path)
         if not path.startswith("/"):
             raise _bad(url, "file URLs need an absolute path")
-        return RetryingStore(LocalStore(path))
+        return RetryingStore(LocalStore(path), retry_for)
     if scheme == "s3":
         if "@" in parts.netloc or port is not None:
             raise _bad(url, "put credentials and endpoint in options or the environment, not in the URL")
@@ -94,7 +96,7 @@ def open_store(url: str, **s3_options: Any) -> Store:
                 raise _bad(url, f"invalid prefix {prefix!r}") from None
         from movers.repo.store.s3 import S3Store
 
-        return RetryingStore(S3Store(bucket, prefix, **s3_options))
+        return RetryingStore(S3Store(bucket, prefix, **s3_options), retry_for)
     if not scheme:
         raise _bad(url, "missing scheme")
     raise _bad(url, f"unsupported scheme {scheme!r}")

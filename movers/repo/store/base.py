@@ -3,11 +3,17 @@
 Guarantees every implementation gives (checked by ``tests/test_store_conformance.py``):
 
 * Keys are ``/``-separated strings of ``[A-Za-z0-9._%-]`` segments; no leading ``/``,
-  no empty segment. ``validate_key`` enforces this.
+  no empty segment, no segment starting with ``.tmp-`` (reserved for a local store's temporary
+  files). ``validate_key`` enforces this.
 * ``put`` is atomic: a reader sees either no object or the whole object, never a part.
   When ``put`` returns the object is durable and visible to ``get`` and ``list``.
-  The engine never overwrites an existing key with different bytes (objects are immutable),
-  so stores need no compare-and-swap; ``put`` of an existing key replaces it.
+  The engine never overwrites an existing key with different bytes (objects are immutable);
+  ``put`` of an existing key replaces it.
+* ``put_new`` writes like ``put`` but only if no object has the key: ``True`` when it wrote,
+  ``False`` when the key already existed (that object is left as it was, never rewritten, as
+  object-locked buckets need). Of concurrent ``put_new`` calls of one key at most one returns
+  ``True``, except on an S3 endpoint without conditional writes, where ``S3Store`` falls back to
+  HEAD then PUT (racing writers of a content-addressed key write the same bytes).
 * ``get`` / ``get_range`` raise ``ObjectNotFound`` for a missing key. ``get_range`` returns
   exactly ``length`` bytes unless the object ends earlier (then the available bytes).
 * ``list(prefix)`` yields every key starting with ``prefix``, in ascending byte order,
@@ -27,12 +33,14 @@ from typing import Protocol, runtime_checkable
 from movers.errors import UsageError
 
 _KEY_SEGMENT = re.compile(r"^[A-Za-z0-9._%-]+$")
+TEMPORARY_PREFIX = ".tmp-"  # a segment starting with it is never a key (local stores' temporary files)
+TEMPORARY_MAX_AGE_S = 3600.0  # a temporary file untouched this long was left by a killed writer
 
 
 def validate_key(key: str) -> str:
     """Return ``key`` if it is a valid store key, else raise ``UsageError``."""
     parts = key.split("/")
-    if not key or any(not _KEY_SEGMENT.match(p) or p in (".", "..") for p in parts):
+    if not key or any(not _KEY_SEGMENT.match(p) or p in (".", "..") or p.startswith(TEMPORARY_PREFIX) for p in parts):
         raise UsageError(f"invalid store key {key!r}")
     return key
 
@@ -42,6 +50,8 @@ class Store(Protocol):
     """Immutable-object key/value storage (S3, a local folder, memory)."""
 
     def put(self, key: str, data: bytes) -> None: ...
+
+    def put_new(self, key: str, data: bytes) -> bool: ...
 
     def get(self, key: str) -> bytes: ...
 

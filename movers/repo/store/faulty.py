@@ -6,12 +6,18 @@ Contract:
   ``method`` whose key (for ``list``: the prefix argument) starts with ``key_prefix`` raise
   ``error`` instead of reaching the inner store. ``error`` is an exception instance or class
   (a class is instantiated with a message naming the call). Faults fire in the order queued.
-* ``crash_after_puts(n, prefix="")`` lets ``n`` more puts of keys starting with ``prefix`` through;
-  the next one raises ``SimulatedCrash`` (a ``BaseException``, so ``except Exception`` does not
-  swallow it) and its object is NOT written. From then on the store behaves like a dead
-  process: every call raises ``SimulatedCrash`` until ``recover()``.
+* ``fail_while(active, error)``: every call of any method raises ``error`` while ``active()``
+  returns True (an outage whose length the test controls, e.g. with a fake clock).
+* ``crash_after_puts(n, prefix="")`` lets ``n`` more writes (calls of ``put`` or ``put_new``) of
+  keys starting with ``prefix`` through; the next one raises ``SimulatedCrash`` (a
+  ``BaseException``, so ``except Exception`` does not swallow it) and its object is NOT written.
+  From then on the store behaves like a dead process: every call raises ``SimulatedCrash``
+  until ``recover()``.
+* ``put_new`` is a write like ``put``: faults scripted for ``"put"`` and ``crash_after_puts`` hit
+  both (``fail("put_new", ...)`` only the conditional ones), and ``calls["put"]`` counts both
+  (``calls["put_new"]`` the conditional ones).
 * ``calls[method]`` counts every call, faulted or not; ``puts`` (keys) and ``bytes_put`` count
-  only puts that reached the inner store and returned.
+  only writes that reached the inner store and wrote (``put_new`` returning True).
 * Thread-safe: bookkeeping happens under a lock, inner calls run outside it.
 """
 
@@ -19,12 +25,13 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from movers.repo.store.base import Store
+from movers.repo.store.counting import RequestCounts
 
-METHODS = ("put", "get", "get_range", "size", "exists", "list", "delete")
+METHODS = ("put", "put_new", "get", "get_range", "size", "exists", "list", "delete")
 
 
 class SimulatedCrash(BaseException):
@@ -50,6 +57,7 @@ class FaultyStore:
         self._faults: list[_Fault] = []
         self._crash: tuple[int, str] | None = None  # (puts still allowed, key prefix)
         self._crashed = False
+        self._outages: list[tuple[Callable[[], bool], BaseException | type[BaseException]]] = []
         self._lock = threading.Lock()
 
     def fail(
@@ -60,6 +68,11 @@ class FaultyStore:
             raise ValueError(f"unknown store method {method!r}; expected one of {METHODS}")
         with self._lock:
             self._faults.append(_Fault(method, error, times, key_prefix))
+
+    def fail_while(self, active: Callable[[], bool], error: BaseException | type[BaseException]) -> None:
+        """Make every call raise ``error`` while ``active()`` is True."""
+        with self._lock:
+            self._outages.append((active, error))
 
     def crash_after_puts(self, n: int, prefix: str = "") -> None:
         """Let ``n`` puts under ``prefix`` succeed, then crash on the next one (not written)."""
@@ -78,12 +91,19 @@ class FaultyStore:
             return sum(f.remaining for f in self._faults)
 
     def _before(self, method: str, key: str) -> None:
+        write = method in ("put", "put_new")
         with self._lock:
             self.calls[method] += 1
+            if method == "put_new":
+                self.calls["put"] += 1
             if self._crashed:
                 raise SimulatedCrash(f"store is crashed ({method} {key})")
+            for active, error in self._outages:
+                if active():
+                    raise error(f"injected outage in {method}({key!r})") if isinstance(error, type) else error
             for fault in self._faults:
-                if fault.method == method and key.startswith(fault.key_prefix):
+                matches = fault.method == method or (write and fault.method == "put")
+                if matches and key.startswith(fault.key_prefix):
                     fault.remaining -= 1
                     if fault.remaining <= 0:
                         self._faults.remove(fault)
@@ -91,7 +111,7 @@ class FaultyStore:
                     if isinstance(error, type):
                         error = error(f"injected fault in {method}({key!r})")
                     raise error
-            if method == "put" and self._crash is not None and key.startswith(self._crash[1]):
+            if write and self._crash is not None and key.startswith(self._crash[1]):
                 left, prefix = self._crash
                 if left <= 0:
                     self._crash = None
@@ -105,6 +125,15 @@ class FaultyStore:
         with self._lock:
             self.puts.append(key)
             self.bytes_put += len(data)
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        self._before("put_new", key)
+        written = self.inner.put_new(key, data)
+        if written:
+            with self._lock:
+                self.puts.append(key)
+                self.bytes_put += len(data)
+        return written
 
     def get(self, key: str) -> bytes:
         self._before("get", key)
@@ -129,6 +158,11 @@ class FaultyStore:
     def delete(self, key: str) -> None:
         self._before("delete", key)
         self.inner.delete(key)
+
+    @property
+    def requests(self) -> RequestCounts:
+        """The inner store's request counts (faulted calls never reach it)."""
+        return self.inner.requests
 
     def describe(self) -> str:
         return self.inner.describe()

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from movers.errors import AccessDeniedError, ObjectNotFound, PermanentStoreError, TransientStoreError
-from movers.repo.store.base import validate_key
+from movers.repo.store.base import TEMPORARY_MAX_AGE_S, TEMPORARY_PREFIX, validate_key
+from movers.repo.store.counting import RequestCounts, list_pages
+
+log = logging.getLogger(__name__)
+_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP}  # what link(2) says on filesystems without them
 
 
 def _translate(err: OSError, key: str) -> Exception:
@@ -23,24 +29,41 @@ def _translate(err: OSError, key: str) -> Exception:
 
 
 class LocalStore:
-    """Objects are files under ``root``; ``put`` writes a temp file, fsyncs and renames it."""
+    """Objects are files under ``root``. A write goes to a temporary file (``.tmp-*`` beside the
+    object, fsynced) that ``put`` renames into place and ``put_new`` hard-links into place: the
+    link fails if the key exists, so creating a key is atomic and happens at most once. On a
+    filesystem without hard links ``put_new`` checks then renames (a race may rewrite a key).
+    A writer killed mid-write leaves its temporary file: ``list`` never shows it and
+    ``sweep_temporaries`` (called by prune) deletes it once it is old."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self._hard_links = True  # False once the filesystem refused one
+        self.requests = RequestCounts()
 
     def _path(self, key: str) -> Path:
         return self.root / validate_key(key)
 
+    @staticmethod
+    def _write_temporary(path: Path, data: bytes) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMPORARY_PREFIX)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return tmp
+
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
+        self.requests.add("put")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            tmp = self._write_temporary(path, data)
             try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
                 os.replace(tmp, path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
@@ -48,50 +71,122 @@ class LocalStore:
         except OSError as err:
             raise _translate(err, key) from None
 
-    def get(self, key: str) -> bytes:
+    def put_new(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        self.requests.add("put")
+        if path.is_file():  # the common "already stored" case without writing anything
+            return False
         try:
-            return self._path(key).read_bytes()
+            tmp = self._write_temporary(path, data)
+            try:
+                return self._create(tmp, path)
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+        except OSError as err:
+            raise _translate(err, key) from None
+
+    def _create(self, tmp: str, path: Path) -> bool:
+        """Give the complete file ``tmp`` the name ``path`` unless that exists; True if it did."""
+        if self._hard_links:
+            try:
+                os.link(tmp, path)
+                return True
+            except FileExistsError:
+                if path.is_dir():  # a key that is a prefix of other keys: as put would fail
+                    raise IsADirectoryError(errno.EISDIR, "is a directory") from None
+                return False
+            except OSError as err:
+                if err.errno not in _NO_HARD_LINKS:
+                    raise
+                log.info("%s: no hard links on this filesystem (%s): put_new checks, then renames", self, err.strerror)
+                self._hard_links = False
+        if path.is_file():
+            return False
+        os.replace(tmp, path)
+        return True
+
+    def get(self, key: str) -> bytes:
+        path = self._path(key)
+        self.requests.add("get")
+        try:
+            return path.read_bytes()
         except OSError as err:
             raise _translate(err, key) from None
 
     def get_range(self, key: str, offset: int, length: int) -> bytes:
+        path = self._path(key)
+        self.requests.add("range_get")
         try:
-            with open(self._path(key), "rb") as f:
+            with open(path, "rb") as f:
                 return os.pread(f.fileno(), length, offset)
         except OSError as err:
             raise _translate(err, key) from None
 
     def size(self, key: str) -> int:
+        path = self._path(key)
+        self.requests.add("head")
         try:
-            return self._path(key).stat().st_size
+            return path.stat().st_size
         except OSError as err:
             raise _translate(err, key) from None
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        path = self._path(key)
+        self.requests.add("head")
+        return path.is_file()
 
     def list(self, prefix: str = "") -> Iterator[str]:
         # Walk only the deepest directory that the prefix fully names.
         base_dir = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = self.root / base_dir if base_dir else self.root
+        keys: list[str] = []
         if not start.is_dir():
+            self.requests.add("list_pages")
             return
-        keys = []
         for dirpath, _dirs, files in os.walk(start):
             rel_dir = os.path.relpath(dirpath, self.root)
             for name in files:
-                if name.startswith(".tmp-"):
+                if name.startswith(TEMPORARY_PREFIX):
                     continue
                 key = name if rel_dir == "." else f"{rel_dir}/{name}"
                 if key.startswith(prefix):
                     keys.append(key)
+        self.requests.add("list_pages", list_pages(len(keys)))
         yield from sorted(keys)
 
     def delete(self, key: str) -> None:
+        path = self._path(key)
+        self.requests.add("delete")
         try:
-            self._path(key).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
         except OSError as err:
             raise _translate(err, key) from None
+
+    def sweep_temporaries(self, older_than_s: float = TEMPORARY_MAX_AGE_S) -> tuple[int, int]:
+        """Delete the temporary files (``.tmp-*``, never listed) that writers killed mid-write left:
+        those last modified more than ``older_than_s`` ago (a live write keeps its file fresh and
+        renames it moments after its last byte). Returns ``(files, bytes)`` removed."""
+        cutoff = time.time() - older_than_s
+        files = size = 0
+        for dirpath, _dirs, names in os.walk(self.root):
+            for name in names:
+                if not name.startswith(TEMPORARY_PREFIX):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    stat = os.stat(path)
+                    if stat.st_mtime >= cutoff:
+                        continue
+                    os.unlink(path)
+                except FileNotFoundError:  # renamed into place or removed meanwhile
+                    continue
+                except OSError as err:
+                    log.warning("cannot remove the temporary file %s: %s", path, err.strerror)
+                    continue
+                files, size = files + 1, size + stat.st_size
+        if files:
+            log.info("removed %d temporary file(s), %d bytes, left by interrupted writes in %s", files, size, self)
+        return files, size
 
     def describe(self) -> str:
         return f"file://{self.root}"

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from movers.errors import ObjectNotFound
 from movers.repo.store.base import validate_key
+from movers.repo.store.counting import RequestCounts, list_pages
 
 
 class MemoryStore:
@@ -17,16 +18,33 @@ class MemoryStore:
         self._objects: dict[str, bytes] = {}
         self._keys: list[str] = []
         self._lock = threading.Lock()
+        self.requests = RequestCounts()
 
     def put(self, key: str, data: bytes) -> None:
         validate_key(key)
+        self.requests.add("put")
         data = bytes(data)
         with self._lock:
             if key not in self._objects:
                 bisect.insort(self._keys, key)
             self._objects[key] = data
 
+    def put_new(self, key: str, data: bytes) -> bool:
+        validate_key(key)
+        self.requests.add("put")
+        data = bytes(data)
+        with self._lock:
+            if key in self._objects:
+                return False
+            bisect.insort(self._keys, key)
+            self._objects[key] = data
+        return True
+
     def get(self, key: str) -> bytes:
+        self.requests.add("get")
+        return self._get(key)
+
+    def _get(self, key: str) -> bytes:
         with self._lock:
             try:
                 return self._objects[key]
@@ -34,12 +52,15 @@ class MemoryStore:
                 raise ObjectNotFound(f"object {key} not found in memory store") from None
 
     def get_range(self, key: str, offset: int, length: int) -> bytes:
-        return self.get(key)[offset : offset + length]
+        self.requests.add("range_get")
+        return self._get(key)[offset : offset + length]
 
     def size(self, key: str) -> int:
-        return len(self.get(key))
+        self.requests.add("head")
+        return len(self._get(key))
 
     def exists(self, key: str) -> bool:
+        self.requests.add("head")
         with self._lock:
             return key in self._objects
 
@@ -51,9 +72,11 @@ class MemoryStore:
                 if not key.startswith(prefix):
                     break
                 keys.append(key)
+        self.requests.add("list_pages", list_pages(len(keys)))
         yield from keys
 
     def delete(self, key: str) -> None:
+        self.requests.add("delete")
         with self._lock:
             if self._objects.pop(key, None) is not None:
                 self._keys.remove(key)

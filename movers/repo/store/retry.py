@@ -1,29 +1,52 @@
-"""A Store wrapper that retries transient failures with bounded exponential backoff.
+"""A Store wrapper that retries transient failures for a time budget, with capped exponential backoff.
 
 Contract:
 
-* Only ``TransientStoreError`` is retried, at most ``attempts`` calls in all, sleeping a random
-  ``uniform(0, min(max_delay, base_delay * 2**n))`` between them ("full jitter").
-* When the attempts are exhausted the last error is raised again (same type, the original
-  as ``__cause__``) with a message that says how many attempts were made.
+* Only ``TransientStoreError`` is retried. A call is attempted again while less than ``retry_for``
+  seconds have passed since its first attempt started, sleeping a random
+  ``uniform(0, min(max_delay, base_delay * 2**n))`` before retry ``n + 1`` ("full jitter"), cut
+  short at the budget's end: the last attempt starts at most ``retry_for`` seconds after the first.
+  A call therefore ends within ``retry_for`` plus one attempt (on S3 an attempt is bounded by the
+  connect and read timeouts, botocore's own retries being off). ``retry_for=0``: one attempt.
+* Every retry is logged at WARNING with the error's message (stores keep secrets out of it).
+* When the budget is spent the last error is raised again (same type, the original as
+  ``__cause__``) with a message that says how many attempts were made over how long.
 * Every other exception (``ObjectNotFound``, ``PermanentStoreError``, ``UsageError``,
   ``KeyboardInterrupt``, ...) passes straight through on the first occurrence.
 * Retrying is safe because every Store operation is idempotent (objects are immutable);
   ``list`` materialises the whole listing inside the retry, so a failure halfway through a
-  listing never yields duplicate or missing keys.
+  listing never yields duplicate or missing keys. A ``put_new`` whose first attempt wrote the
+  object but lost the answer returns False from the retry: the object is there either way.
+* The clock and the sleep are constructor arguments, so tests can run an outage of minutes at once.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from movers.durations import parse_duration
 from movers.errors import TransientStoreError
-from movers.repo.store.base import Store
+from movers.repo.store.base import TEMPORARY_MAX_AGE_S, Store
+from movers.repo.store.counting import RequestCounts
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+DEFAULT_RETRY_FOR = 300.0  # rides out the outages of minutes an object store has, then fails
+MAX_RETRY_FOR = 3600.0  # a budget beyond this is a typo, not a plan
+
+
+def parse_retry_for(value: Any) -> float:
+    """Seconds of a retry budget from a duration (``movers.durations``: ``300``, ``5m``, ``90s``);
+    ``ValueError`` naming the value unless it is between 0 and ``MAX_RETRY_FOR``."""
+    seconds = parse_duration(value)
+    if not 0 <= seconds <= MAX_RETRY_FOR:
+        raise ValueError(f"{value!r} is not between 0 and {MAX_RETRY_FOR / 60:g}m")
+    return seconds
 
 
 class RetryingStore:
@@ -32,33 +55,44 @@ class RetryingStore:
     def __init__(
         self,
         inner: Store,
-        attempts: int = 5,
+        retry_for: float = DEFAULT_RETRY_FOR,
         base_delay: float = 0.2,
-        max_delay: float = 5.0,
+        max_delay: float = 10.0,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if attempts < 1:
-            raise ValueError("attempts must be at least 1")
+        if not 0 <= retry_for <= MAX_RETRY_FOR:
+            raise ValueError(f"retry_for must be between 0 and {MAX_RETRY_FOR:g} s, not {retry_for}")
         self.inner = inner
-        self.attempts = attempts
+        self.retry_for = retry_for
         self.base_delay = base_delay
         self.max_delay = max_delay
         self._sleep = sleep
+        self._clock = clock
         self._random = random.Random()
 
     def _call(self, fn: Callable[..., T], *args: object) -> T:
-        for attempt in range(1, self.attempts + 1):
+        started = self._clock()
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return fn(*args)
             except TransientStoreError as err:
-                if attempt == self.attempts:
-                    raise _exhausted(err, self.attempts) from err
-                cap = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
-                self._sleep(self._random.uniform(0, cap))
-        raise AssertionError("unreachable")
+                elapsed = self._clock() - started
+                left = self.retry_for - elapsed
+                if left <= 0:
+                    raise _exhausted(err, attempt, elapsed) from err
+                cap = min(self.max_delay, self.base_delay * 2 ** min(attempt - 1, 32))
+                delay = min(left, self._random.uniform(0, cap))
+                log.warning("%s; retry %d in %.1f s (retrying for %.0f s more)", err, attempt, delay, left - delay)
+                self._sleep(delay)
 
     def put(self, key: str, data: bytes) -> None:
         self._call(self.inner.put, key, data)
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        return self._call(self.inner.put_new, key, data)
 
     def get(self, key: str) -> bytes:
         return self._call(self.inner.get, key)
@@ -84,15 +118,25 @@ class RetryingStore:
         if check is not None:
             self._call(check)
 
+    def sweep_temporaries(self, older_than_s: float = TEMPORARY_MAX_AGE_S) -> tuple[int, int]:
+        """The inner store's ``sweep_temporaries`` (local stores), else nothing to do: ``(0, 0)``."""
+        sweep = getattr(self.inner, "sweep_temporaries", None)
+        return sweep(older_than_s) if sweep is not None else (0, 0)
+
+    @property
+    def requests(self) -> RequestCounts:
+        """The inner store's request counts (each attempt counted)."""
+        return self.inner.requests
+
     def describe(self) -> str:
         return self.inner.describe()
 
     def __repr__(self) -> str:
-        return f"RetryingStore({self.inner!r}, attempts={self.attempts})"
+        return f"RetryingStore({self.inner!r}, retry_for={self.retry_for:g})"
 
 
-def _exhausted(err: TransientStoreError, attempts: int) -> TransientStoreError:
-    message = f"{err} (gave up after {attempts} attempts)"
+def _exhausted(err: TransientStoreError, attempts: int, elapsed: float) -> TransientStoreError:
+    message = f"{err} (gave up after {attempts} attempts in {elapsed:.0f} s)"
     try:
         return type(err)(message)
     except Exception:  # a subclass with a different constructor

@@ -8,9 +8,17 @@ Contract, on top of the Store protocol in ``base.py``:
   explicit constructor options override the chain.
 * A custom (non-AWS) endpoint gets path-style addressing unless ``path_style`` says otherwise.
 * botocore's own retries are off (one attempt per call): wrap the store in ``RetryingStore``.
+* ``put_new`` is one conditional PutObject (``If-None-Match: *``; 412 PreconditionFailed means the
+  key exists). An endpoint that answers 501 NotImplemented gets HEAD then PUT instead, for the
+  rest of the store's life. 409 ConditionalRequestConflict (a concurrent write or delete of the
+  same key) is transient: the retry gets 412 if the other write won, or writes if it failed or
+  was a delete (taking 409 for "exists" could leave a key deleted that the caller counts on).
+* A bucket that refuses writes without an integrity header (object lock with a default retention)
+  gets Content-MD5 on every write from its first refusal on; other buckets never pay the MD5.
 * ``put`` of more than ``multipart_threshold`` bytes is a multipart upload that is aborted on
   any failure, ``KeyboardInterrupt`` included, so it leaves neither a partial object nor a
   dangling upload (unless the abort itself fails, which is logged).
+* ``requests`` counts the HTTP requests sent, by kind (``movers.repo.store.counting``).
 * Vendor errors are translated here into ``movers.errors``; messages name the endpoint and the
   ``s3://`` location but never the access key, secret or session token.
 * ``size``/``exists`` use HEAD, whose 404 cannot tell a missing bucket from a missing key:
@@ -19,6 +27,8 @@ Contract, on top of the Store protocol in ``base.py``:
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import math
 import re
@@ -41,6 +51,7 @@ from movers.errors import (
     UsageError,
 )
 from movers.repo.store.base import validate_key
+from movers.repo.store.counting import RequestCounts
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +84,7 @@ _TRANSIENT_CODES = {
     "InternalError",
     "ServiceUnavailable",
     "IncompleteBody",
+    "ConditionalRequestConflict",  # 409: a concurrent write or delete of the key; a retry learns the outcome
     "500",
     "502",
     "503",
@@ -83,6 +95,52 @@ _CREDENTIALS_HINT = (
     "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (plus AWS_SESSION_TOKEN for temporary "
     "credentials), or AWS_PROFILE naming a profile in ~/.aws/credentials or ~/.aws/config"
 )
+
+
+_REQUEST_KINDS = {  # botocore operation -> movers.repo.store.counting kind
+    "GetObject": "get",
+    "PutObject": "put",
+    "CreateMultipartUpload": "put",
+    "UploadPart": "put",
+    "CompleteMultipartUpload": "put",
+    "HeadObject": "head",
+    "HeadBucket": "head",
+    "ListObjectsV2": "list_pages",
+    "DeleteObject": "delete",
+    "AbortMultipartUpload": "delete",
+}
+
+
+class _NoConditionalWrites(Exception):
+    """The endpoint answered a conditional write with 501 NotImplemented."""
+
+
+def _error_code(err: bce.ClientError) -> tuple[str, int]:
+    """``(error code, HTTP status)`` of a service error."""
+    code = str(err.response.get("Error", {}).get("Code", ""))
+    return code, int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+def _exists_already(err: bce.ClientError) -> bool:
+    code, status = _error_code(err)
+    return code == "PreconditionFailed" or status == 412
+
+
+def _no_conditional_writes(err: bce.ClientError) -> bool:
+    code, status = _error_code(err)
+    return code == "NotImplemented" or status == 501
+
+
+def _wants_content_md5(err: bce.ClientError) -> bool:
+    """AWS says InvalidRequest "Content-MD5 OR x-amz-checksum- HTTP header is required ... with Object Lock
+    parameters"; moto says MissingUploadObjectWithObjectLockHeaders."""
+    code, _status = _error_code(err)
+    message = str(err.response.get("Error", {}).get("Message", ""))
+    return code == "MissingUploadObjectWithObjectLockHeaders" or (code == "InvalidRequest" and "Content-MD5" in message)
+
+
+def _content_md5(data: bytes | bytearray) -> str:
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
 
 
 def _is_aws_endpoint(url: str) -> bool:
@@ -151,6 +209,8 @@ class S3Store:
         self.multipart_threshold = multipart_threshold
         self.part_size = part_size
         self._redactor = _Redactor(access_key, secret_key, session_token)
+        self._conditional_writes = True  # False once the endpoint said it has no If-None-Match writes
+        self._content_md5 = False  # True once the bucket asked for Content-MD5 (object lock)
         self.endpoint_url = endpoint_url or "(default AWS endpoint)"
         if (access_key is None) != (secret_key is None):
             raise AccessDeniedError(
@@ -184,6 +244,8 @@ class S3Store:
         except bce.BotoCoreError as err:  # e.g. partial credentials in the environment
             raise self._translate(err, "setup", None) from None
         self.endpoint_url = _USERINFO.sub("//", self._client.meta.endpoint_url)
+        self.requests = RequestCounts()
+        self._client.meta.events.register("before-send.s3", self._count_request)
         if creds is not None:  # also hide what the chain found (env vars, profile)
             self._redactor.add(creds.access_key, creds.secret_key, creds.token)
 
@@ -202,6 +264,14 @@ class S3Store:
             response_checksum_validation="when_required",
         )
         return session.client("s3", endpoint_url=endpoint_url, config=config)
+
+    def _count_request(self, request, event_name: str, **_) -> None:
+        """botocore's ``before-send`` hook: called once per HTTP request (returning None sends it)."""
+        kind = _REQUEST_KINDS.get(event_name.rsplit(".", 1)[-1])
+        if kind == "get" and "Range" in request.headers:
+            kind = "range_get"
+        if kind is not None:
+            self.requests.add(kind)
 
     # -- naming and error translation --------------------------------------------------------
 
@@ -222,8 +292,7 @@ class S3Store:
         where = f"S3 {op} {self._url(key)} at {self.endpoint_url}"
         if isinstance(err, bce.ClientError):
             error = err.response.get("Error", {})
-            code = str(error.get("Code", ""))
-            status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            code, status = _error_code(err)
             detail = f"{code}: {error.get('Message') or 'no message'}"
             if code == "NoSuchBucket" or (key is None and (code in _NOT_FOUND_CODES or status == 404)):
                 cls, msg = BucketNotFoundError, f"bucket {self.bucket} does not exist at {self.endpoint_url}"
@@ -274,16 +343,66 @@ class S3Store:
 
     def put(self, key: str, data: bytes) -> None:
         """Store ``data`` atomically; multipart above ``multipart_threshold`` bytes."""
+        self._put(key, data, conditional=False)
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        """Store ``data`` unless ``key`` exists: one PutObject with ``If-None-Match: *`` (412: it
+        exists). An endpoint that answers 501 NotImplemented gets HEAD then PUT from then on."""
+        if self._conditional_writes:
+            try:
+                return self._put(key, data, conditional=True)
+            except _NoConditionalWrites:
+                pass
+        if self.exists(key):
+            return False
+        self._put(key, data, conditional=False)
+        return True
+
+    def _put(self, key: str, data: bytes, conditional: bool) -> bool:
         full = self._full(key)
         if not isinstance(data, bytes | bytearray):
             data = bytes(data)
         if len(data) > self.multipart_threshold:
-            self._put_multipart(key, full, data)
-            return
+            if conditional and self.exists(key):  # a HEAD is cheaper than uploading parts to be refused
+                return False
+            return self._put_multipart(key, full, data, conditional)
+        condition = {"IfNoneMatch": "*"} if conditional else {}
         with self._errors("put", key):
-            self._client.put_object(Bucket=self.bucket, Key=full, Body=data)
+            try:
+                self._write(self._client.put_object, data, Bucket=self.bucket, Key=full, **condition)
+            except bce.ClientError as err:
+                if conditional and _exists_already(err):
+                    return False
+                if conditional and _no_conditional_writes(err):
+                    self._disable_conditional_writes(err)
+                    raise _NoConditionalWrites from None
+                raise
+        return True
 
-    def _put_multipart(self, key: str, full: str, data: bytes | bytearray) -> None:
+    def _disable_conditional_writes(self, err: bce.ClientError) -> None:
+        self._conditional_writes = False
+        log.warning(
+            "%s at %s does not support conditional writes (%s): checking with HEAD before writing a new object",
+            self.describe(),
+            self.endpoint_url,
+            self._scrub(_error_code(err)[0] or "501"),
+        )
+
+    def _write(self, call, data: bytes | bytearray, **params):
+        """``call(Body=data, **params)`` (PutObject, UploadPart), with a Content-MD5 header once the
+        bucket asked for one (object lock with a default retention refuses writes without it)."""
+        if self._content_md5:
+            return call(Body=data, ContentMD5=_content_md5(data), **params)
+        try:
+            return call(Body=data, **params)
+        except bce.ClientError as err:
+            if not _wants_content_md5(err):
+                raise
+        log.info("%s requires Content-MD5 on writes (object lock): sending it from now on", self.describe())
+        self._content_md5 = True
+        return call(Body=data, ContentMD5=_content_md5(data), **params)
+
+    def _put_multipart(self, key: str, full: str, data: bytes | bytearray, conditional: bool) -> bool:
         part_size = max(self.part_size, math.ceil(len(data) / MAX_PARTS))
         with self._errors("put", key):
             upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=full)["UploadId"]
@@ -292,19 +411,46 @@ class S3Store:
             for number, start in enumerate(range(0, len(data), part_size), start=1):
                 etag = self._upload_part(key, upload_id, number, bytes(data[start : start + part_size]))
                 parts.append({"PartNumber": number, "ETag": etag})
-            with self._errors("put", key):
-                self._client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}
-                )
+            written = self._complete(key, upload_id, parts, conditional)
         except BaseException:
             self._abort(key, upload_id)
             raise
+        if not written:
+            self._abort(key, upload_id)
+        return written
+
+    def _complete(self, key: str, upload_id: str, parts: list[dict], conditional: bool) -> bool:
+        """Complete the upload (``If-None-Match: *`` if ``conditional``); False if the key exists."""
+        params = {
+            "Bucket": self.bucket,
+            "Key": self._full(key),
+            "UploadId": upload_id,
+            "MultipartUpload": {"Parts": parts},
+        }
+        with self._errors("put", key):
+            if conditional and self._conditional_writes:
+                try:
+                    self._client.complete_multipart_upload(IfNoneMatch="*", **params)
+                    return True
+                except bce.ClientError as err:
+                    if _exists_already(err):
+                        return False
+                    if not _no_conditional_writes(err):
+                        raise
+                    self._disable_conditional_writes(err)
+            self._client.complete_multipart_upload(**params)
+        return True
 
     def _upload_part(self, key: str, upload_id: str, number: int, body: bytes) -> str:
         """Upload part ``number`` of ``key``'s multipart upload; return its ETag."""
         with self._errors(f"put (part {number})", key):
-            resp = self._client.upload_part(
-                Bucket=self.bucket, Key=self._full(key), UploadId=upload_id, PartNumber=number, Body=body
+            resp = self._write(
+                self._client.upload_part,
+                body,
+                Bucket=self.bucket,
+                Key=self._full(key),
+                UploadId=upload_id,
+                PartNumber=number,
             )
         return resp["ETag"]
 
