@@ -17,7 +17,7 @@ import time
 from contextlib import nullcontext
 from typing import Any
 
-from movers import errors
+from movers import device, errors
 from movers.errors import MoverError, UsageError
 from movers.units import human_bytes
 
@@ -268,6 +268,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         raise UsageError("--zstd-level must be between 1 and 22")
     tags = parse_tags(args.tag)
     node_affinity, run_pvcs = parse_node_affinity(args.node_affinity), parse_run_pvcs(args.run_pvcs)
+    pvc_labels = parse_pvc_labels(args.pvc_labels)
     fs_type = args.fs_type or None
     if fs_type and args.volume_mode == "Block":
         log.warning("--fs-type %s ignored: a Block volume has no filesystem", fs_type)
@@ -275,6 +276,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     cbt = _cbt_options(args)
     if sum(map(bool, (args.extents, args.scan, cbt.wanted))) != 1:
         raise UsageError("choose one change source: --extents FILE, --scan, or CBT (--cbt-address ... or --kube)")
+    device.check_source(args.device)
     repo = _open_repo(args)
     volume = VolumeIdentity(
         args.volume,
@@ -289,7 +291,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         args.pv_uid,
         fs_type,
         node_affinity,
-        parse_pvc_labels(args.pvc_labels),
+        pvc_labels,
     )
     snapshot = SnapshotIdentity(
         args.snapshot, args.namespace, args.snapshot_handle, args.group_snapshot, args.group_snapshot_handle
@@ -372,7 +374,6 @@ def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
     """Back up the ranges the SnapshotMetadata service names: a delta since ``--base-handle`` when the
     base's backup is of the same source volume, else (or when the service refuses the base) a full backup
     from the allocated blocks; a scan (or exit 9) when CBT is unavailable."""
-    from movers import device
     from movers.cbt.source import open_session
     from movers.errors import CbtBaseRejectedError, CbtUnavailableError
     from movers.pipeline.backup import run_backup
@@ -478,6 +479,7 @@ def cmd_extents(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     from movers.pipeline.restore import run_restore
 
+    device.check_target(args.device)
     repo = _open_repo(args)
     manifest = repo.resolve(args.volume, args.backup)
     progress = _Progress(args.progress_interval)
@@ -486,14 +488,20 @@ def cmd_restore(args: argparse.Namespace) -> int:
     def phase(n: int):
         return lambda done, total: progress(n * (total or 0) + done, phases * total if total is not None else None)
 
-    stats = run_restore(
-        repo,
-        manifest,
-        args.device,
-        assume_zeroed=args.assume_zeroed,
-        workers=max(1, args.workers),
-        progress=phase(0),
-    )
+    try:
+        stats = run_restore(
+            repo,
+            manifest,
+            args.device,
+            assume_zeroed=args.assume_zeroed,
+            workers=max(1, args.workers),
+            progress=phase(0),
+        )
+    except device.NoRoom as err:
+        raise device.NoRoom(
+            f"restore target {args.device} has no room for backup {manifest.backup_id}"
+            f" ({_mib(manifest.capacity_bytes)}): {err}; the target is incomplete"
+        ) from None
     result = {"backup_id": manifest.backup_id, "volume": args.volume, "mode": manifest.mode, **stats.as_dict()}
     text = (
         f"restored {manifest.backup_id} of {args.volume} to {args.device}: {_mib(stats.written_bytes)} written,"

@@ -9,7 +9,7 @@ Exit codes (documented in the README, stable):
 ====  ==========================================================
 0     success
 1     unexpected internal error (a bug: please report it)
-2     bad input: arguments, extents file, target device too small
+2     bad input: arguments, extents file, device path, target device too small or full
 3     not found: repository, volume or backup does not exist
 4     integrity: stored data does not match its hash
 5     storage unavailable: endpoint unreachable, retries exhausted
