@@ -80,7 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("backup", help="back up a device or image file")
     _add_repo(p)
-    p.add_argument("--volume", required=True, help="volume id (free-form, e.g. cluster/namespace/pvc)")
+    p.add_argument(
+        "--volume",
+        required=True,
+        help="volume id, e.g. namespace/pvc: printable ASCII, at most 255 bytes URL-quoted (docs/format.md)",
+    )
     p.add_argument("--device", required=True, help="block device or image file to read")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--extents", help="JSON lines of changed extents {offset, length}; - for stdin")
@@ -518,6 +522,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    from movers.repo.manifest import shown_volume_id
     from movers.repo.selection import runs_of
 
     repo = _open_repo(args)
@@ -554,7 +559,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(json.dumps({"backups": rows, "runs": runs}, sort_keys=True))
     else:
         for r in rows:
-            line = f"{r['volume']}\t{r['backup_id']}\t{r['mode']}\t{_mib(r['capacity_bytes'])}\t{r['created']}"
+            cells = (shown_volume_id(r["volume"]), r["backup_id"], r["mode"], _mib(r["capacity_bytes"]), r["created"])
+            line = "\t".join(cells)
             tags = ",".join(f"{k}={v}" for k, v in sorted(r["tags"].items()))
             print(f"{line}\t{tags}" if tags else line)
     return 0
@@ -611,6 +617,7 @@ def _duration(text: str, option: str = "--grace") -> float:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
+    from movers.repo.manifest import shown_volume_id
     from movers.repo.retention import forget
 
     repo = _open_repo(args)
@@ -626,9 +633,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
     lines = []
     for vol in report.volumes:
         for k in vol.kept:
-            lines.append(f"keep\t{vol.volume}\t{k.backup_id}\t{', '.join(k.reasons)}")
+            lines.append(f"keep\t{shown_volume_id(vol.volume)}\t{k.backup_id}\t{', '.join(k.reasons)}")
         for bid in vol.expired:
-            lines.append(f"{'would forget' if report.dry_run else 'forget'}\t{vol.volume}\t{bid}")
+            lines.append(f"{'would forget' if report.dry_run else 'forget'}\t{shown_volume_id(vol.volume)}\t{bid}")
     lines.append(f"{'would forget' if report.dry_run else 'forgot'} {len(report.deleted)} backup(s)")
     _emit(args, report.to_dict(), "\n".join(lines))
     return 0
@@ -686,6 +693,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown --log-level {args.log_level}")
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if getattr(args, "volume", None) is not None:  # every command that takes a volume id, before any work
+            from movers.repo.manifest import check_volume_id
+
+            check_volume_id(args.volume)
         return COMMANDS[args.command](args)
     except MoverError as err:
         log.debug("command failed", exc_info=True)

@@ -3,6 +3,7 @@ exactly as it was), never an internal error (exit 1)."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -120,3 +121,74 @@ def test_restore_past_the_file_size_limit_is_a_usage_error(repo, image, tmp_path
     assert_one_line_error(proc, 2, str(target), "File too large", "incomplete")
     run("restore", "--repo", repo, "--volume", "v", "--device", target, check_rc=0)
     assert sha256_file(target) == sha256_file(image)
+
+
+def test_a_long_volume_id_is_refused_before_any_work(repo, image):
+    before = repo_files(repo)
+    proc = run("backup", "--repo", repo, "--volume", "a" * 2000, "--device", image, "--scan")
+    assert_one_line_error(proc, 2, "2000 characters", "too long", "at most 255")
+    assert repo_files(repo) == before  # nothing uploaded, no lease
+
+
+BAD_IDS = [
+    ("", "not valid"),
+    ("a\nb", "'a\\nb' is not valid"),
+    ("a\tb", "control character"),
+    (" v", "leading or trailing space"),
+    ("v ", "leading or trailing space"),
+    ("caf\u00e9", "printable ASCII"),
+    ("a" * 256, "256 bytes, at most 255"),
+    ("/" * 86, "258 bytes"),  # 86 characters, 3 bytes each once quoted
+]
+
+
+@pytest.mark.parametrize("volume,fragment", BAD_IDS)
+@pytest.mark.parametrize("command", ["backup", "restore", "ls", "verify", "forget"])
+def test_every_command_checks_the_volume_id_before_opening_the_repository(tmp_path, image, command, volume, fragment):
+    nowhere = f"file://{tmp_path}/no-repo-here"  # exit 3 if it were opened
+    extra = {"backup": ["--device", image, "--scan"], "restore": ["--device", tmp_path / "o.img"]}.get(command, [])
+    proc = run(command, "--repo", nowhere, f"--volume={volume}", *extra)
+    assert_one_line_error(proc, 2, fragment)
+    assert not (tmp_path / "o.img").exists()
+
+
+def test_volume_ids_within_the_grammar_work_up_to_the_key_limit(repo, image, tmp_path):
+    """255 key bytes fit a local folder repository's file names (and S3 keys); a namespace of 63 characters
+    and a PVC name of 189 make such an id; spaces and punctuation inside an id are kept."""
+    ids = ["a" * 255, "n" * 63 + "/" + "p" * 189, "c1/ns/data", "prod db:1@x+(y)~%", "~" * 85]
+    for volume in ids:
+        run("backup", "--repo", repo, "--volume", volume, "--device", image, "--scan", check_rc=0)
+    listing = json.loads(run("ls", "--repo", repo, "--json", check_rc=0).stdout)["backups"]
+    assert sorted(b["volume"] for b in listing) == sorted(ids)
+    text = run("ls", "--repo", repo, check_rc=0).stdout.splitlines()
+    assert sorted(line.split("\t")[0] for line in text) == sorted(ids)
+    out = tmp_path / "out.img"
+    run("restore", "--repo", repo, "--volume", ids[1], "--device", out, check_rc=0)
+    assert sha256_file(out) == sha256_file(image)
+
+
+def test_ids_stored_before_the_grammar_are_listed_escaped_one_line_each(repo, image):
+    run("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan", check_rc=0)
+    backups = Path(repo[len("file://") :]) / "backups"
+    shutil.copytree(backups / "v", backups / "a%0Ab")  # what `--volume $'a\nb'` stored before the check
+    lines = run("ls", "--repo", repo, check_rc=0).stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["a\\nb", "v"]
+    listing = json.loads(run("ls", "--repo", repo, "--json", check_rc=0).stdout)["backups"]
+    assert [b["volume"] for b in listing] == ["a\nb", "v"]
+    # they stay verifiable (and so prunable: nothing reads them back through the grammar)
+    assert json.loads(run("verify", "--repo", repo, "--json", check_rc=0).stdout)["backups_checked"] == 2
+
+
+def test_run_backup_checks_the_volume_id_before_writing_anything(tmp_path, image):
+    from movers.errors import UsageError
+    from movers.pipeline.backup import run_backup
+    from movers.repo.manifest import VolumeIdentity
+    from movers.repo.repository import Repository
+    from movers.repo.store import open_store
+
+    url = f"file://{tmp_path}/engine-repo"
+    repo = Repository.init(open_store(url))
+    before = repo_files(url)
+    with pytest.raises(UsageError, match="too long"):
+        run_backup(repo, str(image), VolumeIdentity("ns/" + "p" * 300))
+    assert repo_files(url) == before
