@@ -526,9 +526,15 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from movers.repo.selection import runs_of
 
     repo = _open_repo(args)
-    rows, manifests = [], []
+    rows, manifests, unreadable = [], [], []
     for ref in repo.list_backups(args.volume):
-        m = repo.read_manifest(ref.volume, ref.backup_id)
+        try:
+            m = repo.read_manifest(ref.volume, ref.backup_id)
+        except errors.NotFoundError:
+            continue  # forgotten since it was listed
+        except (errors.IntegrityError, errors.IncompatibleError) as err:
+            unreadable.append((ref, err))
+            continue
         manifests.append(m)
         rows.append(
             {
@@ -556,13 +562,31 @@ def cmd_ls(args: argparse.Namespace) -> int:
         )
     if args.json:  # runs: complete, or partial with the PVCs that have no backup in them (of what is listed)
         runs = [r.to_dict() for r in runs_of(manifests)]
-        print(json.dumps({"backups": rows, "runs": runs}, sort_keys=True))
+        problems = [
+            {"key": ref.key, "volume": ref.volume, "backup_id": ref.backup_id, "error": str(err)}
+            for ref, err in unreadable
+        ]
+        print(json.dumps({"backups": rows, "runs": runs, "unreadable": problems}, sort_keys=True))
     else:
         for r in rows:
             cells = (shown_volume_id(r["volume"]), r["backup_id"], r["mode"], _mib(r["capacity_bytes"]), r["created"])
             line = "\t".join(cells)
             tags = ",".join(f"{k}={v}" for k, v in sorted(r["tags"].items()))
             print(f"{line}\t{tags}" if tags else line)
+        sys.stdout.flush()
+        for ref, err in unreadable:
+            print(f"unreadable: {err if ref.key in str(err) else f'{ref.key}: {err}'}", file=sys.stderr)
+    if unreadable:  # after the listing: a script sees the rest and a failure
+        damaged = any(isinstance(err, errors.IntegrityError) for _ref, err in unreadable)
+        kinds = {
+            "damaged" if isinstance(err, errors.IntegrityError) else "from a newer cbt-mover" for _r, err in unreadable
+        }
+        summary = (
+            f"{len(unreadable)} of {len(unreadable) + len(rows)} backup manifests cannot be read"
+            f" ({' or '.join(sorted(kinds))}; {'see unreadable' if args.json else 'named above'}):"
+            f" the other {len(rows)} are listed"
+        )
+        raise errors.IntegrityError(summary) if damaged else errors.IncompatibleError(summary)
     return 0
 
 
