@@ -59,6 +59,16 @@ class IntegrityError(MoverError):
     exit_code = EXIT_INTEGRITY
 
 
+class DamagedData(IntegrityError):
+    """Data a backup references cannot be restored: a chunk that does not match its hash, is in no
+    pack, or whose pack is missing. ``offset`` and ``length``: the range of the volume it was to
+    restore (its first use); ``key``: the object holding it (None when no object does)."""
+
+    def __init__(self, message: str, *, offset: int, length: int, key: str | None = None) -> None:
+        super().__init__(message)
+        self.offset, self.length, self.key = offset, length, key
+
+
 class IncompatibleError(MoverError):
     """The repository uses a format version or mandatory feature this reader does not know."""
 

@@ -84,3 +84,79 @@ def test_ls_of_a_manifest_from_a_newer_version_exits_7_and_lists_the_rest(repo, 
     # a damaged one as well: damage wins (exit 4)
     manifest_path(repo, "v", old).write_bytes(b"[]")
     assert run("ls", "--repo", repo).returncode == 4
+
+
+def open_repo(url: str):
+    from movers.repo.repository import Repository
+    from movers.repo.store import open_store
+
+    return Repository.open(open_store(url))
+
+
+def verify_json(repo_url: str, *flags) -> dict:
+    proc = run("verify", "--repo", repo_url, "--json", *flags)
+    assert proc.returncode == 4, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert len(doc["damage"]) == len(doc["errors"]) >= 1
+    for entry, line in zip(doc["damage"], doc["errors"], strict=True):  # the fields say what the line says
+        assert set(entry) == {"volume", "backup_id", "offset", "length", "object", "error"}
+        assert line.startswith(f"{entry['volume']}/{entry['backup_id']}") and line.endswith(entry["error"])
+        if entry["offset"] is not None:
+            assert f"at volume offset {entry['offset']} ({entry['length']} bytes)" in line, line
+        else:
+            assert "volume offset" not in line and entry["length"] is None, line
+    return doc
+
+
+def damage_fields(doc: dict) -> list[tuple]:
+    return [(d["volume"], d["backup_id"], d["offset"], d["length"], d["object"]) for d in doc["damage"]]
+
+
+@pytest.mark.parametrize("flags", [[], ["--sample", "1"]], ids=["full", "sampled"])
+def test_verify_names_the_volume_range_and_pack_of_a_damaged_chunk(repo, image, flags):
+    from movers.repo import pack
+
+    backup_id = backup(repo, "v", image)
+    r = open_repo(repo)
+    entries = next(e for _p, e in r.iter_map(r.read_manifest("v", backup_id)) if e)
+    voff, length, cid, _coff = entries[len(entries) // 2]
+    loc = r.index().get(cid)
+    path = Path(repo[len("file://") :]) / pack.pack_key(loc.pack_id)
+    data = bytearray(path.read_bytes())
+    data[loc.offset + loc.stored_len // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    doc = verify_json(repo, *flags)
+    assert damage_fields(doc) == [("v", backup_id, voff, length, pack.pack_key(loc.pack_id))]
+
+
+@pytest.mark.parametrize("flags", [[], ["--sample", "0"]], ids=["full", "sampled"])
+def test_verify_names_damaged_manifests_directories_pages_and_chunks_in_no_pack(repo, tmp_path, flags):
+    from movers.repo import pack, volmap
+
+    root = Path(repo[len("file://") :])
+    ids = {}
+    for seed, volume in enumerate(("manifest", "dir", "page", "chunk")):  # each its own data, map and packs
+        make_image(tmp_path / f"{volume}.img", 4 * MiB, seed=10 + seed, data_fraction=1.0)
+        ids[volume] = backup(repo, volume, tmp_path / f"{volume}.img")
+    r = open_repo(repo)
+    m = {v: r.read_manifest(v, b) for v, b in ids.items()}
+    capacity = m["dir"].capacity_bytes
+    page_size = m["dir"].map.page_size
+
+    (root / "backups" / "manifest" / ids["manifest"]).write_bytes(b"{}")
+    dir_key = volmap.map_key(bytes.fromhex(m["dir"].map.dirs[0]))
+    (page_id, _n), *_ = r.page_slots(m["page"])
+    page_key = volmap.map_key(page_id)
+    (root / dir_key).write_bytes(b"damaged")
+    (root / page_key).write_bytes(b"damaged")
+    # a chunk of "chunk", whose pack is gone (the index leaves gone packs out: the chunk is in no pack)
+    entries = next(e for _p, e in r.iter_map(m["chunk"]) if e)
+    voff, length, cid, _coff = entries[0]
+    (root / pack.pack_key(r.index().get(cid).pack_id)).unlink()
+
+    doc = verify_json(repo, *flags)
+    found = {d[0]: d[1:] for d in damage_fields(doc)}
+    assert found["manifest"] == (ids["manifest"], None, None, f"backups/manifest/{ids['manifest']}")
+    assert found["dir"] == (ids["dir"], 0, capacity, dir_key)
+    assert found["page"][:4] == (ids["page"], 0, min(page_size, capacity), page_key)
+    assert found["chunk"] == (ids["chunk"], voff, length, None)
