@@ -17,7 +17,7 @@ import time
 from contextlib import nullcontext
 from typing import Any
 
-from movers import errors
+from movers import device, errors
 from movers.errors import MoverError, UsageError
 from movers.units import human_bytes
 
@@ -87,7 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("backup", help="back up a device or image file")
     _add_repo(p)
-    p.add_argument("--volume", required=True, help="volume id (free-form, e.g. cluster/namespace/pvc)")
+    p.add_argument(
+        "--volume",
+        required=True,
+        help="volume id, e.g. namespace/pvc: printable ASCII, at most 255 bytes URL-quoted (docs/format.md)",
+    )
     p.add_argument("--device", required=True, help="block device or image file to read")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--extents", help="JSON lines of changed extents {offset, length}; - for stdin")
@@ -280,6 +284,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         raise UsageError("--zstd-level must be between 1 and 22")
     tags = parse_tags(args.tag)
     node_affinity, run_pvcs = parse_node_affinity(args.node_affinity), parse_run_pvcs(args.run_pvcs)
+    pvc_labels = parse_pvc_labels(args.pvc_labels)
     fs_type = args.fs_type or None
     if fs_type and args.volume_mode == "Block":
         log.warning("--fs-type %s ignored: a Block volume has no filesystem", fs_type)
@@ -287,6 +292,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     cbt = _cbt_options(args)
     if sum(map(bool, (args.extents, args.scan, cbt.wanted))) != 1:
         raise UsageError("choose one change source: --extents FILE, --scan, or CBT (--cbt-address ... or --kube)")
+    device.check_source(args.device)
     repo = _open_repo(args)
     volume = VolumeIdentity(
         args.volume,
@@ -301,7 +307,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         args.pv_uid,
         fs_type,
         node_affinity,
-        parse_pvc_labels(args.pvc_labels),
+        pvc_labels,
     )
     snapshot = SnapshotIdentity(
         args.snapshot, args.namespace, args.snapshot_handle, args.group_snapshot, args.group_snapshot_handle
@@ -385,7 +391,6 @@ def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
     """Back up the ranges the SnapshotMetadata service names: a delta since ``--base-handle`` when the
     base's backup is of the same source volume, else (or when the service refuses the base) a full backup
     from the allocated blocks; a scan (or exit 9) when CBT is unavailable."""
-    from movers import device
     from movers.cbt.source import open_session
     from movers.errors import CbtBaseRejectedError, CbtUnavailableError
     from movers.pipeline.backup import run_backup
@@ -491,6 +496,7 @@ def cmd_extents(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     from movers.pipeline.restore import run_restore
 
+    device.check_target(args.device)
     repo = _open_repo(args)
     manifest = repo.resolve(args.volume, args.backup)
     progress = _Progress(args.progress_interval)
@@ -499,14 +505,20 @@ def cmd_restore(args: argparse.Namespace) -> int:
     def phase(n: int):
         return lambda done, total: progress(n * (total or 0) + done, phases * total if total is not None else None)
 
-    stats = run_restore(
-        repo,
-        manifest,
-        args.device,
-        assume_zeroed=args.assume_zeroed,
-        workers=max(1, args.workers),
-        progress=phase(0),
-    )
+    try:
+        stats = run_restore(
+            repo,
+            manifest,
+            args.device,
+            assume_zeroed=args.assume_zeroed,
+            workers=max(1, args.workers),
+            progress=phase(0),
+        )
+    except device.NoRoom as err:
+        raise device.NoRoom(
+            f"restore target {args.device} has no room for backup {manifest.backup_id}"
+            f" ({_mib(manifest.capacity_bytes)}): {err}; the target is incomplete"
+        ) from None
     result = {"backup_id": manifest.backup_id, "volume": args.volume, "mode": manifest.mode, **stats.as_dict()}
     text = (
         f"restored {manifest.backup_id} of {args.volume} to {args.device}: {_mib(stats.written_bytes)} written,"
@@ -524,12 +536,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    from movers.repo.manifest import shown_volume_id
     from movers.repo.selection import runs_of
 
     repo = _open_repo(args)
-    rows, manifests = [], []
+    rows, manifests, unreadable = [], [], []
     for ref in repo.list_backups(args.volume):
-        m = repo.read_manifest(ref.volume, ref.backup_id)
+        try:
+            m = repo.read_manifest(ref.volume, ref.backup_id)
+        except errors.NotFoundError:
+            continue  # forgotten since it was listed
+        except (errors.IntegrityError, errors.IncompatibleError) as err:
+            unreadable.append((ref, err))
+            continue
         manifests.append(m)
         rows.append(
             {
@@ -557,12 +576,31 @@ def cmd_ls(args: argparse.Namespace) -> int:
         )
     if args.json:  # runs: complete, or partial with the PVCs that have no backup in them (of what is listed)
         runs = [r.to_dict() for r in runs_of(manifests)]
-        print(json.dumps({"backups": rows, "runs": runs}, sort_keys=True))
+        problems = [
+            {"key": ref.key, "volume": ref.volume, "backup_id": ref.backup_id, "error": str(err)}
+            for ref, err in unreadable
+        ]
+        print(json.dumps({"backups": rows, "runs": runs, "unreadable": problems}, sort_keys=True))
     else:
         for r in rows:
-            line = f"{r['volume']}\t{r['backup_id']}\t{r['mode']}\t{_mib(r['capacity_bytes'])}\t{r['created']}"
+            cells = (shown_volume_id(r["volume"]), r["backup_id"], r["mode"], _mib(r["capacity_bytes"]), r["created"])
+            line = "\t".join(cells)
             tags = ",".join(f"{k}={v}" for k, v in sorted(r["tags"].items()))
             print(f"{line}\t{tags}" if tags else line)
+        sys.stdout.flush()
+        for ref, err in unreadable:
+            print(f"unreadable: {err if ref.key in str(err) else f'{ref.key}: {err}'}", file=sys.stderr)
+    if unreadable:  # after the listing: a script sees the rest and a failure
+        damaged = any(isinstance(err, errors.IntegrityError) for _ref, err in unreadable)
+        kinds = {
+            "damaged" if isinstance(err, errors.IntegrityError) else "from a newer cbt-mover" for _r, err in unreadable
+        }
+        summary = (
+            f"{len(unreadable)} of {len(unreadable) + len(rows)} backup manifests cannot be read"
+            f" ({' or '.join(sorted(kinds))}; {'see unreadable' if args.json else 'named above'}):"
+            f" the other {len(rows)} are listed"
+        )
+        raise errors.IntegrityError(summary) if damaged else errors.IncompatibleError(summary)
     return 0
 
 
@@ -617,6 +655,7 @@ def _duration(text: str, option: str = "--grace") -> float:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
+    from movers.repo.manifest import shown_volume_id
     from movers.repo.retention import forget
 
     repo = _open_repo(args)
@@ -632,9 +671,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
     lines = []
     for vol in report.volumes:
         for k in vol.kept:
-            lines.append(f"keep\t{vol.volume}\t{k.backup_id}\t{', '.join(k.reasons)}")
+            lines.append(f"keep\t{shown_volume_id(vol.volume)}\t{k.backup_id}\t{', '.join(k.reasons)}")
         for bid in vol.expired:
-            lines.append(f"{'would forget' if report.dry_run else 'forget'}\t{vol.volume}\t{bid}")
+            lines.append(f"{'would forget' if report.dry_run else 'forget'}\t{shown_volume_id(vol.volume)}\t{bid}")
     lines.append(f"{'would forget' if report.dry_run else 'forgot'} {len(report.deleted)} backup(s)")
     _emit(args, report.to_dict(), "\n".join(lines))
     return 0
@@ -692,6 +731,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown --log-level {args.log_level}")
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if getattr(args, "volume", None) is not None:  # every command that takes a volume id, before any work
+            from movers.repo.manifest import check_volume_id
+
+            check_volume_id(args.volume)
         return COMMANDS[args.command](args)
     except MoverError as err:
         log.debug("command failed", exc_info=True)

@@ -20,16 +20,69 @@ ZERO_BLOCK = bytes(4 << 20)
 
 
 def open_device(path: str, write: bool = False) -> int:
-    """Open ``path`` for positional IO; errors become one-line ``MoverError``s."""
+    """Open ``path``, a block device or regular file, for positional IO; errors (a directory, a FIFO,
+    a missing path, no permission, ...) become one-line ``MoverError``s."""
+    _check_kind(path, _stat(path))
     flags = (os.O_RDWR if write else os.O_RDONLY) | getattr(os, "O_CLOEXEC", 0)
     try:
-        return os.open(path, flags)
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise NotFoundError(f"device {path} does not exist") from None
     except PermissionError:
         raise UsageError(f"no permission to open device {path} for {'writing' if write else 'reading'}") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path} is a directory, not a device or image file") from None
+    except OSError as err:
+        raise UsageError(f"cannot open device {path} for {'writing' if write else 'reading'}: {err.strerror}") from None
+    try:
+        _check_kind(path, os.fstat(fd))  # replaced since the stat: what was opened counts
+    except UsageError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _stat(path: str) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        raise NotFoundError(f"device {path} does not exist") from None
+    except OSError as err:
+        raise UsageError(f"cannot use {path} as a device: {err.strerror}") from None
+
+
+def _check_kind(path: str, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{path} is a directory, not a device or image file")
+    if not (stat.S_ISBLK(st.st_mode) or stat.S_ISREG(st.st_mode)):
+        raise UsageError(f"{path} is neither a block device nor a regular file")
+
+
+def check_source(path: str) -> None:
+    """What a backup checks before any work: ``path`` is a readable, non-empty block device or
+    regular file (``NotFoundError`` when it does not exist, ``UsageError`` otherwise)."""
+    fd = open_device(path)
+    try:
+        if device_size(fd) <= 0:
+            raise UsageError(f"device {path} is empty")
+    finally:
+        os.close(fd)
+
+
+def check_target(path: str) -> None:
+    """What a restore checks before any work, changing nothing: ``path`` is a block device or regular
+    file it may open for writing, or does not exist in a directory where it may create it
+    (``UsageError`` otherwise)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise UsageError(f"cannot create restore target {path}: directory {parent} does not exist") from None
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"cannot create restore target {path}: no permission to write in {parent}") from None
+        return
+    except OSError as err:
+        raise UsageError(f"cannot use restore target {path}: {err.strerror}") from None
+    os.close(open_device(path, write=True))
 
 
 def is_block_device(fd: int) -> bool:
@@ -69,12 +122,45 @@ def pread_exact(fd: int, length: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
+class NoRoom(UsageError):
+    """The target cannot take what is written to it: its filesystem is full (ENOSPC), a quota is met
+    (EDQUOT) or the file would pass the largest size allowed (EFBIG). Bad input (exit 2), like a
+    target device smaller than the backup: retrying does not help, more room or another target does."""
+
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _no_room(err: OSError, what: str) -> NoRoom | OSError:
+    return NoRoom(f"{err.strerror} {what}") if err.errno in _NO_ROOM else err
+
+
 def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """Write all of ``data`` at ``offset``; ``NoRoom`` when the target has no room for it."""
     view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view = view[n:]
-        offset += n
+    try:
+        while view:
+            n = os.pwrite(fd, view, offset)
+            view = view[n:]
+            offset += n
+    except OSError as err:
+        raise _no_room(err, f"writing at offset {offset}") from None
+
+
+def resize(fd: int, size: int) -> None:
+    """Set a regular file's size to ``size`` bytes; ``NoRoom`` when it cannot be that large."""
+    try:
+        os.ftruncate(fd, size)
+    except OSError as err:
+        raise _no_room(err, f"making the target {size} bytes long") from None
+
+
+def sync(fd: int) -> None:
+    """fsync ``fd``; ``NoRoom`` when the data written could not be stored (NFS, thin provisioning)."""
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        raise _no_room(err, "flushing the target") from None
 
 
 _libc = None

@@ -9,7 +9,7 @@ Exit codes (documented in the README, stable):
 ====  ==========================================================
 0     success
 1     unexpected internal error (a bug: please report it)
-2     bad input: arguments, extents file, target device too small
+2     bad input: arguments, extents file, device path, target device too small or full
 3     not found: repository, volume or backup does not exist
 4     integrity: stored data does not match its hash
 5     storage unavailable: endpoint unreachable, retries exhausted
@@ -57,6 +57,16 @@ class IntegrityError(MoverError):
     """Stored bytes do not match their recorded hash or structure."""
 
     exit_code = EXIT_INTEGRITY
+
+
+class DamagedData(IntegrityError):
+    """Data a backup references cannot be restored: a chunk that does not match its hash, is in no
+    pack, or whose pack is missing. ``offset`` and ``length``: the range of the volume it was to
+    restore (its first use); ``key``: the object holding it (None when no object does)."""
+
+    def __init__(self, message: str, *, offset: int, length: int, key: str | None = None) -> None:
+        super().__init__(message)
+        self.offset, self.length, self.key = offset, length, key
 
 
 class IncompatibleError(MoverError):

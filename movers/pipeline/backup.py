@@ -39,7 +39,7 @@ from movers.repo import volmap
 from movers.repo.chunks import chunk_id, encode_chunk
 from movers.repo.leases import Lease
 from movers.repo.lineage import backup_with_handle
-from movers.repo.manifest import Manifest, MapRef, SnapshotIdentity, VolumeIdentity, new_backup_id
+from movers.repo.manifest import Manifest, MapRef, SnapshotIdentity, VolumeIdentity, check_volume_id, new_backup_id
 from movers.repo.mapwriter import DigestUpdate, MapWriter
 from movers.repo.prunestate import read_state
 from movers.repo.repository import Repository
@@ -136,6 +136,7 @@ def run_backup(
     against or re-created under its key, and a lease (``movers.repo.leases``) held from before that
     read until the commit makes a concurrent prune wait for this backup (see ``movers.repo.prune``).
     """
+    check_volume_id(volume.id)  # before anything is written
     with Lease(repo.store, f"backup of volume {volume.id}") as lease:
         return _backup(
             repo,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from movers.errors import IntegrityError
+from movers.errors import DamagedData, IntegrityError
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import decode_chunk
@@ -46,8 +46,11 @@ def plan_page(
     for cid, uses in users.items():
         loc = index.get(cid)
         if loc is None:
-            raise IntegrityError(
-                f"chunk {cid.hex()[:16]} at volume offset {uses[0][0]} is not in any pack of the repository"
+            voff, length = uses[0][0], uses[0][1]
+            raise DamagedData(
+                f"chunk {cid.hex()[:16]} at volume offset {voff} ({length} bytes) is not in any pack of the repository",
+                offset=voff,
+                length=length,
             )
         located.append((loc.pack_id, loc.offset, cid, loc, uses))
     located.sort(key=lambda x: (x[0], x[1]))
@@ -88,20 +91,23 @@ class MapReader:
         sink: ChunkSink,
         on_page: Callable[[int, list], None] | None = None,
         skip: set[bytes] | None = None,
+        pages: Iterable[tuple[int, list[volmap.Entry]]] | None = None,
     ) -> None:
         """Call ``sink(raw chunk, entries)`` for every chunk of ``manifest``'s map.
 
         ``on_page(page index, entries)`` is called (in the caller's thread) before the
-        page's chunks are fetched. ``sink`` runs on worker threads. Raises
-        ``IntegrityError`` naming the volume offset of the first damaged chunk. Chunks in
-        ``skip`` are not fetched (verify uses it for chunks already checked).
+        page's chunks are fetched. ``sink`` runs on worker threads. Raises ``DamagedData``
+        (an ``IntegrityError``) naming the volume range of the first damaged chunk or chunk in no
+        pack, ``IntegrityError`` for a damaged map. Chunks in ``skip`` are not fetched (verify uses it
+        for chunks already checked). ``pages``: the ``(page index, entries)`` to read instead of
+        the whole map (verify walks and checks the map itself).
         """
         index = self.repo.index()
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="fetch")
         pending: dict[Future, int] = {}
         inflight = 0
         try:
-            for page_index, entries in self.repo.iter_map(manifest):
+            for page_index, entries in self.repo.iter_map(manifest) if pages is None else pages:
                 if on_page:
                     on_page(page_index, entries)
                 if skip:
@@ -132,10 +138,13 @@ class MapReader:
             try:
                 raw = decode_chunk(view[rel : rel + loc.stored_len], loc.flags, loc.raw_len, cid)
             except IntegrityError as err:
-                first = min(u[0] for u in uses)
-                raise IntegrityError(
-                    f"volume {manifest.volume.id} backup {manifest.backup_id}: data at volume offset {first}"
-                    f" is damaged ({err}; pack {key})"
+                voff, length = min((u[0], u[1]) for u in uses)
+                raise DamagedData(
+                    f"volume {manifest.volume.id} backup {manifest.backup_id}: data at volume offset {voff}"
+                    f" ({length} bytes) is damaged ({err}; pack {key})",
+                    offset=voff,
+                    length=length,
+                    key=key,
                 ) from None
             sink(raw, uses)
         with self._lock:

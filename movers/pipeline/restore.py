@@ -37,7 +37,7 @@ def _open_target(path: str, capacity: int) -> tuple[int, bool]:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as err:
             raise UsageError(f"cannot create restore target {path}: {err.strerror}") from None
-        os.ftruncate(fd, capacity)
+        device.resize(fd, capacity)
         return fd, True
     fd = device.open_device(path, write=True)
     if device.is_block_device(fd):
@@ -46,7 +46,7 @@ def _open_target(path: str, capacity: int) -> tuple[int, bool]:
             os.close(fd)
             raise UsageError(f"target device {path} has {size} bytes, smaller than the backup ({capacity} bytes)")
     elif stat.S_ISREG(st.st_mode):
-        os.ftruncate(fd, capacity)
+        device.resize(fd, capacity)
     else:
         os.close(fd)
         raise UsageError(f"restore target {path} is neither a block device nor a regular file")
@@ -107,7 +107,7 @@ def run_restore(
     try:
         reader = MapReader(repo, workers=workers)
         reader.run(manifest, sink, on_page)
-        os.fsync(fd)
+        device.sync(fd)
     finally:
         os.close(fd)
     stats.fetched_bytes = reader.fetched_bytes

@@ -8,9 +8,15 @@
   random sample of the packs holding referenced chunks, about ``sample`` of their bytes, *whole*:
   every referenced chunk is decoded at the location restores read it from, every other chunk
   named by the pack's trailer is decoded too, and the pack's bytes are checked against its id.
-  Damage a restore would meet is an error naming the volume, backup and volume offset of the
-  first use of the chunk; damage no backup would meet (a dead chunk, a trailer) is a warning.
-  The seed is reported, so a sample can be re-read.
+  Damage no backup would meet (a dead chunk, a trailer) is a warning. The seed is reported, so a
+  sample can be re-read.
+
+Damage a restore would meet is a line of ``errors`` and an entry of ``damage`` with the same facts as
+fields: ``volume``, ``backup_id``, ``object`` (the key of the manifest, map directory, map page or pack
+at fault; None for a chunk in no pack), and ``offset`` / ``length``, the range of the volume a restore
+cannot write (the first use of a damaged chunk, the pages a directory or page covers; None for a
+manifest). Each backup's damaged map objects are reported and the rest of its map still checked; a
+full verify stops reading a backup's data at its first damaged chunk.
 
 Store failures (unreachable, access denied) raise; they say nothing about the data. Missing
 objects are damage.
@@ -22,16 +28,25 @@ import hashlib
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 
-from movers.errors import IntegrityError, MoverError, NotFoundError, ObjectNotFound, StoreError, UsageError
+from movers.errors import (
+    DamagedData,
+    IntegrityError,
+    MoverError,
+    NotFoundError,
+    ObjectNotFound,
+    StoreError,
+    UsageError,
+)
 from movers.pipeline.reader import MapReader
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import decode_chunk
 from movers.repo.index import ChunkIndex, ChunkLocation
+from movers.repo.manifest import Manifest, shown_volume_id
 from movers.repo.repository import BackupRef, Repository
 
 Progress = Callable[[int, int], None]
@@ -51,8 +66,8 @@ class VerifyReport:
     sample: float | None = None
     seed: int | None = None
     duration_s: float = 0.0
-    errors: list[str] = field(default_factory=list)  # damage a restore meets
-    damage: list[dict] = field(default_factory=list)  # the same, as {volume, backup_id, offset, object, error}
+    errors: list[str] = field(default_factory=list)  # damage a restore meets, one line each
+    damage: list[dict] = field(default_factory=list)  # the same: {volume, backup_id, offset, length, object, error}
     warnings: list[str] = field(default_factory=list)  # damage no backup meets
 
     @property
@@ -60,11 +75,29 @@ class VerifyReport:
         return not self.errors
 
     def add_damage(
-        self, volume: str | None, backup_id: str | None, offset: int | None, obj: str | None, error: str
+        self,
+        ref: BackupRef,
+        error: str,
+        obj: str | None = None,
+        offset: int | None = None,
+        length: int | None = None,
     ) -> None:
-        where = f"{volume}/{backup_id}" + (f" at volume offset {offset}" if offset is not None else "")
+        """Record damage to backup ``ref``: in object ``obj`` (None: no object holds it, or which one is
+        not known), affecting ``length`` bytes of the volume at ``offset`` (None: not a range of data)."""
+        where = f"{shown_volume_id(ref.volume)}/{ref.backup_id}"
+        if offset is not None:
+            where += f" at volume offset {offset} ({length} bytes)"
         self.errors.append(f"{where}: {error}")
-        self.damage.append({"volume": volume, "backup_id": backup_id, "offset": offset, "object": obj, "error": error})
+        self.damage.append(
+            {
+                "volume": ref.volume,
+                "backup_id": ref.backup_id,
+                "offset": offset,
+                "length": length,
+                "object": obj,
+                "error": error,
+            }
+        )
 
     def to_dict(self) -> dict:
         return {**asdict(self), "ok": self.ok}
@@ -80,28 +113,103 @@ def run_verify(repo: Repository, refs: list[BackupRef], workers: int = 4, progre
     started = time.monotonic()
     report = VerifyReport(mode="full", sample=1.0)
     verified: set[bytes] = set()
+    damaged_pages: dict[bytes, str] = {}
     for n, ref in enumerate(refs, 1):
-        try:
-            manifest = repo.read_manifest(ref.volume, ref.backup_id)
-            page_size = manifest.map.page_size
-
-            def check_page(page_index: int, entries: list, _ps=page_size, _cap=manifest.capacity_bytes) -> None:
-                start = page_index * _ps
-                volmap.check_entries(entries, start, min(start + _ps, _cap))
-
+        manifest = _read_manifest(repo, ref, report)
+        if manifest is not None:
+            report.backups_checked += 1
             reader = MapReader(repo, workers=workers)
-            reader.run(manifest, lambda raw, uses: verified.add(uses[0][2]), check_page, skip=verified)
+            pages = _map_pages(repo, ref, manifest, report, damaged_pages)
+            try:
+                reader.run(manifest, lambda raw, uses: verified.add(uses[0][2]), skip=verified, pages=pages)
+            except DamagedData as err:
+                report.add_damage(ref, str(err), err.key, err.offset, err.length)
+            except MoverError as err:
+                if _not_damage(err):
+                    raise
+                report.add_damage(ref, str(err))
             report.chunks_verified += reader.chunks_verified
             report.fetched_bytes += reader.fetched_bytes
-        except MoverError as err:
-            if _not_damage(err):
-                raise
-            report.add_damage(ref.volume, ref.backup_id, None, None, str(err))
-        report.backups_checked += 1
         if progress:
             progress(n, len(refs))
     report.duration_s = round(time.monotonic() - started, 3)
     return report
+
+
+def _read_manifest(repo: Repository, ref: BackupRef, report: VerifyReport) -> Manifest | None:
+    """The manifest of ``ref``; None when it was forgotten since it was listed or is damaged (reported)."""
+    try:
+        return repo.read_manifest(ref.volume, ref.backup_id)
+    except NotFoundError:
+        return None
+    except MoverError as err:
+        if _not_damage(err):
+            raise
+        report.add_damage(ref, str(err), ref.key)
+        return None
+
+
+def _map_pages(
+    repo: Repository,
+    ref: BackupRef,
+    manifest: Manifest,
+    report: VerifyReport,
+    damaged: dict[bytes, str],
+    seen: set[bytes] | None = None,
+) -> Iterator[tuple[int, list[volmap.Entry]]]:
+    """Yield ``(page index, entries)`` for every page of a backup's map that reads and checks sound.
+
+    A damaged or missing directory or page is reported with the volume range it covers and its key, and
+    what it covers is skipped; ``damaged`` (page id -> error) carries page damage across backups, so a
+    shared page is read once and reported for each backup using it. Pages in ``seen`` are skipped and
+    yielded pages added to it, when given.
+    """
+    page_size, capacity, fanout = manifest.map.page_size, manifest.capacity_bytes, manifest.map.dir_fanout
+    n_pages = -(-capacity // page_size)
+    for dir_index, dir_hex in enumerate(manifest.map.dirs):
+        first = dir_index * fanout
+        if dir_hex is None or first >= n_pages:
+            continue
+        dir_id = bytes.fromhex(dir_hex)
+        try:
+            slots = _read_dir(repo, dir_id)
+        except MoverError as err:
+            if _not_damage(err):
+                raise
+            start = first * page_size
+            span = min(fanout * page_size, capacity - start)
+            report.add_damage(ref, f"map directory: {err}", volmap.map_key(dir_id), start, span)
+            continue
+        report.map_objects_checked += 1
+        for page_index, (page_id, _count) in enumerate(slots[: min(fanout, n_pages - first)], first):
+            start = page_index * page_size
+            span = min(page_size, capacity - start)
+            if page_id == volmap.NO_PAGE or (seen is not None and page_id in seen):
+                continue
+            if page_id in damaged:
+                report.add_damage(ref, damaged[page_id], volmap.map_key(page_id), start, span)
+                continue
+            try:
+                entries = repo.read_page(page_id)
+                volmap.check_entries(entries, start, start + span)
+            except MoverError as err:
+                if _not_damage(err):
+                    raise
+                damaged[page_id] = str(err)
+                report.add_damage(ref, str(err), volmap.map_key(page_id), start, span)
+                continue
+            report.map_objects_checked += 1
+            if seen is not None:
+                seen.add(page_id)
+            yield page_index, entries
+
+
+def _read_dir(repo: Repository, dir_id: bytes) -> list[tuple[bytes, int]]:
+    key = volmap.map_key(dir_id)
+    try:
+        return volmap.decode_dir(repo.store.get(key), dir_id)
+    except ObjectNotFound:
+        raise IntegrityError(f"map directory {key} is missing from the repository") from None
 
 
 def run_verify_sampled(
@@ -138,8 +246,8 @@ def run_verify_sampled(
         report.chunks_verified += found.chunks
         report.warnings.extend(found.warnings)
         for cid, error in found.damaged:
-            volume, backup_id, offset = first_use[cid]
-            report.add_damage(volume, backup_id, offset, packfmt.pack_key(pid), error)
+            ref, offset, length = first_use[cid]
+            report.add_damage(ref, error, packfmt.pack_key(pid), offset, length)
         done += weight[pid]
         if progress:
             progress(done, total)
@@ -149,62 +257,27 @@ def run_verify_sampled(
 
 def _check_maps(
     repo: Repository, refs: list[BackupRef], index: ChunkIndex, report: VerifyReport, progress: Progress | None
-) -> dict[bytes, tuple[str, str, int]]:
-    """Check every backup's directories and pages; return each located chunk's first use."""
-    first_use: dict[bytes, tuple[str, str, int]] = {}
-    pages_seen: dict[bytes, str | None] = {}  # page id -> its damage (reported for every backup using it)
+) -> dict[bytes, tuple[BackupRef, int, int]]:
+    """Check every backup's directories and pages; return each located chunk's first use (the backup,
+    volume offset and length)."""
+    first_use: dict[bytes, tuple[BackupRef, int, int]] = {}
+    damaged_pages: dict[bytes, str] = {}
+    seen: set[bytes] = set()  # pages checked: their chunks have a first use already
     for n, ref in enumerate(refs, 1):
-        try:
-            manifest = repo.read_manifest(ref.volume, ref.backup_id)
-        except NotFoundError:
-            continue  # forgotten since it was listed
-        except MoverError as err:
-            if _not_damage(err):
-                raise
-            report.add_damage(ref.volume, ref.backup_id, None, ref.key, str(err))
-            continue
-        report.backups_checked += 1
-        page_size, capacity = manifest.map.page_size, manifest.capacity_bytes
-        try:
-            slots = repo.page_slots(manifest)
-            report.map_objects_checked += sum(d is not None for d in manifest.map.dirs)
-        except MoverError as err:
-            if _not_damage(err):
-                raise
-            report.add_damage(ref.volume, ref.backup_id, None, None, f"map directory: {err}")
-            continue
-        for page_index, (page_id, _count) in enumerate(slots):
-            start = page_index * page_size
-            if page_id == volmap.NO_PAGE:
-                continue
-            if page_id in pages_seen:
-                if pages_seen[page_id] is not None:
-                    report.add_damage(ref.volume, ref.backup_id, start, volmap.map_key(page_id), pages_seen[page_id])
-                continue
-            pages_seen[page_id] = None
-            report.map_objects_checked += 1
-            try:
-                entries = repo.read_page(page_id)
-                volmap.check_entries(entries, start, min(start + page_size, capacity))
-            except MoverError as err:
-                if _not_damage(err):
-                    raise
-                pages_seen[page_id] = str(err)
-                report.add_damage(ref.volume, ref.backup_id, start, volmap.map_key(page_id), str(err))
-                continue
-            for voff, _len, cid, _coff in entries:
-                if cid in first_use:
-                    continue
-                if cid in index:
-                    first_use[cid] = (ref.volume, ref.backup_id, voff)
-                else:
-                    report.add_damage(
-                        ref.volume,
-                        ref.backup_id,
-                        voff,
-                        None,
-                        f"chunk {cid.hex()[:16]} is not in any pack of the repository",
-                    )
+        manifest = _read_manifest(repo, ref, report)
+        if manifest is not None:
+            report.backups_checked += 1
+            for _page_index, entries in _map_pages(repo, ref, manifest, report, damaged_pages, seen):
+                for voff, length, cid, _coff in entries:
+                    if cid in first_use:
+                        continue
+                    if cid in index:
+                        first_use[cid] = (ref, voff, length)
+                    else:
+                        chunk = cid.hex()[:16]
+                        report.add_damage(
+                            ref, f"chunk {chunk} is not in any pack of the repository", None, voff, length
+                        )
         if progress:
             progress(n, len(refs))
     return first_use

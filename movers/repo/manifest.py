@@ -47,10 +47,52 @@ def check_compatible(version: Any, mandatory: Any, what: str) -> None:
         raise IncompatibleError(f"{what} needs features this cbt-mover lacks: {', '.join(unknown)}")
 
 
+# Volume ids: printable ASCII (space to ``~``), not starting or ending with a space; at most
+# VOLUME_KEY_MAX bytes once quoted into their key segment (docs/format.md, "Volume ids").
+_VOLUME_ID = re.compile(r"[!-~]([ -~]*[!-~])?")
+VOLUME_KEY_MAX = 255  # one path component of a local folder repository (NAME_MAX of ext4, xfs, tmpfs)
+
+
+def volume_segment(volume_id: str) -> str:
+    """The key segment of a volume id: URL-quoted, ``/`` and ``~`` too (letters, digits and ``-._``
+    stay one byte, every other character takes three)."""
+    return quote(volume_id, safe="").replace("~", "%7E")
+
+
+def check_volume_id(volume_id: str) -> str:
+    """Return ``volume_id`` if it follows the volume id grammar, else raise ``UsageError`` naming the rule.
+
+    The grammar: 1 or more printable ASCII characters (space to ``~``: no control characters, no
+    newline), not starting or ending with a space, whose key segment (``volume_segment``) is at most
+    ``VOLUME_KEY_MAX`` bytes. Checked where an id comes in (the CLI, ``run_backup``), not where one is
+    read back from a key: ids a version without the check stored stay listable, prunable and verifiable.
+    """
+    if not _VOLUME_ID.fullmatch(volume_id):
+        raise UsageError(
+            f"volume id '{shown_volume_id(volume_id, 60)}' is not valid: a volume id is 1 or more printable ASCII"
+            " characters (no newline or other control character, no leading or trailing space)"
+        )
+    size = len(volume_segment(volume_id))
+    if size > VOLUME_KEY_MAX:
+        raise UsageError(
+            f"volume id '{shown_volume_id(volume_id, 60)}' ({len(volume_id)} characters) is too long: quoted into its"
+            f" key it takes {size} bytes, at most {VOLUME_KEY_MAX} (letters, digits and -._ take 1, other characters 3)"
+        )
+    return volume_id
+
+
+def shown_volume_id(volume_id: str, limit: int | None = None) -> str:
+    """``volume_id`` for one line of text: control and non-ASCII characters escaped as in Python
+    (a newline as ``\\n``; only ids stored before the grammar have them), cut to ``limit``
+    characters and ``...`` when a limit is given."""
+    text = volume_id.encode("unicode_escape").decode("ascii")
+    return text[:limit] + "..." if limit is not None and len(text) > limit else text
+
+
 def volume_prefix(volume_id: str) -> str:
     if not volume_id:
         raise UsageError("volume id must not be empty")
-    return f"{BACKUP_PREFIX}{quote(volume_id, safe='').replace('~', '%7E')}/"
+    return f"{BACKUP_PREFIX}{volume_segment(volume_id)}/"
 
 
 def new_backup_id(now: datetime | None = None) -> str:
