@@ -132,9 +132,10 @@ def test_grace_is_measured_from_the_first_prune_that_sees_an_object_unreferenced
 
 
 def test_crashed_backup_packs_are_reused_by_the_retry_until_a_prune_lists_them(tmp_path):
+    """Format version 1 (version 2 backups do not list packs/, so they reuse no orphan)."""
     inner = MemoryStore()
     store = FaultyStore(inner)
-    repo = Repository.init(store, CONFIG)
+    repo = Repository.init(store, RepoConfig(page_size=4 * MiB, pack_target=2 * MiB, format_version=1))
     expected = build(repo, tmp_path, volumes=("vol-a",), rounds=1)
     for vol, seed, prune_between in (("vol-b", 42, False), ("vol-c", 43, True)):
         image = tmp_path / f"{vol}.img"

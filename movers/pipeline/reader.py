@@ -18,9 +18,9 @@ from movers.errors import IntegrityError
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import decode_chunk
-from movers.repo.index import ChunkIndex, ChunkLocation
+from movers.repo.index import ChunkLocation
 from movers.repo.manifest import Manifest
-from movers.repo.repository import Repository
+from movers.repo.repository import Locator, Repository
 
 MiB = 1 << 20
 
@@ -36,7 +36,7 @@ class ReadPlan:
 
 
 def plan_page(
-    entries: list[volmap.Entry], index: ChunkIndex, max_gap: int = 1 * MiB, max_range: int = 32 * MiB
+    entries: list[volmap.Entry], index: Locator, max_gap: int = 1 * MiB, max_range: int = 32 * MiB
 ) -> list[ReadPlan]:
     """Group a page's entries into coalesced pack range reads."""
     users: dict[bytes, list[volmap.Entry]] = defaultdict(list)
@@ -96,12 +96,11 @@ class MapReader:
         ``IntegrityError`` naming the volume offset of the first damaged chunk. Chunks in
         ``skip`` are not fetched (verify uses it for chunks already checked).
         """
-        index = self.repo.index()
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="fetch")
         pending: dict[Future, int] = {}
         inflight = 0
         try:
-            for page_index, entries in self.repo.iter_map(manifest):
+            for page_index, entries, index in self.repo.iter_located_map(manifest):
                 if on_page:
                     on_page(page_index, entries)
                 if skip:

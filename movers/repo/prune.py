@@ -100,7 +100,7 @@ from datetime import UTC, datetime
 
 from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
 from movers.repo import pack, volmap
-from movers.repo.index import INDEX_PREFIX, decode_index, encode_index
+from movers.repo.index import INDEX_PREFIX, decode_index, encode_index, encode_sharded_index, merge_packs
 from movers.repo.leases import TTL_S, live_leases, saw_state, wait_for_leases
 from movers.repo.pack import PackEntry
 from movers.repo.prunestate import STATE_PREFIX, PruneState, encode_state, read_state
@@ -154,11 +154,14 @@ def _mark(
     skip: Collection[str] = (),
     chunks: set[bytes] | None = None,
     maps: set[bytes] | None = None,
+    pinned: dict[bytes, set[bytes]] | None = None,
 ) -> tuple[set[bytes], set[bytes], set[str]]:
     """Referenced chunk ids and map object ids (pages and directories) of all manifests but ``skip`` (added to
-    ``chunks`` and ``maps`` when given), and the keys of the manifests marked."""
+    ``chunks`` and ``maps`` when given), and the keys of the manifests marked. Located pages (format version 2)
+    also add the chunk ids they use to ``pinned[pack id]`` of the pack they name."""
     chunks = set() if chunks is None else chunks
     maps = set() if maps is None else maps
+    pinned = {} if pinned is None else pinned
     refs = [ref for ref in repo.list_backups() if ref.key not in skip]
     for n, ref in enumerate(refs, 1):
         if progress:
@@ -174,8 +177,11 @@ def _mark(
             if page_id == volmap.NO_PAGE or page_id in maps:
                 continue
             maps.add(page_id)
-            for _voff, _len, cid, _coff in repo.read_page(page_id):
+            entries, _digests, locations = repo.read_located_page(page_id)
+            for _voff, _len, cid, _coff in entries:
                 chunks.add(cid)
+            for cid, location in (locations or {}).items():
+                pinned.setdefault(location.pack_id, set()).add(cid)
         report.backups_marked += 1
     if progress:
         progress(len(refs), len(refs))
@@ -239,10 +245,7 @@ def prune(
     # Listing order matters: index objects before packs, so every pack an index we read lists
     # was uploaded before we list packs/ (a pack missing from that listing was deleted).
     index_keys = list(store.list(INDEX_PREFIX))
-    entries_of: dict[bytes, list[PackEntry]] = {}
-    for key in index_keys:
-        for pack_id, entries in decode_index(store.get(key), key):
-            entries_of.setdefault(pack_id, entries)
+    entries_of = merge_packs(decode_index(store.get(key), key) for key in index_keys)
     pack_keys = list(store.list(pack.PACK_PREFIX))
     map_keys = list(store.list(volmap.MAP_PREFIX))
     present: dict[bytes, str] = {pack.pack_id_from_key(k): k for k in pack_keys}
@@ -255,7 +258,8 @@ def prune(
             report.unreadable_packs.append(present[pid])
     stale_index = any(pid not in present for pid in entries_of)
 
-    chunks, maps, marked = _mark(repo, report, progress, frozenset(assume_forgotten))
+    pinned: dict[bytes, set[bytes]] = {}
+    chunks, maps, marked = _mark(repo, report, progress, frozenset(assume_forgotten), pinned=pinned)
     report.chunks_referenced = len(chunks)
 
     kept: dict[str, float | None] = {}  # None: first seen now (stamped when the state is written)
@@ -287,7 +291,10 @@ def prune(
         if key in report.unreadable_packs:
             continue
         entries = entries_of[pid]
-        live = [e for e in entries if e.chunk_id in chunks and (key not in listed or e.chunk_id not in fresh)]
+        if repo.config.located:  # a located page names the pack it reads a chunk from: only that copy is live
+            live = [e for e in entries if e.chunk_id in pinned.get(pid, ())]
+        else:
+            live = [e for e in entries if e.chunk_id in chunks and (key not in listed or e.chunk_id not in fresh)]
         if live:
             surviving[pid] = entries
             report.packs_kept += 1
@@ -343,13 +350,16 @@ def prune(
         doomed = doomed_packs + doomed_maps
         new_chunks: set[bytes] = set()
         new_maps: set[bytes] = set()
+        new_pinned: dict[bytes, set[bytes]] = {}
         waited = _wait_for_backups(store, doomed, previous, backup_wait_s, lease_ttl_s, report)
         if waited and report.backups_waited_for:  # what the backups we waited for committed stays
-            _mark(repo, report, None, marked | set(assume_forgotten), new_chunks, new_maps)
+            _mark(repo, report, None, marked | set(assume_forgotten), new_chunks, new_maps, new_pinned)
 
         def needed(key: str) -> bool:
             if not waited:
                 return True
+            if key in doomed_ids and repo.config.located:
+                return doomed_ids[key] in new_pinned
             if key in doomed_ids:
                 return any(e.chunk_id in new_chunks for e in entries_of[doomed_ids[key]])
             return _map_id(key) in new_maps
@@ -365,19 +375,21 @@ def prune(
         report.map_objects_deferred = len(kept_maps)
         report.map_objects_deleted = len(doomed_maps)
         rewrite = rewrite or bool(report.packs_deferred)
-    # 2. one new index of the surviving packs, 3. then the old index objects
+    # 2. one new index of the surviving packs (one per shard in a located repository), 3. then the old objects
     if rewrite:
-        new_key = None
+        new_objects = []
         if surviving:
-            new_key, data = encode_index(sorted(surviving.items()))
-            repo.put_once(new_key, data)
+            packs = sorted(surviving.items())
+            new_objects = encode_sharded_index(packs) if repo.config.located else [encode_index(packs)]
+        for key, data in new_objects:
+            repo.put_once(key, data)
+        new_keys = {key for key, _data in new_objects}
+        report.index_objects_written = len(new_keys - set(index_keys))
         report.index_objects_deleted = 0
         for key in index_keys:
-            if key != new_key:
+            if key not in new_keys:
                 store.delete(key)
                 report.index_objects_deleted += 1
-        if new_key in index_keys:
-            report.index_objects_written = 0
     # 4. packs no index lists any more, 5. map objects, 6. older prune states
     for key in doomed_packs:
         store.delete(key)
