@@ -234,7 +234,7 @@ def test_backup_records_the_source_volume_and_the_runs_pvcs(repo, tmp_path):
     ]
     key = next((tmp_path / "repo" / "backups").glob("ns%2Fdata/*"))
     stored = json.loads(key.read_text())
-    assert stored["volume"]["node_affinity"] == AFFINITY and stored["format_version"] == 1
+    assert stored["volume"]["node_affinity"] == AFFINITY and stored["format_version"] == 2
     assert stored["volume"]["labels"] == LABELS
     assert stored["run_pvcs"] == ["data", "wal"]
     # the run with a member that has no backup in it is listed as partial

@@ -135,29 +135,35 @@ def test_zero_ranges_are_holes_never_stored(tmp_path):
     assert [(e[0], e[1]) for e in entries] == [(8 * MiB, 4096)]
 
 
-def test_packs_are_large_and_content_addressed(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_packs_are_large_and_named_by_version(tmp_path, version):
+    """Version 1 names a pack by the sha256 of its bytes, version 2 at random (a chunk's location is known as
+    soon as it is packed, and no pack can take the key of one a prune lists)."""
     img = tmp_path / "rand.img"
     with open(img, "wb") as f:
         f.write(os.urandom(40 * MiB))
     store = MemoryStore()
-    repo = Repository.init(store, RepoConfig(pack_target=8 * MiB))
+    repo = Repository.init(store, RepoConfig(pack_target=8 * MiB, format_version=version))
     run_backup(repo, str(img), VOL)
     import hashlib
 
     packs = list(store.list("packs/"))
     sizes = sorted(store.size(k) for k in packs)
     assert len(packs) == 5 and all(s >= 8 * MiB for s in sizes[1:])
-    for key in packs:
-        assert hashlib.sha256(store.get(key)).hexdigest() == key.rsplit("/", 1)[1]
+    addressed = [hashlib.sha256(store.get(key)).hexdigest() == key.rsplit("/", 1)[1] for key in packs]
+    assert addressed == [version == 1] * len(packs)
 
 
-def test_interrupted_backup_leaves_nothing_visible_and_rerun_reuses(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_interrupted_backup_leaves_nothing_visible_and_rerun_completes(tmp_path, version):
+    """Version 1 reuses the packs a crashed backup uploaded (found by listing packs/); version 2 lists nothing
+    repository-wide, so the retry uploads them again and a prune deletes the orphans."""
     img = tmp_path / "rand.img"
     with open(img, "wb") as f:
         f.write(os.urandom(48 * MiB))
     inner = MemoryStore()
     faulty = FaultyStore(inner)
-    repo = Repository.init(faulty, RepoConfig(pack_target=8 * MiB))
+    repo = Repository.init(faulty, RepoConfig(pack_target=8 * MiB, format_version=version))
     faulty.crash_after_puts(3, prefix="packs/")
     with pytest.raises(SimulatedCrash):
         run_backup(repo, str(img), VOL, options=BackupOptions(upload_threads=1))
@@ -165,8 +171,11 @@ def test_interrupted_backup_leaves_nothing_visible_and_rerun_reuses(tmp_path):
     assert len(list(inner.list("packs/"))) == 3
     repo2 = Repository.open(inner)
     m = run_backup(repo2, str(img), VOL)
-    assert m.stats["reused_packs"] == 3
-    assert m.stats["stored_bytes"] < 48 * MiB - 3 * 8 * MiB + MiB  # only what was missing went up
+    if version == 1:
+        assert m.stats["reused_packs"] == 3
+        assert m.stats["stored_bytes"] < 48 * MiB - 3 * 8 * MiB + MiB  # only what was missing went up
+    else:
+        assert m.stats["reused_packs"] == 0 and m.stats["stored_bytes"] > 48 * MiB
     assert restore_equals(repo2, m, img, tmp_path)
 
 

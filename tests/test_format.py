@@ -207,8 +207,8 @@ def test_manifest_roundtrip_records_identity():
 
 def test_manifest_refuses_unknown_version_and_mandatory_feature():
     doc = json.loads(_manifest().encode())
-    doc["format_version"] = 2
-    with pytest.raises(IncompatibleError, match="version 2"):
+    doc["format_version"] = 3
+    with pytest.raises(IncompatibleError, match="version 3"):
         Manifest.decode(json.dumps(doc).encode())
     doc["format_version"] = 1
     doc["mandatory_features"].append("encryption-v9")

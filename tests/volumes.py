@@ -61,6 +61,7 @@ class RecordingStore:
     def __init__(self, inner) -> None:
         self.inner = inner
         self.reads: Counter[str] = Counter()
+        self.listed: Counter[str] = Counter()  # prefixes listed
         self.written: list[str] = []
         self.bytes_written = 0
         self._lock = threading.Lock()
@@ -96,6 +97,8 @@ class RecordingStore:
         return self.inner.exists(key)
 
     def list(self, prefix=""):
+        with self._lock:
+            self.listed[prefix] += 1
         return self.inner.list(prefix)
 
     def delete(self, key):
@@ -107,5 +110,6 @@ class RecordingStore:
     def reset(self) -> None:
         with self._lock:
             self.reads.clear()
+            self.listed.clear()
             self.written.clear()
             self.bytes_written = 0

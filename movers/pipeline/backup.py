@@ -37,12 +37,14 @@ from movers.repo import digests as dg
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import chunk_id, encode_chunk
+from movers.repo.index import ChunkIndex, ChunkLocation
 from movers.repo.leases import Lease
 from movers.repo.lineage import backup_with_handle
 from movers.repo.manifest import Manifest, MapRef, SnapshotIdentity, VolumeIdentity, check_volume_id, new_backup_id
 from movers.repo.mapwriter import DigestUpdate, MapWriter
 from movers.repo.prunestate import read_state
 from movers.repo.repository import Repository
+from movers.repo.shards import ShardedIndex
 
 log = logging.getLogger(__name__)
 MiB = 1 << 20
@@ -217,6 +219,8 @@ def _backup(
         map=map_ref,
         tags=dict(tags or {}),
         run_pvcs=sorted(set(run_pvcs)) if run_pvcs is not None else None,
+        format_version=repo.config.format_version,
+        mandatory_features=list(repo.config.mandatory_features),
     )
     stats.duration_s = round(time.monotonic() - started, 3)
     manifest.stats = stats.as_dict()
@@ -258,9 +262,18 @@ class _Engine:
         self.scan_changed_bytes = 0
         self.garbage = garbage
         self.garbage_maps = {key for key in garbage if key.startswith(volmap.MAP_PREFIX)}
-        self.index, self.recovered = repo.backup_index(garbage)
-        self.session: set[bytes] = set()
-        self.builder = packfmt.PackBuilder()
+        # A located repository (format version 2) is not read for dedup: a CBT delta is new data by
+        # definition and a scan keeps what the parent's block digests say is unchanged.
+        self.located = repo.config.located
+        # A backup without a parent dedups against the shards of the chunk index its chunks fall in.
+        self.located = repo.config.located
+        if not self.located:
+            self.index, self.recovered = repo.backup_index(garbage)
+        else:
+            self.index, self.recovered = (ChunkIndex() if mapw.has_parent else ShardedIndex(repo.store, garbage)), {}
+        self.session: dict[bytes, ChunkLocation | None] = {}  # chunks this backup stored, and where
+        self.builder = self._new_builder()
+        self.locations: dict[bytes, ChunkLocation] = {}  # of the chunks the current page's new entries use
         self.page = -1
         self.covered: list[tuple[int, int]] = []
         self.entries: list = []
@@ -296,7 +309,7 @@ class _Engine:
         new_packs = dict(self.recovered)
         self.stats.reused_packs = len(new_packs)
         new_packs.update(uploader.packs)
-        written, objects = self.repo.write_index(new_packs)
+        written, objects = self.repo.write_index(new_packs, sharded=self.located and not self.mapw.has_parent)
         self.repo.indexed(new_packs)
         map_ref = self.mapw.finish()
         for dir_hex in listed_dirs(map_ref.dirs, self.garbage_maps):
@@ -391,23 +404,36 @@ class _Engine:
             self.entries.append((voff, plen, cid, 0))
             if cid in self.index or cid in self.session:
                 stats.dedup_bytes += plen
+                if self.located:
+                    self.locations[cid] = self.session.get(cid) or self.index.get(cid)
                 continue
-            self.session.add(cid)
-            self.builder.add(cid, stored, plen, flags)
+            entry = self.builder.add(cid, stored, plen, flags)
+            if self.located:
+                location = ChunkLocation(self.builder.pack_id, entry.offset, entry.stored_len, entry.raw_len, flags)
+                self.session[cid] = self.locations[cid] = location
+            else:
+                self.session[cid] = None
             stats.new_chunk_bytes += plen
             stats.new_chunks += 1
             if self.builder.size >= self.repo.config.pack_target:
                 uploader.submit(self.builder)
-                self.builder = packfmt.PackBuilder()
+                self.builder = self._new_builder()
         if self.progress:
             self.progress(stats.read_bytes, self.total)
         return length
 
+    def _new_builder(self) -> packfmt.PackBuilder:
+        return packfmt.PackBuilder(os.urandom(32) if self.located else None)
+
     def _finish_page(self) -> None:
+        located = self.locations if self.located else None
         if self.page >= 0 and self.garbage_maps:
-            finish_page_fresh(self.mapw, self.page, self.covered, self.entries, self.updates, self.garbage_maps)
+            finish_page_fresh(
+                self.mapw, self.page, self.covered, self.entries, self.updates, self.garbage_maps, located
+            )
         elif self.page >= 0:
-            self.mapw.finish_page(self.page, self.covered, self.entries, self.updates)
+            self.mapw.finish_page(self.page, self.covered, self.entries, self.updates, located)
         self.covered = []
         self.entries = []
         self.updates = []
+        self.locations = {}

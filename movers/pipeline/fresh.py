@@ -62,6 +62,7 @@ def finish_page_fresh(
     new: Sequence[volmap.Entry],
     updates: Sequence[DigestUpdate],
     garbage_maps: Collection[str],
+    locations: volmap.Locations | None = None,
 ) -> None:
     """``mapw.finish_page``, redone with one of the ``new`` entries split while the page's key is listed.
 
@@ -69,7 +70,7 @@ def finish_page_fresh(
     is logged: such a page equals a listed one only if the parent's page minus the same ranges
     was written before and then abandoned.
     """
-    mapw.finish_page(page, covered, new, updates)
+    mapw.finish_page(page, covered, new, updates, locations)
     for at in count(512, 512):
         if volmap.map_key(mapw.slots[page][0]) not in garbage_maps:
             return
@@ -79,7 +80,7 @@ def finish_page_fresh(
                 "map page %s of this backup is listed by prune and has no entry to vary", mapw.slots[page][0].hex()[:16]
             )
             return
-        mapw.finish_page(page, covered, varied, updates)
+        mapw.finish_page(page, covered, varied, updates, locations)
 
 
 def listed_dirs(dirs: Sequence[str | None], garbage_maps: Collection[str]) -> list[str]:

@@ -18,9 +18,9 @@ from movers.errors import DamagedData, IntegrityError
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import decode_chunk
-from movers.repo.index import ChunkIndex, ChunkLocation
+from movers.repo.index import ChunkLocation
 from movers.repo.manifest import Manifest
-from movers.repo.repository import Repository
+from movers.repo.repository import Locator, Repository
 
 MiB = 1 << 20
 
@@ -36,7 +36,7 @@ class ReadPlan:
 
 
 def plan_page(
-    entries: list[volmap.Entry], index: ChunkIndex, max_gap: int = 1 * MiB, max_range: int = 32 * MiB
+    entries: list[volmap.Entry], index: Locator, max_gap: int = 1 * MiB, max_range: int = 32 * MiB
 ) -> list[ReadPlan]:
     """Group a page's entries into coalesced pack range reads."""
     users: dict[bytes, list[volmap.Entry]] = defaultdict(list)
@@ -91,7 +91,7 @@ class MapReader:
         sink: ChunkSink,
         on_page: Callable[[int, list], None] | None = None,
         skip: set[bytes] | None = None,
-        pages: Iterable[tuple[int, list[volmap.Entry]]] | None = None,
+        pages: Iterable[tuple[int, list[volmap.Entry], Locator]] | None = None,
     ) -> None:
         """Call ``sink(raw chunk, entries)`` for every chunk of ``manifest``'s map.
 
@@ -99,15 +99,14 @@ class MapReader:
         page's chunks are fetched. ``sink`` runs on worker threads. Raises ``DamagedData``
         (an ``IntegrityError``) naming the volume range of the first damaged chunk or chunk in no
         pack, ``IntegrityError`` for a damaged map. Chunks in ``skip`` are not fetched (verify uses it
-        for chunks already checked). ``pages``: the ``(page index, entries)`` to read instead of
-        the whole map (verify walks and checks the map itself).
+        for chunks already checked). ``pages``: the ``(page index, entries, where their chunks are)`` to
+        read instead of the whole map (verify walks and checks the map itself).
         """
-        index = self.repo.index()
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="fetch")
         pending: dict[Future, int] = {}
         inflight = 0
         try:
-            for page_index, entries in self.repo.iter_map(manifest) if pages is None else pages:
+            for page_index, entries, index in self.repo.iter_located_map(manifest) if pages is None else pages:
                 if on_page:
                     on_page(page_index, entries)
                 if skip:

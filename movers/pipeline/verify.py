@@ -45,9 +45,9 @@ from movers.pipeline.reader import MapReader
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import decode_chunk
-from movers.repo.index import ChunkIndex, ChunkLocation
+from movers.repo.index import ChunkLocation
 from movers.repo.manifest import Manifest, shown_volume_id
-from movers.repo.repository import BackupRef, Repository
+from movers.repo.repository import BackupRef, Locator, Repository
 
 Progress = Callable[[int, int], None]
 
@@ -156,8 +156,9 @@ def _map_pages(
     report: VerifyReport,
     damaged: dict[bytes, str],
     seen: set[bytes] | None = None,
-) -> Iterator[tuple[int, list[volmap.Entry]]]:
-    """Yield ``(page index, entries)`` for every page of a backup's map that reads and checks sound.
+) -> Iterator[tuple[int, list[volmap.Entry], Locator]]:
+    """Yield ``(page index, entries, where their chunks are)`` for every page of a backup's map that reads and
+    checks sound (a located page's own table; the chunk index for a version 1 page).
 
     A damaged or missing directory or page is reported with the volume range it covers and its key, and
     what it covers is skipped; ``damaged`` (page id -> error) carries page damage across backups, so a
@@ -190,8 +191,9 @@ def _map_pages(
                 report.add_damage(ref, damaged[page_id], volmap.map_key(page_id), start, span)
                 continue
             try:
-                entries = repo.read_page(page_id)
+                entries, _digests, locations = repo.read_located_page(page_id)
                 volmap.check_entries(entries, start, start + span)
+                locator = repo.index() if locations is None else locations
             except MoverError as err:
                 if _not_damage(err):
                     raise
@@ -201,7 +203,7 @@ def _map_pages(
             report.map_objects_checked += 1
             if seen is not None:
                 seen.add(page_id)
-            yield page_index, entries
+            yield page_index, entries, locator
 
 
 def _read_dir(repo: Repository, dir_id: bytes) -> list[tuple[bytes, int]]:
@@ -229,7 +231,7 @@ def run_verify_sampled(
     started = time.monotonic()
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     report = VerifyReport(mode="sampled", sample=sample, seed=seed)
-    index = repo.index()
+    index: dict[bytes, ChunkLocation] = {}  # where restores read each chunk (a page names it)
     first_use = _check_maps(repo, refs, index, report, progress)
     report.chunks_referenced = len(first_use)
     by_pack: dict[bytes, list[bytes]] = defaultdict(list)
@@ -256,10 +258,14 @@ def run_verify_sampled(
 
 
 def _check_maps(
-    repo: Repository, refs: list[BackupRef], index: ChunkIndex, report: VerifyReport, progress: Progress | None
+    repo: Repository,
+    refs: list[BackupRef],
+    index: dict[bytes, ChunkLocation],
+    report: VerifyReport,
+    progress: Progress | None,
 ) -> dict[bytes, tuple[BackupRef, int, int]]:
     """Check every backup's directories and pages; return each located chunk's first use (the backup,
-    volume offset and length)."""
+    volume offset and length) and record in ``index`` where it is read from."""
     first_use: dict[bytes, tuple[BackupRef, int, int]] = {}
     damaged_pages: dict[bytes, str] = {}
     seen: set[bytes] = set()  # pages checked: their chunks have a first use already
@@ -267,11 +273,13 @@ def _check_maps(
         manifest = _read_manifest(repo, ref, report)
         if manifest is not None:
             report.backups_checked += 1
-            for _page_index, entries in _map_pages(repo, ref, manifest, report, damaged_pages, seen):
+            for _page_index, entries, locator in _map_pages(repo, ref, manifest, report, damaged_pages, seen):
                 for voff, length, cid, _coff in entries:
                     if cid in first_use:
                         continue
-                    if cid in index:
+                    location = locator.get(cid)
+                    if location is not None:
+                        index[cid] = location
                         first_use[cid] = (ref, voff, length)
                     else:
                         chunk = cid.hex()[:16]
@@ -308,7 +316,11 @@ class _PackResult:
 
 
 def _read_packs(
-    repo: Repository, chosen: list[bytes], by_pack: dict[bytes, list[bytes]], index: ChunkIndex, workers: int
+    repo: Repository,
+    chosen: list[bytes],
+    by_pack: dict[bytes, list[bytes]],
+    index: dict[bytes, ChunkLocation],
+    workers: int,
 ):
     """Yield ``(pack id, _PackResult)`` for every chosen pack, read on ``workers`` threads (at most
     two packs per thread in memory)."""
@@ -361,6 +373,7 @@ def _check_pack(repo: Repository, pack_id: bytes, referenced: dict[bytes, ChunkL
         except IntegrityError as err:
             result.warnings.append(f"pack {key}: unreferenced chunk at offset {e.offset} damaged ({err})")
         result.chunks += 1
-    if hashlib.sha256(data).digest() != pack_id and not result.damaged and not result.warnings:
+    addressed = not repo.config.located  # version 2 names packs at random
+    if addressed and hashlib.sha256(data).digest() != pack_id and not result.damaged and not result.warnings:
         result.warnings.append(f"pack {key} does not match its id (damage outside every chunk)")
     return result

@@ -13,7 +13,13 @@ from datetime import UTC, datetime
 
 from movers.errors import IntegrityError, UsageError
 from movers.repo.digests import DIGEST_BLOCK
-from movers.repo.manifest import FORMAT_VERSION, MANDATORY_FEATURES, check_compatible
+from movers.repo.manifest import (
+    FEATURES_OF_VERSION,
+    FORMAT_VERSION,
+    LOCATED_PAGES,
+    MANDATORY_FEATURES,
+    check_compatible,
+)
 
 CONFIG_KEY = "config"
 MiB = 1 << 20
@@ -31,8 +37,15 @@ class RepoConfig:
     mandatory_features: tuple[str, ...] = MANDATORY_FEATURES
 
     def __post_init__(self) -> None:
+        if self.format_version in FEATURES_OF_VERSION and self.mandatory_features == MANDATORY_FEATURES:
+            object.__setattr__(self, "mandatory_features", FEATURES_OF_VERSION[self.format_version])
         if self.chunk_max <= 0 or self.chunk_max % DIGEST_BLOCK or self.page_size % self.chunk_max:
             raise UsageError(f"page_size must be a multiple of chunk_max, itself a multiple of {DIGEST_BLOCK}")
+
+    @property
+    def located(self) -> bool:
+        """Backups write located map pages (format version 2) and read no chunk index."""
+        return LOCATED_PAGES in self.mandatory_features
 
     def encode(self) -> bytes:
         doc = asdict(self)

@@ -46,6 +46,24 @@ def encode_index(packs: Iterable[tuple[bytes, list[PackEntry]]]) -> tuple[str, b
     return f"{INDEX_PREFIX}{hashlib.sha256(data).hexdigest()}", data
 
 
+def shard_prefix(shard: int) -> str:
+    """The key prefix of the index objects of one shard (chunk ids starting with byte ``shard``)."""
+    return f"{INDEX_PREFIX}{shard:02x}/"
+
+
+def encode_sharded_index(packs: Iterable[tuple[bytes, list[PackEntry]]]) -> list[tuple[str, bytes]]:
+    """``(key, bytes)`` of one index object per shard that ``packs`` have chunks in (see ``shard_prefix``)."""
+    by_shard: dict[int, dict[bytes, list[PackEntry]]] = {}
+    for pack_id, entries in packs:
+        for e in entries:
+            by_shard.setdefault(e.chunk_id[0], {}).setdefault(pack_id, []).append(e)
+    out = []
+    for shard, shard_packs in sorted(by_shard.items()):
+        key, data = encode_index(sorted(shard_packs.items()))
+        out.append((shard_prefix(shard) + key.rsplit("/", 1)[-1], data))
+    return out
+
+
 def decode_index(data: bytes, key: str = "index") -> Iterator[tuple[bytes, list[PackEntry]]]:
     """Yield ``(pack id, entries)`` from an index object."""
     if not data.startswith(MAGIC):
@@ -64,6 +82,18 @@ def decode_index(data: bytes, key: str = "index") -> Iterator[tuple[bytes, list[
             yield pack_id, entries
     except struct.error:
         raise IntegrityError(f"{key} is truncated") from None
+
+
+def merge_packs(objects: Iterable[Iterable[tuple[bytes, list[PackEntry]]]]) -> dict[bytes, list[PackEntry]]:
+    """Every pack the decoded index ``objects`` list, with the union of their entries for it (a sharded index
+    lists a pack in several objects; an interrupted compaction leaves two objects listing the same entries)."""
+    merged: dict[bytes, dict[int, PackEntry]] = {}
+    for listing in objects:
+        for pack_id, entries in listing:
+            known = merged.setdefault(pack_id, {})
+            for e in entries:
+                known.setdefault(e.offset, e)
+    return {pack_id: sorted(entries.values(), key=lambda e: e.offset) for pack_id, entries in merged.items()}
 
 
 class ChunkIndex:

@@ -25,9 +25,14 @@ from urllib.parse import quote, unquote
 
 from movers.errors import IncompatibleError, IntegrityError, UsageError
 
-FORMAT_VERSION = 1
-KNOWN_FEATURES = frozenset({"paged-map-v1", "sha256-chunks", "zstd"})
-MANDATORY_FEATURES = ("paged-map-v1", "sha256-chunks", "zstd")
+FORMAT_VERSION = 2  # new repositories; version 1 repositories stay readable and are written as version 1
+LOCATED_PAGES = "located-pages"  # map pages say where each chunk is stored: no chunk index to read
+KNOWN_FEATURES = frozenset({"paged-map-v1", LOCATED_PAGES, "sha256-chunks", "zstd"})
+FEATURES_OF_VERSION = {
+    1: ("paged-map-v1", "sha256-chunks", "zstd"),
+    2: ("paged-map-v1", LOCATED_PAGES, "sha256-chunks", "zstd"),
+}
+MANDATORY_FEATURES = FEATURES_OF_VERSION[FORMAT_VERSION]
 BACKUP_PREFIX = "backups/"
 MODES = ("full", "incremental-cbt", "incremental-scan")
 VOLUME_MODES = ("Block", "Filesystem")

@@ -36,7 +36,8 @@ class MapWriter:
         self.parent_slots = list(slots)
         # A parent page reaching past a shrunken capacity must be rewritten (clipped).
         self._clip_last = self.has_parent and capacity % self.page_size != 0
-        self._cache: OrderedDict[int, tuple[list[volmap.Entry], bytes]] = OrderedDict()
+        self.located = repo.config.located
+        self._cache: OrderedDict[int, tuple[list[volmap.Entry], bytes, volmap.Locations]] = OrderedDict()
         self.bytes_written = 0
         self.objects_written = 0
 
@@ -46,21 +47,28 @@ class MapWriter:
 
     def parent_page(self, page_index: int) -> tuple[list[volmap.Entry], bytes]:
         """The parent's entries and *base* digests for a page (see module doc). Cached."""
+        return self._parent_page(page_index)[:2]
+
+    def parent_locations(self, page_index: int) -> volmap.Locations:
+        """Where the chunks of the parent's page are stored (empty for a version 1 page). Cached."""
+        return self._parent_page(page_index)[2]
+
+    def _parent_page(self, page_index: int) -> tuple[list[volmap.Entry], bytes, volmap.Locations]:
         if page_index in self._cache:
             self._cache.move_to_end(page_index)
             return self._cache[page_index]
         page_id = self.parent_slots[page_index][0]
-        entries, digests = self.repo.read_page_with_digests(page_id)
+        entries, digests, locations = self.repo.read_located_page(page_id)
         start, end = self.page_range(page_index)
         blocks = dg.blocks_touching(start, end)
         if page_id == volmap.NO_PAGE:
             digests = b"".join(dg.zero_digest(e - s) for s, e in (dg.block_span(i, self.capacity) for i in blocks))
         elif len(digests) != len(blocks) * dg.DIGEST_LEN:
             digests = dg.UNKNOWN * len(blocks)
-        self._cache[page_index] = (entries, digests)
+        self._cache[page_index] = (entries, digests, locations or {})
         if len(self._cache) > 4:
             self._cache.popitem(last=False)
-        return entries, digests
+        return self._cache[page_index]
 
     def finish_page(
         self,
@@ -68,10 +76,14 @@ class MapWriter:
         covered: Sequence[volmap.Range],
         new: Sequence[volmap.Entry],
         updates: Iterable[DigestUpdate] = (),
+        locations: volmap.Locations | None = None,
     ) -> None:
-        """Overlay ``new`` (inside the ``covered`` ranges) on the parent's page."""
+        """Overlay ``new`` (inside the ``covered`` ranges) on the parent's page.
+
+        In a located repository ``locations`` says where the chunks of ``new`` are stored (the parent's
+        page says it for the entries that survive)."""
         start, end = self.page_range(page_index)
-        parent_entries, base = self.parent_page(page_index)
+        parent_entries, base, parent_locations = self._parent_page(page_index)
         entries = volmap.overlay(parent_entries, covered, new)
         if end - start < self.page_size:
             entries = _clip(entries, end)
@@ -84,14 +96,19 @@ class MapWriter:
                 digests[(i - first) * L : (i - first + 1) * L] = dg.UNKNOWN
         for i, d in updates:
             digests[(i - first) * L : (i - first + 1) * L] = d
-        self._store_page(page_index, entries, bytes(digests))
+        located = None
+        if self.located:
+            located = {**parent_locations, **(locations or {})}
+        self._store_page(page_index, entries, bytes(digests), located)
 
-    def _store_page(self, page_index: int, entries: list[volmap.Entry], digests: bytes) -> None:
+    def _store_page(
+        self, page_index: int, entries: list[volmap.Entry], digests: bytes, locations: volmap.Locations | None
+    ) -> None:
         if not entries:
             self.slots[page_index] = (volmap.NO_PAGE, 0)
             return
         start, end = self.page_range(page_index)
-        page_id, data = volmap.encode_page(start, end - start, entries, digests)
+        page_id, data = volmap.encode_page(start, end - start, entries, digests, locations)
         self._put(page_id, data)
         self.slots[page_index] = (page_id, len(entries))
 

@@ -55,9 +55,14 @@ def pack_id_from_key(key: str) -> bytes:
 
 
 class PackBuilder:
-    """Accumulates stored chunks; ``finish`` returns ``(pack id, pack bytes, entries)``."""
+    """Accumulates stored chunks; ``finish`` returns ``(pack id, pack bytes, entries)``.
 
-    def __init__(self) -> None:
+    The pack id is the sha256 of the pack's bytes, or ``pack_id`` when one is given up front (format
+    version 2 names packs at random, so a chunk's location is known as soon as it is added).
+    """
+
+    def __init__(self, pack_id: bytes | None = None) -> None:
+        self.pack_id = pack_id
         self._parts: list[bytes] = [HEADER]
         self._size = len(HEADER)
         self.entries: list[PackEntry] = []
@@ -69,10 +74,12 @@ class PackBuilder:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def add(self, cid: bytes, stored: bytes, raw_len: int, flags: int) -> None:
-        self.entries.append(PackEntry(cid, self._size, len(stored), raw_len, flags))
+    def add(self, cid: bytes, stored: bytes, raw_len: int, flags: int) -> PackEntry:
+        entry = PackEntry(cid, self._size, len(stored), raw_len, flags)
+        self.entries.append(entry)
         self._parts.append(stored)
         self._size += len(stored)
+        return entry
 
     def finish(self) -> tuple[bytes, bytes, list[PackEntry]]:
         raw = b"".join(_ENTRY.pack(e.chunk_id, e.offset, e.stored_len, e.raw_len, e.flags) for e in self.entries)
@@ -81,7 +88,7 @@ class PackBuilder:
         self._parts.append(_FOOTER.pack(len(trailer), FOOTER_MAGIC))
         data = b"".join(self._parts)
         self._parts = []
-        return hashlib.sha256(data).digest(), data, self.entries
+        return self.pack_id or hashlib.sha256(data).digest(), data, self.entries
 
 
 def trailer_location(footer: bytes, pack_size: int) -> tuple[int, int]:

@@ -116,7 +116,7 @@ from datetime import UTC, datetime
 
 from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
 from movers.repo import pack, volmap
-from movers.repo.index import encode_index
+from movers.repo.index import encode_index, encode_sharded_index
 from movers.repo.leases import (
     EXPIRED_AFTER_S,
     LEASE_PREFIX,
@@ -185,11 +185,14 @@ def _mark(
     skip: Collection[str] = (),
     chunks: set[bytes] | None = None,
     maps: set[bytes] | None = None,
+    pinned: dict[bytes, set[bytes]] | None = None,
 ) -> tuple[set[bytes], set[bytes], set[str]]:
     """Referenced chunk ids and map object ids (pages and directories) of all manifests but ``skip`` (added to
-    ``chunks`` and ``maps`` when given), and the keys of the manifests marked."""
+    ``chunks`` and ``maps`` when given), and the keys of the manifests marked. Located pages (format version 2)
+    also add the chunk ids they use to ``pinned[pack id]`` of the pack they name."""
     chunks = set() if chunks is None else chunks
     maps = set() if maps is None else maps
+    pinned = {} if pinned is None else pinned
     refs = [ref for ref in repo.list_backups() if ref.key not in skip]
     for n, ref in enumerate(refs, 1):
         if progress:
@@ -205,8 +208,11 @@ def _mark(
             if page_id == volmap.NO_PAGE or page_id in maps:
                 continue
             maps.add(page_id)
-            for _voff, _len, cid, _coff in repo.read_page(page_id):
+            entries, _digests, locations = repo.read_located_page(page_id)
+            for _voff, _len, cid, _coff in entries:
                 chunks.add(cid)
+            for cid, location in (locations or {}).items():
+                pinned.setdefault(location.pack_id, set()).add(cid)
         report.backups_marked += 1
     if progress:
         progress(len(refs), len(refs))
@@ -357,7 +363,8 @@ def _prune(
             report.unreadable_packs.append(present[pid])
     stale_index = any(pid not in present for pid in entries_of)
 
-    chunks, maps, marked = _mark(repo, report, progress, frozenset(assume_forgotten))
+    pinned: dict[bytes, set[bytes]] = {}
+    chunks, maps, marked = _mark(repo, report, progress, frozenset(assume_forgotten), pinned=pinned)
     report.chunks_referenced = len(chunks)
 
     kept: dict[str, float | None] = {}  # None: first seen now (stamped when the state is written)
@@ -389,12 +396,18 @@ def _prune(
     report.packs_total = len(present)
     for pid, key in readable.items():
         entries = entries_of[pid]
-        referenced = [e for e in entries if e.chunk_id in chunks]
-        if pid in homes or any(e.chunk_id not in home for e in referenced):  # holds a copy that must stay
+        if repo.config.located:  # a located page names the pack it reads a chunk from: only that copy is live
+            live = pinned.get(pid, set())
+            keep, referenced = bool(live), []
+            dead = sum(e.stored_len for e in entries if e.chunk_id not in live)
+        else:
+            referenced = [e for e in entries if e.chunk_id in chunks]
+            keep = pid in homes or any(e.chunk_id not in home for e in referenced)  # holds a copy that must stay
+            dead = sum(e.stored_len for e in entries if e.chunk_id not in chunks or home.get(e.chunk_id, pid) != pid)
+        if keep:
             surviving[pid] = entries
             report.packs_kept += 1
             report.kept_chunk_bytes += sum(e.stored_len for e in entries)
-            dead = sum(e.stored_len for e in entries if e.chunk_id not in chunks or home.get(e.chunk_id, pid) != pid)
             if dead:
                 report.packs_partly_used += 1
                 report.dead_bytes += dead
@@ -452,13 +465,16 @@ def _prune(
         doomed = doomed_packs + doomed_maps
         new_chunks: set[bytes] = set()
         new_maps: set[bytes] = set()
+        new_pinned: dict[bytes, set[bytes]] = {}
         waited = _wait_for_backups(store, doomed, previous, backup_wait_s, lease_ttl_s, report)
         if waited and report.backups_waited_for:  # what the backups we waited for committed stays
-            _mark(repo, report, None, marked | set(assume_forgotten), new_chunks, new_maps)
+            _mark(repo, report, None, marked | set(assume_forgotten), new_chunks, new_maps, new_pinned)
 
         def needed(key: str) -> bool:
             if not waited:
                 return True
+            if key in doomed_ids and repo.config.located:
+                return doomed_ids[key] in new_pinned
             if key in doomed_ids:  # a chunk committed meanwhile with no copy that stays
                 return any(e.chunk_id in new_chunks and e.chunk_id not in home for e in entries_of[doomed_ids[key]])
             return _map_id(key) in new_maps
@@ -479,20 +495,22 @@ def _prune(
         alive()  # a prune that may have lost its lock stops (the order below keeps the repository readable)
         store.delete(key)
 
-    # 2. one new index of the surviving packs, 3. then the old index objects
+    # 2. one new index of the surviving packs (one per shard in a located repository), 3. then the old objects
     if rewrite:
-        new_key = None
+        new_objects = []
         if surviving:
-            new_key, data = encode_index(sorted(surviving.items()))
+            packs = sorted(surviving.items())
+            new_objects = encode_sharded_index(packs) if repo.config.located else [encode_index(packs)]
+        for key, data in new_objects:
             alive()
-            repo.put_once(new_key, data)
+            repo.put_once(key, data)
+        new_keys = {key for key, _data in new_objects}
+        report.index_objects_written = len(new_keys - set(index_keys))
         report.index_objects_deleted = 0
         for key in index_keys:
-            if key != new_key:
+            if key not in new_keys:
                 delete(key)
                 report.index_objects_deleted += 1
-        if new_key in index_keys:
-            report.index_objects_written = 0
     # 4. packs no index lists any more, 5. map objects, 6. older prune states
     for key in doomed_packs:
         delete(key)

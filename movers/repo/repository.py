@@ -17,11 +17,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, TransientStoreError, UsageError
 from movers.repo import pack, volmap
 from movers.repo.config import CONFIG_KEY, RepoConfig
-from movers.repo.index import INDEX_PREFIX, ChunkIndex, decode_index, encode_index
+from movers.repo.index import (
+    INDEX_PREFIX,
+    ChunkIndex,
+    ChunkLocation,
+    decode_index,
+    encode_index,
+    encode_sharded_index,
+    merge_packs,
+)
 from movers.repo.manifest import BACKUP_PREFIX, Manifest, volume_from_key, volume_prefix
 from movers.repo.pack import PackEntry
 from movers.repo.prunestate import garbage_keys
@@ -30,6 +39,12 @@ from movers.repo.store.base import Store
 log = logging.getLogger(__name__)
 
 _INDEX_RELISTS = 5  # listings of index/ while prunes compact it under a reader
+
+
+class Locator(Protocol):
+    """Where chunks are stored: a located page's table or the chunk index."""
+
+    def get(self, cid: bytes, /) -> ChunkLocation | None: ...
 
 
 @dataclass(frozen=True)
@@ -130,7 +145,7 @@ class Repository:
         return idx, unindexed
 
     def read_index_objects(self) -> tuple[list[str], dict[bytes, list[PackEntry]]]:
-        """The keys of the index objects, and pack id -> entries from them (the first one listing a pack wins).
+        """The keys of the index objects, and pack id -> entries from them (``merge_packs``).
 
         An index object that vanishes between the listing and its read was compacted by a prune, which
         writes its new index *before* deleting the old ones: so ``index/`` is listed again and the objects
@@ -147,11 +162,7 @@ class Repository:
                         decoded[key] = list(decode_index(self.store.get(key), key))
             except ObjectNotFound:
                 continue  # compacted meanwhile: the listing again has the new index
-            listed: dict[bytes, list[PackEntry]] = {}
-            for key in keys:
-                for pack_id, entries in decoded[key]:
-                    listed.setdefault(pack_id, entries)
-            return keys, listed
+            return keys, merge_packs(decoded[key] for key in keys)
         raise TransientStoreError(
             f"index objects under {INDEX_PREFIX} of {self.describe()} kept vanishing while being read"
             " (prunes compacting the index); retry"
@@ -176,13 +187,14 @@ class Repository:
                 self._index.add_pack(pack_id, entries)
             self.unindexed_packs.pop(pack_id, None)
 
-    def write_index(self, packs: dict[bytes, list[PackEntry]]) -> tuple[int, int]:
-        """Write one index object for ``packs``; returns ``(bytes, objects)`` written."""
+    def write_index(self, packs: dict[bytes, list[PackEntry]], sharded: bool = False) -> tuple[int, int]:
+        """Write one index object for ``packs``, or one per shard (``movers.repo.shards``) when ``sharded``;
+        returns ``(bytes, objects)`` written."""
         if not packs:
             return 0, 0
-        key, data = encode_index(packs.items())
-        written = self.put_once(key, data)
-        return written, int(written > 0)
+        objects = encode_sharded_index(packs.items()) if sharded else [encode_index(packs.items())]
+        written = [self.put_once(key, data) for key, data in objects]
+        return sum(written), sum(1 for n in written if n)
 
     # -- backups ---------------------------------------------------------------------------
 
@@ -236,15 +248,29 @@ class Repository:
 
     def read_page_with_digests(self, page_id: bytes) -> tuple[list[volmap.Entry], bytes]:
         """A page's entries and block digests (empty for a hole page or a page without them)."""
+        return self.read_located_page(page_id)[:2]
+
+    def read_located_page(self, page_id: bytes) -> tuple[list[volmap.Entry], bytes, dict[bytes, ChunkLocation] | None]:
+        """A page's entries, block digests and chunk locations (None for a version 1 page; ``{}`` for a hole)."""
         if page_id == volmap.NO_PAGE:
-            return [], b""
-        _start, _len, entries, digests = volmap.decode_page(self._get_map_object(page_id), page_id)
-        return entries, digests
+            return [], b"", {}
+        _start, _len, entries, digests, locations = volmap.decode_located_page(self._get_map_object(page_id), page_id)
+        return entries, digests, locations
 
     def iter_map(self, manifest: Manifest) -> Iterator[tuple[int, list[volmap.Entry]]]:
         """Yield ``(page index, entries)`` for every page of a backup, in volume order."""
         for page_index, (page_id, _count) in enumerate(self.page_slots(manifest)):
             yield page_index, self.read_page(page_id)
+
+    def iter_located_map(self, manifest: Manifest) -> Iterator[tuple[int, list[volmap.Entry], Locator]]:
+        """Yield ``(page index, entries, where their chunks are)`` for every page of a backup, in volume order.
+
+        A located page (format version 2) says where its chunks are; for a version 1 page the chunk
+        index is loaded (once) and used instead.
+        """
+        for page_index, (page_id, _count) in enumerate(self.page_slots(manifest)):
+            entries, _digests, locations = self.read_located_page(page_id)
+            yield page_index, entries, self.index() if locations is None else locations
 
     def _get_map_object(self, object_id: bytes) -> bytes:
         key = volmap.map_key(object_id)
