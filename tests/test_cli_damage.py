@@ -152,11 +152,12 @@ def test_verify_names_damaged_manifests_directories_pages_and_chunks_in_no_pack(
     # a chunk of "chunk", whose pack is gone (the index leaves gone packs out: the chunk is in no pack)
     entries = next(e for _p, e in r.iter_map(m["chunk"]) if e)
     voff, length, cid, _coff = entries[0]
-    (root / pack.pack_key(r.index().get(cid).pack_id)).unlink()
+    gone = pack.pack_key(r.index().get(cid).pack_id)
+    (root / gone).unlink()
 
     doc = verify_json(repo, *flags)
     found = {d[0]: d[1:] for d in damage_fields(doc)}
     assert found["manifest"] == (ids["manifest"], None, None, f"backups/manifest/{ids['manifest']}")
     assert found["dir"] == (ids["dir"], 0, capacity, dir_key)
     assert found["page"][:4] == (ids["page"], 0, min(page_size, capacity), page_key)
-    assert found["chunk"] == (ids["chunk"], voff, length, None)
+    assert found["chunk"] == (ids["chunk"], voff, length, gone)

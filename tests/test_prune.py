@@ -279,10 +279,10 @@ def prune_before_commit(store, now, reports, lease_ttl_s=TTL_S):
     return progress
 
 
-def forgotten_content(store, tmp_path, seeds=(10, 11)):
+def forgotten_content(store, tmp_path, seeds=(10, 11), config=CONFIG):
     """vol-a backed up twice with different content, the first backup forgotten (no prune yet). Returns a copy
     of that first content and the kept backup as ``check_all_restore`` expects it."""
-    repo = Repository.init(store, CONFIG)
+    repo = Repository.init(store, config)
     image = tmp_path / "vol-a.img"
     make_image(image, SIZE, seed=seeds[0], data_fraction=0.9)
     copy, _ = snapshot_of(image, tmp_path, "content-a")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from movers.errors import DamagedData, IntegrityError
+from movers.errors import DamagedData, IntegrityError, ObjectNotFound
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import decode_chunk
@@ -130,7 +130,17 @@ class MapReader:
 
     def _fetch(self, manifest: Manifest, plan: ReadPlan, sink: ChunkSink) -> None:
         key = packfmt.pack_key(plan.pack_id)
-        data = self.repo.store.get_range(key, plan.offset, plan.length)
+        try:
+            data = self.repo.store.get_range(key, plan.offset, plan.length)
+        except ObjectNotFound:
+            voff, length = min((u[0], u[1]) for _cid, _loc, uses in plan.chunks for u in uses)
+            raise DamagedData(
+                f"volume {manifest.volume.id} backup {manifest.backup_id}: data at volume offset {voff}"
+                f" ({length} bytes) is not in any pack of the repository (its pack {key} is missing)",
+                offset=voff,
+                length=length,
+                key=key,
+            ) from None
         view = memoryview(data)
         for cid, loc, uses in plan.chunks:
             rel = loc.offset - plan.offset

@@ -233,6 +233,12 @@ def run_verify_sampled(
     report = VerifyReport(mode="sampled", sample=sample, seed=seed)
     index: dict[bytes, ChunkLocation] = {}  # where restores read each chunk (a page names it)
     first_use = _check_maps(repo, refs, index, report, progress)
+    present = {packfmt.pack_id_from_key(key) for key in repo.store.list(packfmt.PACK_PREFIX)}
+    for cid in [cid for cid, location in index.items() if location.pack_id not in present]:
+        ref, offset, length = first_use.pop(cid)
+        key = packfmt.pack_key(index.pop(cid).pack_id)
+        error = f"chunk {cid.hex()[:16]} is not in any pack of the repository (its pack {key} is missing)"
+        report.add_damage(ref, error, key, offset, length)
     report.chunks_referenced = len(first_use)
     by_pack: dict[bytes, list[bytes]] = defaultdict(list)
     for cid in first_use:
