@@ -13,6 +13,7 @@ from movers.pipeline.backup import BackupOptions, run_backup
 from movers.pipeline.restore import run_restore
 from movers.pipeline.verify import run_verify
 from movers.repo.config import RepoConfig
+from movers.repo.leases import live_leases
 from movers.repo.manifest import SnapshotIdentity, VolumeIdentity
 from movers.repo.repository import Repository
 from movers.repo.store import FaultyStore, LocalStore, MemoryStore, RetryingStore, SimulatedCrash
@@ -155,28 +156,30 @@ def test_packs_are_large_and_named_by_version(tmp_path, version):
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_interrupted_backup_leaves_nothing_visible_and_rerun_completes(tmp_path, version):
-    """Version 1 reuses the packs a crashed backup uploaded (found by listing packs/); version 2 lists nothing
-    repository-wide, so the retry uploads them again and a prune deletes the orphans."""
+@pytest.mark.parametrize("how", ["crash", "error"])
+def test_interrupted_backup_leaves_nothing_visible_and_rerun_reuses(tmp_path, version, how):
+    """Version 1 finds the packs a crashed backup uploaded by listing packs/; version 2 by the lease the attempt
+    left (killed: its last refresh; failed with an error: an ended lease), whose id starts its packs' names."""
     img = tmp_path / "rand.img"
     with open(img, "wb") as f:
         f.write(os.urandom(48 * MiB))
     inner = MemoryStore()
     faulty = FaultyStore(inner)
     repo = Repository.init(faulty, RepoConfig(pack_target=8 * MiB, format_version=version))
-    faulty.crash_after_puts(3, prefix="packs/")
-    with pytest.raises(SimulatedCrash):
+    if how == "crash":
+        faulty.crash_after_puts(3, prefix="packs/")
+    else:
+        faulty.fail("put", PermanentStoreError, times=1, key_prefix="packs/", after=3)
+    with pytest.raises((SimulatedCrash, PermanentStoreError)):
         run_backup(repo, str(img), VOL, options=BackupOptions(upload_threads=1))
     assert list(inner.list("backups/")) == []
     assert len(list(inner.list("packs/"))) == 3
     repo2 = Repository.open(inner)
     m = run_backup(repo2, str(img), VOL)
-    if version == 1:
-        assert m.stats["reused_packs"] == 3
-        assert m.stats["stored_bytes"] < 48 * MiB - 3 * 8 * MiB + MiB  # only what was missing went up
-    else:
-        assert m.stats["reused_packs"] == 0 and m.stats["stored_bytes"] > 48 * MiB
+    assert m.stats["reused_packs"] == 3
+    assert m.stats["stored_bytes"] < 48 * MiB - 3 * 8 * MiB + MiB  # only what was missing went up
     assert restore_equals(repo2, m, img, tmp_path)
+    assert len(live_leases(inner)) == (1 if how == "crash" else 0)  # a killed attempt's lease lives out its TTL
 
 
 def test_transient_errors_are_retried(image, tmp_path):

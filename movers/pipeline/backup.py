@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from movers import device
-from movers.errors import UsageError
+from movers.errors import IntegrityError, ObjectNotFound, UsageError
 from movers.extents import Extent, validated
 from movers.pipeline.fresh import distinct_pack, finish_page_fresh, listed_dirs
 from movers.pipeline.planner import plan_reads, scan_reads
@@ -37,8 +37,8 @@ from movers.repo import digests as dg
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import chunk_id, encode_chunk
-from movers.repo.index import ChunkIndex, ChunkLocation
-from movers.repo.leases import Lease
+from movers.repo.index import ChunkIndex, ChunkLocation, EitherIndex
+from movers.repo.leases import Lease, other_attempts
 from movers.repo.lineage import backup_with_handle
 from movers.repo.manifest import Manifest, MapRef, SnapshotIdentity, VolumeIdentity, check_volume_id, new_backup_id
 from movers.repo.mapwriter import DigestUpdate, MapWriter
@@ -139,7 +139,7 @@ def run_backup(
     read until the commit makes a concurrent prune wait for this backup (see ``movers.repo.prune``).
     """
     check_volume_id(volume.id)  # before anything is written
-    with Lease(repo.store, f"backup of volume {volume.id}") as lease:
+    with Lease(repo.store, f"backup of volume {volume.id}", keep_failed=True) as lease:
         return _backup(
             repo,
             device_path,
@@ -200,9 +200,9 @@ def _backup(
         )
         mapw = MapWriter(repo, capacity, parent_slots)
         scan_parent = extents is None and parent is not None
-        engine = _Engine(
-            repo, fd, mapw, options, stats, progress, capacity if extents is None else None, scan_parent, garbage
-        )
+        total = capacity if extents is None else None
+        attempts = other_attempts(repo.store, lease.what, lease.id) if repo.config.located else []
+        engine = _Engine(repo, fd, mapw, options, stats, progress, total, scan_parent, garbage, lease.id, attempts)
         map_ref = engine.run(reads)
         if extents is None:
             stats.changed_bytes = engine.scan_changed_bytes
@@ -241,6 +241,25 @@ def _parent(repo: Repository, volume_id: str, base_handle: str | None) -> Manife
     return backup_with_handle(repo, volume_id, base_handle)
 
 
+def _packs_of_attempts(
+    repo: Repository, attempts: Sequence[str], garbage: set[str]
+) -> dict[bytes, list[packfmt.PackEntry]]:
+    """The packs earlier attempts of this backup uploaded (a version 2 pack id starts with its backup's lease id,
+    so one prefix listing finds them), except those a prune lists; unreadable ones are skipped."""
+    found: dict[bytes, list[packfmt.PackEntry]] = {}
+    for lease_id in attempts:
+        for key in repo.store.list(packfmt.pack_key(bytes.fromhex(lease_id))):
+            if key in garbage:
+                continue
+            try:
+                found[packfmt.pack_id_from_key(key)] = repo.read_pack_trailer(key)
+            except (IntegrityError, ObjectNotFound) as err:
+                log.warning("not reusing pack %s of an earlier attempt: %s", key, err)
+    if found:
+        log.info("reusing %d pack(s) an earlier attempt of this backup uploaded", len(found))
+    return found
+
+
 def _count_changed(extents: Iterable[Extent], stats: BackupStats) -> Iterable[Extent]:
     for off, length in extents:
         stats.changed_bytes += length
@@ -248,7 +267,20 @@ def _count_changed(extents: Iterable[Extent], stats: BackupStats) -> Iterable[Ex
 
 
 class _Engine:
-    def __init__(self, repo, fd, mapw, options, stats, progress, total, scan_parent: bool, garbage: set[str]) -> None:
+    def __init__(
+        self,
+        repo,
+        fd,
+        mapw,
+        options,
+        stats,
+        progress,
+        total,
+        scan_parent: bool,
+        garbage: set[str],
+        lease_id: str | None = None,
+        attempts: Sequence[str] = (),
+    ) -> None:
         self.repo = repo
         self.fd = fd
         self.mapw = mapw
@@ -262,15 +294,21 @@ class _Engine:
         self.scan_changed_bytes = 0
         self.garbage = garbage
         self.garbage_maps = {key for key in garbage if key.startswith(volmap.MAP_PREFIX)}
-        # A located repository (format version 2) is not read for dedup: a CBT delta is new data by
-        # definition and a scan keeps what the parent's block digests say is unchanged.
+        # A located repository (format version 2) is not read whole for dedup: a CBT delta is new data by
+        # definition, a scan keeps what the parent's block digests say is unchanged, and a backup without a
+        # parent reads the shards of the chunk index its chunks fall in. All reuse what earlier attempts of the
+        # same backup uploaded (their packs are named after their lease).
         self.located = repo.config.located
-        # A backup without a parent dedups against the shards of the chunk index its chunks fall in.
-        self.located = repo.config.located
+        self.pack_prefix = bytes.fromhex(lease_id) if lease_id else b""
         if not self.located:
             self.index, self.recovered = repo.backup_index(garbage)
         else:
-            self.index, self.recovered = (ChunkIndex() if mapw.has_parent else ShardedIndex(repo.store, garbage)), {}
+            base = ChunkIndex() if mapw.has_parent else ShardedIndex(repo.store, garbage)
+            self.recovered = _packs_of_attempts(repo, attempts, garbage)
+            found = ChunkIndex()
+            for pack_id, entries in self.recovered.items():
+                found.add_pack(pack_id, entries)
+            self.index = EitherIndex(found, base) if self.recovered else base
         self.session: dict[bytes, ChunkLocation | None] = {}  # chunks this backup stored, and where
         self.builder = self._new_builder()
         self.locations: dict[bytes, ChunkLocation] = {}  # of the chunks the current page's new entries use
@@ -423,7 +461,9 @@ class _Engine:
         return length
 
     def _new_builder(self) -> packfmt.PackBuilder:
-        return packfmt.PackBuilder(os.urandom(32) if self.located else None)
+        if not self.located:
+            return packfmt.PackBuilder()
+        return packfmt.PackBuilder(self.pack_prefix + os.urandom(32 - len(self.pack_prefix)))
 
     def _finish_page(self) -> None:
         located = self.locations if self.located else None

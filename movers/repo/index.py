@@ -96,6 +96,20 @@ def merge_packs(objects: Iterable[Iterable[tuple[bytes, list[PackEntry]]]]) -> d
     return {pack_id: sorted(entries.values(), key=lambda e: e.offset) for pack_id, entries in merged.items()}
 
 
+class EitherIndex:
+    """``in`` and ``get`` over two indexes, the first one first (read-only; as thread-safe as both)."""
+
+    def __init__(self, first, second) -> None:
+        self.first, self.second = first, second
+
+    def __contains__(self, cid: bytes) -> bool:
+        return cid in self.first or cid in self.second
+
+    def get(self, cid: bytes) -> ChunkLocation | None:
+        found = self.first.get(cid)
+        return found if found is not None else self.second.get(cid)
+
+
 class ChunkIndex:
     """Thread-safe map chunk id -> location; the first location recorded for an id wins."""
 

@@ -8,7 +8,9 @@ written: the JSON object ``leases/<random id>-<sequence>``::
 
 written anew every ``REFRESH_S`` by a thread under the next sequence number (the previous one is deleted
 then: no key is ever written twice, as object-locked buckets need) and deleted when the backup ends,
-whatever the outcome; readers take the newest sequence of each id. A lease
+or, when a backup fails with an error, rewritten once more with ``"ended": "failed"`` (not live any more; its
+retry finds what it uploaded by its id, see ``movers.pipeline.backup``; prune sweeps it later). Readers take the
+newest sequence of each id. A lease
 not refreshed for ``TTL_S`` (by the reader's clock: hosts' clocks must agree within a few minutes) is a
 crashed backup's and counts as gone; a holder that could not refresh for ``TTL_S - REFRESH_S`` must not
 commit (``Lease.check``), since a prune may already have stopped waiting for it.
@@ -62,9 +64,11 @@ class Lease:
         ttl_s: float = TTL_S,
         prefix: str = LEASE_PREFIX,
         lease_id: str | None = None,
+        keep_failed: bool = False,
     ) -> None:
         self.store, self.what, self.refresh_s, self.ttl_s, self.prefix = store, what, refresh_s, ttl_s, prefix
         self.id = lease_id or secrets.token_hex(16)
+        self.keep_failed = keep_failed  # a holder that fails leaves an ended lease: its retry finds what it wrote
         self.key: str | None = None  # the newest object written
         self.fields: dict[str, object] = {}
         self._seq = 0
@@ -128,10 +132,16 @@ class Lease:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object = None, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if exc_type is not None and self.keep_failed and isinstance(exc_type, type) and issubclass(exc_type, Exception):
+            try:
+                self.update(ended="failed")  # not live any more; swept by prune after EXPIRED_AFTER_S
+                return
+            except StoreError as err:
+                log.warning("cannot mark the lease %s of %s as ended: %s", self.id, self.what, err)
         if self.key is not None:
             self._delete(self.key)
 
@@ -158,7 +168,7 @@ def live_leases(
         if refreshed is None:
             log.warning("unreadable lease %s: counted as live; delete it if nothing runs", keys[-1])
             doc, refreshed = {"what": "unreadable lease"}, now
-        if now - refreshed < ttl_s:
+        if now - refreshed < ttl_s and not doc.get("ended"):
             live[lease_id] = doc
     return live
 
@@ -168,6 +178,19 @@ def _refreshed(doc: dict) -> float | None:
         return float(doc["refreshed"])
     except (ValueError, TypeError, KeyError):
         return None
+
+
+def other_attempts(store: Store, what: str, own_id: str, prefix: str = LEASE_PREFIX) -> list[str]:
+    """The ids of the other leases, live or not yet swept, whose ``what`` is ``what``: earlier attempts of the same
+    backup (a killed mover leaves its lease behind), or one running beside it."""
+    found = []
+    for lease_id, keys in _keys_by_id(store, prefix).items():
+        if lease_id == own_id:
+            continue
+        doc = _newest_document(store, prefix, lease_id, keys[-1])
+        if doc is not None and doc.get("what") == what:
+            found.append(lease_id)
+    return found
 
 
 def sweep_expired(

@@ -44,6 +44,7 @@ class _Fault:
     error: BaseException | type[BaseException]
     remaining: int
     key_prefix: str
+    after: int = 0  # matching calls let through first
 
 
 class FaultyStore:
@@ -61,13 +62,18 @@ class FaultyStore:
         self._lock = threading.Lock()
 
     def fail(
-        self, method: str, error: BaseException | type[BaseException], times: int = 1, key_prefix: str = ""
+        self,
+        method: str,
+        error: BaseException | type[BaseException],
+        times: int = 1,
+        key_prefix: str = "",
+        after: int = 0,
     ) -> None:
-        """Make the next ``times`` matching calls of ``method`` raise ``error``."""
+        """Make ``times`` matching calls of ``method`` raise ``error``, once ``after`` of them succeeded."""
         if method not in METHODS:
             raise ValueError(f"unknown store method {method!r}; expected one of {METHODS}")
         with self._lock:
-            self._faults.append(_Fault(method, error, times, key_prefix))
+            self._faults.append(_Fault(method, error, times, key_prefix, after))
 
     def fail_while(self, active: Callable[[], bool], error: BaseException | type[BaseException]) -> None:
         """Make every call raise ``error`` while ``active()`` is True."""
@@ -103,7 +109,9 @@ class FaultyStore:
                     raise error(f"injected outage in {method}({key!r})") if isinstance(error, type) else error
             for fault in self._faults:
                 matches = fault.method == method or (write and fault.method == "put")
-                if matches and key.startswith(fault.key_prefix):
+                if matches and key.startswith(fault.key_prefix) and fault.after > 0:
+                    fault.after -= 1
+                elif matches and key.startswith(fault.key_prefix):
                     fault.remaining -= 1
                     if fault.remaining <= 0:
                         self._faults.remove(fault)
