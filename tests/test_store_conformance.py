@@ -781,12 +781,14 @@ def test_retrying_store_budget_ends_an_outage():
     assert isinstance(info.value.__cause__, TransientStoreError)
     assert clock.now == pytest.approx(300)  # the last sleep is cut short: the last attempt starts at the deadline
     assert faulty.calls["size"] == len(clock.sleeps) + 1
+    assert not info.value.retriable  # the budget is where outages are ridden out: tasks do not retry it again
 
     faulty, clock = FaultyStore(MemoryStore()), FakeClock()
     faulty.fail_while(lambda: True, TransientStoreError("endpoint down"))
-    with pytest.raises(TransientStoreError, match="gave up after 1 attempts"):
+    with pytest.raises(TransientStoreError, match="gave up after 1 attempts") as info:
         RetryingStore(faulty, retry_for=0, **fake_time(clock)).get("k")
     assert clock.sleeps == []
+    assert info.value.retriable  # no budget: the caller's retries are the only ones
 
 
 def test_retrying_store_budget_bounds_attempts_that_hang():

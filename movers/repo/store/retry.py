@@ -10,7 +10,9 @@ Contract:
   connect and read timeouts, botocore's own retries being off). ``retry_for=0``: one attempt.
 * Every retry is logged at WARNING with the error's message (stores keep secrets out of it).
 * When the budget is spent the last error is raised again (same type, the original as
-  ``__cause__``) with a message that says how many attempts were made over how long.
+  ``__cause__``) with a message that says how many attempts were made over how long, marked not
+  ``retriable`` when there was a budget: callers (Prefect task retries) do not ride the same outage
+  out a second and third time.
 * Every other exception (``ObjectNotFound``, ``PermanentStoreError``, ``UsageError``,
   ``KeyboardInterrupt``, ...) passes straight through on the first occurrence.
 * Retrying is safe because every Store operation is idempotent (objects are immutable);
@@ -82,7 +84,11 @@ class RetryingStore:
                 elapsed = self._clock() - started
                 left = self.retry_for - elapsed
                 if left <= 0:
-                    raise _exhausted(err, attempt, elapsed) from err
+                    exhausted = _exhausted(err, attempt, elapsed)
+                    # the budget is where outages are ridden out: callers (Prefect task retries) must not ride the
+                    # same outage out again, which multiplied the wait
+                    exhausted.retriable = self.retry_for <= 0
+                    raise exhausted from err
                 cap = min(self.max_delay, self.base_delay * 2 ** min(attempt - 1, 32))
                 delay = min(left, self._random.uniform(0, cap))
                 log.warning("%s; retry %d in %.1f s (retrying for %.0f s more)", err, attempt, delay, left - delay)
