@@ -25,12 +25,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from movers import device
 from movers.errors import IntegrityError, ObjectNotFound, UsageError
 from movers.extents import Extent, validated
 from movers.pipeline.fresh import distinct_pack, finish_page_fresh, listed_dirs
-from movers.pipeline.planner import plan_reads, scan_reads
+from movers.pipeline.planner import gather, plan_reads, scan_reads
 from movers.pipeline.stats import BackupStats, ProgressFn
 from movers.pipeline.zeros import data_runs, is_zero
 from movers.repo import digests as dg
@@ -62,8 +63,23 @@ class BackupOptions:
     min_hole: int = 64 * 1024
 
 
-# (volume offset, length, chunk id or None for a hole, stored bytes or None, flags)
-Piece = tuple[int, int, bytes | None, bytes | None, int]
+class Piece(NamedTuple):
+    """A range of one read: a hole (no ``cid``) or data in the chunk ``cid`` at ``coff``.
+
+    ``stored``: the chunk's stored bytes when the worker found it new, else None. ``raw_len``: the chunk's
+    length when it is longer than the piece (a gathered chunk); -1 for the later pieces of a gathered chunk,
+    which its first piece stored or found.
+    """
+
+    voff: int
+    length: int
+    cid: bytes | None
+    stored: bytes | None = None
+    flags: int = 0
+    coff: int = 0
+    raw_len: int = 0
+
+
 # (ranges re-stored, their pieces, digests of the blocks read whole)
 ReadResult = tuple[list[tuple[int, int]], list[Piece], list[DigestUpdate]]
 
@@ -326,13 +342,19 @@ class _Engine:
         try:
             inflight: deque[tuple[int, int, Future]] = deque()
             inflight_bytes = 0
-            for off, length in reads:
+            small = 0 if self.scan_parent else dg.DIGEST_BLOCK  # a scan on a parent compares whole blocks
+            for item in gather(reads, small, self.repo.config.chunk_max, self.mapw.page_size):
+                if isinstance(item, list):
+                    off, length = item[0][0], sum(n for _off, n in item)
+                    task = (self._process_batch, item)
+                else:
+                    off, length = item
+                    task = (self._process, off, length, self._base_digests(off, length) if self.scan_parent else None)
                 while inflight and (
                     inflight_bytes + length > opts.max_inflight or len(inflight) >= opts.max_inflight_reads
                 ):
                     inflight_bytes -= self._consume(inflight.popleft(), uploader)
-                base = self._base_digests(off, length) if self.scan_parent else None
-                inflight.append((off, length, pool.submit(self._process, off, length, base)))
+                inflight.append((off, length, pool.submit(*task)))
                 inflight_bytes += length
             while inflight:
                 self._consume(inflight.popleft(), uploader)
@@ -400,10 +422,43 @@ class _Engine:
         pieces: list[Piece] = []
         for rs, re in runs:
             if data is None:
-                pieces.append((off + rs, re - rs, None, None, 0))
+                pieces.append(Piece(off + rs, re - rs, None))
             else:
                 self._chunk(data if (rs, re) == (0, length) else data[rs:re], off + rs, pieces)
         return [(off + rs, off + re) for rs, re in runs], pieces, updates
+
+    def _process_batch(self, reads: list[Extent]) -> ReadResult:
+        """Worker: read small reads (each shorter than a digest block, so no block digests) and store their data as
+        one gathered chunk, each data run an entry at its offset in the chunk; zero runs are holes as in ``_chunk``."""
+        pieces: list[Piece] = []
+        parts: list[bytes] = []
+        uses: list[tuple[int, int, int]] = []  # (volume offset, length, offset in the gathered chunk)
+        coff = 0
+        for off, length in reads:
+            if self.sparse and device.is_hole(self.fd, off, length):
+                pieces.append(Piece(off, length, None))
+                continue
+            data = device.pread_exact(self.fd, length, off)
+            pos = 0
+            for start, end in data_runs(data, self.options.min_hole):
+                if start > pos:
+                    pieces.append(Piece(off + pos, start - pos, None))
+                parts.append(data if (start, end) == (0, length) else data[start:end])
+                uses.append((off + start, end - start, coff))
+                coff += end - start
+                pos = end
+            if pos < length:
+                pieces.append(Piece(off + pos, length - pos, None))
+        if parts:
+            chunk = b"".join(parts)
+            cid = chunk_id(chunk)
+            stored, flags = None, 0
+            if cid not in self.index and cid not in self.session:
+                stored, flags = encode_chunk(chunk, self.options.level)
+            voff, length, at = uses[0]
+            pieces.append(Piece(voff, length, cid, stored, flags, at, len(chunk)))
+            pieces.extend(Piece(voff, length, cid, None, flags, at, -1) for voff, length, at in uses[1:])
+        return [(off, off + length) for off, length in reads], pieces, []
 
     def _chunk(self, data: bytes, off: int, pieces: list[Piece]) -> None:
         """Split ``data`` (at volume offset ``off``) into holes and chunks, compressing new ones."""
@@ -411,17 +466,17 @@ class _Engine:
         pos = 0
         for start, end in data_runs(data, self.options.min_hole):
             if start > pos:
-                pieces.append((off + pos, start - pos, None, None, 0))
+                pieces.append(Piece(off + pos, start - pos, None))
             chunk = view[start:end]
             cid = chunk_id(chunk)
             if cid in self.index or cid in self.session:
-                pieces.append((off + start, end - start, cid, None, 0))
+                pieces.append(Piece(off + start, end - start, cid))
             else:
                 stored, flags = encode_chunk(chunk, self.options.level)
-                pieces.append((off + start, end - start, cid, stored, flags))
+                pieces.append(Piece(off + start, end - start, cid, stored, flags))
             pos = end
         if pos < len(data):
-            pieces.append((off + pos, len(data) - pos, None, None, 0))
+            pieces.append(Piece(off + pos, len(data) - pos, None))
 
     def _consume(self, item: tuple[int, int, Future], uploader: _Uploader) -> int:
         off, length, fut = item
@@ -435,17 +490,28 @@ class _Engine:
         stats = self.stats
         stats.read_bytes += length
         self.scan_changed_bytes += sum(e - s for s, e in covered)
-        for voff, plen, cid, stored, flags in pieces:
+        new = False  # whether the current gathered chunk was stored by this backup
+        for voff, plen, cid, stored, flags, coff, raw_len in pieces:
             if cid is None:
                 stats.zero_bytes += plen
                 continue
-            self.entries.append((voff, plen, cid, 0))
+            self.entries.append((voff, plen, cid, coff))
+            if raw_len < 0:  # a later piece of a gathered chunk: stored or found with its first piece
+                if new:
+                    stats.new_chunk_bytes += plen
+                else:
+                    stats.dedup_bytes += plen
+                if self.located:
+                    self.locations[cid] = self.session.get(cid) or self.index.get(cid)
+                continue
+            new = False
             if cid in self.index or cid in self.session:
                 stats.dedup_bytes += plen
                 if self.located:
                     self.locations[cid] = self.session.get(cid) or self.index.get(cid)
                 continue
-            entry = self.builder.add(cid, stored, plen, flags)
+            new = True
+            entry = self.builder.add(cid, stored, raw_len or plen, flags)
             if self.located:
                 location = ChunkLocation(self.builder.pack_id, entry.offset, entry.stored_len, entry.raw_len, flags)
                 self.session[cid] = self.locations[cid] = location

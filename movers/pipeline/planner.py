@@ -9,6 +9,9 @@ Reads follow the extents, not a fixed grid:
   on that absolute grid, so unchanged aligned pieces dedup between backups and a scan.
 
 Everything is lazy: memory does not grow with the number of extents.
+
+``gather`` then groups runs of small reads (scattered CBT changes) into batches the backup stores as one
+chunk each, so the cost per changed extent is a read and a map entry, not a chunk of its own.
 """
 
 from __future__ import annotations
@@ -47,3 +50,28 @@ def split_on_grid(start: int, end: int, grid: int) -> Iterator[Extent]:
 def scan_reads(capacity: int, chunk_max: int) -> Iterator[Extent]:
     """The reads of a whole-device scan."""
     return split_on_grid(0, capacity, chunk_max)
+
+
+Batch = list[Extent]  # small reads stored together as one chunk
+
+
+def gather(reads: Iterable[Extent], small: int, limit: int, page_size: int) -> Iterator[Extent | Batch]:
+    """``reads`` with each run of consecutive reads shorter than ``small`` grouped into batches of at most ``limit``
+    bytes that stay within one map page; other reads as they are."""
+    batch: Batch = []
+    size = 0
+    for off, length in reads:
+        if length < small and (not batch or (size + length <= limit and off // page_size == batch[0][0] // page_size)):
+            batch.append((off, length))
+            size += length
+            continue
+        if batch:
+            yield batch
+            batch, size = [], 0
+        if length < small:
+            batch.append((off, length))
+            size = length
+        else:
+            yield off, length
+    if batch:
+        yield batch
