@@ -40,7 +40,7 @@ bench: $(STAMP)
 # Each script writes its section of docs/scaling-benchmarks.md; together they take several minutes.
 bench-scaling: $(STAMP)
 	$(VENV)/bin/python bench/history_bench.py --write-docs
-	$(VENV)/bin/python bench/scale_bench.py --write-docs
+	$(VENV)/bin/python bench/scale_bench.py --chunks 500000,5000000 --write-docs
 	$(VENV)/bin/python bench/extents_bench.py --write-docs
 
 clean:

@@ -259,7 +259,7 @@ def results_table(b: Bench) -> str:
             for runs, base in ((r.backups, empty.backups), (r.restores, empty.restores)):
                 if chunks:
                     dw, dm = _median(runs, "wall") - _median(base, "wall"), _median(runs, "rss") - _median(base, "rss")
-                    deltas.append(f"{dw:+.2f} s, {dm / MiB:+.0f} MiB")
+                    deltas.append(f"{dw:+.2f} s, {dm / MiB:+,.0f} MiB")
                 else:
                     deltas.append("–")
             what = f"{chunks:,} chunks" if chunks else "empty"
@@ -297,7 +297,7 @@ def goals(b: Bench) -> list[tuple[str, str, dict[int, tuple[str, bool | None]]]]
                     key = "wall" if unit == "s" else "rss"
                     delta = _median(runs, key) - _median(base, key)
                     delta = delta if unit == "s" else delta / MiB
-                    by_version[v] = (f"{delta:+.2f} s" if unit == "s" else f"{delta:+.0f} MiB", delta <= limit)
+                    by_version[v] = (f"{delta:+.2f} s" if unit == "s" else f"{delta:+,.0f} MiB", delta <= limit)
                 rows.append((f"{op} of 1 MiB in {chunks:,} chunks vs empty, {what}", f"<= +{limit} {unit}", by_version))
     return rows
 
