@@ -164,7 +164,9 @@ def run_bench(b: Bench) -> None:
         r = b.results[v]
         target = s / "restored.img"
         r.restore = b.cli.restore(r.url, VOLUME, target, f"restore v{v}", cold=True)
+        started = time.monotonic()
         r.restore_ok = same_content(target, image)
+        log(f"compared the restored image with the volume in {time.monotonic() - started:.1f} s")
         target.unlink()
         if not r.restore_ok:
             b.failures.append(f"v{v}: the restore differs from the volume")
@@ -237,9 +239,9 @@ def docs_text(b: Bench, body: str, info: dict[str, str]) -> str:
     )
     return f"""## Extents: a CBT incremental of {n:,} scattered 4 KiB extents{reduced}
 
-`{args.command}`. A {b.capacity / GiB:g} GiB sparse volume image; a full backup of it while all holes (the
-parent), then one 4 KiB block of seeded random data at the start of each of its {n:,} {slot // KiB} KiB slots
-({mib(n * BLOCK, 0)} MiB of data; written in {b.write_s:.1f} s) and an incremental with `--extents` listing
+`{args.command}`. A {b.capacity / GiB:.1f} GiB ({n:,} x {slot // KiB} KiB) sparse volume image; a full
+backup of it while all holes (the parent), then one 4 KiB block of seeded random data at the start of each
+slot ({mib(n * BLOCK, 0)} MiB of data; written in {b.write_s:.1f} s) and an incremental with `--extents` listing
 exactly those blocks, into a version 1 and a version 2 repository, the page cache dropped before each.
 {restores}
 Goals (issue 12): >= {GOAL_EXTENTS_S:,} extents/s end to end, peak RSS < {GOAL_RSS_MIB} MiB.
