@@ -5,7 +5,7 @@ VENV := .venv
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint lock bench proto clean ui pools
+.PHONY: demo test lint lock bench bench-scaling proto clean ui pools
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -35,6 +35,13 @@ proto: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/engine_bench.py --write-docs
+
+# Repository format version 1 vs 2 at scale (issue 12): history, repository size, many extents.
+# Each script writes its section of docs/scaling-benchmarks.md; together they take several minutes.
+bench-scaling: $(STAMP)
+	$(VENV)/bin/python bench/history_bench.py --write-docs
+	$(VENV)/bin/python bench/scale_bench.py --chunks 500000,5000000 --write-docs
+	$(VENV)/bin/python bench/extents_bench.py --write-docs
 
 clean:
 	rm -rf $(VENV) .pytest_cache
