@@ -219,7 +219,10 @@ def _backup(
         total = capacity if extents is None else None
         attempts = other_attempts(repo.store, lease.what, lease.id) if repo.config.located else []
         engine = _Engine(repo, fd, mapw, options, stats, progress, total, scan_parent, garbage, lease.id, attempts)
-        map_ref = engine.run(reads)
+        try:
+            map_ref = engine.run(reads)
+        finally:
+            mapw.close()
         if extents is None:
             stats.changed_bytes = engine.scan_changed_bytes
     finally:
@@ -434,10 +437,8 @@ class _Engine:
         parts: list[bytes] = []
         uses: list[tuple[int, int, int]] = []  # (volume offset, length, offset in the gathered chunk)
         coff = 0
-        for off, length in reads:
-            if self.sparse and device.is_hole(self.fd, off, length):
-                pieces.append(Piece(off, length, None))
-                continue
+        device.prefetch(self.fd, reads)
+        for off, length in reads:  # small reads: reading costs what asking for a hole would
             data = device.pread_exact(self.fd, length, off)
             pos = 0
             for start, end in data_runs(data, self.options.min_hole):

@@ -12,8 +12,9 @@ read whole are set. So a known digest always describes what the new map restores
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from movers.repo import digests as dg
 from movers.repo import volmap
@@ -21,6 +22,9 @@ from movers.repo.manifest import MapRef
 from movers.repo.repository import Repository
 
 DigestUpdate = tuple[int, bytes]  # (absolute block index, digest)
+
+
+_PUT_THREADS = 2
 
 
 class MapWriter:
@@ -40,6 +44,8 @@ class MapWriter:
         self._cache: OrderedDict[int, tuple[list[volmap.Entry], bytes, volmap.Locations]] = OrderedDict()
         self.bytes_written = 0
         self.objects_written = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: deque[Future] = deque()
 
     def page_range(self, page_index: int) -> tuple[int, int]:
         start = page_index * self.page_size
@@ -113,12 +119,25 @@ class MapWriter:
         self.slots[page_index] = (page_id, len(entries))
 
     def _put(self, object_id: bytes, data: bytes) -> None:
-        written = self.repo.put_once(volmap.map_key(object_id), data)
+        """Upload a page on the writer's own threads (the caller goes on with the next page); ``finish`` waits."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(_PUT_THREADS, thread_name_prefix="map-put")
+        while len(self._pending) >= 2 * _PUT_THREADS:
+            self._count(self._pending.popleft().result())
+        self._pending.append(self._pool.submit(self.repo.put_once, volmap.map_key(object_id), data))
+
+    def _count(self, written: int) -> None:
         self.bytes_written += written
         self.objects_written += int(written > 0)
 
+    def close(self) -> None:
+        """Stop the upload threads (after ``finish``, or to abandon the map: pending uploads are cancelled)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
     def finish(self) -> MapRef:
-        """Write the directories and return the map reference for the manifest."""
+        """Write the directories and return the map reference for the manifest (after every page is uploaded)."""
         last = self.n_pages - 1
         if self._clip_last and self.slots[last] == self.parent_slots[last]:
             self.finish_page(last, [], [])
@@ -131,6 +150,8 @@ class MapWriter:
                 continue
             dir_id, data = volmap.encode_dir(group)
             self._put(dir_id, data)
+        while self._pending:
+            self._count(self._pending.popleft().result())
             dirs.append(dir_id.hex())
         return MapRef(self.page_size, fanout, dirs, sum(n for _, n in self.slots))
 
