@@ -940,3 +940,20 @@ def test_open_store_rejects_bad_urls(url):
     assert "\n" not in message
     assert "s3://BUCKET[/PREFIX]" in message and "file:///ABSOLUTE/PATH" in message and "memory://" in message
     assert "AKIADISTINCTIVE0KEY1" not in message
+
+
+def test_of_two_inits_that_both_found_no_repository_one_wins(tmp_path):
+    """``init`` creates the config with a create-only write: a store that says nothing exists (two inits that
+    checked at once) still lets only one of them create it."""
+    from movers.repo.config import RepoConfig
+    from movers.repo.repository import Repository
+
+    class Unseeing(LocalStore):
+        def exists(self, key: str) -> bool:
+            return False
+
+    store = Unseeing(tmp_path / "repo")
+    first = Repository.init(store, RepoConfig())
+    with pytest.raises(UsageError, match="already a cbt-mover repository"):
+        Repository.init(store, RepoConfig())
+    assert Repository.open(store).config.repo_id == first.config.repo_id

@@ -65,10 +65,9 @@ class Repository:
 
     @classmethod
     def init(cls, store: Store, config: RepoConfig | None = None) -> Repository:
-        if store.exists(CONFIG_KEY):
-            raise UsageError(f"{store.describe()} is already a cbt-mover repository")
         config = config or RepoConfig()
-        store.put(CONFIG_KEY, config.encode())
+        if not store.put_new(CONFIG_KEY, config.encode()):  # atomic: of two inits racing, one wins
+            raise UsageError(f"{store.describe()} is already a cbt-mover repository")
         return cls(store, config)
 
     @classmethod

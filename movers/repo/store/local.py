@@ -28,6 +28,16 @@ def _translate(err: OSError, key: str) -> Exception:
     return PermanentStoreError(f"local store error on {key}: {err.strerror}")
 
 
+def _sync_directory(path: Path) -> None:
+    """fsync a directory, so a name just linked or renamed into it survives a power loss (the contract says a
+    ``put`` that returned is durable)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class LocalStore:
     """Objects are files under ``root``. A write goes to a temporary file (``.tmp-*`` beside the
     object, fsynced) that ``put`` renames into place and ``put_new`` hard-links into place: the
@@ -68,6 +78,7 @@ class LocalStore:
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
+            _sync_directory(path.parent)
         except OSError as err:
             raise _translate(err, key) from None
 
@@ -90,6 +101,7 @@ class LocalStore:
         if self._hard_links:
             try:
                 os.link(tmp, path)
+                _sync_directory(path.parent)
                 return True
             except FileExistsError:
                 if path.is_dir():  # a key that is a prefix of other keys: as put would fail
@@ -103,6 +115,7 @@ class LocalStore:
         if path.is_file():
             return False
         os.replace(tmp, path)
+        _sync_directory(path.parent)
         return True
 
     def get(self, key: str) -> bytes:
