@@ -78,3 +78,13 @@ def prefect_api():
     with temporary_settings(quiet):
         with prefect_test_harness(server_startup_timeout=120):
             yield PREFECT_API_URL.value()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A ``file://`` repository made with ``cbt-mover init`` (its URL); a test module's own ``repo`` overrides it."""
+    from tests.test_cli import run
+
+    url = f"file://{tmp_path}/repo"
+    run("init", "--repo", url, check_rc=0)
+    return url

@@ -50,13 +50,6 @@ def assert_one_line_error(proc, rc, *fragments):
 
 
 @pytest.fixture
-def repo(tmp_path):
-    url = f"file://{tmp_path}/repo"
-    run("init", "--repo", url, check_rc=0)
-    return url
-
-
-@pytest.fixture
 def image(tmp_path):
     path = tmp_path / "vol.img"
     make_image(path, 16 * MiB, seed=4)

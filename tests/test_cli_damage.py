@@ -15,13 +15,6 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def repo(tmp_path):
-    url = f"file://{tmp_path}/repo"
-    run("init", "--repo", url, check_rc=0)
-    return url
-
-
-@pytest.fixture
 def image(tmp_path):
     path = tmp_path / "vol.img"
     make_image(path, 4 * MiB, seed=6, data_fraction=1.0)

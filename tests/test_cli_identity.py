@@ -15,13 +15,6 @@ from tests.volumes import make_image
 MiB = 1 << 20
 
 
-@pytest.fixture
-def repo(tmp_path):
-    url = f"file://{tmp_path}/repo"
-    run("init", "--repo", url, check_rc=0)
-    return url
-
-
 def test_backup_records_class_mode_and_tags_and_ls_shows_them(repo, tmp_path):
     image = tmp_path / "vol.img"
     make_image(image, 4 * MiB, seed=2)

@@ -19,13 +19,6 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def repo(tmp_path):
-    url = f"file://{tmp_path}/repo"
-    run("init", "--repo", url, check_rc=0)
-    return url
-
-
-@pytest.fixture
 def image(tmp_path):
     path = tmp_path / "vol.img"
     make_image(path, 4 * MiB, seed=5, data_fraction=1.0)
@@ -101,24 +94,20 @@ def _file_size_limit(limit: int):
 def test_restore_past_the_file_size_limit_is_a_usage_error(repo, image, tmp_path):
     run("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan", check_rc=0)
     target = tmp_path / "out.img"
-    proc = subprocess.run(
-        [*CLI, "restore", "--repo", repo, "--volume", "v", "--device", str(target)],
-        capture_output=True,
-        text=True,
-        preexec_fn=_file_size_limit(MiB),
-        timeout=120,
-    )
-    assert_one_line_error(proc, 2, str(target), "File too large")
+
+    def restore_limited() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*CLI, "restore", "--repo", repo, "--volume", "v", "--device", str(target)],
+            capture_output=True,
+            text=True,
+            preexec_fn=_file_size_limit(MiB),
+            timeout=120,
+        )
+
+    assert_one_line_error(restore_limited(), 2, str(target), "File too large")
     # an existing, large enough file: the limit is met while writing, not while sizing
     target.write_bytes(bytes(4 * MiB))
-    proc = subprocess.run(
-        [*CLI, "restore", "--repo", repo, "--volume", "v", "--device", str(target)],
-        capture_output=True,
-        text=True,
-        preexec_fn=_file_size_limit(MiB),
-        timeout=120,
-    )
-    assert_one_line_error(proc, 2, str(target), "File too large", "incomplete")
+    assert_one_line_error(restore_limited(), 2, str(target), "File too large", "incomplete")
     run("restore", "--repo", repo, "--volume", "v", "--device", target, check_rc=0)
     assert sha256_file(target) == sha256_file(image)
 

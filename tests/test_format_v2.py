@@ -36,13 +36,20 @@ def _restore(repo: Repository, volume: str, tmp_path) -> str:
     return sha256_file(target)
 
 
-def test_a_restore_reads_its_manifest_map_and_pack_ranges_and_nothing_else(tmp_path):
+def _volume_among_others(tmp_path):
+    """A repository holding three other volumes and a full backup of ``app/data``: the store, the repository and
+    the volume's image."""
     store = RecordingStore(MemoryStore())
     repo = Repository.init(store, CONFIG)
     _fill(repo, tmp_path, 3)
     image = tmp_path / "vol.img"
     make_image(image, 8 * MiB, seed=7)
     run_backup(repo, str(image), VolumeIdentity("app/data"))
+    return store, repo, image
+
+
+def test_a_restore_reads_its_manifest_map_and_pack_ranges_and_nothing_else(tmp_path):
+    store, repo, image = _volume_among_others(tmp_path)
     changed = write_blocks(image, [5 * MiB + 4096 * n * 7 for n in range(40)])
     run_backup(repo, str(image), VolumeIdentity("app/data"), extents=changed)
 
@@ -55,12 +62,7 @@ def test_a_restore_reads_its_manifest_map_and_pack_ranges_and_nothing_else(tmp_p
 
 
 def test_a_cbt_incremental_lists_and_reads_nothing_repository_wide(tmp_path):
-    store = RecordingStore(MemoryStore())
-    repo = Repository.init(store, CONFIG)
-    _fill(repo, tmp_path, 3)
-    image = tmp_path / "vol.img"
-    make_image(image, 8 * MiB, seed=7)
-    run_backup(repo, str(image), VolumeIdentity("app/data"))
+    store, repo, image = _volume_among_others(tmp_path)
     changed = write_blocks(image, [MiB + 4096 * n * 9 for n in range(30)])
 
     store.reset()
