@@ -150,9 +150,9 @@ class MapWriter:
                 continue
             dir_id, data = volmap.encode_dir(group)
             self._put(dir_id, data)
+            dirs.append(dir_id.hex())
         while self._pending:
             self._count(self._pending.popleft().result())
-            dirs.append(dir_id.hex())
         return MapRef(self.page_size, fanout, dirs, sum(n for _, n in self.slots))
 
 
