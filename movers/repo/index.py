@@ -19,8 +19,9 @@ from typing import NamedTuple
 
 import zstandard
 
-from movers.errors import IntegrityError
+from movers.errors import IntegrityError, ObjectNotFound, TransientStoreError
 from movers.repo.pack import PackEntry
+from movers.repo.store.base import Store
 
 MAGIC = b"CBTIDX\x01"
 INDEX_PREFIX = "index/"
@@ -94,6 +95,33 @@ def merge_packs(objects: Iterable[Iterable[tuple[bytes, list[PackEntry]]]]) -> d
             for e in entries:
                 known.setdefault(e.offset, e)
     return {pack_id: sorted(entries.values(), key=lambda e: e.offset) for pack_id, entries in merged.items()}
+
+
+def read_index_objects(
+    store: Store, prefix: str = INDEX_PREFIX, relists: int = 5
+) -> tuple[list[str], dict[bytes, list[PackEntry]]]:
+    """The keys of the index objects under ``prefix``, and pack id -> entries from them (``merge_packs``).
+
+    An index object that vanishes between the listing and its read was compacted by a prune, which writes its
+    new index *before* deleting the old ones: so ``prefix`` is listed again and the objects not read yet are
+    read (at most ``relists`` listings; then ``TransientStoreError``, exit 5).
+    """
+    decoded: dict[str, list[tuple[bytes, list[PackEntry]]]] = {}
+    for _ in range(relists):
+        keys = list(store.list(prefix))
+        still = set(keys)
+        decoded = {key: packs for key, packs in decoded.items() if key in still}
+        try:
+            for key in keys:
+                if key not in decoded:
+                    decoded[key] = list(decode_index(store.get(key), key))
+        except ObjectNotFound:
+            continue  # compacted meanwhile: the listing again has the new index
+        return keys, merge_packs(decoded[key] for key in keys)
+    raise TransientStoreError(
+        f"index objects under {prefix} of {store.describe()} kept vanishing while being read"
+        " (prunes compacting the index); retry"
+    )
 
 
 class EitherIndex:

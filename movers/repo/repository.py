@@ -19,17 +19,15 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, TransientStoreError, UsageError
+from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
 from movers.repo import pack, volmap
 from movers.repo.config import CONFIG_KEY, RepoConfig
 from movers.repo.index import (
-    INDEX_PREFIX,
     ChunkIndex,
     ChunkLocation,
-    decode_index,
     encode_index,
     encode_sharded_index,
-    merge_packs,
+    read_index_objects,
 )
 from movers.repo.manifest import BACKUP_PREFIX, Manifest, volume_from_key, volume_prefix
 from movers.repo.pack import PackEntry
@@ -37,8 +35,6 @@ from movers.repo.prunestate import garbage_keys
 from movers.repo.store.base import Store
 
 log = logging.getLogger(__name__)
-
-_INDEX_RELISTS = 5  # listings of index/ while prunes compact it under a reader
 
 
 class Locator(Protocol):
@@ -144,28 +140,9 @@ class Repository:
         return idx, unindexed
 
     def read_index_objects(self) -> tuple[list[str], dict[bytes, list[PackEntry]]]:
-        """The keys of the index objects, and pack id -> entries from them (``merge_packs``).
-
-        An index object that vanishes between the listing and its read was compacted by a prune, which
-        writes its new index *before* deleting the old ones: so ``index/`` is listed again and the objects
-        not read yet are read (at most ``_INDEX_RELISTS`` listings; then ``TransientStoreError``, exit 5).
-        """
-        decoded: dict[str, list[tuple[bytes, list[PackEntry]]]] = {}
-        for _ in range(_INDEX_RELISTS):
-            keys = list(self.store.list(INDEX_PREFIX))
-            still = set(keys)
-            decoded = {key: packs for key, packs in decoded.items() if key in still}
-            try:
-                for key in keys:
-                    if key not in decoded:
-                        decoded[key] = list(decode_index(self.store.get(key), key))
-            except ObjectNotFound:
-                continue  # compacted meanwhile: the listing again has the new index
-            return keys, merge_packs(decoded[key] for key in keys)
-        raise TransientStoreError(
-            f"index objects under {INDEX_PREFIX} of {self.describe()} kept vanishing while being read"
-            " (prunes compacting the index); retry"
-        )
+        """The keys of the index objects, and pack id -> entries from them (``movers.repo.index.read_index_objects``:
+        objects a concurrent prune compacts away are listed again)."""
+        return read_index_objects(self.store)
 
     def drop_cached_index(self) -> None:
         """Forget the cached chunk index (after packs were deleted); the next ``index()`` reloads it."""

@@ -13,12 +13,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection
 
-from movers.errors import ObjectNotFound
 from movers.repo import pack as packfmt
-from movers.repo.index import ChunkLocation, decode_index, shard_prefix
+from movers.repo.index import ChunkIndex, ChunkLocation, read_index_objects, shard_prefix
 from movers.repo.store.base import Store
-
-_ROUNDS = 3  # listings of a shard whose objects a concurrent prune keeps compacting (then: fewer dedup hits)
 
 
 class ShardedIndex:
@@ -27,9 +24,8 @@ class ShardedIndex:
     def __init__(self, store: Store, garbage: Collection[str]) -> None:
         self.store = store
         self.garbage = frozenset(garbage)
-        self._shards: dict[int, dict[bytes, ChunkLocation]] = {}
+        self._shards: dict[int, ChunkIndex] = {}
         self._lock = threading.Lock()
-        self.objects_read = 0
 
     def __contains__(self, cid: bytes) -> bool:
         return cid in self._shard(cid[0])
@@ -37,10 +33,7 @@ class ShardedIndex:
     def get(self, cid: bytes) -> ChunkLocation | None:
         return self._shard(cid[0]).get(cid)
 
-    def __len__(self) -> int:
-        return sum(len(shard) for shard in self._shards.values())
-
-    def _shard(self, shard: int) -> dict[bytes, ChunkLocation]:
+    def _shard(self, shard: int) -> ChunkIndex:
         loaded = self._shards.get(shard)
         if loaded is not None:
             return loaded
@@ -49,27 +42,10 @@ class ShardedIndex:
                 self._shards[shard] = self._load(shard)
             return self._shards[shard]
 
-    def _load(self, shard: int) -> dict[bytes, ChunkLocation]:
-        chunks: dict[bytes, ChunkLocation] = {}
-        done: set[str] = set()
-        for _round in range(_ROUNDS):
-            vanished = False
-            for key in self.store.list(shard_prefix(shard)):
-                if key in done:
-                    continue
-                try:
-                    data = self.store.get(key)
-                except ObjectNotFound:  # a prune compacted it after writing the new object: list again
-                    vanished = True
-                    continue
-                done.add(key)
-                self.objects_read += 1
-                for pack_id, entries in decode_index(data, key):
-                    if packfmt.pack_key(pack_id) in self.garbage:
-                        continue
-                    for e in entries:
-                        location = ChunkLocation(pack_id, e.offset, e.stored_len, e.raw_len, e.flags)
-                        chunks.setdefault(e.chunk_id, location)
-            if not vanished:
-                break
-        return chunks
+    def _load(self, shard: int) -> ChunkIndex:
+        _keys, packs = read_index_objects(self.store, shard_prefix(shard))
+        index = ChunkIndex()
+        for pack_id, entries in packs.items():
+            if packfmt.pack_key(pack_id) not in self.garbage:
+                index.add_pack(pack_id, entries)
+        return index
