@@ -217,8 +217,7 @@ def _backup(
         mapw = MapWriter(repo, capacity, parent_slots)
         scan_parent = extents is None and parent is not None
         total = capacity if extents is None else None
-        attempts = other_attempts(repo.store, lease.what, lease.id) if repo.config.located else []
-        engine = _Engine(repo, fd, mapw, options, stats, progress, total, scan_parent, garbage, lease.id, attempts)
+        engine = _Engine(repo, fd, mapw, options, stats, progress, total, scan_parent, garbage, lease)
         try:
             map_ref = engine.run(reads)
         finally:
@@ -297,8 +296,7 @@ class _Engine:
         total,
         scan_parent: bool,
         garbage: set[str],
-        lease_id: str | None = None,
-        attempts: Sequence[str] = (),
+        lease: Lease,
     ) -> None:
         self.repo = repo
         self.fd = fd
@@ -318,12 +316,12 @@ class _Engine:
         # parent reads the shards of the chunk index its chunks fall in. All reuse what earlier attempts of the
         # same backup uploaded (their packs are named after their lease).
         self.located = repo.config.located
-        self.pack_prefix = bytes.fromhex(lease_id) if lease_id else b""
+        self.pack_prefix = bytes.fromhex(lease.id)
         if not self.located:
             self.index, self.recovered = repo.backup_index(garbage)
         else:
             base = ChunkIndex() if mapw.has_parent else ShardedIndex(repo.store, garbage)
-            self.recovered = _packs_of_attempts(repo, attempts, garbage)
+            self.recovered = _packs_of_attempts(repo, other_attempts(repo.store, lease.what, lease.id), garbage)
             found = ChunkIndex()
             for pack_id, entries in self.recovered.items():
                 found.add_pack(pack_id, entries)
@@ -491,41 +489,38 @@ class _Engine:
         stats = self.stats
         stats.read_bytes += length
         self.scan_changed_bytes += sum(e - s for s, e in covered)
-        new = False  # whether the current gathered chunk was stored by this backup
+        new = False  # whether the current chunk was stored by this backup (later pieces of a gathered chunk share it)
         for voff, plen, cid, stored, flags, coff, raw_len in pieces:
             if cid is None:
                 stats.zero_bytes += plen
                 continue
             self.entries.append((voff, plen, cid, coff))
-            if raw_len < 0:  # a later piece of a gathered chunk: stored or found with its first piece
+            if raw_len >= 0:  # not a later piece of a gathered chunk, whose first piece stored or found it
+                new = cid not in self.index and cid not in self.session
                 if new:
-                    stats.new_chunk_bytes += plen
-                else:
-                    stats.dedup_bytes += plen
-                if self.located:
-                    self.locations[cid] = self.session.get(cid) or self.index.get(cid)
-                continue
-            new = False
-            if cid in self.index or cid in self.session:
-                stats.dedup_bytes += plen
-                if self.located:
-                    self.locations[cid] = self.session.get(cid) or self.index.get(cid)
-                continue
-            new = True
-            entry = self.builder.add(cid, stored, raw_len or plen, flags)
-            if self.located:
-                location = ChunkLocation(self.builder.pack_id, entry.offset, entry.stored_len, entry.raw_len, flags)
-                self.session[cid] = self.locations[cid] = location
+                    self._store(cid, stored, raw_len or plen, flags, uploader)
+            if new:
+                stats.new_chunk_bytes += plen
             else:
-                self.session[cid] = None
-            stats.new_chunk_bytes += plen
-            stats.new_chunks += 1
-            if self.builder.size >= self.repo.config.pack_target:
-                uploader.submit(self.builder)
-                self.builder = self._new_builder()
+                stats.dedup_bytes += plen
+            if self.located:
+                self.locations[cid] = self.session.get(cid) or self.index.get(cid)
         if self.progress:
             self.progress(stats.read_bytes, self.total)
         return length
+
+    def _store(self, cid: bytes, stored: bytes, raw_len: int, flags: int, uploader: _Uploader) -> None:
+        """Pack a new chunk (uploading the pack when full) and remember where it is."""
+        entry = self.builder.add(cid, stored, raw_len, flags)
+        self.session[cid] = (
+            ChunkLocation(self.builder.pack_id, entry.offset, entry.stored_len, entry.raw_len, flags)
+            if self.located
+            else None
+        )
+        self.stats.new_chunks += 1
+        if self.builder.size >= self.repo.config.pack_target:
+            uploader.submit(self.builder)
+            self.builder = self._new_builder()
 
     def _new_builder(self) -> packfmt.PackBuilder:
         if not self.located:
