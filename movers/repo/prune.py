@@ -383,11 +383,16 @@ def _prune(
             redundant.add(key)
         return False
 
-    # One copy of each referenced chunk stays: the one in its home pack, chosen among packs the previous state
-    # does not list (backups dedup against those and readers prefer them, see Repository.index).
+    # Version 1: one copy of each referenced chunk stays, the one in its home pack, chosen among packs the previous
+    # state does not list (backups dedup against those and readers prefer them, see Repository.index). A located
+    # repository keeps the copies its pages name (``pinned``) and needs no homes.
     listed = previous.garbage
     readable = {pid: key for pid, key in present.items() if key not in report.unreadable_packs}
-    home = choose_homes({pid: entries_of[pid] for pid, key in readable.items() if key not in listed}, chunks)
+    home = (
+        {}
+        if repo.config.located
+        else choose_homes({pid: entries_of[pid] for pid, key in readable.items() if key not in listed}, chunks)
+    )
     homes = set(home.values())
     doomed_packs: list[str] = []
     doomed_ids: dict[str, bytes] = {}
