@@ -2,10 +2,11 @@
 
 Contract:
 
-* ``fail(method, error, times=1, key_prefix="")`` queues a fault: the next ``times`` calls of
+* ``fail(method, error, times=1, key_prefix="", after=0)`` queues a fault: the next ``times`` calls of
   ``method`` whose key (for ``list``: the prefix argument) starts with ``key_prefix`` raise
   ``error`` instead of reaching the inner store. ``error`` is an exception instance or class
-  (a class is instantiated with a message naming the call). Faults fire in the order queued.
+  (a class is instantiated with a message naming the call). Faults fire in the order queued;
+  ``after=n`` lets the first ``n`` matching calls through.
 * ``fail_while(active, error)``: every call of any method raises ``error`` while ``active()``
   returns True (an outage whose length the test controls, e.g. with a fake clock).
 * ``crash_after_puts(n, prefix="")`` lets ``n`` more writes (calls of ``put`` or ``put_new``) of
@@ -45,6 +46,11 @@ class _Fault:
     remaining: int
     key_prefix: str
     after: int = 0  # matching calls let through first
+
+
+def _instance(error: BaseException | type[BaseException], message: str) -> BaseException:
+    """``error`` itself, or an instance of it with ``message`` when it is a class."""
+    return error(message) if isinstance(error, type) else error
 
 
 class FaultyStore:
@@ -106,7 +112,7 @@ class FaultyStore:
                 raise SimulatedCrash(f"store is crashed ({method} {key})")
             for active, error in self._outages:
                 if active():
-                    raise error(f"injected outage in {method}({key!r})") if isinstance(error, type) else error
+                    raise _instance(error, f"injected outage in {method}({key!r})")
             for fault in self._faults:
                 matches = fault.method == method or (write and fault.method == "put")
                 if matches and key.startswith(fault.key_prefix) and fault.after > 0:
@@ -115,10 +121,7 @@ class FaultyStore:
                     fault.remaining -= 1
                     if fault.remaining <= 0:
                         self._faults.remove(fault)
-                    error = fault.error
-                    if isinstance(error, type):
-                        error = error(f"injected fault in {method}({key!r})")
-                    raise error
+                    raise _instance(fault.error, f"injected fault in {method}({key!r})")
             if write and self._crash is not None and key.startswith(self._crash[1]):
                 left, prefix = self._crash
                 if left <= 0:
