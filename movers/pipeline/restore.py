@@ -45,11 +45,8 @@ def _open_target(path: str, capacity: int) -> tuple[int, bool]:
         if size < capacity:
             os.close(fd)
             raise UsageError(f"target device {path} has {size} bytes, smaller than the backup ({capacity} bytes)")
-    elif stat.S_ISREG(st.st_mode):
+    else:  # a regular file: open_device refuses anything else
         device.resize(fd, capacity)
-    else:
-        os.close(fd)
-        raise UsageError(f"restore target {path} is neither a block device nor a regular file")
     return fd, False
 
 
