@@ -18,6 +18,7 @@ from movers.errors import DamagedData, IntegrityError, ObjectNotFound
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import decode_chunk
+from movers.repo.forwarding import MAX_HOPS, Forwarder
 from movers.repo.index import ChunkLocation
 from movers.repo.manifest import Manifest
 from movers.repo.repository import Locator, Repository
@@ -83,6 +84,7 @@ class MapReader:
         self.max_inflight = max_inflight
         self.fetched_bytes = 0
         self.chunks_verified = 0
+        self.forwarder = Forwarder(repo.store)
         self._lock = threading.Lock()
 
     def run(
@@ -128,11 +130,17 @@ class MapReader:
             fut.result()
         return freed
 
-    def _fetch(self, manifest: Manifest, plan: ReadPlan, sink: ChunkSink) -> None:
+    def _fetch(self, manifest: Manifest, plan: ReadPlan, sink: ChunkSink, hops: int = 0) -> None:
         key = packfmt.pack_key(plan.pack_id)
         try:
             data = self.repo.store.get_range(key, plan.offset, plan.length)
         except ObjectNotFound:
+            moved = self.forwarder.table(plan.pack_id) if hops < MAX_HOPS else {}
+            if all(cid in moved for cid, _loc, _uses in plan.chunks):  # repacked by a prune: follow it
+                uses = [u for _cid, _loc, chunk_uses in plan.chunks for u in chunk_uses]
+                for forwarded in plan_page(uses, moved):
+                    self._fetch(manifest, forwarded, sink, hops + 1)
+                return
             voff, length = min((u[0], u[1]) for _cid, _loc, uses in plan.chunks for u in uses)
             raise DamagedData(
                 f"volume {manifest.volume.id} backup {manifest.backup_id}: data at volume offset {voff}"

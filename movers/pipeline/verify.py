@@ -45,6 +45,7 @@ from movers.pipeline.reader import MapReader
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import decode_chunk
+from movers.repo.forwarding import Forwarding, load_forwarding
 from movers.repo.index import ChunkLocation
 from movers.repo.manifest import Manifest, shown_volume_id
 from movers.repo.repository import BackupRef, Locator, Repository
@@ -234,6 +235,10 @@ def run_verify_sampled(
     index: dict[bytes, ChunkLocation] = {}  # where restores read each chunk (a page names it)
     first_use = _check_maps(repo, refs, index, report, progress)
     present = {packfmt.pack_id_from_key(key) for key in repo.store.list(packfmt.PACK_PREFIX)}
+    forwarding = load_forwarding(repo.store) if repo.config.located else Forwarding()
+    for cid, location in index.items():  # where a prune's repacking moved them
+        moved, _via = forwarding.locate(cid, location.pack_id, present)
+        index[cid] = location if moved is None else moved
     for cid in [cid for cid, location in index.items() if location.pack_id not in present]:
         ref, offset, length = first_use.pop(cid)
         key = packfmt.pack_key(index.pop(cid).pack_id)

@@ -116,6 +116,7 @@ from datetime import UTC, datetime
 
 from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
 from movers.repo import pack, volmap
+from movers.repo.forwarding import Forwarding, load_forwarding, old_pack_of, resolve
 from movers.repo.index import encode_index, encode_sharded_index
 from movers.repo.leases import (
     EXPIRED_AFTER_S,
@@ -129,6 +130,7 @@ from movers.repo.leases import (
 from movers.repo.pack import PackEntry
 from movers.repo.prunelock import LOCK_PREFIX, PruneLock
 from movers.repo.prunestate import STATE_PREFIX, PruneState, encode_state, read_state
+from movers.repo.repack import DEAD_FRACTION, repack
 from movers.repo.repository import Repository
 
 _LEASES = (LEASE_PREFIX, LOCK_PREFIX)
@@ -164,6 +166,10 @@ class PruneReport:
     packs_deferred: int = 0  # due for deletion, kept: a backup it waited for uses them, or still runs
     map_objects_deferred: int = 0
     leases_deleted: int = 0  # lease and prune lock objects of holders gone for 2x their TTL, or superseded
+    packs_repacked: int = 0  # version 2: partly used packs whose live chunks were copied to new packs
+    bytes_repacked: int = 0  # the stored bytes copied
+    forwarding_objects_deleted: int = 0  # version 2: ``moved/`` objects of packs no page names any more
+    forwarding_objects_in_grace: int = 0
     duration_s: float = 0.0
 
     def to_dict(self) -> dict:
@@ -366,6 +372,8 @@ def _prune(
     pinned: dict[bytes, set[bytes]] = {}
     chunks, maps, marked = _mark(repo, report, progress, frozenset(assume_forgotten), pinned=pinned)
     report.chunks_referenced = len(chunks)
+    forwarding = load_forwarding(store) if repo.config.located else Forwarding()
+    pinned, forwarded = resolve(pinned, present, forwarding)  # where the chunks pages name can be read now
 
     kept: dict[str, float | None] = {}  # None: first seen now (stamped when the state is written)
     redundant: set[str] = set()  # kept packs whose referenced chunks all have a copy elsewhere that stays
@@ -396,6 +404,7 @@ def _prune(
     homes = set(home.values())
     doomed_packs: list[str] = []
     doomed_ids: dict[str, bytes] = {}
+    thin: dict[bytes, list[PackEntry]] = {}  # kept packs to repack: their live entries
     sizes: dict[str, int] = {}
     surviving: dict[bytes, list[PackEntry]] = {}
     report.packs_total = len(present)
@@ -405,6 +414,8 @@ def _prune(
             live = pinned.get(pid, set())
             keep, referenced = bool(live), []
             dead = sum(e.stored_len for e in entries if e.chunk_id not in live)
+            if keep and key not in listed and dead >= DEAD_FRACTION * sum(e.stored_len for e in entries):
+                thin[pid] = [e for e in entries if e.chunk_id in live]
         else:
             referenced = [e for e in entries if e.chunk_id in chunks]
             keep = pid in homes or any(e.chunk_id not in home for e in referenced)  # holds a copy that must stay
@@ -442,8 +453,19 @@ def _prune(
         else:
             report.map_objects_in_grace += 1
     report.map_objects_deleted = len(doomed_maps)
+    doomed_moved: list[str] = []
+    for old, keys in forwarding.keys.items():
+        if old not in forwarded:
+            for key in keys:
+                if expired(key):
+                    doomed_moved.append(key)
+                else:
+                    report.forwarding_objects_in_grace += 1
+    report.forwarding_objects_deleted = len(doomed_moved)
+    report.packs_repacked = len(thin)
+    report.bytes_repacked = sum(e.stored_len for live in thin.values() for e in live)
 
-    rewrite = bool(doomed_packs) or len(index_keys) > 1 or bool(unindexed) or stale_index
+    rewrite = bool(doomed_packs or thin) or len(index_keys) > 1 or bool(unindexed) or stale_index
     if rewrite:
         report.index_objects_written = int(bool(surviving))
         report.index_objects_deleted = len(index_keys)
@@ -454,32 +476,52 @@ def _prune(
     sweep = getattr(store, "sweep_temporaries", None)  # file:// stores: temporary files of killed writers
     if sweep is not None:
         sweep()
+    if thin:  # copy, then forward; each old pack is then unreferenced and goes the way of any other
+        repacked = repack(repo, thin, alive)
+        surviving.update(repacked.new_packs)
+        report.packs_repacked = len(repacked.moved)
+        report.bytes_repacked = repacked.bytes_copied
+        for old, (key, table) in repacked.moved.items():
+            forwarding.add(old, key, table)
+            old_key = present[old]
+            if expired(old_key):
+                doomed_packs.append(old_key)
+                doomed_ids[old_key] = old
+                sizes[old_key] = store.size(old_key)
+                report.packs_deleted += 1
+                report.bytes_deleted += sizes[old_key]
+            else:
+                report.packs_in_grace += 1
+                report.bytes_in_grace += store.size(old_key)
 
     # 1. the new state first: the first-seen times of what we keep must survive any crash below,
     # and backups must see what we are about to delete before we delete anything
     state_key = None
-    if kept or doomed_packs or doomed_maps or state_keys:
+    if kept or doomed_packs or doomed_maps or doomed_moved or state_keys:
         stamp = clock()
         first = {key: stamp if seen is None else seen for key, seen in kept.items()}
-        state_key, data = encode_state(stamp, first, doomed_packs + doomed_maps, sorted(redundant))
+        state_key, data = encode_state(stamp, first, doomed_packs + doomed_maps + doomed_moved, sorted(redundant))
         alive()
         store.put(state_key, data)
-    if doomed_packs or doomed_maps:
+    if doomed_packs or doomed_maps or doomed_moved:
         # a backup that may have read an older state can use what we are about to delete: wait for the
         # backups running now, then mark what they committed; still running after the wait: delete nothing
-        doomed = doomed_packs + doomed_maps
+        doomed = doomed_packs + doomed_maps + doomed_moved
         new_chunks: set[bytes] = set()
         new_maps: set[bytes] = set()
         new_pinned: dict[bytes, set[bytes]] = {}
         waited = _wait_for_backups(store, doomed, previous, backup_wait_s, lease_ttl_s, report)
         if waited and report.backups_waited_for:  # what the backups we waited for committed stays
             _mark(repo, report, None, marked | set(assume_forgotten), new_chunks, new_maps, new_pinned)
+        new_live, new_forwarded = resolve(new_pinned, set(present) | set(surviving), forwarding)
 
         def needed(key: str) -> bool:
             if not waited:
                 return True
+            if key in doomed_moved:
+                return old_pack_of(key) in new_forwarded
             if key in doomed_ids and repo.config.located:
-                return doomed_ids[key] in new_pinned
+                return doomed_ids[key] in new_live
             if key in doomed_ids:  # a chunk committed meanwhile with no copy that stays
                 return any(e.chunk_id in new_chunks and e.chunk_id not in home for e in entries_of[doomed_ids[key]])
             return _map_id(key) in new_maps
@@ -494,6 +536,8 @@ def _prune(
         doomed_maps = [k for k in doomed_maps if k not in kept_maps]
         report.map_objects_deferred = len(kept_maps)
         report.map_objects_deleted = len(doomed_maps)
+        doomed_moved = [k for k in doomed_moved if not needed(k)]
+        report.forwarding_objects_deleted = len(doomed_moved)
         rewrite = rewrite or bool(report.packs_deferred)
 
     def delete(key: str) -> None:
@@ -519,7 +563,7 @@ def _prune(
     # 4. packs no index lists any more, 5. map objects, 6. older prune states
     for key in doomed_packs:
         delete(key)
-    for key in doomed_maps:
+    for key in doomed_maps + doomed_moved:
         delete(key)
     for key in state_keys:
         if key != state_key:
