@@ -197,6 +197,7 @@ def _maintain(
                 "bytes_deleted",
                 "packs_in_grace",
                 "dead_bytes",
+                "packs_repacked",
                 "duration_s",
             )
         },

@@ -689,6 +689,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     text = (
         f"{verb} {r.packs_deleted} pack(s) ({_mib(r.bytes_deleted)}) and {r.map_objects_deleted} map object(s);"
         f" kept {r.packs_kept} pack(s), {r.packs_partly_used} partly used ({_mib(r.dead_bytes)} dead);"
+        f" {'would repack' if r.dry_run else 'repacked'} {r.packs_repacked} ({_mib(r.bytes_repacked)} copied);"
         f" {r.packs_in_grace} unreferenced pack(s) in grace ({_mib(r.bytes_in_grace)});"
         f" index objects: {r.index_objects_deleted} replaced by {r.index_objects_written}; {r.duration_s:.1f}s"
     )

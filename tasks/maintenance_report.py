@@ -76,6 +76,7 @@ def prune_rows(report: dict[str, Any]) -> list[dict[str, str]]:
             f" {report['map_objects_in_grace']} map objects",
             "kept": f"{report['packs_kept']} packs ({size(report['kept_chunk_bytes'])})",
             "dead bytes": f"{size(report['dead_bytes'])} in {report['packs_partly_used']} partly used packs",
+            "repacked": f"{report['packs_repacked']} packs ({size(report['bytes_repacked'])} copied)",
             "index objects": f"{report['index_objects_deleted']} replaced by {report['index_objects_written']}",
             "backups marked": str(report["backups_marked"]),
             "duration": f"{report['duration_s']:.1f} s",

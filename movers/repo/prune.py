@@ -14,7 +14,9 @@ two prunes of one repository must not run at the same time: each holds the repos
    copy stays (``choose_homes``), chosen among the packs the previous state does not list (backups
    dedup against those, readers prefer them). A pack that is home to a chunk, or holds a referenced
    chunk no unlisted pack has, is kept; its other chunks (unreferenced, or copies whose home is
-   elsewhere) are reported as ``dead_bytes`` (repacking partly used packs is out of scope). A pack
+   elsewhere) are reported as ``dead_bytes``; in version 2 a pack at least ``repack.DEAD_FRACTION`` dead is
+   repacked (``movers.repo.repack``: its live chunks copied to new packs, a forwarding object written, and
+   the old pack is then unreferenced like any other; forwarding objects no page needs are freed likewise). A pack
    whose referenced chunks all live elsewhere is *a pack of duplicate copies* (two backups that
    re-uploaded the same listed chunks at once leave such packs); a pack with no referenced chunk,
    and a map object nobody references, is *unreferenced*. Memory: one more dict entry per
