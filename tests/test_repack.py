@@ -172,3 +172,31 @@ def _thin_packs(repo):
         if named and sum(e.stored_len for e in named) * 2 <= sum(e.stored_len for e in entries):
             out[pid] = named
     return out
+
+
+def test_prune_repacks_over_s3_and_the_cli_restore_follows(s3_bucket, tmp_path):
+    """Default settings (4 MiB chunks, 16 MiB packs): a 32 MiB volume in two packs of four chunks; six chunks
+    overwritten and the full forgotten leave the second pack half dead."""
+    import json
+
+    from tests.test_cli import run
+
+    endpoint, bucket = s3_bucket
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+    env["AWS_ENDPOINT_URL"] = endpoint
+    url = f"s3://{bucket}/repo"
+    run("init", "--repo", url, env=env, check_rc=0)
+    image = _image(tmp_path, 32 * MiB)
+    run("backup", "--repo", url, "--volume", VOLUME.id, "--device", image, "--scan", env=env, check_rc=0)
+    changed = write_blocks(image, range(0, 24 * MiB, 64 * KiB), seed=8, length=64 * KiB)
+    extents = tmp_path / "extents.jsonl"
+    extents.write_text("".join(json.dumps({"offset": o, "length": n}) + "\n" for o, n in changed))
+    run("backup", "--repo", url, "--volume", VOLUME.id, "--device", image, "--extents", extents, env=env, check_rc=0)
+    run("forget", "--repo", url, "--keep-last", "1", env=env, check_rc=0)
+
+    text = run("prune", "--repo", url, "--grace", "0", env=env, check_rc=0).stdout
+    assert "repacked 1 (8.0 MiB copied)" in text, text
+    out = tmp_path / "out.img"
+    run("restore", "--repo", url, "--volume", VOLUME.id, "--device", out, env=env, check_rc=0)
+    assert sha256_file(out) == sha256_file(image)
+    assert json.loads(run("verify", "--repo", url, "--json", env=env, check_rc=0).stdout)["ok"]
