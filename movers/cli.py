@@ -200,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="before deleting, wait this long for backups that may use what it deletes (default 1h); still"
         " running then: delete nothing this time",
     )
+    p.add_argument(
+        "--repack-max",
+        default="4Gi",
+        help="copy at most this much live data out of partly used packs (version 2 repositories; e.g. 500Mi,"
+        " 10Gi; 0: no repacking; default 4Gi)",
+    )
     p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
     return parser
 
@@ -654,6 +660,18 @@ def _duration(text: str, option: str = "--grace") -> float:
     return seconds
 
 
+def _size(text: str, option: str = "--repack-max") -> int:
+    from movers.quantities import quantity_bytes
+
+    try:
+        size = quantity_bytes(text)
+    except ValueError:
+        raise UsageError(f"{option} must be a size such as 500Mi, 10Gi or 0, not {text!r}") from None
+    if size < 0:
+        raise UsageError(f"{option} must not be negative")
+    return size
+
+
 def cmd_forget(args: argparse.Namespace) -> int:
     from movers.repo.manifest import shown_volume_id
     from movers.repo.retention import forget
@@ -684,7 +702,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
     grace, wait = _duration(args.grace), _duration(args.wait_backups, "--wait-backups")
     repo = _open_repo(args)
-    r = prune(repo, grace_s=grace, dry_run=args.dry_run, backup_wait_s=wait)
+    r = prune(repo, grace_s=grace, dry_run=args.dry_run, backup_wait_s=wait, repack_max_bytes=_size(args.repack_max))
     verb = "would delete" if r.dry_run else "deleted"
     text = (
         f"{verb} {r.packs_deleted} pack(s) ({_mib(r.bytes_deleted)}) and {r.map_objects_deleted} map object(s);"

@@ -200,3 +200,21 @@ def test_prune_repacks_over_s3_and_the_cli_restore_follows(s3_bucket, tmp_path):
     run("restore", "--repo", url, "--volume", VOLUME.id, "--device", out, env=env, check_rc=0)
     assert sha256_file(out) == sha256_file(image)
     assert json.loads(run("verify", "--repo", url, "--json", env=env, check_rc=0).stdout)["ok"]
+
+
+def test_the_emptiest_packs_are_repacked_first_within_the_bound(tmp_path):
+    store, repo, image = _thin_repository(tmp_path)
+    assert prune(Repository.open(store), grace_s=0, lease_ttl_s=0, dry_run=True, repack_max_bytes=0).packs_repacked == 0
+    at_bound = prune(Repository.open(store), grace_s=0, lease_ttl_s=0, dry_run=True, repack_max_bytes=768 * KiB)
+    assert at_bound.packs_repacked == 1
+    below = prune(Repository.open(store), grace_s=0, lease_ttl_s=0, dry_run=True, repack_max_bytes=768 * KiB - 1)
+    assert below.packs_repacked == 0
+
+
+def test_the_cli_refuses_a_bad_repack_bound(tmp_path):
+    from tests.test_cli import assert_one_line_error, run
+
+    url = f"file://{tmp_path}/repo"
+    run("init", "--repo", url, check_rc=0)
+    for bad in ("lots", "-1Gi"):
+        assert_one_line_error(run("prune", "--repo", url, f"--repack-max={bad}"), 2, "--repack-max")

@@ -118,6 +118,7 @@ from datetime import UTC, datetime
 
 from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
 from movers.repo import pack, volmap
+from movers.repo import repack as repacking
 from movers.repo.forwarding import Forwarding, load_forwarding, old_pack_of, resolve
 from movers.repo.index import encode_index, encode_sharded_index
 from movers.repo.leases import (
@@ -132,7 +133,6 @@ from movers.repo.leases import (
 from movers.repo.pack import PackEntry
 from movers.repo.prunelock import LOCK_PREFIX, PruneLock
 from movers.repo.prunestate import STATE_PREFIX, PruneState, encode_state, read_state
-from movers.repo.repack import DEAD_FRACTION, repack
 from movers.repo.repository import Repository
 
 _LEASES = (LEASE_PREFIX, LOCK_PREFIX)
@@ -311,6 +311,7 @@ def prune(
     backup_wait_s: float = 3600.0,
     lease_ttl_s: float = TTL_S,
     lock_wait_s: float = 0.0,
+    repack_max_bytes: int = repacking.MAX_BYTES,
 ) -> PruneReport:
     """Delete what no backup references (after ``grace_s``) and rewrite the index; see the module doc.
 
@@ -321,6 +322,8 @@ def prune(
     plus this prune would free. ``backup_wait_s``: how long to wait for backups running when it is about to
     delete (``movers.repo.leases``); still running after that, it deletes nothing this time. ``lease_ttl_s``: a
     lease not refreshed for that long (real time) is a crashed backup's (tests of crashes set 0).
+    ``repack_max_bytes``: at most this many live bytes are copied out of partly used packs (version 2,
+    ``movers.repo.repack``; 0: no repacking).
 
     A prune that writes holds the repository's prune lock (``movers.repo.prunelock``) from before it reads
     anything to its end: ``PruneLockedError`` (exit code 5, nothing done) when another prune still holds it
@@ -328,7 +331,17 @@ def prune(
     """
     if assume_forgotten and not dry_run:
         raise UsageError("assume_forgotten is for dry runs: forget the backups, then prune")
-    args = (repo, grace_s, dry_run, _clock(now), progress, assume_forgotten, backup_wait_s, lease_ttl_s)
+    args = (
+        repo,
+        grace_s,
+        dry_run,
+        _clock(now),
+        progress,
+        assume_forgotten,
+        backup_wait_s,
+        lease_ttl_s,
+        repack_max_bytes,
+    )
     if dry_run:
         return _prune(*args, alive=lambda: None)
     with PruneLock(repo.store, wait_s=lock_wait_s) as lock:
@@ -344,6 +357,7 @@ def _prune(
     assume_forgotten: Collection[str],
     backup_wait_s: float,
     lease_ttl_s: float,
+    repack_max_bytes: int,
     alive: Callable[[], None],
 ) -> PruneReport:
     """``prune`` under the lock; ``alive()`` raises when the lock may have been lost (called before each write)."""
@@ -406,7 +420,7 @@ def _prune(
     homes = set(home.values())
     doomed_packs: list[str] = []
     doomed_ids: dict[str, bytes] = {}
-    thin: dict[bytes, list[PackEntry]] = {}  # kept packs to repack: their live entries
+    partly_used: dict[bytes, tuple[list[PackEntry], int]] = {}  # kept packs: live entries, stored bytes
     sizes: dict[str, int] = {}
     surviving: dict[bytes, list[PackEntry]] = {}
     report.packs_total = len(present)
@@ -416,8 +430,8 @@ def _prune(
             live = pinned.get(pid, set())
             keep, referenced = bool(live), []
             dead = sum(e.stored_len for e in entries if e.chunk_id not in live)
-            if keep and key not in listed and dead >= DEAD_FRACTION * sum(e.stored_len for e in entries):
-                thin[pid] = [e for e in entries if e.chunk_id in live]
+            if keep and dead and key not in listed:
+                partly_used[pid] = ([e for e in entries if e.chunk_id in live], sum(e.stored_len for e in entries))
         else:
             referenced = [e for e in entries if e.chunk_id in chunks]
             keep = pid in homes or any(e.chunk_id not in home for e in referenced)  # holds a copy that must stay
@@ -464,6 +478,7 @@ def _prune(
                 else:
                     report.forwarding_objects_in_grace += 1
     report.forwarding_objects_deleted = len(doomed_moved)
+    thin = repacking.choose(partly_used, repack_max_bytes)  # kept packs to repack: their live entries
     report.packs_repacked = len(thin)
     report.bytes_repacked = sum(e.stored_len for live in thin.values() for e in live)
 
@@ -479,7 +494,7 @@ def _prune(
     if sweep is not None:
         sweep()
     if thin:  # copy, then forward; each old pack is then unreferenced and goes the way of any other
-        repacked = repack(repo, thin, alive)
+        repacked = repacking.repack(repo, thin, alive)
         surviving.update(repacked.new_packs)
         report.packs_repacked = len(repacked.moved)
         report.bytes_repacked = repacked.bytes_copied

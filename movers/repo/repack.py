@@ -27,9 +27,28 @@ from movers.repo.pack import PackBuilder, PackEntry
 from movers.repo.repository import Repository
 
 DEAD_FRACTION = 0.5  # a kept pack with at least this share of its stored bytes dead is repacked
+MAX_BYTES = 4 << 30  # default bound of the bytes one prune copies
 _MAX_GAP = 1 << 20  # live chunks of a pack closer than this are read in one ranged GET
 
 log = logging.getLogger(__name__)
+
+
+def choose(candidates: Mapping[bytes, tuple[list[PackEntry], int]], max_bytes: int) -> dict[bytes, list[PackEntry]]:
+    """Of the partly used packs (pack id -> (live entries, stored bytes of the pack)), those at least
+    ``DEAD_FRACTION`` dead, emptiest first, while the live bytes to copy stay within ``max_bytes``."""
+    ranked = []
+    for pid, (live, total) in candidates.items():
+        copy = sum(e.stored_len for e in live)
+        if total and total - copy >= DEAD_FRACTION * total:
+            ranked.append((copy / total, pid, live, copy))
+    chosen: dict[bytes, list[PackEntry]] = {}
+    budget = max_bytes
+    for _share, pid, live, copy in sorted(ranked):
+        if copy > budget:
+            break
+        chosen[pid] = live
+        budget -= copy
+    return chosen
 
 
 @dataclass
