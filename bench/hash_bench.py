@@ -36,6 +36,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,7 @@ class Bench:
     cli: Cli
     runs: dict[tuple[str, str], list[tuple[Proc, dict]]] = field(default_factory=dict)  # (hash, step) -> rounds
     speed: dict[str, list[int]] = field(default_factory=dict)
+    filesystem: str = "?"  # of the scratch directory, for the report
     failures: list[str] = field(default_factory=list)
 
     def best(self, name: str, step: str) -> Best:
@@ -185,6 +187,8 @@ def run_round(b: Bench, n: int, image: Path, changed: Path, extents: Path, expec
 
 def run_bench(b: Bench) -> None:
     args, s = b.args, b.scratch
+    fstype = subprocess.run(["stat", "-f", "-c", "%T", str(s)], capture_output=True, text=True).stdout.strip()
+    b.filesystem = f"{fstype or 'an unknown filesystem'} (`{s.parent}`)"
     image, changed = s / "volume.img", s / "changed.img"
     log(f"building a {mib(args.size, 0)} MiB image of random data and a copy with {CHANGED:.0%} of it changed")
     build_images(image, changed, args.size, args.seed)
@@ -235,11 +239,13 @@ def docs_text(b: Bench, body: str, info: dict[str, str]) -> str:
 bytes over {CHANGED:.0%} of its 4 KiB blocks; per content hash ({rounds}, new repositories each, the hashes
 taking turns to go first): a full backup with `--extents` of the whole image, a restore of it to a new file
 (checked by sha256), and a `--scan` incremental of the copy on top of the full. The page cache is dropped before
-each. `sha256` is what version 2 repositories created before BLAKE3 record, `blake3` what `cbt-mover init`
-creates now (`movers/repo/contenthash.py`). A backup hashes every byte twice (block digests, then chunk ids), a
-restore once, a scan incremental every byte once and the changed 64 KiB blocks again. Random data is the case
-where hashing weighs most: zstd gives up on it quickly; compressible data spends more in zstd. Hashing is user
-CPU; the system time (reading the image, writing and fsyncing the local repository) is the same for both hashes.
+each; the scratch directory (images, repositories) was on {b.filesystem}. `sha256` is what version 2
+repositories created before BLAKE3 record, `blake3` what `cbt-mover init` creates now
+(`movers/repo/contenthash.py`). A backup hashes every byte twice (block digests, then chunk ids), a restore once,
+a scan incremental every byte once and the changed 64 KiB blocks again. Random data is the case where hashing
+weighs most: zstd gives up on it quickly; compressible data spends more in zstd. Hashing is user CPU; the system
+time (reading the image, writing and fsyncing the local repository) is the same work for both hashes, and with
+other load on the host it and the wall time vary from run to run far more than the user CPU does.
 
 ### Machine
 
