@@ -232,7 +232,7 @@ def report(b: Bench) -> str:
 
 def docs_text(b: Bench, body: str, info: dict[str, str]) -> str:
     args = b.args
-    rounds = "one round" if args.repeat == 1 else f"{args.repeat} rounds (each measure's best shown)"
+    rounds = "one round" if args.repeat == 1 else f"{args.repeat} rounds, each measure's best shown"
     return f"""## Hash: SHA-256 vs BLAKE3 in a version 2 repository
 
 `{args.command}`. A {mib(args.size, 0)} MiB image of seeded random data (seed {args.seed}) and a copy with random
