@@ -11,6 +11,7 @@ from pathlib import Path
 
 import blake3
 import pytest
+import zstandard
 
 from movers.errors import IntegrityError
 from movers.pipeline.backup import run_backup
@@ -46,8 +47,6 @@ SHA256_V2_CONFIG = {
 
 def _stored_chunks(store) -> dict[bytes, bytes]:
     """Chunk id -> raw bytes of every chunk in every pack, decoded without checking the id."""
-    import zstandard
-
     chunks = {}
     for key in store.list(pack.PACK_PREFIX):
         data = store.get(key)

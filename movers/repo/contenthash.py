@@ -2,7 +2,7 @@
 
 One hash per repository, fixed by ``init``: the repository's ``config`` (and every manifest) names it by a
 mandatory feature, ``<name>-chunks``. ``sha256-chunks`` is what format version 1 and the first version 2
-repositories record; ``blake3-chunks`` what version 2 repositories get now (about 5x faster than SHA-256 on
+repositories record; ``blake3-chunks`` what version 2 repositories get now (4 to 5x faster than SHA-256 on
 one core, docs/scaling-benchmarks.md). A list naming no hash means SHA-256 (version 1 had only it), one naming
 a hash this reader lacks is refused with exit code 7 like any unknown mandatory feature (``check_compatible``).
 
