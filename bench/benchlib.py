@@ -50,7 +50,8 @@ class BenchError(Exception):
 
 @dataclass
 class Proc:
-    """A finished subprocess: exit code, wall and CPU (user + sys) seconds, peak RSS in bytes, decoded output."""
+    """A finished subprocess: exit code, wall and CPU (user + sys) seconds, peak RSS in bytes, decoded output; ``user``:
+    the user part of ``cpu``."""
 
     cmd: list[str]
     rc: int
@@ -59,6 +60,7 @@ class Proc:
     maxrss: int  # bytes
     stdout: str
     stderr: str
+    user: float = 0.0
 
 
 class Runner:
@@ -125,6 +127,7 @@ class Runner:
                 usage.ru_maxrss * KiB,
                 out.read().decode(errors="replace"),
                 err.read().decode(errors="replace"),
+                usage.ru_utime,
             )
         if check and result.rc != 0:
             tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])

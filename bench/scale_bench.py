@@ -77,13 +77,14 @@ def generate(spec: dict) -> int:
     """Write ``spec["chunks"]`` chunks (plus the probe) into the repository at ``spec["url"]``; print a JSON
     summary (packs, index objects, bytes written)."""
     from movers.repo import pack as packfmt
-    from movers.repo.chunks import RAW, chunk_id, encode_chunk
+    from movers.repo.chunks import RAW, encode_chunk
     from movers.repo.index import encode_index, encode_sharded_index
     from movers.repo.repository import Repository
     from movers.repo.store import open_store
 
     repo = Repository.open(open_store(spec["url"]))
     located = repo.config.located
+    chunk_id = repo.content_hash.chunk_id
     rng = random.Random(f"{spec['seed']}-chunks")  # the same chunks in every repository
     names = random.Random(f"{spec['seed']}-packs-v{repo.config.format_version}")
     total, per_pack, per_index = spec["chunks"], spec["chunks_per_pack"], spec["packs_per_index"]

@@ -260,7 +260,8 @@ def _emit(args: argparse.Namespace, result: dict[str, Any], text: str) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     repo = _open_repo(args, create=True)
-    _emit(args, {"repo": repo.describe(), "repo_id": repo.config.repo_id}, f"initialized {repo.describe()}")
+    doc = {"repo": repo.describe(), "repo_id": repo.config.repo_id, "chunk_hash": repo.content_hash.name}
+    _emit(args, doc, f"initialized {repo.describe()} (chunk hash {repo.content_hash.name})")
     return 0
 
 

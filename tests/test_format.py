@@ -12,8 +12,9 @@ from movers.extents import parse_jsonl, validated
 from movers.pipeline.planner import plan_reads, scan_reads, split_on_grid
 from movers.pipeline.zeros import data_runs
 from movers.repo import pack, volmap
-from movers.repo.chunks import RAW, ZSTD, chunk_id, decode_chunk, encode_chunk
+from movers.repo.chunks import RAW, ZSTD, decode_chunk, encode_chunk
 from movers.repo.config import RepoConfig
+from movers.repo.contenthash import SHA256
 from movers.repo.index import ChunkIndex, decode_index, encode_index
 from movers.repo.manifest import Manifest, MapRef, SnapshotIdentity, VolumeIdentity, new_backup_id, volume_prefix
 
@@ -24,7 +25,7 @@ def test_chunk_roundtrip_compressible_and_raw():
     text = b"abc" * 10000
     stored, flags = encode_chunk(text, 3)
     assert flags == ZSTD and len(stored) < len(text)
-    assert decode_chunk(stored, flags, len(text), chunk_id(text)) == text
+    assert decode_chunk(stored, flags, len(text), SHA256.chunk_id(text), SHA256) == text
     rnd = os.urandom(4096)
     stored, flags = encode_chunk(rnd, 3)
     assert flags == RAW and stored == rnd
@@ -34,9 +35,9 @@ def test_chunk_hash_mismatch_is_integrity_error():
     data = b"x" * 5000
     stored, flags = encode_chunk(data, 3)
     with pytest.raises(IntegrityError):
-        decode_chunk(stored, flags, len(data), chunk_id(b"y" * 5000))
+        decode_chunk(stored, flags, len(data), SHA256.chunk_id(b"y" * 5000), SHA256)
     with pytest.raises(IntegrityError):
-        decode_chunk(stored[:-3] + b"zzz", flags, len(data), chunk_id(data))
+        decode_chunk(stored[:-3] + b"zzz", flags, len(data), SHA256.chunk_id(data), SHA256)
 
 
 def test_pack_is_self_describing():
@@ -44,20 +45,20 @@ def test_pack_is_self_describing():
     chunks = [bytes([i]) * (1000 + i) for i in range(5)]
     for c in chunks:
         stored, flags = encode_chunk(c, 1)
-        b.add(chunk_id(c), stored, len(c), flags)
+        b.add(SHA256.chunk_id(c), stored, len(c), flags)
     pack_id, data, entries = b.finish()
     assert data.startswith(pack.HEADER)
     off, length = pack.trailer_location(data[-pack.FOOTER_LEN :], len(data))
     parsed = pack.parse_trailer(data[off : off + length])
     assert parsed == entries
     for e, c in zip(parsed, chunks, strict=True):
-        assert decode_chunk(data[e.offset : e.offset + e.stored_len], e.flags, e.raw_len, e.chunk_id) == c
+        assert decode_chunk(data[e.offset : e.offset + e.stored_len], e.flags, e.raw_len, e.chunk_id, SHA256) == c
     assert pack.pack_id_from_key(pack.pack_key(pack_id)) == pack_id
 
 
 def test_pack_footer_damage_detected():
     b = pack.PackBuilder()
-    b.add(chunk_id(b"a"), b"a", 1, RAW)
+    b.add(SHA256.chunk_id(b"a"), b"a", 1, RAW)
     _, data, _ = b.finish()
     with pytest.raises(IntegrityError):
         pack.trailer_location(data[-pack.FOOTER_LEN :].replace(b"CBTPEND", b"XXXXXXX"), len(data))

@@ -37,7 +37,7 @@ from movers.pipeline.zeros import data_runs, is_zero
 from movers.repo import digests as dg
 from movers.repo import pack as packfmt
 from movers.repo import volmap
-from movers.repo.chunks import chunk_id, encode_chunk
+from movers.repo.chunks import encode_chunk
 from movers.repo.index import ChunkIndex, ChunkLocation, EitherIndex
 from movers.repo.leases import Lease, other_attempts
 from movers.repo.lineage import backup_with_handle
@@ -104,7 +104,7 @@ class _Uploader:
         self.pending.append(self.pool.submit(self._finish_and_put, builder))
 
     def _finish_and_put(self, builder: packfmt.PackBuilder) -> tuple[bytes, list[packfmt.PackEntry]]:
-        pack_id, data, entries = distinct_pack(*builder.finish(), self.garbage)
+        pack_id, data, entries = distinct_pack(*builder.finish(), self.garbage, self.repo.content_hash)
         written = self.repo.put_once(packfmt.pack_key(pack_id), data)
         with self.lock:
             self.stats.stored_bytes += written
@@ -309,6 +309,7 @@ class _Engine:
         self.scan_parent = scan_parent
         self.sparse = not device.is_block_device(fd)
         self.scan_changed_bytes = 0
+        self.hash = repo.content_hash
         self.garbage = garbage
         self.garbage_maps = {key for key in garbage if key.startswith(volmap.MAP_PREFIX)}
         # A located repository (format version 2) is not read whole for dedup: a CBT delta is new data by
@@ -410,9 +411,9 @@ class _Engine:
         for n, i in enumerate(dg.blocks_within(off, off + length, capacity)):
             bs, be = dg.block_span(i, capacity)
             if data is None or is_zero(data, bs - off, be - off):
-                digest = dg.zero_digest(be - bs)
+                digest = self.hash.zero_digest(be - bs)
             else:
-                digest = dg.block_digest(view[bs - off : be - off])
+                digest = self.hash.block_digest(view[bs - off : be - off])
             updates.append((i, digest))
             if base is not None and base[n * dg.DIGEST_LEN : (n + 1) * dg.DIGEST_LEN] != digest:
                 if changed and changed[-1][1] == bs - off:
@@ -450,7 +451,7 @@ class _Engine:
                 pieces.append(Piece(off + pos, length - pos, None))
         if parts:
             chunk = b"".join(parts)
-            cid = chunk_id(chunk)
+            cid = self.hash.chunk_id(chunk)
             stored, flags = None, 0
             if cid not in self.index and cid not in self.session:
                 stored, flags = encode_chunk(chunk, self.options.level)
@@ -467,7 +468,7 @@ class _Engine:
             if start > pos:
                 pieces.append(Piece(off + pos, start - pos, None))
             chunk = view[start:end]
-            cid = chunk_id(chunk)
+            cid = self.hash.chunk_id(chunk)
             if cid in self.index or cid in self.session:
                 pieces.append(Piece(off + start, end - start, cid))
             else:

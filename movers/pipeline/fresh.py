@@ -25,7 +25,8 @@ from itertools import count
 
 from movers.repo import pack as packfmt
 from movers.repo import volmap
-from movers.repo.chunks import RAW, chunk_id
+from movers.repo.chunks import RAW
+from movers.repo.contenthash import ContentHash
 from movers.repo.mapwriter import DigestUpdate, MapWriter
 
 log = logging.getLogger(__name__)
@@ -33,16 +34,21 @@ PADDING_LEN = 16
 
 
 def distinct_pack(
-    pack_id: bytes, data: bytes, entries: list[packfmt.PackEntry], garbage: Collection[str]
+    pack_id: bytes,
+    data: bytes,
+    entries: list[packfmt.PackEntry],
+    garbage: Collection[str],
+    content_hash: ContentHash,
 ) -> tuple[bytes, bytes, list[packfmt.PackEntry]]:
-    """``(pack id, bytes, entries)``: the pack as built, or rebuilt with a padding chunk while its key is listed."""
+    """``(pack id, bytes, entries)``: the pack as built, or rebuilt with a padding chunk (named by the repository's
+    ``content_hash``) while its key is listed."""
     while packfmt.pack_key(pack_id) in garbage:
         log.info("pack %s is listed by prune: writing it with a padding chunk", pack_id.hex()[:16])
         builder = packfmt.PackBuilder()
         for e in entries:
             builder.add(e.chunk_id, data[e.offset : e.offset + e.stored_len], e.raw_len, e.flags)
         padding = os.urandom(PADDING_LEN)
-        builder.add(chunk_id(padding), padding, PADDING_LEN, RAW)
+        builder.add(content_hash.chunk_id(padding), padding, PADDING_LEN, RAW)
         pack_id, data, entries = builder.finish()
     return pack_id, data, entries
 

@@ -5,7 +5,8 @@ dropped or misplaced, a wrong or too small target, stale data in ranges that sho
 reads the whole device once (``capacity`` bytes, after asking the kernel to drop its cached pages so
 the bytes come from the device) and checks:
 
-* every map entry that is a whole chunk: the sha256 of the device bytes is the chunk id (no fetch);
+* every map entry that is a whole chunk: the repository's content hash of the device bytes is the chunk id
+  (no fetch);
 * every entry that is part of a chunk (an incremental clipped it): the 64 KiB blocks it touches match
   the page's block digests (``movers.repo.digests``) when all of them are known, otherwise the device
   bytes equal that part of the chunk, fetched again (and verified) from the repository;
@@ -18,7 +19,6 @@ incremental wrote only in part).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
@@ -34,6 +34,7 @@ from movers.pipeline.stats import ProgressFn
 from movers.pipeline.zeros import is_zero
 from movers.repo import digests as dg
 from movers.repo import volmap
+from movers.repo.contenthash import ContentHash
 from movers.repo.manifest import Manifest
 from movers.repo.repository import Repository
 
@@ -60,6 +61,7 @@ def verify_device(
     stats = ReadbackStats()
     capacity, page_size = manifest.capacity_bytes, manifest.map.page_size
     index = repo.index()
+    content_hash = repo.content_hash
     lock = threading.Lock()
     fd = device.open_device(target)
     try:
@@ -73,7 +75,7 @@ def verify_device(
 
         def check_whole(entry: volmap.Entry) -> None:
             voff, length, cid, _coff = entry
-            if hashlib.sha256(device.pread_exact(fd, length, voff)).digest() != cid:
+            if content_hash.chunk_id(device.pread_exact(fd, length, voff)) != cid:
                 raise _differs(target, manifest, voff, length)
             with lock:
                 stats.checked_bytes += length
@@ -100,7 +102,13 @@ def verify_device(
                 for _ in pool.map(check_whole, todo):
                     pass
                 for _ in pool.map(
-                    _check_block, repeat(fd), blocks.items(), repeat(capacity), repeat(target), repeat(manifest)
+                    _check_block,
+                    repeat(fd),
+                    blocks.items(),
+                    repeat(capacity),
+                    repeat(target),
+                    repeat(manifest),
+                    repeat(content_hash),
                 ):
                     pass
                 if progress:
@@ -138,10 +146,12 @@ def _known_blocks(entry: volmap.Entry, page_start: int, digests: bytes) -> dict[
     return out
 
 
-def _check_block(fd: int, item: tuple[int, bytes], capacity: int, target: str, manifest: Manifest) -> None:
+def _check_block(
+    fd: int, item: tuple[int, bytes], capacity: int, target: str, manifest: Manifest, content_hash: ContentHash
+) -> None:
     block, digest = item
     start, end = dg.block_span(block, capacity)
-    if dg.block_digest(device.pread_exact(fd, end - start, start)) != digest:
+    if content_hash.block_digest(device.pread_exact(fd, end - start, start)) != digest:
         raise _differs(target, manifest, start, end - start)
 
 

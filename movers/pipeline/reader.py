@@ -153,7 +153,9 @@ class MapReader:
         for cid, loc, uses in plan.chunks:
             rel = loc.offset - plan.offset
             try:
-                raw = decode_chunk(view[rel : rel + loc.stored_len], loc.flags, loc.raw_len, cid)
+                raw = decode_chunk(
+                    view[rel : rel + loc.stored_len], loc.flags, loc.raw_len, cid, self.repo.content_hash
+                )
             except IntegrityError as err:
                 voff, length = min((u[0], u[1]) for u in uses)
                 raise DamagedData(

@@ -365,7 +365,7 @@ def _check_pack(repo: Repository, pack_id: bytes, referenced: dict[bytes, ChunkL
     checked: set[tuple[bytes, int]] = set()
     for cid, loc in referenced.items():
         try:
-            decode_chunk(view[loc.offset : loc.offset + loc.stored_len], loc.flags, loc.raw_len, cid)
+            decode_chunk(view[loc.offset : loc.offset + loc.stored_len], loc.flags, loc.raw_len, cid, repo.content_hash)
         except IntegrityError as err:
             result.damaged.append((cid, f"{err} (pack {key}, offset {loc.offset})"))
         result.chunks += 1
@@ -380,7 +380,7 @@ def _check_pack(repo: Repository, pack_id: bytes, referenced: dict[bytes, ChunkL
         if (e.chunk_id, e.offset) in checked:
             continue
         try:
-            decode_chunk(view[e.offset : e.offset + e.stored_len], e.flags, e.raw_len, e.chunk_id)
+            decode_chunk(view[e.offset : e.offset + e.stored_len], e.flags, e.raw_len, e.chunk_id, repo.content_hash)
         except IntegrityError as err:
             result.warnings.append(f"pack {key}: unreferenced chunk at offset {e.offset} damaged ({err})")
         result.chunks += 1

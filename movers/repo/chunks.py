@@ -1,30 +1,24 @@
-"""Chunk identity and compression: the bytes of one chunk as it sits inside a pack.
+"""Chunk compression: the bytes of one chunk as it sits inside a pack.
 
-A chunk is identified by ``sha256(raw bytes)`` (32 bytes). Stored form is a zstd frame, or
-the raw bytes when compression does not shrink them (flag ``RAW``). ``decode_chunk`` always
-verifies the hash and raises ``IntegrityError`` on any mismatch.
+A chunk is identified by the repository's content hash of its raw bytes (32 bytes,
+``movers.repo.contenthash``). Stored form is a zstd frame, or the raw bytes when compression does
+not shrink them (flag ``RAW``). ``decode_chunk`` always verifies the id and raises
+``IntegrityError`` on any mismatch.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 
 import zstandard
 
 from movers.errors import IntegrityError
+from movers.repo.contenthash import ContentHash
 
-HASH_NAME = "sha256"
-ID_LEN = 32
 ZSTD = 0
 RAW = 1
 
 _local = threading.local()
-
-
-def chunk_id(data: bytes | memoryview) -> bytes:
-    """The content address of ``data``."""
-    return hashlib.sha256(data).digest()
 
 
 def _compressor(level: int) -> zstandard.ZstdCompressor:
@@ -52,8 +46,10 @@ def encode_chunk(data: bytes | memoryview, level: int) -> tuple[bytes, int]:
     return packed, ZSTD
 
 
-def decode_chunk(stored: bytes | memoryview, flags: int, raw_len: int, expected_id: bytes) -> bytes:
-    """Return the raw bytes of a stored chunk, verified against ``expected_id``."""
+def decode_chunk(
+    stored: bytes | memoryview, flags: int, raw_len: int, expected_id: bytes, content_hash: ContentHash
+) -> bytes:
+    """Return the raw bytes of a stored chunk, verified against ``expected_id`` (a ``content_hash`` chunk id)."""
     try:
         if flags == RAW:
             raw = bytes(stored)
@@ -63,6 +59,6 @@ def decode_chunk(stored: bytes | memoryview, flags: int, raw_len: int, expected_
             raise IntegrityError(f"chunk {expected_id.hex()[:16]} has unknown flags {flags}")
     except zstandard.ZstdError as err:
         raise IntegrityError(f"chunk {expected_id.hex()[:16]} does not decompress: {err}") from None
-    if len(raw) != raw_len or chunk_id(raw) != expected_id:
+    if len(raw) != raw_len or content_hash.chunk_id(raw) != expected_id:
         raise IntegrityError(f"chunk {expected_id.hex()[:16]} does not match its hash")
     return raw

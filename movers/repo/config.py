@@ -1,7 +1,8 @@
 """The repository config object (key ``config``): written once by ``init``, never changed.
 
 It fixes the parameters every backup of the repository shares (map page size, chunk grid)
-and carries the format version and mandatory features, checked on every open.
+and carries the format version and mandatory features, checked on every open. One of the features names
+the hash of chunk ids and block digests (``movers.repo.contenthash``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 
 from movers.errors import IntegrityError, UsageError
+from movers.repo import contenthash
 from movers.repo.digests import DIGEST_BLOCK
 from movers.repo.manifest import (
     FEATURES_OF_VERSION,
@@ -41,6 +43,12 @@ class RepoConfig:
             object.__setattr__(self, "mandatory_features", FEATURES_OF_VERSION[self.format_version])
         if self.chunk_max <= 0 or self.chunk_max % DIGEST_BLOCK or self.page_size % self.chunk_max:
             raise UsageError(f"page_size must be a multiple of chunk_max, itself a multiple of {DIGEST_BLOCK}")
+        contenthash.of_features(self.mandatory_features)  # names at most one hash
+
+    @property
+    def content_hash(self) -> contenthash.ContentHash:
+        """The hash of chunk ids and block digests that the mandatory features name (SHA-256 if none does)."""
+        return contenthash.of_features(self.mandatory_features)
 
     @property
     def located(self) -> bool:

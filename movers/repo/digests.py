@@ -2,7 +2,8 @@
 
 Every map page may carry one digest per ``DIGEST_BLOCK`` bytes of volume it covers (blocks are
 aligned to absolute volume offsets; the last block of a volume is clipped to its capacity).
-A digest is the first ``DIGEST_LEN`` bytes of the SHA-256 of the block as the map restores it,
+A digest is the first ``DIGEST_LEN`` bytes of the repository's content hash (the hash of its chunk
+ids, ``ContentHash.block_digest`` in ``movers.repo.contenthash``) of the block as the map restores it,
 or ``UNKNOWN`` when the backup did not read the whole block (a CBT extent covering part of it).
 Invariant: a known digest always describes the map's content for that block, so a scan may
 treat a block whose digest matches as unchanged.
@@ -10,21 +11,9 @@ treat a block whose digest matches as unchanged.
 
 from __future__ import annotations
 
-import hashlib
-from functools import lru_cache
-
 DIGEST_BLOCK = 64 * 1024
 DIGEST_LEN = 16
 UNKNOWN = b"\xff" * DIGEST_LEN
-
-
-def block_digest(data: bytes | memoryview) -> bytes:
-    return hashlib.sha256(data).digest()[:DIGEST_LEN]
-
-
-@lru_cache(maxsize=8)
-def zero_digest(length: int = DIGEST_BLOCK) -> bytes:
-    return block_digest(bytes(length))
 
 
 def block_span(index: int, capacity: int) -> tuple[int, int]:

@@ -24,13 +24,16 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from movers.errors import IncompatibleError, IntegrityError, UsageError
+from movers.repo import contenthash
 
 FORMAT_VERSION = 2  # new repositories; version 1 repositories stay readable and are written as version 1
 LOCATED_PAGES = "located-pages"  # map pages say where each chunk is stored: no chunk index to read
-KNOWN_FEATURES = frozenset({"paged-map-v1", LOCATED_PAGES, "sha256-chunks", "zstd"})
+KNOWN_FEATURES = frozenset({"paged-map-v1", LOCATED_PAGES, "zstd"}) | contenthash.HASH_FEATURES
+# What a new repository of each version records (a repository's own list is in its config: version 2
+# repositories created before BLAKE3 say sha256-chunks, movers.repo.contenthash).
 FEATURES_OF_VERSION = {
-    1: ("paged-map-v1", "sha256-chunks", "zstd"),
-    2: ("paged-map-v1", LOCATED_PAGES, "sha256-chunks", "zstd"),
+    1: ("paged-map-v1", contenthash.SHA256.feature, "zstd"),
+    2: ("paged-map-v1", LOCATED_PAGES, contenthash.NEW_REPOSITORIES.feature, "zstd"),
 }
 MANDATORY_FEATURES = FEATURES_OF_VERSION[FORMAT_VERSION]
 BACKUP_PREFIX = "backups/"
@@ -49,7 +52,7 @@ def check_compatible(version: Any, mandatory: Any, what: str) -> None:
         )
     unknown = sorted(set(mandatory or ()) - KNOWN_FEATURES)
     if unknown:
-        raise IncompatibleError(f"{what} needs features this cbt-mover lacks: {', '.join(unknown)}")
+        raise IncompatibleError(f"{what} needs features this cbt-mover lacks: {', '.join(unknown)} (upgrade cbt-mover)")
 
 
 # Volume ids: printable ASCII (space to ``~``), not starting or ending with a space; at most

@@ -68,7 +68,9 @@ class MapWriter:
         start, end = self.page_range(page_index)
         blocks = dg.blocks_touching(start, end)
         if page_id == volmap.NO_PAGE:
-            digests = b"".join(dg.zero_digest(e - s) for s, e in (dg.block_span(i, self.capacity) for i in blocks))
+            digests = b"".join(
+                self.repo.content_hash.zero_digest(e - s) for s, e in (dg.block_span(i, self.capacity) for i in blocks)
+            )
         elif len(digests) != len(blocks) * dg.DIGEST_LEN:
             digests = dg.UNKNOWN * len(blocks)
         self._cache[page_index] = (entries, digests, locations or {})

@@ -22,6 +22,7 @@ from typing import Protocol
 from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
 from movers.repo import pack, volmap
 from movers.repo.config import CONFIG_KEY, RepoConfig
+from movers.repo.contenthash import ContentHash
 from movers.repo.index import (
     ChunkIndex,
     ChunkLocation,
@@ -56,6 +57,8 @@ class Repository:
     def __init__(self, store: Store, config: RepoConfig) -> None:
         self.store = store
         self.config = config
+        # What every reader and writer of volume data hashes with (the one place that chooses it).
+        self.content_hash: ContentHash = config.content_hash
         self._index: ChunkIndex | None = None
         self.unindexed_packs: dict[bytes, list[PackEntry]] = {}
 
