@@ -79,7 +79,7 @@ def _read_live(repo: Repository, pid: bytes, live: list[PackEntry]) -> list[tupl
         view = memoryview(repo.store.get_range(key, start, run[-1].offset + run[-1].stored_len - start))
         for e in run:
             stored = view[e.offset - start : e.offset - start + e.stored_len]
-            decode_chunk(stored, e.flags, e.raw_len, e.chunk_id)
+            decode_chunk(stored, e.flags, e.raw_len, e.chunk_id, repo.content_hash)
             out.append((e, bytes(stored)))
     return out
 
