@@ -23,6 +23,7 @@ from movers.repo.manifest import Manifest
 from movers.repo.repository import Locator, Repository
 
 MiB = 1 << 20
+READ_AHEAD = 128 * MiB  # the default max_inflight: bytes of ranges submitted and not yet collected
 
 
 @dataclass
@@ -108,7 +109,7 @@ class Inflight:
 class MapReader:
     """Reads every chunk of a backup in parallel and hands each verified chunk to a sink."""
 
-    def __init__(self, repo: Repository, workers: int = 4, max_inflight: int = 128 * MiB) -> None:
+    def __init__(self, repo: Repository, workers: int = 4, max_inflight: int = READ_AHEAD) -> None:
         self.repo = repo
         self.workers = workers
         self.max_inflight = max_inflight

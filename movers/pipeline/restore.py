@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from movers import device
 from movers.errors import UsageError
-from movers.pipeline.reader import MapReader
+from movers.pipeline.reader import READ_AHEAD, MapReader
 from movers.pipeline.stats import ProgressFn, RestoreStats
 from movers.pipeline.target import TargetWriter
 from movers.repo import volmap
@@ -94,7 +94,8 @@ def run_restore(
         return writer.add_page(entries)
 
     try:
-        reader = MapReader(repo, workers=workers)
+        # as far ahead as any reader, plus room for one page's slabs (so the next page starts while one finishes)
+        reader = MapReader(repo, workers=workers, max_inflight=READ_AHEAD + writer.most_held)
         reader.run(manifest, writer.write, on_page)
         device.sync(fd)
     finally:

@@ -87,6 +87,11 @@ class TargetWriter:
         self._spare: list[bytearray] = []  # slabs of finished pages, for the next ones
         self._unflushed = 0
 
+    @property
+    def most_held(self) -> int:
+        """The most bytes one page's slabs take (what ``add_page`` returns at most)."""
+        return self.page_slabs * self.slab
+
     def add_page(self, entries: Iterable[volmap.Entry]) -> int:
         """Prepare the runs of a page's entries; return the bytes of their slabs, held from the page's first
         ``write`` until its last."""
