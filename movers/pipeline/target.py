@@ -11,6 +11,7 @@ their chunk.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
 from movers import device
@@ -45,17 +46,18 @@ def small_runs(entries: Iterable[volmap.Entry], run_max: int = RUN_MAX) -> Itera
 class _Page:
     """The runs of one page and the slabs they are assembled in (taken when the page's first chunk arrives)."""
 
-    __slots__ = ("slabs", "runs_left")
+    __slots__ = ("runs", "slabs", "runs_left")
 
     def __init__(self) -> None:
-        self.slabs: list[bytearray] | int = 0  # how many, until taken
+        self.runs: list[_Run] = []  # until the slabs are taken
+        self.slabs: list[bytearray] = []
         self.runs_left = 0
 
 
 class _Run:
     """Adjacent small entries, assembled at ``at`` in slab ``slab`` of their page and written with one ``pwrite``."""
 
-    __slots__ = ("offset", "end", "slab", "at", "left", "page")
+    __slots__ = ("offset", "end", "slab", "at", "left", "page", "buf")
 
     def __init__(self, offset: int, end: int, slab: int, at: int, left: int, page: _Page) -> None:
         self.offset = offset
@@ -64,6 +66,7 @@ class _Run:
         self.at = at
         self.left = left  # entries not yet copied in
         self.page = page
+        self.buf: memoryview | None = None  # its bytes of the slab, once taken
 
 
 class TargetWriter:
@@ -103,50 +106,54 @@ class TargetWriter:
                 if slab + 1 == self.page_slabs:
                     break
                 slab, at = slab + 1, 0
-            by_offset.update(dict.fromkeys(offsets, _Run(start, end, slab, at, len(offsets), page)))
-            page.runs_left += 1
+            run = _Run(start, end, slab, at, len(offsets), page)
+            page.runs.append(run)
+            by_offset.update(dict.fromkeys(offsets, run))
             at += end - start
-        if not page.runs_left:
+        if not page.runs:
             return 0
-        page.slabs = slab + 1
+        page.runs_left = len(page.runs)
         with self._lock:
             self._runs.update(by_offset)
-        return page.slabs * self.slab
+        return (slab + 1) * self.slab
 
     def write(self, raw: bytes | memoryview, uses: Sequence[volmap.Entry]) -> None:
         """Write the entries ``uses`` of chunk ``raw``: alone, or into their run (writing the run once complete)."""
         view = memoryview(raw)
         with self._lock:
             runs = [self._runs.pop(use[0], None) for use in uses]
-            for run in runs:
-                if run is not None and isinstance(run.page.slabs, int):
-                    run.page.slabs = self._take(run.page.slabs)
+        copies = Counter(runs)
+        copies.pop(None, None)
+        if copies:
+            with self._lock:
+                for run in copies:
+                    if run.buf is None:
+                        self._give_slabs(run.page)
         written = 0
-        copied: dict[_Run, int] = {}
         for (voff, length, _cid, coff), run in zip(uses, runs, strict=True):
             if run is None:
                 device.pwrite_all(self.fd, view[coff : coff + length], voff)
                 written += length
             else:
-                at = run.at + voff - run.offset
-                run.page.slabs[run.slab][at : at + length] = view[coff : coff + length]
-                copied[run] = copied.get(run, 0) + 1
+                at = voff - run.offset
+                run.buf[at : at + length] = view[coff : coff + length]
         complete = []
         with self._lock:
-            for run, n in copied.items():
+            for run, n in copies.items():
                 run.left -= n
                 if not run.left:
                     complete.append(run)
         for run in complete:
-            with memoryview(run.page.slabs[run.slab]) as buf:
-                device.pwrite_all(self.fd, buf[run.at : run.at + run.end - run.offset], run.offset)
+            device.pwrite_all(self.fd, run.buf, run.offset)
             written += run.end - run.offset
+            run.buf.release()
         with self._lock:
             for run in complete:
-                run.page.runs_left -= 1
-                if not run.page.runs_left:
-                    self._spare.extend(run.page.slabs)
-                    run.page.slabs = []
+                page = run.page
+                page.runs_left -= 1
+                if not page.runs_left:
+                    self._spare.extend(page.slabs)
+                    page.slabs = []
             self.stats.written_bytes += written
             self._unflushed += written
             kick = self._unflushed >= WRITEBACK_EVERY
@@ -155,8 +162,12 @@ class TargetWriter:
         if kick:
             device.start_writeback(self.fd)
 
-    def _take(self, n: int) -> list[bytearray]:
-        """``n`` slabs: kept ones first, new ones for the rest."""
-        taken = self._spare[:n]
+    def _give_slabs(self, page: _Page) -> None:
+        """Take the page's slabs (kept ones first, new ones for the rest) and point each of its runs at its bytes."""
+        n = max(run.slab for run in page.runs) + 1
+        page.slabs = self._spare[:n]
         del self._spare[:n]
-        return taken + [bytearray(self.slab) for _ in range(n - len(taken))]
+        page.slabs += [bytearray(self.slab) for _ in range(n - len(page.slabs))]
+        for run in page.runs:
+            run.buf = memoryview(page.slabs[run.slab])[run.at : run.at + run.end - run.offset]
+        page.runs = []
