@@ -186,15 +186,19 @@ def _c_library() -> ctypes.CDLL:
     global _libc
     if _libc is None:
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-        if hasattr(libc, "sync_file_range"):
-            libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+        for name, argtypes in (
+            ("fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]),
+            ("sync_file_range", [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]),
+        ):
+            if hasattr(libc, name):  # Linux only
+                getattr(libc, name).argtypes = argtypes
         _libc = libc
     return _libc
 
 
 def _fallocate(fd: int, mode: int, offset: int, length: int) -> bool:
-    return _c_library().fallocate(fd, mode, offset, length) == 0
+    libc = _c_library()
+    return hasattr(libc, "fallocate") and libc.fallocate(fd, mode, offset, length) == 0
 
 
 def start_writeback(fd: int) -> None:
