@@ -31,6 +31,14 @@ def test_chunk_roundtrip_compressible_and_raw():
     assert flags == RAW and stored == rnd
 
 
+def test_raw_chunk_decodes_to_the_stored_view_itself_not_a_copy():
+    data = os.urandom(4096)
+    view = memoryview(b"pack" + data)[4:]
+    assert decode_chunk(view, RAW, len(data), SHA256.chunk_id(data), SHA256) is view
+    with pytest.raises(IntegrityError):
+        decode_chunk(view, RAW, len(data), SHA256.chunk_id(b"other"), SHA256)
+
+
 def test_chunk_hash_mismatch_is_integrity_error():
     data = b"x" * 5000
     stored, flags = encode_chunk(data, 3)

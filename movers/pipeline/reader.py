@@ -24,6 +24,7 @@ from movers.repo.manifest import Manifest
 from movers.repo.repository import Locator, Repository
 
 MiB = 1 << 20
+READ_AHEAD = 128 * MiB  # the default max_inflight: bytes of ranges submitted and not yet collected
 
 
 @dataclass
@@ -72,13 +73,44 @@ def plan_page(
     return plans
 
 
-ChunkSink = Callable[[bytes, list[volmap.Entry]], None]
+ChunkSink = Callable[[bytes | memoryview, list[volmap.Entry]], None]
+
+
+class Inflight:
+    """The bytes a read holds in memory: the ranges submitted and not yet collected, and what the caller holds for
+    a page until the last of the page's ranges is collected."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.bytes = 0
+        self._pages: dict[int, list[int]] = {}  # page index -> [ranges not yet collected, bytes held]
+
+    def hold(self, page_index: int, held: int, ranges: int) -> None:
+        """The caller holds ``held`` bytes for page ``page_index`` until its ``ranges`` ranges are collected."""
+        if held and ranges:
+            self._pages[page_index] = [ranges, held]
+            self.bytes += held
+
+    def room_for(self, length: int) -> bool:
+        return self.bytes + length <= self.limit
+
+    def submitted(self, length: int) -> None:
+        self.bytes += length
+
+    def collected(self, length: int, page_index: int) -> None:
+        """A range of ``length`` bytes of page ``page_index`` is done (its chunks reached the sink)."""
+        self.bytes -= length
+        page = self._pages.get(page_index)
+        if page is not None:
+            page[0] -= 1
+            if not page[0]:
+                self.bytes -= self._pages.pop(page_index)[1]
 
 
 class MapReader:
     """Reads every chunk of a backup in parallel and hands each verified chunk to a sink."""
 
-    def __init__(self, repo: Repository, workers: int = 4, max_inflight: int = 128 * MiB) -> None:
+    def __init__(self, repo: Repository, workers: int = 4, max_inflight: int = READ_AHEAD) -> None:
         self.repo = repo
         self.workers = workers
         self.max_inflight = max_inflight
@@ -91,44 +123,47 @@ class MapReader:
         self,
         manifest: Manifest,
         sink: ChunkSink,
-        on_page: Callable[[int, list], None] | None = None,
+        on_page: Callable[[int, list], int | None] | None = None,
         skip: set[bytes] | None = None,
         pages: Iterable[tuple[int, list[volmap.Entry], Locator]] | None = None,
     ) -> None:
         """Call ``sink(raw chunk, entries)`` for every chunk of ``manifest``'s map.
 
         ``on_page(page index, entries)`` is called (in the caller's thread) before the
-        page's chunks are fetched. ``sink`` runs on worker threads. Raises ``DamagedData``
+        page's chunks are fetched; what it returns (if anything) is the bytes the caller holds
+        until every chunk of that page has reached ``sink``, counted against ``max_inflight``
+        until then. ``sink`` runs on worker threads; a raw chunk may be a view of the fetched
+        range, valid only during the call. Raises ``DamagedData``
         (an ``IntegrityError``) naming the volume range of the first damaged chunk or chunk in no
         pack, ``IntegrityError`` for a damaged map. Chunks in ``skip`` are not fetched (verify uses it
         for chunks already checked). ``pages``: the ``(page index, entries, where their chunks are)`` to
         read instead of the whole map (verify walks and checks the map itself).
         """
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="fetch")
-        pending: dict[Future, int] = {}
-        inflight = 0
+        pending: dict[Future, tuple[int, int]] = {}  # -> (range length, page index)
+        inflight = Inflight(self.max_inflight)
         try:
             for page_index, entries, index in self.repo.iter_located_map(manifest) if pages is None else pages:
-                if on_page:
-                    on_page(page_index, entries)
+                held = on_page(page_index, entries) if on_page else None
                 if skip:
                     entries = [e for e in entries if e[2] not in skip]
-                for plan in plan_page(entries, index):
-                    while pending and inflight + plan.length > self.max_inflight:
-                        inflight -= self._collect(pending, wait(pending, return_when=FIRST_COMPLETED).done)
-                    pending[pool.submit(self._fetch, manifest, plan, sink)] = plan.length
-                    inflight += plan.length
+                plans = plan_page(entries, index)
+                inflight.hold(page_index, held or 0, len(plans))
+                for plan in plans:
+                    while pending and not inflight.room_for(plan.length):
+                        self._collect(pending, inflight, wait(pending, return_when=FIRST_COMPLETED).done)
+                    pending[pool.submit(self._fetch, manifest, plan, sink)] = (plan.length, page_index)
+                    inflight.submitted(plan.length)
             while pending:
-                self._collect(pending, wait(pending, return_when=FIRST_COMPLETED).done)
+                self._collect(pending, inflight, wait(pending, return_when=FIRST_COMPLETED).done)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _collect(self, pending: dict[Future, int], done: set[Future]) -> int:
-        freed = 0
+    def _collect(self, pending: dict[Future, tuple[int, int]], inflight: Inflight, done: set[Future]) -> None:
+        """Forget the ``done`` fetches, raising the first one's error."""
         for fut in done:
-            freed += pending.pop(fut)
+            inflight.collected(*pending.pop(fut))
             fut.result()
-        return freed
 
     def _fetch(self, manifest: Manifest, plan: ReadPlan, sink: ChunkSink, hops: int = 0) -> None:
         key = packfmt.pack_key(plan.pack_id)

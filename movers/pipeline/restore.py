@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
 import time
 from collections.abc import Iterable
 
 from movers import device
 from movers.errors import UsageError
-from movers.pipeline.reader import MapReader
+from movers.pipeline.reader import READ_AHEAD, MapReader
 from movers.pipeline.stats import ProgressFn, RestoreStats
+from movers.pipeline.target import TargetWriter
 from movers.repo import volmap
 from movers.repo.manifest import Manifest
 from movers.repo.repository import Repository
@@ -79,10 +79,10 @@ def run_restore(
     stats = RestoreStats(capacity_bytes=capacity)
     fd, zeroed = _open_target(target, capacity)
     zeroed = zeroed or assume_zeroed
-    lock = threading.Lock()
     page_size = manifest.map.page_size
+    writer = TargetWriter(fd, stats)
 
-    def on_page(page_index: int, entries: list[volmap.Entry]) -> None:
+    def on_page(page_index: int, entries: list[volmap.Entry]) -> int:
         start = page_index * page_size
         for off, length in holes(entries, start, min(start + page_size, capacity)):
             stats.hole_bytes += length
@@ -91,19 +91,12 @@ def run_restore(
                 stats.zeroed_bytes += length
         if progress:
             progress(stats.written_bytes + stats.hole_bytes, capacity)
-
-    def sink(raw: bytes, uses: list[volmap.Entry]) -> None:
-        view = memoryview(raw)
-        written = 0
-        for voff, length, _cid, coff in uses:
-            device.pwrite_all(fd, view[coff : coff + length], voff)
-            written += length
-        with lock:
-            stats.written_bytes += written
+        return writer.add_page(entries)
 
     try:
-        reader = MapReader(repo, workers=workers)
-        reader.run(manifest, sink, on_page)
+        # as far ahead as any reader, plus room for one page's slabs (so the next page starts while one finishes)
+        reader = MapReader(repo, workers=workers, max_inflight=READ_AHEAD + writer.most_held)
+        reader.run(manifest, writer.write, on_page)
         device.sync(fd)
     finally:
         os.close(fd)

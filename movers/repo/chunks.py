@@ -48,11 +48,12 @@ def encode_chunk(data: bytes | memoryview, level: int) -> tuple[bytes, int]:
 
 def decode_chunk(
     stored: bytes | memoryview, flags: int, raw_len: int, expected_id: bytes, content_hash: ContentHash
-) -> bytes:
-    """Return the raw bytes of a stored chunk, verified against ``expected_id`` (a ``content_hash`` chunk id)."""
+) -> bytes | memoryview:
+    """Return the raw bytes of a stored chunk, verified against ``expected_id`` (a ``content_hash`` chunk id). A
+    ``RAW`` chunk is returned as ``stored`` itself (no copy: a view stays a view of the caller's buffer)."""
     try:
         if flags == RAW:
-            raw = bytes(stored)
+            raw = stored
         elif flags == ZSTD:
             raw = _decompressor().decompress(stored, max_output_size=raw_len)
         else:
