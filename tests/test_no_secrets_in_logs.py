@@ -12,8 +12,9 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
+from movers.cbt.tokens import FileToken
 from movers.kube import manifests as m
-from movers.redaction import RedactingFilter, Redactor
+from movers.redaction import KNOWN, RedactingFilter, Redactor
 from tests.test_cli import assert_one_line_error, run
 from tests.volumes import make_image, sha256_file
 
@@ -135,6 +136,13 @@ def test_the_filter_redacts_credential_headers_and_query_parameters_of_unknown_v
     for value in ("AKIDX", "abc123", "tokQ7", "deadbeef", "eyJhbGciOi", "payload"):
         assert value not in text, value
     assert "url=http://h/b?X-Amz-Credential=***&" in text and "canonical:" in text, "the rest stays readable"
+
+
+def test_a_cbt_token_read_from_its_file_is_redacted_from_every_log_line(tmp_path):
+    token = "eyJhbGciOiJSUzI1NiJ9.distinctive-cbt-token.sig"
+    (tmp_path / "token").write_text(token + "\n")
+    assert FileToken(str(tmp_path / "token")).token() == token
+    assert KNOWN(f"sent {token}") == "sent ***"
 
 
 def test_a_redactor_shows_nothing_in_its_repr_and_skips_values_too_short_to_matter():
