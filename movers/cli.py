@@ -17,7 +17,7 @@ import time
 from contextlib import nullcontext
 from typing import Any
 
-from movers import device, errors
+from movers import device, errors, logsetup, redaction
 from movers.errors import MoverError, UsageError
 from movers.units import human_bytes
 
@@ -743,13 +743,18 @@ def _api_refusal(err: Exception) -> str | None:
     return f"the Kubernetes API refused a call ({err.status}): {api_message(err)}"
 
 
+def _fail(line: str) -> None:
+    """The one error line on stderr, with every known credential redacted (``movers.redaction``)."""
+    print(f"cbt-mover: {redaction.KNOWN(line)}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = getattr(logging, str(args.log_level).upper(), None)
     if not isinstance(level, int):
         parser.error(f"unknown --log-level {args.log_level}")
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logsetup.configure(level)
     try:
         if getattr(args, "volume", None) is not None:  # every command that takes a volume id, before any work
             from movers.repo.manifest import check_volume_id
@@ -758,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except MoverError as err:
         log.debug("command failed", exc_info=True)
-        print(f"cbt-mover: error: {err}", file=sys.stderr)
+        _fail(f"error: {err}")
         return err.exit_code
     except KeyboardInterrupt:
         print("cbt-mover: interrupted", file=sys.stderr)
@@ -766,10 +771,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # a bug: keep the one-line contract, log the traceback at DEBUG
         refused = _api_refusal(err)
         if refused:  # a Kubernetes call no wrapper mapped: still the access exit code
-            print(f"cbt-mover: error: {refused}", file=sys.stderr)
+            _fail(f"error: {refused}")
             return errors.EXIT_ACCESS
         log.debug("internal error", exc_info=True)
-        print(f"cbt-mover: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        _fail(f"internal error: {type(err).__name__}: {err}")
         return errors.EXIT_INTERNAL
 
 

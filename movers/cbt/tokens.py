@@ -1,7 +1,8 @@
 """Where the ``security_token`` of SnapshotMetadata requests comes from.
 
 A token source hands out an audience-scoped Kubernetes token. Tokens are secrets: no
-``repr``, log line or error message of this module contains one.
+``repr``, log line or error message of this module contains one, and each token is added to
+``movers.redaction.KNOWN`` as it is read or minted, so no log line of the process shows it.
 
 * ``FileToken``: a projected service-account token file (kubelet rotates it in place); the
   file is re-read whenever its modification time or size changes.
@@ -20,6 +21,7 @@ import time
 from typing import Protocol
 
 from movers.errors import KubeAccessDenied, UsageError
+from movers.redaction import KNOWN
 
 MIN_EXPIRY_SECONDS = 600  # the API server rejects shorter TokenRequests
 
@@ -45,6 +47,7 @@ class FileToken:
                 if stamp != self._stamp or fresh:
                     with open(self.path, encoding="utf-8") as f:
                         self._token = f.read().strip()
+                    KNOWN.add(self._token)
                     self._stamp = stamp
             except OSError as err:
                 raise UsageError(f"cannot read the CBT token file {self.path}: {err.strerror}") from None
@@ -97,6 +100,7 @@ class TokenRequestToken:
                         f" ({err.status} {err.reason}): it needs create on serviceaccounts/token"
                     ) from None
                 self._token = resp.status.token
+                KNOWN.add(self._token)
                 self._renew_at = time.monotonic() + 0.8 * self.expiry
             return self._token
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from movers.errors import UsageError
+from movers.redaction import has_userinfo, hide_userinfo
 from movers.repo.store.base import Store, validate_key
 from movers.repo.store.counting import RequestCounts
 from movers.repo.store.faulty import FaultyStore, SimulatedCrash
@@ -47,8 +48,7 @@ def __getattr__(name: str) -> Any:
 
 
 def _bad(url: str, why: str) -> UsageError:
-    shown = re.sub(r"//[^/@]*@", "//***@", url)  # never echo credentials put into the URL
-    return UsageError(f"bad store URL {shown!r}: {why}; expected {ACCEPTED_FORMS}")
+    return UsageError(f"bad store URL {hide_userinfo(url)!r}: {why}; expected {ACCEPTED_FORMS}")
 
 
 def open_store(url: str, *, retry_for: float = DEFAULT_RETRY_FOR, **s3_options: Any) -> Store:
@@ -81,7 +81,7 @@ def open_store(url: str, *, retry_for: float = DEFAULT_RETRY_FOR, **s3_options: 
             raise _bad(url, "file URLs need an absolute path")
         return RetryingStore(LocalStore(path), retry_for)
     if scheme == "s3":
-        if "@" in parts.netloc or port is not None:
+        if has_userinfo(url) or port is not None:
             raise _bad(url, "put credentials and endpoint in options or the environment, not in the URL")
         bucket = parts.netloc
         if not bucket:

@@ -31,7 +31,6 @@ import base64
 import hashlib
 import logging
 import math
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
@@ -50,6 +49,7 @@ from movers.errors import (
     TransientStoreError,
     UsageError,
 )
+from movers.redaction import KNOWN, Redactor, has_userinfo, hide_userinfo
 from movers.repo.store.base import validate_key
 from movers.repo.store.counting import RequestCounts
 
@@ -90,7 +90,6 @@ _TRANSIENT_CODES = {
     "503",
     "504",
 }
-_USERINFO = re.compile(r"//[^/@\s]+@")
 _CREDENTIALS_HINT = (
     "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (plus AWS_SESSION_TOKEN for temporary "
     "credentials), or AWS_PROFILE naming a profile in ~/.aws/credentials or ~/.aws/config"
@@ -148,29 +147,6 @@ def _is_aws_endpoint(url: str) -> bool:
     return host.endswith((".amazonaws.com", ".amazonaws.com.cn", ".api.aws"))
 
 
-class _Redactor:
-    """Replaces known secret values in messages; its repr shows none of them."""
-
-    __slots__ = ("_secrets",)
-
-    def __init__(self, *secrets: str | None) -> None:
-        self._secrets: tuple[str, ...] = ()
-        self.add(*secrets)
-
-    def add(self, *secrets: str | None) -> None:
-        # Very short values are skipped: replacing them would garble messages, not protect anything.
-        new = {s for s in secrets if s and len(s) >= 4} - set(self._secrets)
-        self._secrets += tuple(sorted(new, key=len, reverse=True))
-
-    def __call__(self, message: str) -> str:
-        for secret in self._secrets:
-            message = message.replace(secret, "***")
-        return message
-
-    def __repr__(self) -> str:
-        return "<redacted>"
-
-
 class S3Store:
     """Objects under ``prefix`` in an S3 (or S3-compatible) bucket; thread-safe.
 
@@ -208,7 +184,8 @@ class S3Store:
         self._key_prefix = f"{prefix}/" if prefix else ""
         self.multipart_threshold = multipart_threshold
         self.part_size = part_size
-        self._redactor = _Redactor(access_key, secret_key, session_token)
+        self._redactor = Redactor(access_key, secret_key, session_token)
+        KNOWN.add(access_key, secret_key, session_token)
         self._conditional_writes = True  # False once the endpoint said it has no If-None-Match writes
         self._content_md5 = False  # True once the bucket asked for Content-MD5 (object lock)
         self.endpoint_url = endpoint_url or "(default AWS endpoint)"
@@ -243,11 +220,18 @@ class S3Store:
             raise UsageError(self._scrub(f"cannot set up S3 client for {self.describe()}: {err}")) from None
         except bce.BotoCoreError as err:  # e.g. partial credentials in the environment
             raise self._translate(err, "setup", None) from None
-        self.endpoint_url = _USERINFO.sub("//", self._client.meta.endpoint_url)
+        if has_userinfo(self._client.meta.endpoint_url):
+            raise UsageError(
+                f"bad S3 endpoint URL {hide_userinfo(self._client.meta.endpoint_url)!r} (--s3-endpoint,"
+                f" AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or the AWS config): credentials do not belong in a URL;"
+                f" {_CREDENTIALS_HINT}"
+            )
+        self.endpoint_url = self._client.meta.endpoint_url
         self.requests = RequestCounts()
         self._client.meta.events.register("before-send.s3", self._count_request)
         if creds is not None:  # also hide what the chain found (env vars, profile)
             self._redactor.add(creds.access_key, creds.secret_key, creds.token)
+            KNOWN.add(creds.access_key, creds.secret_key, creds.token)
 
     @staticmethod
     def _make_client(session, endpoint_url, path_style, pool, connect_timeout, read_timeout):
@@ -286,7 +270,7 @@ class S3Store:
         return f"s3://{self.bucket}/{self._key_prefix}{key}" if key else self.describe()
 
     def _scrub(self, message: str) -> str:
-        return self._redactor(_USERINFO.sub("//***@", " ".join(message.split())))
+        return self._redactor(" ".join(message.split()))
 
     def _translate(self, err: BaseException, op: str, key: str | None) -> MoverError:
         where = f"S3 {op} {self._url(key)} at {self.endpoint_url}"
