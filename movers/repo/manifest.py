@@ -168,6 +168,7 @@ class Manifest:
 
     @property
     def key(self) -> str:
+        """The manifest's key in an unencrypted repository (``Repository.manifest_key`` in any repository)."""
         return volume_prefix(self.volume.id) + self.backup_id
 
     def encode(self) -> bytes:
