@@ -92,18 +92,28 @@ class PackBuilder:
         self._size += entry.stored_len
         return entry
 
-    def finish(self) -> tuple[bytes, bytes, list[PackEntry]]:
+    def finish(self) -> tuple[bytes, bytes | bytearray, list[PackEntry]]:
+        """``(pack id, pack bytes, entries)``; a sealed pack's bytes are a ``bytearray`` (sealed in place)."""
         raw = b"".join(_ENTRY.pack(e.chunk_id, e.offset, e.stored_len, e.raw_len, e.flags) for e in self.entries)
         trailer = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(raw)
         if self.seal is not None:
-            chunks = zip(self.entries, self._parts[1:], strict=True)
-            self._parts[1:] = [self.seal.seal_chunk(e.chunk_id, stored) for e, stored in chunks]
-            trailer = self.seal.seal_trailer(trailer)
+            return self.pack_id, self._sealed(self.seal, self.seal.seal_trailer(trailer)), self.entries
         self._parts.append(trailer)
         self._parts.append(_FOOTER.pack(len(trailer), FOOTER_MAGIC))
         data = b"".join(self._parts)
         self._parts = []
         return self.pack_id or hashlib.sha256(data).digest(), data, self.entries
+
+    def _sealed(self, seal: PackSeal, trailer: bytes) -> bytearray:
+        data = bytearray(self._size + len(trailer) + FOOTER_LEN)
+        view = memoryview(data)
+        view[: len(SEALED_HEADER)] = SEALED_HEADER
+        for e, stored in zip(self.entries, self._parts[1:], strict=True):
+            seal.seal_chunk_into(e.chunk_id, stored, view[e.offset : e.offset + e.stored_len])
+        view[self._size : self._size + len(trailer)] = trailer
+        view[self._size + len(trailer) :] = _FOOTER.pack(len(trailer), FOOTER_MAGIC)
+        self._parts = []
+        return data
 
 
 def trailer_location(footer: bytes, pack_size: int) -> tuple[int, int]:
