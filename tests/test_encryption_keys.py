@@ -135,3 +135,35 @@ def test_an_edited_config_cannot_turn_off_keyed_ids():
         RepoConfig(mandatory_features=downgraded)
     with pytest.raises(IntegrityError, match="need an encrypted repository"):
         RepoConfig(mandatory_features=tuple(f for f in ENCRYPTED_FEATURES if f != "encrypted-v1"))
+
+
+def test_sealed_pack_chunks_open_only_where_they_were_sealed():
+    """Each chunk is sealed with its pack's key and its id: two chunks swapped within a pack, a chunk copied into
+    another pack, or a changed trailer fail; the plain header says the pack is sealed."""
+    from movers.errors import IntegrityError
+    from movers.repo import pack
+
+    store = MemoryStore()
+    repo = Repository.init(store, RepoConfig.new(encrypted=True), Credentials.gather(environ=KEY), kdf_cost=10)
+    raws = [os.urandom(1000), os.urandom(1000)]
+    pack_id = os.urandom(32)
+    builder = repo.new_pack(pack_id)
+    entries = [builder.add(repo.content_hash.chunk_id(raw), raw, len(raw), 1) for raw in raws]
+    _id, data, _entries = builder.finish()
+    data = bytes(data)
+    assert data.startswith(pack.SEALED_HEADER) and all(e.stored_len == 1000 + 28 for e in entries)
+    assert raws[0] not in data and raws[1] not in data
+    for e, raw in zip(entries, raws, strict=True):
+        assert repo.decode_chunk(pack_id, data[e.offset : e.offset + e.stored_len], 1, 1000, e.chunk_id) == raw
+    first, second = entries
+    swapped = data[second.offset : second.offset + second.stored_len]
+    with pytest.raises(IntegrityError, match=f"chunk {first.chunk_id.hex()[:16]} fails authentication"):
+        repo.decode_chunk(pack_id, swapped, 1, 1000, first.chunk_id)
+    with pytest.raises(IntegrityError, match="fails authentication"):
+        repo.decode_chunk(os.urandom(32), data[first.offset : first.offset + first.stored_len], 1, 1000, first.chunk_id)
+    store.put(pack.pack_key(pack_id), data)
+    assert repo.read_pack_trailer(pack.pack_key(pack_id)) == entries
+    trailer_at = second.offset + second.stored_len
+    store.put(pack.pack_key(pack_id), data[:trailer_at] + bytes([data[trailer_at] ^ 1]) + data[trailer_at + 1 :])
+    with pytest.raises(IntegrityError, match="pack trailer fails authentication"):
+        repo.read_pack_trailer(pack.pack_key(pack_id))
