@@ -476,7 +476,9 @@ def run_memory(b: Bench, server: dict) -> None:
         b.runner.run([*b.runner.python, str(SCRIPT), "--client", json.dumps(warm)], f"warm {name}")
         for i in range(b.args.mem_repeats):
             repo = b.scratch / f"repo-{name}-{i}"
-            b.runner.run([*cli, "init", "--repo", f"file://{repo}", "--json"], f"init {repo.name}")
+            b.runner.run(
+                [*cli, "init", "--insecure-no-encryption", "--repo", f"file://{repo}", "--json"], f"init {repo.name}"
+            )
             cmd = [
                 *cli,
                 "backup",

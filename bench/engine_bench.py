@@ -365,7 +365,7 @@ class Bench:
         return p, last_json(p.stdout)
 
     def cbt_init(self, url: str, env: dict | None = None) -> None:
-        self.cbt(["init", "--repo", url], f"init {url}", env=env)
+        self.cbt(["init", "--insecure-no-encryption", "--repo", url], f"init {url}", env=env)
 
     def cbt_backup(
         self,

@@ -148,7 +148,7 @@ def build_images(image: Path, changed: Path, size: int, seed: int) -> None:
 def init(b: Bench, name: str, repo: Path) -> str:
     url = f"file://{repo}"
     if name == "blake3":
-        b.cli.run(["init", "--repo", url], f"init {name} {repo.name}")
+        b.cli.run(["init", "--insecure-no-encryption", "--repo", url], f"init {name} {repo.name}")
     else:
         b.cli.runner.run([*b.cli.python, "-c", _INIT, url, name], f"init {name} {repo.name}")
     features = json.loads((repo / "config").read_text())["mandatory_features"]

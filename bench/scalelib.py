@@ -123,7 +123,7 @@ class Cli:
         ``cbt-mover init``, version 1 by the engine API (the CLI does not offer it)."""
         url = f"file://{repo}"
         if version == 2:
-            self.run(["init", "--repo", url], f"init v{version} {repo.name}")
+            self.run(["init", "--insecure-no-encryption", "--repo", url], f"init v{version} {repo.name}")
         else:
             self.runner.run([*self.python, "-c", _INIT_V1, url], f"init v{version} {repo.name}")
         config = (repo / "config").read_text()

@@ -36,6 +36,11 @@ def _add_repo(p: argparse.ArgumentParser) -> None:
         help="keep retrying a failing store request this long, e.g. 90s, 5m, 0 for no retry"
         " (default: CBT_MOVER_RETRY_FOR or 5m; at most 1h)",
     )
+    k = p.add_argument_group("repository key (an encrypted repository's; the passphrase also from CBT_MOVER_PASSWORD)")
+    k.add_argument(
+        "--password-file", metavar="FILE", help="file holding the passphrase (default: CBT_MOVER_PASSWORD_FILE)"
+    )
+    k.add_argument("--key-file", metavar="FILE", help="file of at least 32 random bytes (default: CBT_MOVER_KEY_FILE)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
     p.add_argument("--result-file", help="also write the JSON result here (a pod's /dev/termination-log)")
     p.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
@@ -82,8 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cbt-mover", description="Back up and restore block volumes.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("init", help="create a repository")
+    p = sub.add_parser("init", help="create a repository (encrypted: give its first key)")
     _add_repo(p)
+    p.add_argument(
+        "--insecure-no-encryption",
+        action="store_true",
+        help="create an unencrypted repository: anyone who can read the bucket reads the backups",
+    )
 
     p = sub.add_parser("backup", help="back up a device or image file")
     _add_repo(p)
@@ -207,6 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
         " 10Gi; 0: no repacking; default 4Gi)",
     )
     p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
+
+    from movers.cli_keys import add_key_parsers
+
+    add_key_parsers(sub, _add_repo)
     return parser
 
 
@@ -228,6 +242,9 @@ class _Progress:
 
 
 def _open_repo(args: argparse.Namespace, create: bool = False):
+    """The repository ``--repo`` names, opened with the key options (``create``: made by ``init``)."""
+    from movers.repo.config import RepoConfig
+    from movers.repo.keys import HOW_TO_GIVE, Credentials, kdf_cost
     from movers.repo.repository import Repository
     from movers.repo.store import open_store
     from movers.repo.store.retry import parse_retry_for
@@ -244,7 +261,14 @@ def _open_repo(args: argparse.Namespace, create: bool = False):
         if v
     }
     store = open_store(args.repo, retry_for=retry_for, **options)
-    return Repository.init(store) if create else Repository.open(store)
+    credentials = Credentials.gather(args.password_file, args.key_file)
+    if not create:
+        return Repository.open(store, credentials)
+    if args.insecure_no_encryption:
+        return Repository.init(store, credentials=credentials)
+    if credentials is None:
+        raise UsageError(f"a new repository is encrypted: {HOW_TO_GIVE} (or --insecure-no-encryption)")
+    return Repository.init(store, RepoConfig.new(encrypted=True), credentials, kdf_cost())
 
 
 def _emit(args: argparse.Namespace, result: dict[str, Any], text: str) -> None:
@@ -260,8 +284,15 @@ def _emit(args: argparse.Namespace, result: dict[str, Any], text: str) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     repo = _open_repo(args, create=True)
-    doc = {"repo": repo.describe(), "repo_id": repo.config.repo_id, "chunk_hash": repo.content_hash.name}
-    _emit(args, doc, f"initialized {repo.describe()} (chunk hash {repo.content_hash.name})")
+    doc = {
+        "repo": repo.describe(),
+        "repo_id": repo.config.repo_id,
+        "chunk_hash": repo.content_hash.name,
+        "encrypted": repo.config.encrypted,
+        "key_slot": repo.opened_by,
+    }
+    how = f"encrypted, key slot {repo.opened_by}" if repo.config.encrypted else "NOT encrypted"
+    _emit(args, doc, f"initialized {repo.describe()} ({how}, chunk hash {repo.content_hash.name})")
     return 0
 
 
@@ -718,6 +749,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_key(args: argparse.Namespace) -> int:
+    from movers.cli_keys import cmd_key as run
+
+    return run(args)
+
+
 def _mib(n: int | None) -> str:
     return human_bytes(n, missing="?")
 
@@ -731,6 +768,7 @@ COMMANDS = {
     "verify": cmd_verify,
     "forget": cmd_forget,
     "prune": cmd_prune,
+    "key": cmd_key,
 }
 
 

@@ -11,9 +11,10 @@ Exit codes (documented in the README, stable):
 1     unexpected internal error (a bug: please report it)
 2     bad input: arguments, extents file, device path, target device too small or full
 3     not found: repository, volume or backup does not exist
-4     integrity: stored data does not match its hash
+4     integrity: stored data does not match its hash or fails authentication
 5     storage unavailable: endpoint unreachable, retries exhausted
-6     access denied: missing or rejected credentials, or a Kubernetes API call refused (401/403)
+6     access denied: missing or rejected credentials, a missing or wrong repository key, or a Kubernetes
+      API call refused (401/403)
 7     incompatible repository: unknown format version or feature
 8     CBT service error: the SnapshotMetadata stream broke its contract
 9     CBT unavailable: no changed block tracking for this snapshot/base
@@ -67,6 +68,13 @@ class DamagedData(IntegrityError):
     def __init__(self, message: str, *, offset: int, length: int, key: str | None = None) -> None:
         super().__init__(message)
         self.offset, self.length, self.key = offset, length, key
+
+
+class RepositoryKeyError(MoverError):
+    """An encrypted repository cannot be opened: no key was given, or none of its key slots opens with the
+    one given. The message names how to give a key, never the key."""
+
+    exit_code = EXIT_ACCESS
 
 
 class IncompatibleError(MoverError):

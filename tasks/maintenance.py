@@ -24,10 +24,11 @@ HOUR = 3600
 
 
 def _open(repo_url: str):
+    from movers.repo.keys import Credentials
     from movers.repo.repository import Repository
     from movers.repo.store import open_store
 
-    return Repository.open(open_store(repo_url))
+    return Repository.open(open_store(repo_url), Credentials.gather())  # an encrypted one's key: as the CLI's
 
 
 def _log_progress(what: str, interval: float = 30.0) -> Callable[[int, int], None]:

@@ -11,10 +11,11 @@ from tasks import retry_if_retriable
 
 
 def _open(repo_url: str):
+    from movers.repo.keys import Credentials
     from movers.repo.repository import Repository
     from movers.repo.store import open_store
 
-    return Repository.open(open_store(repo_url))
+    return Repository.open(open_store(repo_url), Credentials.gather())  # an encrypted one's key: as the CLI's
 
 
 @task(name="check-repository", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)

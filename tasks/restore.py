@@ -20,11 +20,13 @@ def select_backups(
 ) -> dict[str, Any]:
     """``movers.repo.selection.select(...).to_dict()`` (a whole-app "latest" is the newest complete run; a partial
     run needs ``allow_partial``); logs which run was taken and why (a newer partial run, missing PVCs)."""
+    from movers.repo.keys import Credentials
     from movers.repo.repository import Repository
     from movers.repo.selection import select
     from movers.repo.store import open_store
 
-    sel = select(Repository.open(open_store(repo_url)), namespace, pvcs, backup, allow_partial=allow_partial)
+    repo = Repository.open(open_store(repo_url), Credentials.gather())
+    sel = select(repo, namespace, pvcs, backup, allow_partial=allow_partial)
     log = get_run_logger()
     for note in sel.notes:
         log.warning("%s", note)

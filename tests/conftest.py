@@ -86,5 +86,5 @@ def repo(tmp_path):
     from tests.test_cli import run
 
     url = f"file://{tmp_path}/repo"
-    run("init", "--repo", url, check_rc=0)
+    run("init", "--insecure-no-encryption", "--repo", url, check_rc=0)
     return url

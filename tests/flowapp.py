@@ -66,7 +66,12 @@ def deploy_app(
     cluster.s3.client().create_bucket(Bucket=bucket)
     repo = f"s3://{bucket}/repo"
     env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=env, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "movers", "init", "--insecure-no-encryption", "--repo", repo],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     core.create_namespaced_secret(
         ns, {"metadata": {"name": REPO_SECRET}, "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}}
     )

@@ -285,7 +285,7 @@ def test_extents_command_lists_like_the_lister(env):
 
 def test_full_then_delta_backup_via_cli_restores_byte_identical(env, tmp_path):
     repo = f"file://{tmp_path}/repo"
-    cli("init", "--repo", repo)
+    cli("init", "--insecure-no-encryption", "--repo", repo)
     base = ["backup", "--repo", repo, "--volume", "apps/data", "--json", "--log-level", "DEBUG"]
     full = cli(*base, "--device", env.base_img, *cbt_args(env, "snap-base"), "--snapshot-handle", env.base.handle)
     doc = json.loads(full.stdout)
@@ -321,7 +321,7 @@ def test_full_then_delta_backup_via_cli_restores_byte_identical(env, tmp_path):
 
 def test_cbt_unavailable_falls_back_to_scan_or_fails(env, tmp_path):
     repo = f"file://{tmp_path}/repo"
-    cli("init", "--repo", repo)
+    cli("init", "--insecure-no-encryption", "--repo", repo)
     env.faults.update(fail_with=grpc.StatusCode.FAILED_PRECONDITION, fail_times=2)
     args = ["backup", "--repo", repo, "--volume", "v", "--device", env.target_img, *cbt_args(env), "--json"]
     doc = json.loads(cli(*args).stdout)
@@ -332,7 +332,7 @@ def test_cbt_unavailable_falls_back_to_scan_or_fails(env, tmp_path):
 
 def test_delta_needs_a_backup_of_its_base(env, tmp_path):
     repo = f"file://{tmp_path}/repo"
-    cli("init", "--repo", repo)
+    cli("init", "--insecure-no-encryption", "--repo", repo)
     proc = cli(
         "backup",
         "--repo",
@@ -364,7 +364,7 @@ def test_a_refused_delta_falls_back_to_a_full_backup_from_the_allocated_blocks(e
     """INVALID_ARGUMENT (the base is another volume's snapshot) or NOT_FOUND (the base is gone) for the
     delta: a full backup from GetMetadataAllocated, with the reason in the result (it was exit 2 / a scan)."""
     repo = f"file://{tmp_path}/repo"
-    cli("init", "--repo", repo)
+    cli("init", "--insecure-no-encryption", "--repo", repo)
     other = env.catalog.add(ImageSnapshot(env.base_img, namespace=NS, name="elsewhere", volume_id="vol-b"))
     common = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
     cli(*common, "--device", env.base_img, *cbt_args(env, "elsewhere"), "--snapshot-handle", other.handle)
@@ -385,7 +385,7 @@ def test_a_refused_delta_falls_back_to_a_full_backup_from_the_allocated_blocks(e
 def test_no_delta_across_two_volumes(env, tmp_path):
     """The base's backup records another source volume (handle or PV uid): no delta is asked at all."""
     repo = f"file://{tmp_path}/repo"
-    cli("init", "--repo", repo)
+    cli("init", "--insecure-no-encryption", "--repo", repo)
     common = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
     base = [*common, "--device", env.base_img, *cbt_args(env, "snap-base"), "--snapshot-handle", env.base.handle]
     first = json.loads(cli(*base, "--pv-handle", "vol-a", "--pv-uid", "uid-1").stdout)
@@ -410,7 +410,7 @@ def test_no_delta_across_two_volumes(env, tmp_path):
 def test_full_with_a_base_handle_reads_the_allocated_blocks(env, tmp_path):
     """--full --base-handle stored only the delta's ranges as a full backup (the rest as holes)."""
     repo = f"file://{tmp_path}/repo"
-    cli("init", "--repo", repo)
+    cli("init", "--insecure-no-encryption", "--repo", repo)
     common = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
     cli(*common, "--device", env.base_img, *cbt_args(env, "snap-base"), "--snapshot-handle", env.base.handle)
     doc = json.loads(

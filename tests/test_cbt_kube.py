@@ -177,7 +177,7 @@ def test_wait_for_readiness(cluster):
 def test_kube_backup_full_then_delta_restores_byte_identical(cluster, tmp_path):
     kube, server, base_img, target_img = cluster
     repo = f"file://{tmp_path}/repo"
-    cli(kube, "init", "--repo", repo)
+    cli(kube, "init", "--insecure-no-encryption", "--repo", repo)
     common = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
     full = json.loads(cli(kube, *common, "--device", base_img, *kube_args(kube, "snap-1")).stdout)
     assert full["change_source"] == "cbt-allocated" and full["snapshot_handle"] == "handle-1"
@@ -244,7 +244,7 @@ def test_kube_backup_of_a_snapshot_of_another_volume_is_full(cluster, tmp_path):
     base of the last backup is not asked for a delta; a full backup from the allocated blocks."""
     kube, server, base_img, target_img = cluster
     repo = f"file://{tmp_path}/repo"
-    cli(kube, "init", "--repo", repo)
+    cli(kube, "init", "--insecure-no-encryption", "--repo", repo)
     server.catalog.add(
         ImageSnapshot(target_img, namespace=NS, name="snap-new-volume", handle="handle-3", volume_id="w")
     )
@@ -267,7 +267,7 @@ def test_kube_backup_without_cbt_is_a_scan_that_records_the_snapshot(cluster, tm
     kube, server, base_img, _ = cluster
     kube.custom.delete_cluster_custom_object("cbt.storage.k8s.io", "v1beta1", "snapshotmetadataservices", DRIVER)
     repo = f"file://{tmp_path}/repo"
-    cli(kube, "init", "--repo", repo)
+    cli(kube, "init", "--insecure-no-encryption", "--repo", repo)
     common = ["backup", "--repo", repo, "--volume", "apps/data", "--json", "--device", base_img]
     doc = json.loads(cli(kube, *common, *kube_args(kube, "snap-1")).stdout)
     assert (doc["change_source"], doc["mode"]) == ("scan", "full")

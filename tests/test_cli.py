@@ -107,7 +107,7 @@ def test_bad_extents_are_one_line_errors(repo, image, tmp_path):
 
 
 def test_lookup_errors(repo, image, tmp_path):
-    assert_one_line_error(run("init", "--repo", repo), 2, "already a cbt-mover repository")
+    assert_one_line_error(run("init", "--insecure-no-encryption", "--repo", repo), 2, "already a cbt-mover repository")
     assert_one_line_error(run("restore", "--repo", repo, "--volume", "v", "--device", tmp_path / "o"), 3, "no backups")
     run("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan", check_rc=0)
     proc = run(
@@ -166,7 +166,7 @@ def test_backup_restore_over_s3(s3_bucket, image, tmp_path):
         "AWS_ENDPOINT_URL": endpoint,
     }
     repo = f"s3://{bucket}/team/repo"
-    run("init", "--repo", repo, env=env, check_rc=0)
+    run("init", "--insecure-no-encryption", "--repo", repo, env=env, check_rc=0)
     run("backup", "--repo", repo, "--volume", "ns/pvc", "--device", image, "--scan", env=env, check_rc=0)
     out = tmp_path / "out.img"
     run("restore", "--repo", repo, "--volume", "ns/pvc", "--device", out, env=env, check_rc=0)

@@ -214,5 +214,5 @@ def test_cli_refuses_a_hash_it_does_not_know_with_exit_7_and_two_hashes_with_exi
 
 
 def test_cli_init_says_which_hash_it_recorded(tmp_path):
-    proc = run("init", "--repo", f"file://{tmp_path}/r", "--json", check_rc=0)
+    proc = run("init", "--insecure-no-encryption", "--repo", f"file://{tmp_path}/r", "--json", check_rc=0)
     assert json.loads(proc.stdout)["chunk_hash"] == "blake3"

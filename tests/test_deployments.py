@@ -485,7 +485,7 @@ def test_a_process_worker_runs_the_maintenance_deployment(prefect_api, deployed,
     def backups() -> list[str]:
         return [b["backup_id"] for b in json.loads(cli("ls", "--volume", "demo/data", "--json"))["backups"]]
 
-    cli("init")
+    cli("init", "--insecure-no-encryption")
     image = tmp_path / "data.img"
     for i in range(2):
         image.write_bytes(bytes([i]) * 4096 + os.urandom(60_000))

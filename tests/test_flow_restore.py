@@ -59,7 +59,7 @@ def backed_up(local_cluster, harness):
     cluster.s3.client().create_bucket(Bucket="flow-restore")
     repo = "s3://flow-restore/repo"
     subprocess.run(
-        [sys.executable, "-m", "movers", "init", "--repo", repo],
+        [sys.executable, "-m", "movers", "init", "--insecure-no-encryption", "--repo", repo],
         check=True,
         capture_output=True,
         env={**cluster.env(), "PATH": "/usr/bin:/bin"},

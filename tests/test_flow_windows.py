@@ -116,7 +116,7 @@ def scenario(local_cluster, prefect_api):
     cluster.s3.client().create_bucket(Bucket="flow-windows")
     repo = "s3://flow-windows/repo"
     subprocess.run(
-        [sys.executable, "-m", "movers", "init", "--repo", repo],
+        [sys.executable, "-m", "movers", "init", "--insecure-no-encryption", "--repo", repo],
         check=True,
         capture_output=True,
         env={**cluster.env(), "PATH": "/usr/bin:/bin"},

@@ -148,7 +148,12 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
     cluster.s3.client().create_bucket(Bucket=bucket)
     repo = f"s3://{bucket}/repo"
     env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, "-m", "movers", "init", "--repo", repo], check=True, env=env, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "movers", "init", "--insecure-no-encryption", "--repo", repo],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     core.create_namespaced_secret(
         ns, {"metadata": {"name": "repo", "labels": labels}, "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}}
     )

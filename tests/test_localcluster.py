@@ -103,7 +103,7 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
     cluster.s3.client().create_bucket(Bucket="backups")
     env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
     subprocess.run(
-        [sys.executable, "-m", "movers", "init", "--repo", "s3://backups/repo"],
+        [sys.executable, "-m", "movers", "init", "--insecure-no-encryption", "--repo", "s3://backups/repo"],
         check=True,
         env=env,
         capture_output=True,

@@ -12,7 +12,7 @@ MiB = 1 << 20
 
 def test_forget_then_prune_via_cli(tmp_path):
     url = f"file://{tmp_path}/repo"
-    run("init", "--repo", url, check_rc=0)
+    run("init", "--insecure-no-encryption", "--repo", url, check_rc=0)
     image = tmp_path / "vol.img"
     make_image(image, 8 * MiB, seed=5)
     for n in range(3):
@@ -44,7 +44,7 @@ def test_forget_then_prune_via_cli(tmp_path):
 def test_forget_and_prune_errors(tmp_path):
     url = f"file://{tmp_path}/repo"
     assert_one_line_error(run("forget", "--repo", url, "--keep-last", "1"), 3, "no cbt-mover repository")
-    run("init", "--repo", url, check_rc=0)
+    run("init", "--insecure-no-encryption", "--repo", url, check_rc=0)
     assert_one_line_error(run("forget", "--repo", url), 2, "--keep-last")
     assert_one_line_error(run("forget", "--repo", url, "--keep-daily", "-1"), 2, "keep-daily")
     assert_one_line_error(run("forget", "--repo", url, "--volume", "x", "--keep-last", "1"), 3, "volume x")

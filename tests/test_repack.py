@@ -185,7 +185,7 @@ def test_prune_repacks_over_s3_and_the_cli_restore_follows(s3_bucket, tmp_path):
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
     env["AWS_ENDPOINT_URL"] = endpoint
     url = f"s3://{bucket}/repo"
-    run("init", "--repo", url, env=env, check_rc=0)
+    run("init", "--insecure-no-encryption", "--repo", url, env=env, check_rc=0)
     image = _image(tmp_path, 32 * MiB)
     run("backup", "--repo", url, "--volume", VOLUME.id, "--device", image, "--scan", env=env, check_rc=0)
     changed = write_blocks(image, range(0, 24 * MiB, 64 * KiB), seed=8, length=64 * KiB)
@@ -215,6 +215,6 @@ def test_the_cli_refuses_a_bad_repack_bound(tmp_path):
     from tests.test_cli import assert_one_line_error, run
 
     url = f"file://{tmp_path}/repo"
-    run("init", "--repo", url, check_rc=0)
+    run("init", "--insecure-no-encryption", "--repo", url, check_rc=0)
     for bad in ("lots", "-1Gi"):
         assert_one_line_error(run("prune", "--repo", url, f"--repack-max={bad}"), 2, "--repack-max")

@@ -58,7 +58,7 @@ def test_backup_and_restore_report_the_requests_they_sent(s3_bucket, moto_server
     repo = f"s3://{bucket}/team/repo"
     with S3Proxy(endpoint) as proxy:
         env = {**moto_server.env, "AWS_ENDPOINT_URL": proxy.endpoint_url}
-        cli("init", "--repo", repo, env=env)
+        cli("init", "--insecure-no-encryption", "--repo", repo, env=env)
         reported = {}
         for name, command in {
             "backup": ["backup", "--volume", "ns/pvc", "--device", image, "--scan"],
@@ -75,7 +75,7 @@ def test_backup_and_restore_report_the_requests_they_sent(s3_bucket, moto_server
 
 def test_a_local_repository_reports_requests_too(image, tmp_path):
     repo = f"file://{tmp_path}/repo"
-    cli("init", "--repo", repo)
+    cli("init", "--insecure-no-encryption", "--repo", repo)
     doc = cli("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan")
     assert set(doc["requests"]) == set(KINDS) and doc["requests"]["put"] >= doc["objects_written"] >= 1
 
@@ -86,7 +86,7 @@ def test_a_blip_of_seconds_is_ridden_out(s3_bucket, moto_server):
     budget rides it out, --retry-for 0 fails at once with the storage-unavailable exit code."""
     endpoint, bucket = s3_bucket
     repo = f"s3://{bucket}/r"
-    cli("init", "--repo", repo, env=moto_server.env)
+    cli("init", "--insecure-no-encryption", "--repo", repo, env=moto_server.env)
     blip: list[float] = []
 
     def unavailable_for_3s(request):
@@ -116,7 +116,7 @@ def test_a_bad_retry_budget_is_bad_input(tmp_path, option, env, shown):
 
 def test_prune_sweeps_the_temporary_files_of_killed_writers(image, tmp_path):
     root = tmp_path / "repo"
-    cli("init", "--repo", f"file://{root}")
+    cli("init", "--insecure-no-encryption", "--repo", f"file://{root}")
     cli("backup", "--repo", f"file://{root}", "--volume", "v", "--device", image, "--scan")
     pack_dir = next((root / "packs").iterdir())
     old, fresh = pack_dir / ".tmp-killed", pack_dir / ".tmp-writing"
@@ -172,7 +172,7 @@ def test_a_repository_in_an_object_locked_bucket(locked_bucket, moto_server, ima
     markers, so every object version stays, under retention, until a lifecycle rule removes it."""
     client, bucket = locked_bucket
     repo, env = f"s3://{bucket}/repo", moto_server.env
-    cli("init", "--repo", repo, env=env)
+    cli("init", "--insecure-no-encryption", "--repo", repo, env=env)
     first_image = tmp_path / "first.img"
     shutil.copyfile(image, first_image)
     first = cli("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan", env=env)

@@ -244,7 +244,7 @@ def _backup(
     manifest.stats = stats.as_dict()
     data = manifest.encode()
     lease.check()
-    repo.store.put(manifest.key, data)  # the commit point
+    repo.store.put(repo.manifest_key(manifest), data)  # the commit point
     stats.stored_bytes += len(data)
     stats.metadata_bytes += len(data)
     stats.objects_written += 1
@@ -525,8 +525,8 @@ class _Engine:
 
     def _new_builder(self) -> packfmt.PackBuilder:
         if not self.located:
-            return packfmt.PackBuilder()
-        return packfmt.PackBuilder(self.pack_prefix + os.urandom(32 - len(self.pack_prefix)))
+            return self.repo.new_pack()
+        return self.repo.new_pack(self.pack_prefix + os.urandom(32 - len(self.pack_prefix)))
 
     def _finish_page(self) -> None:
         located = self.locations if self.located else None

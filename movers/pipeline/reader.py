@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from movers.errors import DamagedData, IntegrityError, ObjectNotFound
 from movers.repo import pack as packfmt
 from movers.repo import volmap
-from movers.repo.chunks import decode_chunk
 from movers.repo.forwarding import MAX_HOPS, Forwarder
 from movers.repo.index import ChunkLocation
 from movers.repo.manifest import Manifest
@@ -188,8 +187,8 @@ class MapReader:
         for cid, loc, uses in plan.chunks:
             rel = loc.offset - plan.offset
             try:
-                raw = decode_chunk(
-                    view[rel : rel + loc.stored_len], loc.flags, loc.raw_len, cid, self.repo.content_hash
+                raw = self.repo.decode_chunk(
+                    plan.pack_id, view[rel : rel + loc.stored_len], loc.flags, loc.raw_len, cid
                 )
             except IntegrityError as err:
                 voff, length = min((u[0], u[1]) for u in uses)

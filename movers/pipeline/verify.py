@@ -44,7 +44,6 @@ from movers.errors import (
 from movers.pipeline.reader import MapReader
 from movers.repo import pack as packfmt
 from movers.repo import volmap
-from movers.repo.chunks import decode_chunk
 from movers.repo.forwarding import Forwarding, load_forwarding
 from movers.repo.index import ChunkLocation
 from movers.repo.manifest import Manifest, shown_volume_id
@@ -365,14 +364,14 @@ def _check_pack(repo: Repository, pack_id: bytes, referenced: dict[bytes, ChunkL
     checked: set[tuple[bytes, int]] = set()
     for cid, loc in referenced.items():
         try:
-            decode_chunk(view[loc.offset : loc.offset + loc.stored_len], loc.flags, loc.raw_len, cid, repo.content_hash)
+            repo.decode_chunk(pack_id, view[loc.offset : loc.offset + loc.stored_len], loc.flags, loc.raw_len, cid)
         except IntegrityError as err:
             result.damaged.append((cid, f"{err} (pack {key}, offset {loc.offset})"))
         result.chunks += 1
         checked.add((cid, loc.offset))
     try:
         offset, length = packfmt.trailer_location(data[-packfmt.FOOTER_LEN :], len(data))
-        trailer = packfmt.parse_trailer(data[offset : offset + length])
+        trailer = repo.parse_pack_trailer(pack_id, data[offset : offset + length])
     except IntegrityError as err:
         result.warnings.append(f"pack {key}: trailer damaged ({err}); restores use the index, a re-index would fail")
         trailer = []
@@ -380,7 +379,7 @@ def _check_pack(repo: Repository, pack_id: bytes, referenced: dict[bytes, ChunkL
         if (e.chunk_id, e.offset) in checked:
             continue
         try:
-            decode_chunk(view[e.offset : e.offset + e.stored_len], e.flags, e.raw_len, e.chunk_id, repo.content_hash)
+            repo.decode_chunk(pack_id, view[e.offset : e.offset + e.stored_len], e.flags, e.raw_len, e.chunk_id)
         except IntegrityError as err:
             result.warnings.append(f"pack {key}: unreferenced chunk at offset {e.offset} damaged ({err})")
         result.chunks += 1

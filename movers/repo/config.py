@@ -2,7 +2,10 @@
 
 It fixes the parameters every backup of the repository shares (map page size, chunk grid)
 and carries the format version and mandatory features, checked on every open. One of the features names
-the hash of chunk ids and block digests (``movers.repo.contenthash``).
+the hash of chunk ids and block digests (``movers.repo.contenthash``), and ``encrypted-v1`` that every other
+object is sealed (``movers.repo.crypto``). The config itself stays plaintext: a reader learns from it whether
+and how to unlock the repository. Its rule that an encrypted repository has keyed chunk ids (and only an
+encrypted one) keeps an edited config from making a writer store unkeyed ids.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from movers.errors import IntegrityError, UsageError
 from movers.repo import contenthash
 from movers.repo.digests import DIGEST_BLOCK
 from movers.repo.manifest import (
+    ENCRYPTED,
+    ENCRYPTED_FEATURES,
     FEATURES_OF_VERSION,
     FORMAT_VERSION,
     LOCATED_PAGES,
@@ -43,11 +48,28 @@ class RepoConfig:
             object.__setattr__(self, "mandatory_features", FEATURES_OF_VERSION[self.format_version])
         if self.chunk_max <= 0 or self.chunk_max % DIGEST_BLOCK or self.page_size % self.chunk_max:
             raise UsageError(f"page_size must be a multiple of chunk_max, itself a multiple of {DIGEST_BLOCK}")
-        contenthash.of_features(self.mandatory_features)  # names at most one hash
+        named = contenthash.of_features(self.mandatory_features, key=bytes(32))  # names at most one hash
+        if self.encrypted and (self.format_version != 2 or named.name != contenthash.KEYED_BLAKE3):
+            raise IntegrityError(
+                f"an encrypted repository is format version 2 with {contenthash.KEYED_BLAKE3} chunk ids"
+            )
+        if not self.encrypted and named.name == contenthash.KEYED_BLAKE3:
+            raise IntegrityError(f"{contenthash.KEYED_BLAKE3} chunk ids need an encrypted repository (its key)")
+
+    @classmethod
+    def new(cls, encrypted: bool = False) -> RepoConfig:
+        """The config of a new repository: version 2, encrypted (``ENCRYPTED_FEATURES``) or not."""
+        return cls(mandatory_features=ENCRYPTED_FEATURES) if encrypted else cls()
+
+    @property
+    def encrypted(self) -> bool:
+        """Every object is sealed with the repository's key (``movers.repo.crypto``)."""
+        return ENCRYPTED in self.mandatory_features
 
     @property
     def content_hash(self) -> contenthash.ContentHash:
-        """The hash of chunk ids and block digests that the mandatory features name (SHA-256 if none does)."""
+        """The hash of chunk ids and block digests that the mandatory features name (SHA-256 if none does), of an
+        unencrypted repository (an encrypted one's is keyed: ``Repository.content_hash``)."""
         return contenthash.of_features(self.mandatory_features)
 
     @property

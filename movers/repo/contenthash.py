@@ -8,13 +8,16 @@ a hash this reader lacks is refused with exit code 7 like any unknown mandatory 
 
 This module is the one owner of the choice: everything that hashes volume data (the backup engine, chunk
 decoding, restores, read-back, verify) takes a ``ContentHash`` from ``Repository.content_hash``. A keyed
-variant (BLAKE3's keyed mode, for encrypted repositories) is another ``ContentHash`` built here from its key.
+variant (BLAKE3's keyed mode, feature ``blake3-keyed-chunks``, which every encrypted repository records) is another
+``ContentHash`` built here from the repository's "chunk ids" subkey (``movers.repo.crypto``), so ids and digests
+reveal nothing about content to whoever lacks the key.
 Object names (version 1 pack ids, map and index objects) are not volume data: they stay SHA-256, owned by
 their modules.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -64,17 +67,29 @@ class ContentHash:
 SHA256 = ContentHash("sha256", hashlib.sha256)
 BLAKE3 = ContentHash("blake3", blake3.blake3)
 BY_FEATURE = {h.feature: h for h in (SHA256, BLAKE3)}
-HASH_FEATURES = frozenset(BY_FEATURE)
-NEW_REPOSITORIES = BLAKE3  # what ``init`` records in a version 2 repository
+KEYED_BLAKE3 = "blake3-keyed"  # BLAKE3's keyed mode; the key is the repository's "chunk ids" subkey
+KEYED_FEATURES = frozenset({f"{KEYED_BLAKE3}-chunks"})
+HASH_FEATURES = frozenset(BY_FEATURE) | KEYED_FEATURES
+NEW_REPOSITORIES = BLAKE3  # what ``init`` records in an unencrypted version 2 repository
 
 
-def of_features(features: Iterable[str]) -> ContentHash:
+def keyed_blake3(key: bytes) -> ContentHash:
+    """BLAKE3 keyed with ``key`` (32 bytes): without the key, ids and digests say nothing about the data."""
+    return ContentHash(KEYED_BLAKE3, functools.partial(blake3.blake3, key=key))
+
+
+def of_features(features: Iterable[str], key: bytes | None = None) -> ContentHash:
     """The content hash ``features`` (a config's mandatory features) name: SHA-256 when they name none.
 
+    A keyed hash is built from ``key`` (``ValueError`` without one: the caller had to unlock the repository).
     Unknown features are the caller's to refuse (``movers.repo.manifest.check_compatible``); naming two hashes is
     a malformed config (``IntegrityError``).
     """
-    named = sorted({f for f in features if f in BY_FEATURE})
+    named = sorted({f for f in features if f in HASH_FEATURES})
     if len(named) > 1:
         raise IntegrityError(f"repository config names more than one chunk hash: {', '.join(named)}")
+    if named and named[0] in KEYED_FEATURES:
+        if key is None:
+            raise ValueError(f"the chunk hash {named[0]} needs the repository's key")
+        return keyed_blake3(key)
     return BY_FEATURE[named[0]] if named else SHA256

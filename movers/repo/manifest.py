@@ -28,7 +28,8 @@ from movers.repo import contenthash
 
 FORMAT_VERSION = 2  # new repositories; version 1 repositories stay readable and are written as version 1
 LOCATED_PAGES = "located-pages"  # map pages say where each chunk is stored: no chunk index to read
-KNOWN_FEATURES = frozenset({"paged-map-v1", LOCATED_PAGES, "zstd"}) | contenthash.HASH_FEATURES
+ENCRYPTED = "encrypted-v1"  # every object sealed, chunk ids keyed, manifests named by keyed volume names
+KNOWN_FEATURES = frozenset({"paged-map-v1", LOCATED_PAGES, "zstd", ENCRYPTED}) | contenthash.HASH_FEATURES
 # What a new repository of each version records (a repository's own list is in its config: version 2
 # repositories created before BLAKE3 say sha256-chunks, movers.repo.contenthash).
 FEATURES_OF_VERSION = {
@@ -36,6 +37,8 @@ FEATURES_OF_VERSION = {
     2: ("paged-map-v1", LOCATED_PAGES, contenthash.NEW_REPOSITORIES.feature, "zstd"),
 }
 MANDATORY_FEATURES = FEATURES_OF_VERSION[FORMAT_VERSION]
+# What a new encrypted repository records (version 2 only; movers.repo.crypto, movers.repo.keys).
+ENCRYPTED_FEATURES = ("paged-map-v1", LOCATED_PAGES, f"{contenthash.KEYED_BLAKE3}-chunks", "zstd", ENCRYPTED)
 BACKUP_PREFIX = "backups/"
 MODES = ("full", "incremental-cbt", "incremental-scan")
 VOLUME_MODES = ("Block", "Filesystem")
@@ -165,6 +168,7 @@ class Manifest:
 
     @property
     def key(self) -> str:
+        """The manifest's key in an unencrypted repository (``Repository.manifest_key`` in any repository)."""
         return volume_prefix(self.volume.id) + self.backup_id
 
     def encode(self) -> bytes:

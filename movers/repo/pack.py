@@ -11,6 +11,10 @@ Layout (all integers little-endian)::
 A pack's id is the sha256 of all its bytes; its key is ``packs/<id[:2]>/<id>``. Reading the
 last ``FOOTER_LEN`` bytes then the trailer recovers the pack's index without reading data, so
 packs uploaded by a backup that crashed before writing its index are found and reused.
+
+A sealed pack (encrypted repositories, random ids; ``movers.repo.crypto.PackSeal``) has the header
+``b"CBTPACK\x02"``, each chunk's stored bytes sealed on their own (entries' offsets and stored lengths are
+of the sealed bytes, so ranged reads work as before) and its trailer sealed; header and footer stay plain.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from dataclasses import dataclass
 import zstandard
 
 from movers.errors import IntegrityError
+from movers.repo.crypto import SEAL_OVERHEAD, PackSeal
 
 HEADER = b"CBTPACK\x01"
+SEALED_HEADER = b"CBTPACK\x02"  # same length as HEADER
 FOOTER_MAGIC = b"CBTPEND\x01"
 _ENTRY = struct.Struct("<32sQIIB")
 _FOOTER = struct.Struct("<I8s")
@@ -58,12 +64,17 @@ class PackBuilder:
     """Accumulates stored chunks; ``finish`` returns ``(pack id, pack bytes, entries)``.
 
     The pack id is the sha256 of the pack's bytes, or ``pack_id`` when one is given up front (format
-    version 2 names packs at random, so a chunk's location is known as soon as it is added).
+    version 2 names packs at random, so a chunk's location is known as soon as it is added). With ``seal``
+    (needs a ``pack_id``) ``add`` takes a chunk's stored bytes as unsealed and returns where its sealed
+    bytes will be; ``finish`` seals (it runs on the uploading thread).
     """
 
-    def __init__(self, pack_id: bytes | None = None) -> None:
+    def __init__(self, pack_id: bytes | None = None, seal: PackSeal | None = None) -> None:
+        if seal is not None and pack_id is None:
+            raise ValueError("a sealed pack is named up front")
         self.pack_id = pack_id
-        self._parts: list[bytes] = [HEADER]
+        self.seal = seal
+        self._parts: list[bytes] = [SEALED_HEADER if seal else HEADER]
         self._size = len(HEADER)
         self.entries: list[PackEntry] = []
 
@@ -75,20 +86,34 @@ class PackBuilder:
         return len(self.entries)
 
     def add(self, cid: bytes, stored: bytes, raw_len: int, flags: int) -> PackEntry:
-        entry = PackEntry(cid, self._size, len(stored), raw_len, flags)
+        entry = PackEntry(cid, self._size, len(stored) + (SEAL_OVERHEAD if self.seal else 0), raw_len, flags)
         self.entries.append(entry)
         self._parts.append(stored)
-        self._size += len(stored)
+        self._size += entry.stored_len
         return entry
 
-    def finish(self) -> tuple[bytes, bytes, list[PackEntry]]:
+    def finish(self) -> tuple[bytes, bytes | bytearray, list[PackEntry]]:
+        """``(pack id, pack bytes, entries)``; a sealed pack's bytes are a ``bytearray`` (sealed in place)."""
         raw = b"".join(_ENTRY.pack(e.chunk_id, e.offset, e.stored_len, e.raw_len, e.flags) for e in self.entries)
         trailer = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(raw)
+        if self.seal is not None:
+            return self.pack_id, self._sealed(self.seal, self.seal.seal_trailer(trailer)), self.entries
         self._parts.append(trailer)
         self._parts.append(_FOOTER.pack(len(trailer), FOOTER_MAGIC))
         data = b"".join(self._parts)
         self._parts = []
         return self.pack_id or hashlib.sha256(data).digest(), data, self.entries
+
+    def _sealed(self, seal: PackSeal, trailer: bytes) -> bytearray:
+        data = bytearray(self._size + len(trailer) + FOOTER_LEN)
+        view = memoryview(data)
+        view[: len(SEALED_HEADER)] = SEALED_HEADER
+        for e, stored in zip(self.entries, self._parts[1:], strict=True):
+            seal.seal_chunk_into(e.chunk_id, stored, view[e.offset : e.offset + e.stored_len])
+        view[self._size : self._size + len(trailer)] = trailer
+        view[self._size + len(trailer) :] = _FOOTER.pack(len(trailer), FOOTER_MAGIC)
+        self._parts = []
+        return data
 
 
 def trailer_location(footer: bytes, pack_size: int) -> tuple[int, int]:
@@ -101,8 +126,10 @@ def trailer_location(footer: bytes, pack_size: int) -> tuple[int, int]:
     return pack_size - FOOTER_LEN - length, length
 
 
-def parse_trailer(trailer: bytes) -> list[PackEntry]:
-    """Decode a pack trailer into its entries."""
+def parse_trailer(trailer: bytes, seal: PackSeal | None = None) -> list[PackEntry]:
+    """Decode a pack trailer into its entries (opening it first with the pack's ``seal``)."""
+    if seal is not None:
+        trailer = seal.open_trailer(trailer)
     try:
         raw = zstandard.ZstdDecompressor().decompress(trailer)
     except zstandard.ZstdError as err:

@@ -3,9 +3,10 @@
 A pack whose chunks no page names any more is deleted whole; a pack of which pages still name a few
 chunks stays, dead bytes and all. Prune repacks such a pack when at least ``DEAD_FRACTION`` of its
 stored bytes are dead: it reads and verifies the chunks pages name, copies their stored bytes
-unchanged into new packs, uploads those, then writes one forwarding object for each old pack
-(``movers.repo.forwarding``). From then on the old pack is unreferenced: it is freed like any other
-after the grace, and a reader that finds it missing follows its forwarding object.
+unchanged into new packs (an encrypted repository's sealed again with the new pack's key), uploads
+those, then writes one forwarding object for each old pack (``movers.repo.forwarding``). From then on
+the old pack is unreferenced: it is freed like any other after the grace, and a reader that finds it
+missing follows its forwarding object.
 
 Crash safety: new packs are uploaded before any forwarding object names them (a crash in between
 leaves unreferenced packs, freed after the grace); the old pack is deleted only by a later step of
@@ -71,14 +72,14 @@ def _runs(entries: list[PackEntry]) -> Iterable[list[PackEntry]]:
 
 
 def _read_live(repo: Repository, pid: bytes, live: list[PackEntry]) -> list[tuple[PackEntry, bytes]]:
-    """The stored bytes of ``live`` chunks of pack ``pid``, each verified against its id."""
+    """The stored bytes of ``live`` chunks of pack ``pid`` (unsealed), each verified against its id."""
     key = pack.pack_key(pid)
     out = []
     for run in _runs(live):
         start = run[0].offset
         view = memoryview(repo.store.get_range(key, start, run[-1].offset + run[-1].stored_len - start))
         for e in run:
-            stored = view[e.offset - start : e.offset - start + e.stored_len]
+            stored = repo.open_chunk(pid, e.chunk_id, view[e.offset - start : e.offset - start + e.stored_len])
             decode_chunk(stored, e.flags, e.raw_len, e.chunk_id, repo.content_hash)
             out.append((e, bytes(stored)))
     return out
@@ -113,7 +114,7 @@ def repack(
             continue
         for e, stored in chunks:
             if builder is None:
-                builder = PackBuilder(os.urandom(32))
+                builder = repo.new_pack(os.urandom(32))
             placed.setdefault(pid, []).append((builder.pack_id, builder.add(e.chunk_id, stored, e.raw_len, e.flags)))
             result.bytes_copied += len(stored)
             if builder.size >= target:

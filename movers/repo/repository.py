@@ -7,22 +7,39 @@ Object keys::
     index/<id>                      index objects (movers.repo.index)
     maps/<id[:2]>/<id>              map pages and directories (movers.repo.volmap)
     backups/<volume>/<backup id>    manifests (movers.repo.manifest), the commit points
+    keys/<slot id>                  key slots of an encrypted repository (movers.repo.keys)
 
 Every object is immutable and, except manifests and the config, content-addressed:
 ``put_once`` never rewrites an existing key, so object-locked buckets work.
+
+An encrypted repository (``RepoConfig.encrypted``) is opened with credentials (``movers.repo.keys``):
+``store`` is then a ``SealedStore`` that seals every object, packs seal their chunks
+(``new_pack``, ``decode_chunk``, ``read_pack_trailer``), chunk ids are keyed, and a volume's manifests are
+under ``backups/<keyed name of the volume>/`` (``volume_prefix``): no volume id appears in a key or, in the
+clear, in an object.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
-from movers.repo import pack, volmap
+from movers.errors import (
+    IncompatibleError,
+    IntegrityError,
+    NotFoundError,
+    ObjectNotFound,
+    RepositoryKeyError,
+    UsageError,
+)
+from movers.repo import contenthash, keys, pack, volmap
+from movers.repo.chunks import decode_chunk
 from movers.repo.config import CONFIG_KEY, RepoConfig
 from movers.repo.contenthash import ContentHash
+from movers.repo.crypto import PackSeal, RepoKeys
 from movers.repo.index import (
     ChunkIndex,
     ChunkLocation,
@@ -34,6 +51,7 @@ from movers.repo.manifest import BACKUP_PREFIX, Manifest, volume_from_key, volum
 from movers.repo.pack import PackEntry
 from movers.repo.prunestate import garbage_keys
 from movers.repo.store.base import Store
+from movers.repo.store.sealed import SealedStore
 
 log = logging.getLogger(__name__)
 
@@ -54,30 +72,75 @@ class BackupRef:
 class Repository:
     """Reads and writes one repository. Safe to share between threads for reads."""
 
-    def __init__(self, store: Store, config: RepoConfig) -> None:
-        self.store = store
+    def __init__(
+        self, store: Store, config: RepoConfig, repo_keys: RepoKeys | None = None, opened_by: str | None = None
+    ) -> None:
+        if config.encrypted != (repo_keys is not None):
+            raise ValueError("an encrypted repository needs its keys, an unencrypted one has none")
+        self.store: Store = SealedStore(store, repo_keys) if repo_keys else store
         self.config = config
+        self.keys = repo_keys
+        self.opened_by = opened_by  # the key slot that opened an encrypted repository
         # What every reader and writer of volume data hashes with (the one place that chooses it).
-        self.content_hash: ContentHash = config.content_hash
+        self.content_hash: ContentHash = contenthash.of_features(
+            config.mandatory_features, repo_keys.chunk_ids if repo_keys else None
+        )
         self._index: ChunkIndex | None = None
         self.unindexed_packs: dict[bytes, list[PackEntry]] = {}
+        self._volume_names: dict[str, str] = {}  # volume id -> its key segment, as learned by listing
 
     @classmethod
-    def init(cls, store: Store, config: RepoConfig | None = None) -> Repository:
+    def init(
+        cls,
+        store: Store,
+        config: RepoConfig | None = None,
+        credentials: keys.Credentials | None = None,
+        kdf_cost: int = keys.DEFAULT_KDF_COST,
+    ) -> Repository:
+        """Create a repository. An encrypted ``config`` needs ``credentials`` with one secret: its first key slot
+        (``kdf_cost``: log2 of scrypt's N for a passphrase); an unencrypted one takes none (``UsageError``)."""
         config = config or RepoConfig()
+        if config.encrypted and credentials is None:
+            raise UsageError(f"a new encrypted repository needs a key: {keys.HOW_TO_GIVE}")
+        if config.encrypted and len(credentials.secrets) != 1:
+            raise UsageError(
+                f"a new repository's first key slot takes one key, not {credentials.sources}:"
+                " add the others with: cbt-mover key add"
+            )
+        if not config.encrypted and credentials is not None:
+            raise UsageError(f"a key was given ({credentials.sources}) for an unencrypted repository")
         if not store.put_new(CONFIG_KEY, config.encode()):  # atomic: of two inits racing, one wins
             raise UsageError(f"{store.describe()} is already a cbt-mover repository")
-        return cls(store, config)
+        if credentials is None:
+            return cls(store, config)
+        master = os.urandom(32)
+        slot = keys.add_slot(store, config.repo_id, master, credentials.secrets[0], kdf_cost)
+        return cls(store, config, RepoKeys(master, config.repo_id), slot)
 
     @classmethod
-    def open(cls, store: Store) -> Repository:
+    def open(cls, store: Store, credentials: keys.Credentials | None = None) -> Repository:
+        """Open the repository in ``store``; an encrypted one with ``credentials`` (``movers.repo.keys.unlock``:
+        ``RepositoryKeyError``, exit code 6, without them or when no key slot opens with them). Credentials given
+        for an unencrypted repository are refused (``UsageError``): a key meant for it may mean its config was
+        replaced to make writers store plaintext."""
         try:
             data = store.get(CONFIG_KEY)
         except ObjectNotFound:
             raise NotFoundError(
                 f"no cbt-mover repository at {store.describe()} (create one with: cbt-mover init)"
             ) from None
-        return cls(store, RepoConfig.decode(data))
+        config = RepoConfig.decode(data)
+        if not config.encrypted:
+            if credentials is not None:
+                raise UsageError(
+                    f"{store.describe()} is not encrypted, but a key was given ({credentials.sources}):"
+                    " give none to use it (a key was meant for an encrypted repository: is this the right one?)"
+                )
+            return cls(store, config)
+        if credentials is None:
+            raise RepositoryKeyError(f"{store.describe()} is encrypted: {keys.HOW_TO_GIVE}")
+        master, slot = keys.unlock(store, config.repo_id, credentials, store.describe())
+        return cls(store, config, RepoKeys(master, config.repo_id), slot)
 
     def describe(self) -> str:
         return self.store.describe()
@@ -152,12 +215,38 @@ class Repository:
         self._index = None
         self.unindexed_packs = {}
 
+    # -- packs ---------------------------------------------------------------------------
+
+    def pack_seal(self, pack_id: bytes) -> PackSeal | None:
+        """What seals pack ``pack_id``'s chunks and trailer (None: an unencrypted repository)."""
+        return self.keys.pack_seal(pack_id) if self.keys else None
+
+    def new_pack(self, pack_id: bytes | None = None) -> pack.PackBuilder:
+        """A builder of a new pack (``pack_id``: its random id, which a version 2 pack has; sealed when the
+        repository is encrypted)."""
+        return pack.PackBuilder(pack_id, self.pack_seal(pack_id) if pack_id is not None else None)
+
+    def open_chunk(self, pack_id: bytes, chunk_id: bytes, stored: bytes | memoryview) -> bytes | memoryview:
+        """A chunk's stored bytes as read from pack ``pack_id``, unsealed (as they are: unencrypted repository)."""
+        seal = self.pack_seal(pack_id)
+        return seal.open_chunk(chunk_id, stored) if seal else stored
+
+    def decode_chunk(
+        self, pack_id: bytes, stored: bytes | memoryview, flags: int, raw_len: int, chunk_id: bytes
+    ) -> bytes:
+        """The raw bytes of a chunk read from pack ``pack_id``, opened and verified (``IntegrityError``)."""
+        return decode_chunk(self.open_chunk(pack_id, chunk_id, stored), flags, raw_len, chunk_id, self.content_hash)
+
+    def parse_pack_trailer(self, pack_id: bytes, trailer: bytes) -> list[PackEntry]:
+        """The entries of pack ``pack_id``'s trailer bytes."""
+        return pack.parse_trailer(trailer, self.pack_seal(pack_id))
+
     def read_pack_trailer(self, key: str) -> list[PackEntry]:
         size = self.store.size(key)
         if size < pack.FOOTER_LEN + len(pack.HEADER):
             raise IntegrityError(f"pack {key} is truncated")
         offset, length = pack.trailer_location(self.store.get_range(key, size - pack.FOOTER_LEN, pack.FOOTER_LEN), size)
-        return pack.parse_trailer(self.store.get_range(key, offset, length))
+        return self.parse_pack_trailer(pack.pack_id_from_key(key), self.store.get_range(key, offset, length))
 
     def indexed(self, packs: dict[bytes, list[PackEntry]]) -> None:
         """Record that an index object now lists ``packs`` (they are no longer unindexed)."""
@@ -177,19 +266,63 @@ class Repository:
 
     # -- backups ---------------------------------------------------------------------------
 
+    def volume_prefix(self, volume: str) -> str:
+        """The key prefix of ``volume``'s manifests: ``backups/<quoted id>/``, or in an encrypted repository
+        ``backups/<keyed name>/`` (``RepoKeys.volume_name``)."""
+        if self.keys is None:
+            return volume_prefix(volume)
+        if not volume:
+            raise UsageError("volume id must not be empty")
+        return f"{BACKUP_PREFIX}{self._volume_names.get(volume) or self.keys.volume_name(volume)}/"
+
+    def manifest_key(self, manifest: Manifest) -> str:
+        """Where ``manifest`` is (to be) stored."""
+        return self.volume_prefix(manifest.volume.id) + manifest.backup_id
+
     def list_backups(self, volume: str | None = None) -> list[BackupRef]:
-        """Committed backups (those with a manifest), oldest first per volume."""
-        prefix = volume_prefix(volume) if volume is not None else BACKUP_PREFIX
+        """Committed backups (those with a manifest), oldest first per volume.
+
+        In an encrypted repository the keys do not say whose backups they are: each volume's newest readable
+        manifest does (one GET per volume). A volume none of whose manifests opens is listed as
+        ``(unreadable <key segment>)``; reading its manifests raises the ``IntegrityError`` that names them.
+        """
+        if volume is not None:
+            return [BackupRef(volume, k.rsplit("/", 1)[-1], k) for k in self.store.list(self.volume_prefix(volume))]
+        keys_found = list(self.store.list(BACKUP_PREFIX))
+        if self.keys is None:
+            return [BackupRef(volume_from_key(k), k.rsplit("/", 1)[-1], k) for k in keys_found]
+        by_segment: dict[str, list[str]] = {}
+        for key in keys_found:
+            by_segment.setdefault(key[len(BACKUP_PREFIX) :].split("/", 1)[0], []).append(key)
         refs = []
-        for key in self.store.list(prefix):
-            refs.append(BackupRef(volume_from_key(key), key.rsplit("/", 1)[-1], key))
-        return refs
+        for segment, seg_keys in by_segment.items():
+            name = self._volume_named(segment, seg_keys)
+            refs.extend(BackupRef(name, k.rsplit("/", 1)[-1], k) for k in seg_keys)
+        return sorted(refs, key=lambda ref: (ref.volume, ref.backup_id))
+
+    def _volume_named(self, segment: str, seg_keys: list[str]) -> str:
+        """The volume id whose manifests are under ``backups/<segment>/`` (encrypted repositories)."""
+        for volume, known in self._volume_names.items():
+            if known == segment:
+                return volume
+        for key in reversed(seg_keys):
+            try:
+                volume = Manifest.decode(self.store.get(key), key).volume.id
+            except (ObjectNotFound, IntegrityError, IncompatibleError) as err:
+                log.debug("cannot name volume of %s: %s", key, err)
+                continue
+            if self.keys is not None and self.keys.volume_name(volume) == segment:
+                break
+        else:
+            volume = f"(unreadable {segment})"
+        self._volume_names[volume] = segment
+        return volume
 
     def volumes(self) -> list[str]:
         return sorted({ref.volume for ref in self.list_backups()})
 
     def read_manifest(self, volume: str, backup_id: str) -> Manifest:
-        key = volume_prefix(volume) + backup_id
+        key = self.volume_prefix(volume) + backup_id
         try:
             return Manifest.decode(self.store.get(key), key)
         except ObjectNotFound:
