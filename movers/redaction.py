@@ -24,7 +24,14 @@ import logging
 import re
 from urllib.parse import quote, quote_plus, urlsplit
 
-SECRET_ENV_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+SECRET_ENV_VARS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "CBT_MOVER_PASSWORD",
+    "CBT_MOVER_NEW_PASSWORD",
+)
 MIN_SECRET_LENGTH = 4  # shorter values are skipped: replacing them would garble text, not protect anything
 
 _USERINFO = re.compile(r"//[^/\s'\"]*@")

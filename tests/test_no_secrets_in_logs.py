@@ -22,6 +22,7 @@ MiB = 1 << 20
 ACCESS_KEY = "AKIAQXZVWDISTINCT7ID"
 SECRET_KEY = "sEcReT/k3y+Zq9wX2v=LmN8pRt5yHu4jKo1"
 SESSION_TOKEN = "FwoGZXIvYXdzE/Sess1onT0ken+Qw3rTy==Uiop9AsDfGh"
+PASSPHRASE = "correct horse battery staple 7f3a"
 # the headers and query parameters that carry credentials in botocore's request dumps
 CREDENTIAL_MARKERS = re.compile(
     r"authorization|x-amz-security-token|x-amz-credential|x-amz-signature|credential=", re.I
@@ -50,6 +51,8 @@ def s3_env(s3_bucket):
         "AWS_SESSION_TOKEN": SESSION_TOKEN,
         "AWS_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": endpoint,
+        "CBT_MOVER_PASSWORD": PASSPHRASE,
+        "CBT_MOVER_KDF_COST": "10",
     }
     return env, f"s3://{bucket}/team/repo"
 
@@ -69,7 +72,7 @@ def test_debug_logs_of_every_s3_command_carry_no_credential(s3_env, tmp_path):
     ]
     assert sha256_file(out) == sha256_file(image)
     text = "".join(p.stdout + p.stderr for p in procs)
-    assert_no_credentials(text, ACCESS_KEY, SECRET_KEY, SESSION_TOKEN)
+    assert_no_credentials(text, ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, PASSPHRASE)
     assert " DEBUG movers: command failed" in procs[-1].stderr, "our own DEBUG logging stays on"
     assert "Traceback" in procs[-1].stderr, "with the failure's traceback"
     assert " DEBUG botocore" not in text and " DEBUG urllib3" not in text
