@@ -41,6 +41,12 @@ def _add_repo(p: argparse.ArgumentParser) -> None:
         "--password-file", metavar="FILE", help="file holding the passphrase (default: CBT_MOVER_PASSWORD_FILE)"
     )
     k.add_argument("--key-file", metavar="FILE", help="file of at least 32 random bytes (default: CBT_MOVER_KEY_FILE)")
+    k.add_argument(
+        "--kms-key",
+        metavar="KEY",
+        help="AWS KMS key id, key ARN, alias/NAME or alias ARN: opens the kms key slots; init wraps the first slot"
+        " with it (default: CBT_MOVER_KMS_KEY; AWS credentials and endpoint as for S3)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
     p.add_argument("--result-file", help="also write the JSON result here (a pod's /dev/termination-log)")
     p.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
@@ -247,21 +253,19 @@ def _open_repo(args: argparse.Namespace, create: bool = False):
     from movers.repo.keys import HOW_TO_GIVE, Credentials, kdf_cost
     from movers.repo.repository import Repository
     from movers.repo.store import open_store
-    from movers.repo.store.retry import parse_retry_for
 
     if not args.repo:
         raise UsageError("--repo is required (or set CBT_MOVER_REPO)")
-    try:
-        retry_for = parse_retry_for(args.retry_for)
-    except ValueError as err:
-        raise UsageError(f"--retry-for (or CBT_MOVER_RETRY_FOR) {err}") from None
+    retry_for = _retry_for(args)
     options = {
         k: v
         for k, v in (("endpoint_url", args.s3_endpoint), ("region", args.s3_region), ("profile", args.s3_profile))
         if v
     }
     store = open_store(args.repo, retry_for=retry_for, **options)
-    credentials = Credentials.gather(args.password_file, args.key_file)
+    credentials = Credentials.gather(
+        args.password_file, args.key_file, kms_key=args.kms_key, aws_profile=args.s3_profile, retry_for=retry_for
+    )
     if not create:
         return Repository.open(store, credentials)
     if args.insecure_no_encryption:
@@ -269,6 +273,16 @@ def _open_repo(args: argparse.Namespace, create: bool = False):
     if credentials is None:
         raise UsageError(f"a new repository is encrypted: {HOW_TO_GIVE} (or --insecure-no-encryption)")
     return Repository.init(store, RepoConfig.new(encrypted=True), credentials, kdf_cost())
+
+
+def _retry_for(args: argparse.Namespace) -> float:
+    """Seconds of ``--retry-for``: the budget of every store and AWS KMS call."""
+    from movers.repo.store.retry import parse_retry_for
+
+    try:
+        return parse_retry_for(args.retry_for)
+    except ValueError as err:
+        raise UsageError(f"--retry-for (or CBT_MOVER_RETRY_FOR) {err}") from None
 
 
 def _emit(args: argparse.Namespace, result: dict[str, Any], text: str) -> None:

@@ -1,8 +1,9 @@
 """``cbt-mover key list|add|remove|passwd``: the key slots of an encrypted repository (``movers.repo.keys``).
 
 Each command opens the repository with the usual key options (``CBT_MOVER_PASSWORD``, ``--password-file``,
-``--key-file``); ``add`` and ``passwd`` take the new key from ``CBT_MOVER_NEW_PASSWORD``,
-``--new-password-file`` or ``--new-key-file``. No data is re-encrypted: every slot wraps the same master key.
+``--key-file``, ``--kms-key``); ``add`` and ``passwd`` take the new key from ``CBT_MOVER_NEW_PASSWORD``,
+``--new-password-file``, ``--new-key-file`` or ``--new-kms-key`` (an AWS KMS key id, ARN or alias). No data is
+re-encrypted: every slot wraps the same master key.
 """
 
 from __future__ import annotations
@@ -24,22 +25,29 @@ def add_key_parsers(sub, add_repo: Callable[[argparse.ArgumentParser], None]) ->
         new = q.add_argument_group("the new key (or its passphrase in CBT_MOVER_NEW_PASSWORD)")
         new.add_argument("--new-password-file", metavar="FILE", help="file holding the new passphrase")
         new.add_argument("--new-key-file", metavar="FILE", help="new key file (at least 32 random bytes)")
+        new.add_argument("--new-kms-key", metavar="KEY", help="AWS KMS key id, key ARN, alias/NAME or alias ARN")
     q = ksub.add_parser("remove", help="remove a key slot (not the last, not the one that opens)")
     add_repo(q)
     q.add_argument("slot", help="slot id (cbt-mover key list)")
 
 
 def cmd_key(args: argparse.Namespace) -> int:
-    from movers.cli import _emit, _open_repo
+    from movers.cli import _emit, _open_repo, _retry_for
     from movers.repo import keys
 
     new = None
     if args.key_command in ("add", "passwd"):  # before opening: a missing new key costs no KDF
-        new = keys.Credentials.gather_new(args.new_password_file, args.new_key_file)
+        new = keys.Credentials.gather_new(
+            args.new_password_file,
+            args.new_key_file,
+            kms_key=args.new_kms_key,
+            aws_profile=args.s3_profile,
+            retry_for=_retry_for(args),
+        )
         if new is None or len(new.secrets) != 1:
             raise UsageError(
-                f"give one new key: set {keys.NEW_PASSWORD_ENV}, or give --new-password-file FILE"
-                " or --new-key-file FILE"
+                f"give one new key: set {keys.NEW_PASSWORD_ENV}, or give --new-password-file FILE,"
+                " --new-key-file FILE or --new-kms-key KEY"
             )
     repo = _open_repo(args)
     if repo.keys is None:
@@ -54,7 +62,7 @@ def cmd_key(args: argparse.Namespace) -> int:
         else:
             for row in rows:
                 kdf = row["kdf"] or {}
-                cost = f"scrypt n={kdf['n']} r={kdf['r']} p={kdf['p']}" if kdf else "-"
+                cost = f"scrypt n={kdf['n']} r={kdf['r']} p={kdf['p']}" if kdf else row["kms_key"] or "-"
                 print(f"{'*' if row['opened'] else ' '} {row['slot']}\t{row['kind']}\t{row['created']}\t{cost}")
             for row in broken:
                 print(f"! damaged: {row['error']}")

@@ -3,7 +3,8 @@ copes with answers moto never gives.
 
 * ``S3Proxy(upstream, answer)``: forwards every request to ``upstream`` (the moto server) and records
   it in ``requests``; ``answer(request)`` may instead return ``(status, error code)``, which the
-  proxy sends as an S3 XML error without forwarding.
+  proxy sends as an S3 XML error without forwarding (as a JSON protocol error to a request naming its
+  operation in ``X-Amz-Target``, such as AWS KMS's ``TrentService.Decrypt``: ``Request.target``).
 * ``SilentServer()``: accepts connections and never answers a byte (a hung endpoint); ``accepted``
   counts the connections.
 
@@ -13,6 +14,7 @@ Both are context managers that stop their thread and close every socket on exit.
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import threading
 from collections.abc import Callable
@@ -28,6 +30,11 @@ class Request:
     method: str
     path: str  # with the query string
     headers: dict[str, str]  # lower-case names
+
+    @property
+    def target(self) -> str | None:
+        """The operation of a JSON protocol request (KMS: ``TrentService.Decrypt``), else None."""
+        return self.headers.get("x-amz-target")
 
     @property
     def conditional(self) -> bool:
@@ -75,6 +82,10 @@ class S3Proxy:
                 canned = proxy.answer(request)
                 if canned is not None:
                     status, code = canned
+                    if request.target:
+                        doc = json.dumps({"__type": code, "message": "from the test proxy"}).encode()
+                        self._reply(status, [("Content-Type", "application/x-amz-json-1.1")], doc)
+                        return
                     xml = f"<Error><Code>{code}</Code><Message>from the test proxy</Message></Error>".encode()
                     self._reply(status, [("Content-Type", "application/xml")], xml)
                     return

@@ -98,7 +98,8 @@ class Repository:
         kdf_cost: int = keys.DEFAULT_KDF_COST,
     ) -> Repository:
         """Create a repository. An encrypted ``config`` needs ``credentials`` with one secret: its first key slot
-        (``kdf_cost``: log2 of scrypt's N for a passphrase); an unencrypted one takes none (``UsageError``)."""
+        (``kdf_cost``: log2 of scrypt's N for a passphrase), made and checked to open before anything is written;
+        an unencrypted one takes none (``UsageError``)."""
         config = config or RepoConfig()
         if config.encrypted and credentials is None:
             raise UsageError(f"a new encrypted repository needs a key: {keys.HOW_TO_GIVE}")
@@ -109,12 +110,15 @@ class Repository:
             )
         if not config.encrypted and credentials is not None:
             raise UsageError(f"a key was given ({credentials.sources}) for an unencrypted repository")
+        master = slot = slot_data = None
+        if credentials is not None:  # wrapped and checked before the config: a key that cannot open writes nothing
+            master = os.urandom(32)
+            slot, slot_data = keys.new_slot(config.repo_id, master, credentials.secrets[0], kdf_cost)
         if not store.put_new(CONFIG_KEY, config.encode()):  # atomic: of two inits racing, one wins
             raise UsageError(f"{store.describe()} is already a cbt-mover repository")
-        if credentials is None:
+        if master is None:
             return cls(store, config)
-        master = os.urandom(32)
-        slot = keys.add_slot(store, config.repo_id, master, credentials.secrets[0], kdf_cost)
+        keys.write_slot(store, slot, slot_data)
         return cls(store, config, RepoKeys(master, config.repo_id), slot)
 
     @classmethod

@@ -1,4 +1,5 @@
-"""A Store wrapper that retries transient failures for a time budget, with capped exponential backoff.
+"""A Store wrapper that retries transient failures for a time budget, with capped exponential backoff
+(``retrying``: the same loop for one call, which the AWS KMS key slots use too).
 
 Contract:
 
@@ -74,25 +75,15 @@ class RetryingStore:
         self._random = random.Random()
 
     def _call(self, fn: Callable[..., T], *args: object) -> T:
-        started = self._clock()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return fn(*args)
-            except TransientStoreError as err:
-                elapsed = self._clock() - started
-                left = self.retry_for - elapsed
-                if left <= 0:
-                    exhausted = _exhausted(err, attempt, elapsed)
-                    # the budget is where outages are ridden out: callers (Prefect task retries) must not ride the
-                    # same outage out again, which multiplied the wait
-                    exhausted.retriable = self.retry_for <= 0
-                    raise exhausted from err
-                cap = min(self.max_delay, self.base_delay * 2 ** min(attempt - 1, 32))
-                delay = min(left, self._random.uniform(0, cap))
-                log.warning("%s; retry %d in %.1f s (retrying for %.0f s more)", err, attempt, delay, left - delay)
-                self._sleep(delay)
+        return retrying(
+            lambda: fn(*args),
+            self.retry_for,
+            base_delay=self.base_delay,
+            max_delay=self.max_delay,
+            sleep=self._sleep,
+            clock=self._clock,
+            rng=self._random,
+        )
 
     def put(self, key: str, data: bytes) -> None:
         self._call(self.inner.put, key, data)
@@ -139,6 +130,40 @@ class RetryingStore:
 
     def __repr__(self) -> str:
         return f"RetryingStore({self.inner!r}, retry_for={self.retry_for:g})"
+
+
+def retrying(
+    call: Callable[[], T],
+    retry_for: float,
+    *,
+    base_delay: float = 0.2,
+    max_delay: float = 10.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    rng: random.Random | None = None,
+) -> T:
+    """``call()``, attempted again on ``TransientStoreError`` as the module docstring says (the one retry loop:
+    stores and the AWS KMS key slots use it)."""
+    rng = rng or random.Random()
+    started = clock()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return call()
+        except TransientStoreError as err:
+            elapsed = clock() - started
+            left = retry_for - elapsed
+            if left <= 0:
+                exhausted = _exhausted(err, attempt, elapsed)
+                # the budget is where outages are ridden out: callers (Prefect task retries) must not ride the
+                # same outage out again, which multiplied the wait
+                exhausted.retriable = retry_for <= 0
+                raise exhausted from err
+            cap = min(max_delay, base_delay * 2 ** min(attempt - 1, 32))
+            delay = min(left, rng.uniform(0, cap))
+            log.warning("%s; retry %d in %.1f s (retrying for %.0f s more)", err, attempt, delay, left - delay)
+            sleep(delay)
 
 
 def _exhausted(err: TransientStoreError, attempts: int, elapsed: float) -> TransientStoreError:

@@ -1,8 +1,8 @@
-"""A store in an S3 bucket (``s3://bucket/prefix``), the only module that imports boto3/botocore.
+"""A store in an S3 bucket (``s3://bucket/prefix``), the only store module that imports boto3/botocore.
 
 Contract, on top of the Store protocol in ``base.py``:
 
-* Credentials, region and endpoint come from the standard AWS chain (``AWS_ACCESS_KEY_ID`` /
+* Credentials, region and endpoint come from the standard AWS chain (``movers.aws``: ``AWS_ACCESS_KEY_ID`` /
   ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, ``AWS_REGION``,
   ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, ``~/.aws/config`` and ``~/.aws/credentials``);
   explicit constructor options override the chain.
@@ -37,9 +37,11 @@ from urllib.parse import urlsplit
 
 import boto3
 import botocore.exceptions as bce
-from botocore.config import Config
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
+from movers.aws import CREDENTIALS_HINT as _CREDENTIALS_HINT
+from movers.aws import client_config
+from movers.aws import error_code as _error_code
 from movers.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -90,10 +92,6 @@ _TRANSIENT_CODES = {
     "503",
     "504",
 }
-_CREDENTIALS_HINT = (
-    "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (plus AWS_SESSION_TOKEN for temporary "
-    "credentials), or AWS_PROFILE naming a profile in ~/.aws/credentials or ~/.aws/config"
-)
 
 
 _REQUEST_KINDS = {  # botocore operation -> movers.repo.store.counting kind
@@ -112,12 +110,6 @@ _REQUEST_KINDS = {  # botocore operation -> movers.repo.store.counting kind
 
 class _NoConditionalWrites(Exception):
     """The endpoint answered a conditional write with 501 NotImplemented."""
-
-
-def _error_code(err: bce.ClientError) -> tuple[str, int]:
-    """``(error code, HTTP status)`` of a service error."""
-    code = str(err.response.get("Error", {}).get("Code", ""))
-    return code, int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
 
 
 def _exists_already(err: bce.ClientError) -> bool:
@@ -237,10 +229,9 @@ class S3Store:
     def _make_client(session, endpoint_url, path_style, pool, connect_timeout, read_timeout):
         if path_style is None and endpoint_url is not None and not _is_aws_endpoint(endpoint_url):
             path_style = True
-        config = Config(
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            retries={"total_max_attempts": 1, "mode": "standard"},
+        config = client_config(
+            connect_timeout,
+            read_timeout,
             max_pool_connections=pool,
             # None leaves botocore's choice (default "auto", or ~/.aws/config's s3.addressing_style).
             s3={"addressing_style": "path" if path_style else "virtual"} if path_style is not None else None,
