@@ -12,7 +12,7 @@ Exit codes (documented in the README, stable):
 2     bad input: arguments, extents file, device path, target device too small or full
 3     not found: repository, volume or backup does not exist
 4     integrity: stored data does not match its hash or fails authentication
-5     storage unavailable: endpoint unreachable, retries exhausted
+5     storage unavailable: endpoint (S3, AWS KMS) unreachable, retries exhausted
 6     access denied: missing or rejected credentials, a missing or wrong repository key, or a Kubernetes
       API call refused (401/403)
 7     incompatible repository: unknown format version or feature
