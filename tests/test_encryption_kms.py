@@ -87,15 +87,19 @@ def test_a_kms_repository_backs_up_restores_and_rotates_to_a_passphrase(s3_bucke
     assert stored["kms"] == {"key": arn} and "kdf" not in stored
     wrapped = base64.b64decode(stored["wrapped"])
     context = {"cbt-mover-repository": init["repo_id"], "cbt-mover-key-slot": slot}
-    assert len(kms.client.decrypt(CiphertextBlob=wrapped, EncryptionContext=context)["Plaintext"]) == 32
+    master = kms.client.decrypt(CiphertextBlob=wrapped, EncryptionContext=context)["Plaintext"]
+    assert len(master) == 32
     with pytest.raises(kms.client.exceptions.InvalidCiphertextException):
         kms.client.decrypt(CiphertextBlob=wrapped, EncryptionContext={**context, "cbt-mover-key-slot": "0" * 16})
 
     image = tmp_path / "vol.img"
     make_image(image, 2 * MiB, seed=5)
     first = backup(url, image, by_kms, "--scan")
-    listing = run("ls", "--repo", url, "--json", env=by_kms, check_rc=0)
+    listing = run("ls", "--repo", url, "--json", "--log-level", "DEBUG", env=by_kms, check_rc=0)
     assert [b["backup_id"] for b in json.loads(listing.stdout)["backups"]] == [first["backup_id"]]
+    assert "DEBUG" in listing.stderr or "INFO" in listing.stderr  # it logged, and no form of the master key
+    for shown in (master.hex(), base64.b64encode(master).decode(), stored["wrapped"]):
+        assert shown not in listing.stdout + listing.stderr
     out = tmp_path / "out.img"
     run("restore", "--repo", url, "--volume", VOLUME, "--device", out, env=by_kms, check_rc=0)
     assert sha256_file(out) == sha256_file(image)
