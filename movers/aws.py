@@ -11,6 +11,7 @@ credentials the chain found to ``movers.redaction.KNOWN`` (``hide_credentials``)
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import botocore.exceptions as bce
 from botocore.config import Config
@@ -31,6 +32,12 @@ def client_config(connect_timeout: float, read_timeout: float, **options: Any) -
         retries={"total_max_attempts": 1, "mode": "standard"},
         **options,
     )
+
+
+def is_aws_endpoint(url: str) -> bool:
+    """Whether ``url`` is an AWS endpoint (else one the user configured: MinIO, moto, a proxy)."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn", ".api.aws"))
 
 
 def error_code(err: bce.ClientError) -> tuple[str, int]:

@@ -8,13 +8,15 @@ Contract:
   boto3 is not imported until the first ``wrap`` or ``unwrap``.
 * ``wrap(master, context)``: KMS ``Encrypt`` in the key's region (the ARN's; for a key id or alias the AWS
   chain's, ``AWS_REGION`` or the profile's: none is ``UsageError``); ``(ciphertext blob, key ARN)``.
-* ``unwrap(blob, context, slot_key)``: KMS ``Decrypt`` with ``KeyId`` = the key the user named, so KMS decrypts
+* ``unwrap(blob, context, slot_key, slot)``: KMS ``Decrypt`` with ``KeyId`` = the key the user named, so KMS decrypts
   only what that key wrapped: a slot in the bucket cannot pick which key is trusted. Called in the region of the
   user's ARN, else of the slot's recorded ARN (the only region that can decrypt it).
 * ``context`` (the EncryptionContext) binds the blob to its repository and slot: a slot copied to another
   repository or slot does not decrypt (KMS: InvalidCiphertextException). CloudTrail records it with each call.
 * Credentials and endpoint: the AWS chain (``movers.aws``; ``AWS_ENDPOINT_URL_KMS`` or ``AWS_ENDPOINT_URL`` for
-  another endpoint), with the profile the store uses; an endpoint URL with userinfo is ``UsageError``.
+  another endpoint: a non-AWS S3 named by ``AWS_ENDPOINT_URL`` gets the KMS calls too, so name it with
+  ``AWS_ENDPOINT_URL_S3`` then), with the profile the store uses; an endpoint URL with userinfo is ``UsageError``;
+  a refusal from an endpoint that is not AWS's names it.
 * Errors: KMS refusing (access denied, key disabled or pending deletion, not found, another key's or another
   slot's ciphertext, no or rejected credentials) is ``RepositoryKeyError`` (exit code 6); KMS unreachable,
   throttling or failing (5xx) is ``TransientStoreError`` (exit code 5), retried within ``retry_for`` seconds
@@ -197,7 +199,7 @@ class KmsKey:
 def _translate(err: Exception, operation: str, endpoint: str, doing: str) -> Exception:
     import botocore.exceptions as bce
 
-    from movers.aws import CREDENTIALS_HINT, error_code, error_message
+    from movers.aws import CREDENTIALS_HINT, error_code, error_message, is_aws_endpoint
 
     if isinstance(err, bce.ClientError):
         code, status = error_code(err)
@@ -206,7 +208,8 @@ def _translate(err: Exception, operation: str, endpoint: str, doing: str) -> Exc
         said = f"{code or status}{f': {detail}' if detail else ''}"
         if code in _TRANSIENT_CODES or status >= 500 or status == 429:
             return TransientStoreError(f"AWS KMS {operation} {doing} failed at {endpoint}: {said}")
-        return RepositoryKeyError(f"AWS KMS refused {operation} {doing}: {said}")
+        at = "" if is_aws_endpoint(endpoint) else f" at {endpoint}"  # a custom endpoint may be the wrong service
+        return RepositoryKeyError(f"AWS KMS{at} refused {operation} {doing}: {said}")
     if isinstance(err, bce.NoCredentialsError | bce.PartialCredentialsError):
         return RepositoryKeyError(f"no usable AWS credentials for AWS KMS {operation} {doing}: {CREDENTIALS_HINT}")
     return TransientStoreError(f"cannot reach AWS KMS at {endpoint} ({operation} {doing}): {type(err).__name__}: {err}")

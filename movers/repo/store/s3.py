@@ -33,7 +33,6 @@ import logging
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import urlsplit
 
 import boto3
 import botocore.exceptions as bce
@@ -42,6 +41,7 @@ from urllib3.exceptions import HTTPError as Urllib3HTTPError
 from movers.aws import CREDENTIALS_HINT as _CREDENTIALS_HINT
 from movers.aws import client_config
 from movers.aws import error_code as _error_code
+from movers.aws import is_aws_endpoint as _is_aws_endpoint
 from movers.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -132,11 +132,6 @@ def _wants_content_md5(err: bce.ClientError) -> bool:
 
 def _content_md5(data: bytes | bytearray) -> str:
     return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
-
-
-def _is_aws_endpoint(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    return host.endswith((".amazonaws.com", ".amazonaws.com.cn", ".api.aws"))
 
 
 class S3Store:
