@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import zstandard
@@ -25,7 +26,8 @@ from movers.errors import IntegrityError
 
 HEADER = b"CBTPACK\x01"
 FOOTER_MAGIC = b"CBTPEND\x01"
-_ENTRY = struct.Struct("<32sQIIB")
+# one entry of a trailer or an index object: chunk id, offset in the pack, stored length, raw length, flags
+ENTRY = struct.Struct("<32sQIIB")
 _FOOTER = struct.Struct("<I8s")
 FOOTER_LEN = _FOOTER.size
 PACK_PREFIX = "packs/"
@@ -82,13 +84,18 @@ class PackBuilder:
         return entry
 
     def finish(self) -> tuple[bytes, bytes, list[PackEntry]]:
-        raw = b"".join(_ENTRY.pack(e.chunk_id, e.offset, e.stored_len, e.raw_len, e.flags) for e in self.entries)
+        raw = encode_entries(self.entries)
         trailer = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(raw)
         self._parts.append(trailer)
         self._parts.append(_FOOTER.pack(len(trailer), FOOTER_MAGIC))
         data = b"".join(self._parts)
         self._parts = []
         return self.pack_id or hashlib.sha256(data).digest(), data, self.entries
+
+
+def encode_entries(entries: Iterable[PackEntry]) -> bytes:
+    """``entries`` as consecutive ``ENTRY`` records (a trailer's or an index object's)."""
+    return b"".join(ENTRY.pack(e.chunk_id, e.offset, e.stored_len, e.raw_len, e.flags) for e in entries)
 
 
 def trailer_location(footer: bytes, pack_size: int) -> tuple[int, int]:
@@ -107,6 +114,6 @@ def parse_trailer(trailer: bytes) -> list[PackEntry]:
         raw = zstandard.ZstdDecompressor().decompress(trailer)
     except zstandard.ZstdError as err:
         raise IntegrityError(f"pack trailer does not decompress: {err}") from None
-    if len(raw) % _ENTRY.size:
+    if len(raw) % ENTRY.size:
         raise IntegrityError("pack trailer has a partial entry")
-    return [PackEntry(*fields) for fields in _ENTRY.iter_unpack(raw)]
+    return [PackEntry(*fields) for fields in ENTRY.iter_unpack(raw)]

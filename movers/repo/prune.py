@@ -109,14 +109,18 @@ from __future__ import annotations
 
 import heapq
 import logging
+import struct
 import time
+from array import array
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from itertools import chain
 
-from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
+from movers.errors import IntegrityError, ObjectNotFound, UsageError
 from movers.repo import pack, volmap
-from movers.repo.index import encode_index, encode_sharded_index
+from movers.repo.ids import ID_LEN, IdSet
+from movers.repo.index import read_pack_table, table_index_objects
 from movers.repo.leases import (
     EXPIRED_AFTER_S,
     LEASE_PREFIX,
@@ -127,11 +131,14 @@ from movers.repo.leases import (
     wait_for_leases,
 )
 from movers.repo.pack import PackEntry
+from movers.repo.packtable import PackTable
 from movers.repo.prunelock import LOCK_PREFIX, PruneLock
 from movers.repo.prunestate import STATE_PREFIX, PruneState, encode_state, read_state
+from movers.repo.references import CANDIDATE, HOME, NAMED, NEW_NAMED, NEW_REF, NO_HOME, PINNED, REF, References
 from movers.repo.repository import Repository
 
 _LEASES = (LEASE_PREFIX, LOCK_PREFIX)
+_MAP_ID = struct.Struct(f"{ID_LEN}s")
 DUPLICATE_HOLD_S = 86400.0  # a pack of duplicate copies is deleted at least this long after it was first listed
 
 log = logging.getLogger(__name__)
@@ -178,47 +185,6 @@ def _clock(now: datetime | float | None) -> Callable[[], float]:
     return lambda: fixed
 
 
-def _mark(
-    repo: Repository,
-    report: PruneReport,
-    progress=None,
-    skip: Collection[str] = (),
-    chunks: set[bytes] | None = None,
-    maps: set[bytes] | None = None,
-    pinned: dict[bytes, set[bytes]] | None = None,
-) -> tuple[set[bytes], set[bytes], set[str]]:
-    """Referenced chunk ids and map object ids (pages and directories) of all manifests but ``skip`` (added to
-    ``chunks`` and ``maps`` when given), and the keys of the manifests marked. Located pages (format version 2)
-    also add the chunk ids they use to ``pinned[pack id]`` of the pack they name."""
-    chunks = set() if chunks is None else chunks
-    maps = set() if maps is None else maps
-    pinned = {} if pinned is None else pinned
-    refs = [ref for ref in repo.list_backups() if ref.key not in skip]
-    for n, ref in enumerate(refs, 1):
-        if progress:
-            progress(n - 1, len(refs))
-        try:
-            manifest = repo.read_manifest(ref.volume, ref.backup_id)
-        except NotFoundError:  # forgotten while we listed: references nothing any more
-            continue
-        for dir_hex in manifest.map.dirs:
-            if dir_hex is not None:
-                maps.add(bytes.fromhex(dir_hex))
-        for page_id, _count in repo.page_slots(manifest):
-            if page_id == volmap.NO_PAGE or page_id in maps:
-                continue
-            maps.add(page_id)
-            entries, _digests, locations = repo.read_located_page(page_id)
-            for _voff, _len, cid, _coff in entries:
-                chunks.add(cid)
-            for cid, location in (locations or {}).items():
-                pinned.setdefault(location.pack_id, set()).add(cid)
-        report.backups_marked += 1
-    if progress:
-        progress(len(refs), len(refs))
-    return chunks, maps, {ref.key for ref in refs}
-
-
 def _map_id(key: str) -> bytes:
     return bytes.fromhex(key.rsplit("/", 1)[-1])
 
@@ -228,8 +194,8 @@ def choose_homes(packs: dict[bytes, list[PackEntry]], chunks: Collection[bytes])
 
     Few packs stay (a greedy cover): a pack holding the only copy of a chunk stays anyway, so a chunk with
     several copies goes to such a pack if one holds it; the other duplicated chunks go, pack by pack, to the
-    pack holding the most bytes of them (ties: the smaller pack id). Deterministic. Memory: a dict entry per
-    chunk; lists and weights only for chunks with several copies and the packs holding them.
+    pack holding the most bytes of them (ties: the smaller pack id). Deterministic. Prune decides the chunks with
+    one copy as it marks (``movers.repo.references``) and passes the others to ``_cover``, as this does.
     """
     home: dict[bytes, bytes] = {}
     duplicated: set[bytes] = set()
@@ -242,14 +208,27 @@ def choose_homes(packs: dict[bytes, list[PackEntry]], chunks: Collection[bytes])
     stays = {pid for cid, pid in home.items() if cid not in duplicated}
     holders: dict[bytes, list[bytes]] = {}
     size: dict[bytes, int] = {}
+    held: dict[bytes, set[bytes]] = {}
     for pid in sorted(packs):
         for e in packs[pid]:
             if e.chunk_id in duplicated:
                 holders.setdefault(e.chunk_id, []).append(pid)
                 size[e.chunk_id] = e.stored_len
+                held.setdefault(pid, set()).add(e.chunk_id)
+    home.update(_cover(holders, size, stays, held))
+    return home
+
+
+def _cover(
+    holders: dict[bytes, list[bytes]], size: dict[bytes, int], stays: set[bytes], held: dict[bytes, set[bytes]]
+) -> dict[bytes, bytes]:
+    """The homes of chunks with copies in several packs (``choose_homes``): ``holders[cid]``, the packs holding a
+    copy in ascending id order (once per copy), ``size[cid]`` its stored length, ``stays`` the packs that stay
+    anyway, ``held[pid]`` the chunks of ``holders`` a pack holds."""
+    home: dict[bytes, bytes] = {}
     open_: set[bytes] = set()
-    for cid in duplicated:
-        staying = [pid for pid in holders[cid] if pid in stays]
+    for cid, pids in holders.items():
+        staying = [pid for pid in pids if pid in stays]
         if staying:
             home[cid] = min(staying)
         else:
@@ -265,12 +244,44 @@ def choose_homes(packs: dict[bytes, list[PackEntry]], chunks: Collection[bytes])
         if -neg != weight[pid]:  # went down since pushed
             heapq.heappush(heap, (-weight[pid], pid))
             continue
-        for cid in {e.chunk_id for e in packs[pid]} & open_:
+        for cid in held[pid] & open_:
             home[cid] = pid
             open_.discard(cid)
             for other in set(holders[cid]):
                 weight[other] -= size[cid]
     return home
+
+
+def _split_homes(refs: References) -> None:
+    """Version 1: mark ``HOME`` on the copy that stays of each chunk id with copies in several candidate packs
+    (``refs.split``), as ``choose_homes`` would choose. Memory: Python objects for these ids and their packs."""
+    if not refs.split:
+        return
+    table, entry = refs.table, refs.entry
+    holders: dict[bytes, list[bytes]] = {}
+    size: dict[bytes, int] = {}
+    held: dict[bytes, set[bytes]] = {}
+    copies_of: dict[bytes, list[int]] = {}
+    for cid in refs.split:
+        copies = [
+            (table.pack_id(table.pack_of[n]), table.fields(n)[1], n)
+            for n in table.find(cid)
+            if refs.pack[table.pack_of[n]] & CANDIDATE
+        ]
+        copies.sort()
+        holders[cid] = [pid for pid, _offset, _n in copies]
+        size[cid] = table.fields(copies[-1][2])[2]
+        copies_of[cid] = [n for _pid, _offset, n in copies]
+        for pid in holders[cid]:
+            held.setdefault(pid, set()).add(cid)
+    stays = set()
+    for pid in held:
+        if any(entry[n] & HOME for n in table.entries_of(table.packs.index(pid))):
+            stays.add(pid)
+    for cid, pid in _cover(holders, size, stays, held).items():
+        for n in copies_of[cid]:
+            if table.pack_id(table.pack_of[n]) == pid:
+                entry[n] |= HOME
 
 
 def _wait_for_backups(
@@ -279,7 +290,8 @@ def _wait_for_backups(
     """Wait for the running backups that may use ``doomed`` keys (``movers.repo.leases``): all of them when a key
     is new to the garbage, else those that did not read the ``previous`` state. True when they ended in time."""
     running = live_leases(store, ttl_s)
-    if any(key not in previous.garbage for key in doomed):
+    garbage = previous.garbage
+    if any(key not in garbage for key in doomed):
         waiting = set(running)
     else:
         waiting = {key for key, doc in running.items() if not saw_state(doc, previous.key)}
@@ -327,6 +339,70 @@ def prune(
         return _prune(*args, alive=lock.check)
 
 
+@dataclass
+class _Packs:
+    """The packs prune sees: the chunk index (``PackTable``) and what listing ``packs/`` found."""
+
+    table: PackTable
+    listed: array  # pack numbers in the order packs/ listed them (present packs)
+    present: bytearray  # pack number -> 1 when packs/ lists it (and it was not found gone since)
+    unreadable: bytearray  # pack number -> 1 when its trailer cannot be read
+    indexed: int  # pack numbers below this are the index objects' packs
+    odd_keys: dict[int, str]  # pack number -> its key, when not ``pack.pack_key`` of its id
+
+    def key(self, p: int) -> str:
+        return self.odd_keys.get(p) or pack.pack_key(self.table.pack_id(p))
+
+
+def _list_packs(repo: Repository, report: PruneReport) -> tuple[list[str], _Packs, int]:
+    """Index objects, then ``packs/`` (a pack an index lists that this listing lacks is gone), then the trailers
+    of packs no index lists; the table finished. Also returns how many listed packs no index lists."""
+    store = repo.store
+    index_keys, table = read_pack_table(store)
+    indexed = len(table)
+    listed, present, odd_keys = array("I"), bytearray(), {}
+    for key in store.list(pack.PACK_PREFIX):
+        p = table.pack_number(pack.pack_id_from_key(key))
+        if p >= len(present):
+            present.extend(bytes(p + 1 - len(present)))
+        if key != pack.pack_key(table.pack_id(p)):
+            odd_keys[p] = key
+        if not present[p]:
+            present[p] = 1
+            listed.append(p)
+    present.extend(bytes(len(table) - len(present)))
+    packs = _Packs(table, listed, present, bytearray(len(table)), indexed, odd_keys)
+    unindexed = [p for p in listed if p >= indexed]
+    for p in unindexed:
+        key = packs.key(p)
+        try:
+            table.add_pack(table.pack_id(p), repo.read_pack_trailer(key))
+        except ObjectNotFound:  # deleted since we listed (this is a dry run beside a prune): gone
+            present[p] = 0
+        except IntegrityError as err:
+            log.warning("keeping unreadable pack %s: %s", key, err)
+            report.unreadable_packs.append(key)
+            packs.unreadable[p] = 1
+    table.finish()
+    return index_keys, packs, len(unindexed)
+
+
+def _list_maps(store) -> tuple[bytearray, list[str]]:
+    """The ids of the objects ``maps/`` lists (32 bytes each), and the keys of those not named
+    ``volmap.map_key(id)`` (kept as keys). Keys that do not end in a hex id are not ours: left out."""
+    ids, odd = bytearray(), []
+    for key in store.list(volmap.MAP_PREFIX):
+        try:
+            oid = _map_id(key)
+        except ValueError:
+            continue  # not ours: leave it alone
+        if len(oid) == ID_LEN and volmap.map_key(oid) == key:
+            ids += oid
+        else:
+            odd.append(key)
+    return ids, odd
+
+
 def _prune(
     repo: Repository,
     grace_s: float,
@@ -343,29 +419,32 @@ def _prune(
     now_ts = clock()
     report = PruneReport(dry_run=dry_run)
     store = repo.store
+    located = repo.config.located
     state_keys, previous = read_state(store)
     first_seen = previous.first_unreferenced
+    listed_keys = previous.garbage
 
     # Listing order matters: index objects before packs, so every pack an index we read lists
     # was uploaded before we list packs/ (a pack missing from that listing was deleted).
-    index_keys, entries_of = repo.read_index_objects()
-    pack_keys = list(store.list(pack.PACK_PREFIX))
-    map_keys = list(store.list(volmap.MAP_PREFIX))
-    present: dict[bytes, str] = {pack.pack_id_from_key(k): k for k in pack_keys}
-    unindexed = [pid for pid in present if pid not in entries_of]
-    for pid in unindexed:
-        try:
-            entries_of[pid] = repo.read_pack_trailer(present[pid])
-        except ObjectNotFound:  # deleted since we listed (this is a dry run beside a prune): gone
-            del present[pid]
-        except IntegrityError as err:
-            log.warning("keeping unreadable pack %s: %s", present[pid], err)
-            report.unreadable_packs.append(present[pid])
-    stale_index = any(pid not in present for pid in entries_of)
+    index_keys, packs, unindexed = _list_packs(repo, report)
+    map_ids, odd_maps = _list_maps(store)
+    table = packs.table
+    stale_index = any(not packs.present[p] for p in range(packs.indexed))
 
-    pinned: dict[bytes, set[bytes]] = {}
-    chunks, maps, marked = _mark(repo, report, progress, frozenset(assume_forgotten), pinned=pinned)
-    report.chunks_referenced = len(chunks)
+    # Version 1: one copy of each referenced chunk stays, the one in its home pack, chosen among packs the previous
+    # state does not list (backups dedup against those and readers prefer them, see Repository.index). A located
+    # repository keeps the copies its pages name (``PINNED``) and needs no homes.
+    refs = References(table, located)
+    readable = array("I", (p for p in packs.listed if packs.present[p] and not packs.unreadable[p]))
+    if not located:
+        for p in readable:
+            if packs.key(p) not in listed_keys:
+                refs.pack[p] |= CANDIDATE
+    report.backups_marked, marked = refs.mark(repo, progress, frozenset(assume_forgotten))
+    report.chunks_referenced = refs.chunks_referenced
+    if not located:
+        _split_homes(refs)
+    entry = refs.entry
 
     kept: dict[str, float | None] = {}  # None: first seen now (stamped when the state is written)
     redundant: set[str] = set()  # kept packs whose referenced chunks all have a copy elsewhere that stays
@@ -383,69 +462,56 @@ def _prune(
             redundant.add(key)
         return False
 
-    # Version 1: one copy of each referenced chunk stays, the one in its home pack, chosen among packs the previous
-    # state does not list (backups dedup against those and readers prefer them, see Repository.index). A located
-    # repository keeps the copies its pages name (``pinned``) and needs no homes.
-    listed = previous.garbage
-    readable = {pid: key for pid, key in present.items() if key not in report.unreadable_packs}
-    home = (
-        {}
-        if repo.config.located
-        else choose_homes({pid: entries_of[pid] for pid, key in readable.items() if key not in listed}, chunks)
-    )
-    homes = set(home.values())
     doomed_packs: list[str] = []
-    doomed_ids: dict[str, bytes] = {}
+    doomed_ids: dict[str, int] = {}
     sizes: dict[str, int] = {}
-    surviving: dict[bytes, list[PackEntry]] = {}
-    report.packs_total = len(present)
-    for pid, key in readable.items():
-        entries = entries_of[pid]
-        if repo.config.located:  # a located page names the pack it reads a chunk from: only that copy is live
-            live = pinned.get(pid, set())
-            keep, referenced = bool(live), []
-            dead = sum(e.stored_len for e in entries if e.chunk_id not in live)
+    surviving = bytearray(len(table))
+    report.packs_total = sum(packs.present)
+    for p in readable:
+        key = packs.key(p)
+        total = dead = 0
+        if located:  # a located page names the pack it reads a chunk from: only that copy is live
+            keep, referenced = bool(refs.pack[p] & NAMED), False
+            for n, length in zip(table.entries_of(p), table.stored_lengths(p), strict=True):
+                total += length
+                if not entry[n] & PINNED:
+                    dead += length
         else:
-            referenced = [e for e in entries if e.chunk_id in chunks]
-            keep = pid in homes or any(e.chunk_id not in home for e in referenced)  # holds a copy that must stay
-            dead = sum(e.stored_len for e in entries if e.chunk_id not in chunks or home.get(e.chunk_id, pid) != pid)
+            keep = referenced = False
+            for n, length in zip(table.entries_of(p), table.stored_lengths(p), strict=True):
+                bits = entry[n]
+                total += length
+                if bits & REF:
+                    referenced = True
+                    if bits & (HOME | NO_HOME):  # the copy that stays, or every copy stays
+                        keep = True
+                        continue
+                dead += length
         if keep:
-            surviving[pid] = entries
+            surviving[p] = 1
             report.packs_kept += 1
-            report.kept_chunk_bytes += sum(e.stored_len for e in entries)
+            report.kept_chunk_bytes += total
             if dead:
                 report.packs_partly_used += 1
                 report.dead_bytes += dead
-        elif expired(key, duplicate=bool(referenced)):
+        elif expired(key, duplicate=referenced):
             doomed_packs.append(key)
-            doomed_ids[key] = pid
+            doomed_ids[key] = p
             sizes[key] = store.size(key)
             report.packs_deleted += 1
             report.bytes_deleted += sizes[key]
-            report.duplicate_packs_deleted += bool(referenced)
+            report.duplicate_packs_deleted += referenced
         else:
-            surviving[pid] = entries
+            surviving[p] = 1
             report.packs_in_grace += 1
             report.bytes_in_grace += store.size(key)
-            report.duplicate_packs_in_grace += bool(referenced)
+            report.duplicate_packs_in_grace += referenced
 
-    doomed_maps: list[str] = []
-    for key in map_keys:
-        try:
-            oid = bytes.fromhex(key.rsplit("/", 1)[-1])
-        except ValueError:
-            continue  # not ours: leave it alone
-        if oid in maps:
-            continue
-        if expired(key):
-            doomed_maps.append(key)
-        else:
-            report.map_objects_in_grace += 1
-    report.map_objects_deleted = len(doomed_maps)
+    doomed_maps = _unreferenced_maps(map_ids, odd_maps, refs.maps, expired, report)
 
     rewrite = bool(doomed_packs) or len(index_keys) > 1 or bool(unindexed) or stale_index
     if rewrite:
-        report.index_objects_written = int(bool(surviving))
+        report.index_objects_written = int(any(surviving))
         report.index_objects_deleted = len(index_keys)
     if dry_run:
         report.leases_deleted = sum(sweep_expired(store, EXPIRED_AFTER_S, prefix=p, delete=False) for p in _LEASES)
@@ -468,25 +534,26 @@ def _prune(
         # a backup that may have read an older state can use what we are about to delete: wait for the
         # backups running now, then mark what they committed; still running after the wait: delete nothing
         doomed = doomed_packs + doomed_maps
-        new_chunks: set[bytes] = set()
-        new_maps: set[bytes] = set()
-        new_pinned: dict[bytes, set[bytes]] = {}
         waited = _wait_for_backups(store, doomed, previous, backup_wait_s, lease_ttl_s, report)
         if waited and report.backups_waited_for:  # what the backups we waited for committed stays
-            _mark(repo, report, None, marked | set(assume_forgotten), new_chunks, new_maps, new_pinned)
+            more, _keys = refs.mark(repo, None, marked | set(assume_forgotten), again=True)
+            report.backups_marked += more
 
         def needed(key: str) -> bool:
             if not waited:
                 return True
-            if key in doomed_ids and repo.config.located:
-                return doomed_ids[key] in new_pinned
+            if key in doomed_ids and located:
+                return bool(refs.pack[doomed_ids[key]] & NEW_NAMED)
             if key in doomed_ids:  # a chunk committed meanwhile with no copy that stays
-                return any(e.chunk_id in new_chunks and e.chunk_id not in home for e in entries_of[doomed_ids[key]])
-            return _map_id(key) in new_maps
+                return any(
+                    entry[n] & NEW_REF and not (entry[n] & REF and not entry[n] & NO_HOME)
+                    for n in table.entries_of(doomed_ids[key])
+                )
+            return _map_id(key) in refs.new_maps
 
         for key in [k for k in doomed_packs if needed(k)]:
             doomed_packs.remove(key)
-            surviving[doomed_ids[key]] = entries_of[doomed_ids[key]]
+            surviving[doomed_ids[key]] = 1
             report.packs_deferred += 1
             report.packs_deleted -= 1
             report.bytes_deleted -= sizes[key]
@@ -502,14 +569,14 @@ def _prune(
 
     # 2. one new index of the surviving packs (one per shard in a located repository), 3. then the old objects
     if rewrite:
-        new_objects = []
-        if surviving:
-            packs = sorted(surviving.items())
-            new_objects = encode_sharded_index(packs) if repo.config.located else [encode_index(packs)]
-        for key, data in new_objects:
+        keep_packs = array("I", (p for p in range(len(table)) if surviving[p]))
+        del refs, entry, surviving  # what the new index does not need
+        table.drop_lookups(keep_pack_of=located)
+        new_keys = set()
+        for key, data in table_index_objects(table, keep_packs, sharded=located):
             alive()
             repo.put_once(key, data)
-        new_keys = {key for key, _data in new_objects}
+            new_keys.add(key)
         report.index_objects_written = len(new_keys - set(index_keys))
         report.index_objects_deleted = 0
         for key in index_keys:
@@ -537,3 +604,22 @@ def _prune(
         report.packs_in_grace,
     )
     return report
+
+
+def _unreferenced_maps(
+    map_ids: bytearray, odd_keys: list[str], maps: IdSet, expired: Callable[[str], bool], report: PruneReport
+) -> list[str]:
+    """The keys of the listed map objects (``_list_maps``) not in ``maps`` whose grace is over (``expired``);
+    those still in grace are counted."""
+    unreferenced = chain(
+        (volmap.map_key(oid) for (oid,) in _MAP_ID.iter_unpack(map_ids) if oid not in maps),
+        (key for key in odd_keys if _map_id(key) not in maps),
+    )
+    doomed = []
+    for key in unreferenced:
+        if expired(key):
+            doomed.append(key)
+        else:
+            report.map_objects_in_grace += 1
+    report.map_objects_deleted = len(doomed)
+    return doomed
