@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 ID_LEN = 32
 LOAD = 0.7  # most slots used: a lookup probes about 2 slots (6 when the id is absent)
@@ -155,3 +155,16 @@ class IdSet:
     @property
     def nbytes(self) -> int:
         return len(self.ids) + self._hash.nbytes
+
+
+def sorted_by_id(ids: IdSet, numbers: Iterable[int]) -> array:
+    """``numbers`` (of ids in ``ids``) in ascending id order, sorted a leading byte at a time (few ids in memory
+    as ``bytes`` at once when ids are uniform: hashes, random pack names)."""
+    buckets = [array("I") for _ in range(256)]
+    raw = ids.ids
+    for n in numbers:
+        buckets[raw[n * ID_LEN]].append(n)
+    ordered = array("I")
+    for bucket in buckets:
+        ordered.extend(sorted(bucket, key=ids.id))
+    return ordered

@@ -5,8 +5,9 @@ manifest and lists the packs that backup wrote (or recovered from a crashed run)
 
     b"CBTIDX\\x01" + zstd( repeated: '<32sI' (pack id, n) then n x '<32sQIIB' entries )
 
-``ChunkIndex`` is the in-memory union of all index objects plus the trailers of packs that no
-index mentions yet.
+``read_pack_table`` reads the index objects into a ``movers.repo.packtable.PackTable`` (compact: about 65
+bytes per entry); ``TableIndex`` resolves chunk ids over one. ``ChunkIndex`` maps chunk ids to locations in
+a dict (for the few packs a backup adds).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import io
 import struct
 import threading
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from typing import NamedTuple
 
 import zstandard
 
 from movers.errors import IntegrityError, ObjectNotFound, TransientStoreError
-from movers.repo.ids import ID_LEN
+from movers.repo.ids import sorted_by_id
 from movers.repo.pack import ENTRY, PackEntry, encode_entries
 from movers.repo.packtable import PackTable
 from movers.repo.store.base import Store
@@ -91,7 +92,7 @@ def table_index_objects(table: PackTable, packs: Iterable[int], sharded: bool) -
     shard (``encode_sharded_index``), packs in ascending id order as ``encode_index`` of sorted packs lists them.
     Each object is compressed as it is listed and yielded before the next is made; a sharded listing costs 4
     bytes per entry meanwhile."""
-    ordered = _by_id(table, packs)
+    ordered = sorted_by_id(table.packs, packs)
     if not sharded:
         size = listing_size(len(ordered), sum(table.count(p) for p in ordered))
         yield encode_index_records(((table.pack_id(p), table.count(p), table.records(p)) for p in ordered), size)
@@ -119,18 +120,6 @@ def table_index_objects(table: PackTable, packs: Iterable[int], sharded: bool) -
         )
         key, data = encode_index_records(listing, listing_size(len(runs), len(numbers)))
         yield shard_prefix(shard) + key.rsplit("/", 1)[-1], data
-
-
-def _by_id(table: PackTable, packs: Iterable[int]) -> array:
-    """Pack numbers ``packs`` in ascending pack id order (sorted a leading byte at a time: few ids in memory)."""
-    buckets = [array("I") for _ in range(256)]
-    ids = table.packs.ids
-    for p in packs:
-        buckets[ids[p * ID_LEN]].append(p)
-    ordered = array("I")
-    for bucket in buckets:
-        ordered.extend(sorted(bucket, key=table.pack_id))
-    return ordered
 
 
 def decode_index(data: bytes, key: str = "index") -> Iterator[tuple[bytes, list[PackEntry]]]:
@@ -174,15 +163,6 @@ def read_pack_table(store: Store, prefix: str = INDEX_PREFIX, relists: int = 5) 
         f"index objects under {prefix} of {store.describe()} kept vanishing while being read"
         " (prunes compacting the index); retry"
     )
-
-
-def read_index_objects(
-    store: Store, prefix: str = INDEX_PREFIX, relists: int = 5
-) -> tuple[list[str], dict[bytes, list[PackEntry]]]:
-    """``read_pack_table`` as pack id -> entries (sorted by offset, packs in the order first listed)."""
-    keys, table = read_pack_table(store, prefix, relists)
-    table.finish()
-    return keys, {table.pack_id(p): table.entries(p) for p in range(len(table))}
 
 
 _FIRST_RANGE = 1 << 20  # bytes of an index object read first (most are smaller)
@@ -241,6 +221,50 @@ def _read_into(table: PackTable, store: Store, key: str) -> None:
         raise IntegrityError(f"{key} does not decompress: the frame is truncated")
     if left or pending:
         raise IntegrityError(f"{key} is truncated")
+
+
+FIRST, LAST = 1, 2  # TableIndex: a usable pack; one whose chunks resolve to other copies first
+
+
+class TableIndex:
+    """``in`` and ``get`` over the packs of a finished ``PackTable`` marked usable (``usable[pack number]``:
+    ``FIRST``, or ``LAST`` for packs whose chunks resolve to another copy first); among copies of a chunk the
+    pack seen first wins, in it the first entry. ``add_pack`` adds packs after (each chunk keeps the location
+    it has). Thread-safe: the table is only read."""
+
+    def __init__(self, table: PackTable, usable: bytearray) -> None:
+        self.table, self.usable = table, usable
+        self.added = ChunkIndex()  # packs added after
+
+    def get(self, cid: bytes) -> ChunkLocation | None:
+        table, usable = self.table, self.usable
+        copies = [n for n in table.find(cid) if usable[table.pack_of[n]]]
+        if not copies:
+            return self.added.get(cid)
+        if len(copies) > 1:  # the first pack, the first entry in it
+            copies.sort(key=lambda n: (usable[table.pack_of[n]], table.pack_of[n], table.fields(n)[1]))
+        _cid, offset, stored_len, raw_len, flags = table.fields(copies[0])
+        return ChunkLocation(table.pack_id(table.pack_of[copies[0]]), offset, stored_len, raw_len, flags)
+
+    def __contains__(self, cid: bytes) -> bool:
+        return self.get(cid) is not None
+
+    def add_pack(self, pack_id: bytes, entries: Iterable[PackEntry]) -> None:
+        self.added.add_pack(pack_id, entries)
+
+    @property
+    def packs(self) -> Container[bytes]:
+        """The ids of the packs it resolves chunks to."""
+        return _TablePacks(self)
+
+
+class _TablePacks:
+    def __init__(self, index: TableIndex) -> None:
+        self.index = index
+
+    def __contains__(self, pack_id: bytes) -> bool:
+        p = self.index.table.packs.index(pack_id)
+        return (p >= 0 and bool(self.index.usable[p])) or pack_id in self.index.added.packs
 
 
 class EitherIndex:

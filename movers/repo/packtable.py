@@ -16,10 +16,11 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 from movers.repo.ids import IdHash, IdSet
-from movers.repo.pack import ENTRY, PackEntry, encode_entries
+from movers.repo.pack import ENTRY, PackEntry, encode_entries, pack_key
 
 RECORD = ENTRY.size
 _OFFSET = struct.Struct("<32xQ9x")  # the offset field of a record
@@ -192,3 +193,26 @@ class PackTable:
         arrays = (self.pack_of, self._start, self._count, self.order)
         hashed = self.chunks.nbytes if self.chunks is not None else 0
         return len(self.rec) + self.packs.nbytes + hashed + sum(a.itemsize * len(a) for a in arrays if a is not None)
+
+
+@dataclass
+class StoredPacks:
+    """What a reader of the whole chunk index sees (``Repository.stored_packs``): the index objects' and trailers'
+    ``table`` (finished) and what listing ``packs/`` found. Memory: the table, plus ~10 bytes per pack."""
+
+    table: PackTable
+    index_keys: list[str]  # the index objects read
+    indexed: int  # pack numbers below this are the index objects' packs
+    listed: array = field(default_factory=lambda: array("I"))  # pack numbers in the order packs/ listed them
+    present: bytearray = field(default_factory=bytearray)  # pack number -> 1: listed (and not found gone since)
+    unindexed: array = field(default_factory=lambda: array("I"))  # listed packs no index lists (trailers)
+    unreadable: dict[int, str] = field(default_factory=dict)  # pack number -> why its trailer cannot be read
+    odd_keys: dict[int, str] = field(default_factory=dict)  # pack number -> its key, when not pack_key(id)
+
+    def key(self, p: int) -> str:
+        return self.odd_keys.get(p) or pack_key(self.table.pack_id(p))
+
+    def readable(self) -> Iterator[int]:
+        """The present packs whose entries are known, in listing order."""
+        present, unreadable = self.present, self.unreadable
+        return (p for p in self.listed if present[p] and p not in unreadable)

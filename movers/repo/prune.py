@@ -117,10 +117,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from itertools import chain
 
-from movers.errors import IntegrityError, ObjectNotFound, UsageError
-from movers.repo import pack, volmap
+from movers.errors import UsageError
+from movers.repo import volmap
 from movers.repo.ids import ID_LEN, IdSet
-from movers.repo.index import read_pack_table, table_index_objects
+from movers.repo.index import table_index_objects
 from movers.repo.leases import (
     EXPIRED_AFTER_S,
     LEASE_PREFIX,
@@ -131,7 +131,6 @@ from movers.repo.leases import (
     wait_for_leases,
 )
 from movers.repo.pack import PackEntry
-from movers.repo.packtable import PackTable
 from movers.repo.prunelock import LOCK_PREFIX, PruneLock
 from movers.repo.prunestate import STATE_PREFIX, PruneState, encode_state, read_state
 from movers.repo.references import CANDIDATE, HOME, NAMED, NEW_NAMED, NEW_REF, NO_HOME, PINNED, REF, References
@@ -339,54 +338,6 @@ def prune(
         return _prune(*args, alive=lock.check)
 
 
-@dataclass
-class _Packs:
-    """The packs prune sees: the chunk index (``PackTable``) and what listing ``packs/`` found."""
-
-    table: PackTable
-    listed: array  # pack numbers in the order packs/ listed them (present packs)
-    present: bytearray  # pack number -> 1 when packs/ lists it (and it was not found gone since)
-    unreadable: bytearray  # pack number -> 1 when its trailer cannot be read
-    indexed: int  # pack numbers below this are the index objects' packs
-    odd_keys: dict[int, str]  # pack number -> its key, when not ``pack.pack_key`` of its id
-
-    def key(self, p: int) -> str:
-        return self.odd_keys.get(p) or pack.pack_key(self.table.pack_id(p))
-
-
-def _list_packs(repo: Repository, report: PruneReport) -> tuple[list[str], _Packs, int]:
-    """Index objects, then ``packs/`` (a pack an index lists that this listing lacks is gone), then the trailers
-    of packs no index lists; the table finished. Also returns how many listed packs no index lists."""
-    store = repo.store
-    index_keys, table = read_pack_table(store)
-    indexed = len(table)
-    listed, present, odd_keys = array("I"), bytearray(), {}
-    for key in store.list(pack.PACK_PREFIX):
-        p = table.pack_number(pack.pack_id_from_key(key))
-        if p >= len(present):
-            present.extend(bytes(p + 1 - len(present)))
-        if key != pack.pack_key(table.pack_id(p)):
-            odd_keys[p] = key
-        if not present[p]:
-            present[p] = 1
-            listed.append(p)
-    present.extend(bytes(len(table) - len(present)))
-    packs = _Packs(table, listed, present, bytearray(len(table)), indexed, odd_keys)
-    unindexed = [p for p in listed if p >= indexed]
-    for p in unindexed:
-        key = packs.key(p)
-        try:
-            table.add_pack(table.pack_id(p), repo.read_pack_trailer(key))
-        except ObjectNotFound:  # deleted since we listed (this is a dry run beside a prune): gone
-            present[p] = 0
-        except IntegrityError as err:
-            log.warning("keeping unreadable pack %s: %s", key, err)
-            report.unreadable_packs.append(key)
-            packs.unreadable[p] = 1
-    table.finish()
-    return index_keys, packs, len(unindexed)
-
-
 def _list_maps(store) -> tuple[bytearray, list[str]]:
     """The ids of the objects ``maps/`` lists (32 bytes each), and the keys of those not named
     ``volmap.map_key(id)`` (kept as keys). Keys that do not end in a hex id are not ours: left out."""
@@ -426,16 +377,19 @@ def _prune(
 
     # Listing order matters: index objects before packs, so every pack an index we read lists
     # was uploaded before we list packs/ (a pack missing from that listing was deleted).
-    index_keys, packs, unindexed = _list_packs(repo, report)
+    packs = repo.stored_packs()
+    for p, err in packs.unreadable.items():
+        log.warning("keeping unreadable pack %s: %s", packs.key(p), err)
+        report.unreadable_packs.append(packs.key(p))
     map_ids, odd_maps = _list_maps(store)
-    table = packs.table
+    table, index_keys = packs.table, packs.index_keys
     stale_index = any(not packs.present[p] for p in range(packs.indexed))
 
     # Version 1: one copy of each referenced chunk stays, the one in its home pack, chosen among packs the previous
     # state does not list (backups dedup against those and readers prefer them, see Repository.index). A located
     # repository keeps the copies its pages name (``PINNED``) and needs no homes.
     refs = References(table, located)
-    readable = array("I", (p for p in packs.listed if packs.present[p] and not packs.unreadable[p]))
+    readable = array("I", packs.readable())
     if not located:
         for p in readable:
             if packs.key(p) not in listed_keys:
@@ -509,7 +463,7 @@ def _prune(
 
     doomed_maps = _unreferenced_maps(map_ids, odd_maps, refs.maps, expired, report)
 
-    rewrite = bool(doomed_packs) or len(index_keys) > 1 or bool(unindexed) or stale_index
+    rewrite = bool(doomed_packs) or len(index_keys) > 1 or bool(packs.unindexed) or stale_index
     if rewrite:
         report.index_objects_written = int(any(surviving))
         report.index_objects_deleted = len(index_keys)
