@@ -49,6 +49,7 @@ from movers.repo.chunks import decode_chunk
 from movers.repo.ids import IdSet, sorted_by_id
 from movers.repo.index import ChunkLocation
 from movers.repo.manifest import Manifest, shown_volume_id
+from movers.repo.packtable import PackTable
 from movers.repo.repository import BackupRef, Locator, Repository
 
 Progress = Callable[[int, int], None]
@@ -114,7 +115,7 @@ def run_verify(repo: Repository, refs: list[BackupRef], workers: int = 4, progre
     """Verify the given backups by reading all their data; damage is reported, never raised."""
     started = time.monotonic()
     report = VerifyReport(mode="full", sample=1.0)
-    verified = _Verified()
+    verified = _Verified(lambda: None if repo.config.located else repo.index().table)
     damaged_pages: dict[bytes, str] = {}
     pages_ok = IdSet()  # pages of backups read to the end: every chunk verified, no entry to look up again
     for n, ref in enumerate(refs, 1):
@@ -153,23 +154,44 @@ def _unverified(
 
 
 class _Verified:
-    """The chunk ids a full verify has checked (an ``IdSet``: ~40 bytes each). The reader's threads ``add``
-    (to a queue); the thread asking ``in`` moves them to the set first, so only it touches the set."""
+    """The chunk ids a full verify has checked: a byte per entry of the chunk index (version 1: its pages resolve
+    chunks there; ``table()`` returns it, None for version 2), else an ``IdSet`` (~40 bytes per id). The reader's
+    threads ``add`` (to a queue); the thread asking ``in`` moves them over first, so only it writes. Asked only
+    after a page was read, so the version 1 index is loaded by then (``table()`` reads nothing)."""
 
-    def __init__(self) -> None:
-        self._ids = IdSet()
+    def __init__(self, table: Callable[[], PackTable | None]) -> None:
+        self._get_table = table
+        self._table: PackTable | None = None
+        self._marks = bytearray()
+        self._ids = IdSet()  # ids the table lacks
         self._new: deque[bytes] = deque()
+        self._added = False
 
     def add(self, cid: bytes) -> None:
         self._new.append(cid)
+        self._added = True
 
     def __contains__(self, cid: bytes) -> bool:
+        if self._get_table is not None:
+            self._table, self._get_table = self._get_table(), None
+            self._marks = bytearray(len(self._table.pack_of)) if self._table is not None else bytearray()
         while self._new:
-            self._ids.add(self._new.popleft())
-        return cid in self._ids
+            new = self._new.popleft()
+            n = self._entry(new)
+            if n >= 0:
+                self._marks[n] = 1
+            else:
+                self._ids.add(new)
+        n = self._entry(cid)
+        return bool(self._marks[n]) if n >= 0 else cid in self._ids
 
-    def __len__(self) -> int:
-        return len(self._ids) + len(self._new)
+    def _entry(self, cid: bytes) -> int:
+        """The entry of the table that stands for ``cid`` (one of its copies, always the same), or -1."""
+        return -1 if self._table is None else self._table.chunks.first(cid)
+
+    def __bool__(self) -> bool:
+        """Whether any chunk was added (else the reader need not look entries up)."""
+        return self._added
 
 
 def _read_manifest(repo: Repository, ref: BackupRef, report: VerifyReport) -> Manifest | None:

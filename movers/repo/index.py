@@ -195,6 +195,8 @@ def _read_into(table: PackTable, store: Store, key: str) -> None:
                 break
         if not part:
             continue
+        if stream.eof:
+            break  # bytes after the frame: ignored, as a one-shot decompression ignores them
         try:
             pending += stream.decompress(part)
         except zstandard.ZstdError as err:
