@@ -15,10 +15,11 @@ Contract:
   out a second and third time.
 * Every other exception (``ObjectNotFound``, ``PermanentStoreError``, ``UsageError``,
   ``KeyboardInterrupt``, ...) passes straight through on the first occurrence.
-* Retrying is safe because every Store operation is idempotent (objects are immutable);
-  ``list`` materialises the whole listing inside the retry, so a failure halfway through a
-  listing never yields duplicate or missing keys. A ``put_new`` whose first attempt wrote the
-  object but lost the answer returns False from the retry: the object is there either way.
+* Retrying is safe because every Store operation is idempotent (objects are immutable). ``list``
+  streams (a listing of millions of keys is never held whole): when it fails halfway it lists again
+  and resumes after the last key it yielded (keys come in ascending order), so it never yields a key
+  twice or misses one; its budget runs from the last key yielded. A ``put_new`` whose first attempt
+  wrote the object but lost the answer returns False from the retry: the object is there either way.
 * The clock and the sleep are constructor arguments, so tests can run an outage of minutes at once.
 """
 
@@ -81,18 +82,22 @@ class RetryingStore:
             try:
                 return fn(*args)
             except TransientStoreError as err:
-                elapsed = self._clock() - started
-                left = self.retry_for - elapsed
-                if left <= 0:
-                    exhausted = _exhausted(err, attempt, elapsed)
-                    # the budget is where outages are ridden out: callers (Prefect task retries) must not ride the
-                    # same outage out again, which multiplied the wait
-                    exhausted.retriable = self.retry_for <= 0
-                    raise exhausted from err
-                cap = min(self.max_delay, self.base_delay * 2 ** min(attempt - 1, 32))
-                delay = min(left, self._random.uniform(0, cap))
-                log.warning("%s; retry %d in %.1f s (retrying for %.0f s more)", err, attempt, delay, left - delay)
-                self._sleep(delay)
+                self._back_off(err, started, attempt)
+
+    def _back_off(self, err: TransientStoreError, started: float, attempt: int) -> None:
+        """Sleep before the next attempt, or raise when the budget (from ``started``) is spent."""
+        elapsed = self._clock() - started
+        left = self.retry_for - elapsed
+        if left <= 0:
+            exhausted = _exhausted(err, attempt, elapsed)
+            # the budget is where outages are ridden out: callers (Prefect task retries) must not ride the
+            # same outage out again, which multiplied the wait
+            exhausted.retriable = self.retry_for <= 0
+            raise exhausted from err
+        cap = min(self.max_delay, self.base_delay * 2 ** min(attempt - 1, 32))
+        delay = min(left, self._random.uniform(0, cap))
+        log.warning("%s; retry %d in %.1f s (retrying for %.0f s more)", err, attempt, delay, left - delay)
+        self._sleep(delay)
 
     def put(self, key: str, data: bytes) -> None:
         self._call(self.inner.put, key, data)
@@ -113,7 +118,19 @@ class RetryingStore:
         return self._call(self.inner.exists, key)
 
     def list(self, prefix: str = "") -> Iterator[str]:
-        yield from self._call(lambda: list(self.inner.list(prefix)))
+        last: str | None = None  # the last key yielded: a listing again resumes after it
+        started, attempt = self._clock(), 0
+        while True:
+            attempt += 1
+            try:
+                for key in self.inner.list(prefix):
+                    if last is not None and key <= last:
+                        continue
+                    yield key
+                    last, started, attempt = key, self._clock(), 1
+                return
+            except TransientStoreError as err:
+                self._back_off(err, started, attempt)
 
     def delete(self, key: str) -> None:
         self._call(self.inner.delete, key)
