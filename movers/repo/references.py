@@ -92,7 +92,7 @@ class References:
         return marked, {ref.key for ref in refs}
 
     def _page(self, used: set[bytes], locations: dict[bytes, ChunkLocation], again: bool) -> None:
-        find = self.table.find
+        find = self.table.chunks.find
         pins = self.located and locations
         numbers: dict[bytes, int] = {}  # pack id -> number, of the packs this page names
         for cid in used | locations.keys() if pins else used:
