@@ -4,12 +4,9 @@ Mark, then sweep (safe to run while backups run, whatever the grace: see "Backup
 two prunes of one repository must not run at the same time: each holds the repository's prune lock,
 ``movers.repo.prunelock``, from before it reads anything until it is done; a dry run takes none):
 
-1. **Mark.** Read every manifest, its map directories and its pages, and collect the ids of
-   all referenced chunks, pages and directories. A page shared by several backups is read
-   once. Memory: one ``bytes`` id per distinct referenced chunk (~100 bytes each: ~25 MiB per
-   TiB of unique data at 4 MiB chunks) and per map object, plus the pack entries read from the
-   index objects (~200 bytes per stored chunk, the same bound as ``ChunkIndex``). Pages are
-   read one at a time.
+1. **Mark.** Read every manifest, its map directories and its pages, and mark all referenced
+   chunks, pages and directories (``movers.repo.references``: bits on the chunk index, see
+   "Memory" below). A page shared by several backups is read once; pages are read one at a time.
 2. **Classify packs: one copy of each chunk.** Every referenced chunk gets a *home*: the pack whose
    copy stays (``choose_homes``), chosen among the packs the previous state does not list (backups
    dedup against those, readers prefer them). A pack that is home to a chunk, or holds a referenced
@@ -17,8 +14,8 @@ two prunes of one repository must not run at the same time: each holds the repos
    elsewhere) are reported as ``dead_bytes`` (repacking partly used packs is out of scope). A pack
    whose referenced chunks all live elsewhere is *a pack of duplicate copies* (two backups that
    re-uploaded the same listed chunks at once leave such packs); a pack with no referenced chunk,
-   and a map object nobody references, is *unreferenced*. Memory: one more dict entry per
-   referenced chunk (~100 bytes) for its home.
+   and a map object nobody references, is *unreferenced*. A chunk with a copy in only one such pack
+   gets its home while marking (a bit); only chunks with copies in several go through the greedy cover.
 3. **Grace.** An unreferenced object is deleted only when it has been seen unreferenced for
    at least ``grace_s`` (default 24 h). The age is kept in **prune state objects**
    (``prune/<time>-<hash>``, JSON ``{"first_unreferenced": {object key: first time seen
@@ -103,6 +100,18 @@ two prunes of one repository must not run at the same time: each holds the repos
 6. **Expired leases.** Last, lease objects (backups' and prune locks') whose holder has not refreshed them
    for ``EXPIRED_AFTER_S`` (twice their TTL: it crashed, or its credentials cannot delete), and superseded
    sequences of any lease, are deleted (``leases_deleted``); a dry run counts them.
+
+**Memory** (the contract; ``tests/test_maintenance_memory.py`` holds prune to it, ``bench/maintenance_bench.py``
+measures it): the chunk index is a ``movers.repo.packtable.PackTable``: per stored chunk (an index entry: a chunk
+stored twice counts twice) its 49-byte index record, its pack number (4), hash slots (~8) and a byte of marks,
+4 more when entries must be regrouped by pack (a sharded index: version 2), up to an eighth more while buffers
+grow: about 65 bytes (version 1) or 70 (version 2). Plus about 60 bytes per pack, 32-40 per map object listed or
+referenced, and Python objects (a few hundred bytes each) for chunk ids with copies in several candidate packs
+(version 1) and for every key the prune state lists (its JSON is read and written whole). Listings stream, pages
+and index objects are read a part at a time. Writing the new index adds the compressed object being written:
+version 2 one shard at a time; version 1's single object whole (~35 bytes per surviving chunk), so a version 1
+prune that rewrites the index peaks ~40 bytes per chunk above its dry run. **Time**: linear in the index entries,
+the packs, the map objects listed and read, and the manifests (hash lookups, no sorting of chunk ids).
 """
 
 from __future__ import annotations
