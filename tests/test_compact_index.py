@@ -138,3 +138,15 @@ def test_table_index_resolves_a_chunk_as_the_dict_index_did():
     index.add_pack(gone, [entry(alone, 8), entry(shared, 99)])
     assert index.get(alone).pack_id == gone and index.get(shared).offset != 99
     assert early in index.packs and gone in index.packs and listed in index.packs and ident("x") not in index.packs
+
+
+def test_a_drained_table_yields_the_packs_asked_for_last_records_first_and_frees_them():
+    store = MemoryStore()
+    packs = [(ident("p", p), [entry(ident("c", p, n), 8 + 10 * n) for n in range(5)]) for p in range(4)]
+    put_index(store, packs)
+    _keys, table = read_pack_table(store)
+    table.finish()
+    records = {table.pack_id(p): table.records(p) for p in range(len(table))}
+    drained = [(table.pack_id(p), rec) for p, rec in table.drain([0, 2, 3])]
+    assert drained == [(packs[p][0], records[packs[p][0]]) for p in (3, 2, 0)]
+    assert len(table.rec) == 0 and table.chunks is None

@@ -115,7 +115,7 @@ def peak(work) -> int:
 BOUND = {
     ("prune --dry-run", 1): 75,
     ("prune --dry-run", 2): 80,
-    ("prune", 1): 85,
+    ("prune", 1): 80,
     ("prune", 2): 80,
     ("verify", 1): 75,
     ("verify", 2): 55,

@@ -88,10 +88,18 @@ def encode_sharded_index(packs: Iterable[tuple[bytes, list[PackEntry]]]) -> list
 
 
 def table_index_objects(table: PackTable, packs: Iterable[int], sharded: bool) -> Iterator[tuple[str, bytes]]:
-    """``(key, bytes)`` of the index objects listing packs ``packs`` of ``table`` (finished): one object, or one per
-    shard (``encode_sharded_index``), packs in ascending id order as ``encode_index`` of sorted packs lists them.
-    Each object is compressed as it is listed and yielded before the next is made; a sharded listing costs 4
-    bytes per entry meanwhile."""
+    """``(key, bytes)`` of the index objects listing packs ``packs`` of ``table`` (finished): one per shard
+    (``encode_sharded_index``; packs in ascending id order), each compressed as it is listed and yielded before
+    the next is made (4 bytes per entry meanwhile), or one object. When each pack's entries are consecutive
+    records (a version 1 index) that object lists the packs whose records come last first and frees the table
+    as it goes (``PackTable.drain``: the table is empty afterwards), so table and object never add up;
+    otherwise packs in ascending id order."""
+    if not sharded and table.order is None:  # from the end of the table, freeing it: it and the object never add up
+        packs = array("I", packs)
+        size = listing_size(len(packs), sum(table.count(p) for p in packs))
+        listing = ((table.pack_id(p), len(records) // ENTRY.size, records) for p, records in table.drain(packs))
+        yield encode_index_records(listing, size)
+        return
     ordered = sorted_by_id(table.packs, packs)
     if not sharded:
         size = listing_size(len(ordered), sum(table.count(p) for p in ordered))

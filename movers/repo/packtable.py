@@ -181,6 +181,24 @@ class PackTable:
         """The record numbers of every entry of ``chunk_id`` (any pack), ascending."""
         return self.chunks.find(chunk_id)
 
+    def drain(self, packs: Iterable[int]) -> Iterator[tuple[int, bytes]]:
+        """``(pack number, its records)`` of ``packs``, the packs with the last records first, each pack's records
+        freed as it is yielded (the buffer shrinks from its end): the table is empty afterwards. Only when a pack's
+        entries are consecutive records (``order`` is None)."""
+        if self.order is not None:
+            raise ValueError("drain needs consecutive records")
+        wanted = bytearray(len(self._start))
+        for p in packs:
+            wanted[p] = 1
+        self.chunks = None  # lookups would read freed records
+        for p in sorted(range(len(self._start)), key=self._start.__getitem__, reverse=True):
+            a, n = self._start[p], self._count[p]
+            records = bytes(self.rec[a * RECORD : (a + n) * RECORD]) if n else b""
+            if n:
+                del self.rec[a * RECORD :]
+            if wanted[p]:
+                yield p, records
+
     def drop_lookups(self, keep_pack_of: bool = False) -> None:
         """Free what only lookups use: the chunk hash (``find`` stops working) and ``pack_of`` (unless kept)."""
         self.chunks = None

@@ -108,10 +108,12 @@ stored twice counts twice) its 49-byte index record, its pack number (4), hash s
 grow: about 65 bytes (version 1) or 70 (version 2). Plus about 60 bytes per pack, 32-40 per map object listed or
 referenced, and Python objects (a few hundred bytes each) for chunk ids with copies in several candidate packs
 (version 1) and for every key the prune state lists (its JSON is read and written whole). Listings stream, pages
-and index objects are read a part at a time. Writing the new index adds the compressed object being written:
-version 2 one shard at a time; version 1's single object whole (~35 bytes per surviving chunk), so a version 1
-prune that rewrites the index peaks ~40 bytes per chunk above its dry run. **Time**: linear in the index entries,
-the packs, the map objects listed and read, and the manifests (hash lookups, no sorting of chunk ids).
+and index objects are read a part at a time. Writing the new index adds the compressed object being written
+(~35 bytes per surviving chunk): version 2 one shard at a time; version 1's single object is compressed from the
+end of the table, which frees its records as it goes (``PackTable.drain``; the buffer shrinks once half of it is
+free), so a version 1 prune that rewrites the index peaks ~15 bytes per chunk above its dry run. **Time**: linear
+in the index entries, the packs, the map objects listed and read, and the manifests (hash lookups, no sorting of
+chunk ids).
 """
 
 from __future__ import annotations
@@ -531,6 +533,7 @@ def _prune(
         store.delete(key)
 
     # 2. one new index of the surviving packs (one per shard in a located repository), 3. then the old objects
+    # (the table is not read after this: the version 1 index is made from its end, freeing it)
     if rewrite:
         keep_packs = array("I", (p for p in range(len(table)) if surviving[p]))
         del refs, entry, surviving  # what the new index does not need
