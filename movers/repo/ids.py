@@ -5,7 +5,8 @@ slots. ``IdHash`` is the hash: open addressing with linear probing over the reco
 ``i``'s id is its first 32 bytes), at most ``LOAD`` full, a 4-byte record number and a 1-byte tag per slot (so a
 probe rarely compares ids). It is a multimap: records with the same id are all found (a byte per record says
 whether its id has other records, so a lookup of an id with one record stops at it). ``IdSet`` is a growable set
-of ids numbered in the order they were added. Both are for one thread at a time (callers that share one lock it).
+of ids numbered in the order they were added. Lookups may run in several threads at once, but nothing may add
+meanwhile (an addition is several steps).
 Slots use Python's ``hash`` of the id, so the slot layout differs between processes: nothing may depend on the
 order ``IdHash.find`` returns records in (it is sorted).
 """
@@ -18,8 +19,6 @@ from collections.abc import Iterable, Iterator
 
 ID_LEN = 32
 LOAD = 0.7  # most slots used: a lookup probes about 2 slots (6 when the id is absent)
-SLOT_BYTES = 4 + 1
-RECORD_BYTES = 1  # per record: whether its id has other records
 _ID = struct.Struct(f"{ID_LEN}s")
 
 
@@ -100,10 +99,6 @@ class IdHash:
             pos = pos + 1 if pos + 1 < size else 0
         return -1
 
-    @property
-    def nbytes(self) -> int:
-        return self.size * SLOT_BYTES + len(self.copies)
-
 
 class IdSet:
     """A set of 32-byte ids, each numbered (from 0) in the order it was first added. Memory: 32 bytes per id plus
@@ -151,10 +146,6 @@ class IdSet:
         for n, (key,) in enumerate(_ID.iter_unpack(self.ids)):
             grown.insert(n, key)
         self._hash = grown
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.ids) + self._hash.nbytes
 
 
 def sorted_by_id(ids: IdSet, numbers: Iterable[int]) -> array:

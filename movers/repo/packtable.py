@@ -6,9 +6,10 @@ record the index format stores (``movers.repo.pack.ENTRY``), in one buffer. Afte
 are sorted by offset, an offset listed twice for a pack keeps its first listing (an interrupted compaction, or
 a sharded index, lists a pack in several objects), and ``find(chunk id)`` finds every entry of a chunk id.
 
-Memory per entry: 49 bytes of record, 4 for its pack number, about 7 of hash slots (``movers.repo.ids``), and 4
-more when some pack's entries do not come as one run sorted by offset (a sharded index: version 2), plus up to
-an eighth of that while the buffers grow. Per pack: its id in the ``IdSet`` (~39 bytes) and 12 bytes of arrays.
+Memory per entry: 49 bytes of record, 4 for its pack number, about 8 of hash (``movers.repo.ids``: slots, tags,
+a byte saying whether the id has copies), and 4 more when some pack's entries do not come as one run sorted by
+offset (a sharded index: version 2), plus up to an eighth of the buffers while they grow. Per pack: its id in
+the ``IdSet`` (40-48 bytes) and 8 bytes of arrays (12 while filling).
 """
 
 from __future__ import annotations
@@ -133,10 +134,6 @@ class PackTable:
         """Packs."""
         return len(self._start)
 
-    @property
-    def entry_count(self) -> int:
-        return sum(self._count)
-
     def entries_of(self, p: int) -> Iterable[int]:
         """The record numbers of pack ``p``'s entries, by offset."""
         a, n = self._start[p], self._count[p]
@@ -204,13 +201,6 @@ class PackTable:
         self.chunks = None
         if not keep_pack_of:
             self.pack_of = array("I")
-
-    @property
-    def nbytes(self) -> int:
-        """About the bytes this table holds (its buffers and arrays)."""
-        arrays = (self.pack_of, self._start, self._count, self.order)
-        hashed = self.chunks.nbytes if self.chunks is not None else 0
-        return len(self.rec) + self.packs.nbytes + hashed + sum(a.itemsize * len(a) for a in arrays if a is not None)
 
 
 @dataclass
