@@ -111,7 +111,7 @@ referenced, and Python objects (a few hundred bytes each) for chunk ids with cop
 and index objects are read a part at a time. Writing the new index adds the compressed object being written
 (~35 bytes per surviving chunk): version 2 one shard at a time; version 1's single object is compressed from the
 end of the table, which frees its records as it goes (``PackTable.drain``; the buffer shrinks once half of it is
-free), so a version 1 prune that rewrites the index peaks ~15 bytes per chunk above its dry run. **Time**: linear
+free), so a version 1 prune that rewrites the index peaks 15-25 bytes per chunk above its dry run. **Time**: linear
 in the index entries, the packs, the map objects listed and read, and the manifests (hash lookups, no sorting of
 chunk ids).
 """
