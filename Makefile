@@ -36,14 +36,15 @@ proto: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python bench/engine_bench.py --write-docs
 
-# Repository format version 1 vs 2 at scale (issue 12): history, repository size, many extents; and the content
-# hash of version 2 (SHA-256 vs BLAKE3). Each script writes its section of docs/scaling-benchmarks.md; together they
-# take several minutes.
+# Repository format version 1 vs 2 at scale (issue 12): history, repository size, many extents, maintenance; and
+# the content hash of version 2 (SHA-256 vs BLAKE3). Each script writes its section of docs/scaling-benchmarks.md;
+# together they take several minutes.
 bench-scaling: $(STAMP)
 	$(VENV)/bin/python bench/history_bench.py --write-docs
 	$(VENV)/bin/python bench/scale_bench.py --chunks 500000,5000000 --write-docs
 	$(VENV)/bin/python bench/extents_bench.py --write-docs
 	$(VENV)/bin/python bench/hash_bench.py --write-docs
+	$(VENV)/bin/python bench/maintenance_bench.py --chunks 500000,2000000 --full-verify --write-docs
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -836,6 +836,55 @@ def test_retrying_store_lists_completely_after_a_retry():
     assert faulty.calls["list"] == 2
 
 
+def test_a_local_listing_walks_the_directories_as_it_goes(tmp_path):
+    """Before: a local store collected every key under the prefix before yielding the first (prune's listing of
+    a million packs held them all); now it reads one directory at a time, like S3's pages."""
+    store = LocalStore(tmp_path)
+    for d in range(3):
+        for n in range(2):
+            store.put(f"packs/{d:02x}/{n}", b"")
+    listing = store.list("packs/")
+    assert next(listing) == "packs/00/0"
+    store.delete("packs/02/0")
+    store.put("packs/01/2", b"")
+    assert list(listing) == ["packs/00/1", "packs/01/0", "packs/01/1", "packs/01/2", "packs/02/1"]
+
+
+class BreakingListings(MemoryStore):
+    """A memory store whose listings fail (transiently) after ``after`` keys, ``times`` times."""
+
+    def __init__(self, after: int, times: int) -> None:
+        super().__init__()
+        self.after, self.times, self.listings, self.produced = after, times, 0, 0
+
+    def list(self, prefix: str = ""):
+        self.listings += 1
+        for n, key in enumerate(super().list(prefix)):
+            if n == self.after and self.times:
+                self.times -= 1
+                raise TransientStoreError("connection reset while listing")
+            self.produced += 1
+            yield key
+
+
+def test_retrying_store_resumes_a_listing_that_fails_halfway_after_the_last_key_it_yielded():
+    """Before: the listing was held whole inside the retry (millions of keys in memory for a prune); now it
+    streams, and a failure halfway neither repeats nor skips a key. The budget runs from the last key."""
+    inner, clock = BreakingListings(after=3, times=2), FakeClock()
+    keys = [f"packs/{n:02x}" for n in range(10)]
+    for key in keys:
+        inner.put(key, b"")
+    store = RetryingStore(inner, retry_for=10, **fake_time(clock))
+    listing = store.list("packs/")
+    assert next(listing) == keys[0] and inner.produced == 1, "a key comes as soon as it is listed"
+    assert [next(listing) for _ in range(2)] == keys[1:3]
+    assert list(listing) == keys[3:] and inner.listings == 3
+    inner.times, clock.now = 30, 0.0  # keeps failing at the same key: no progress, the budget runs out
+    with pytest.raises(TransientStoreError, match="gave up after"):
+        list(store.list("packs/"))
+    assert 10 <= clock.now < 11
+
+
 def test_retrying_store_delegates_describe_repr_and_check(tmp_path):
     inner = LocalStore(tmp_path)
     store = RetryingStore(inner)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -123,7 +123,7 @@ class MapReader:
         manifest: Manifest,
         sink: ChunkSink,
         on_page: Callable[[int, list], int | None] | None = None,
-        skip: set[bytes] | None = None,
+        skip: Container[bytes] | None = None,
         pages: Iterable[tuple[int, list[volmap.Entry], Locator]] | None = None,
     ) -> None:
         """Call ``sink(raw chunk, entries)`` for every chunk of ``manifest``'s map.

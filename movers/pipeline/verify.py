@@ -27,7 +27,8 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from collections import defaultdict
+from array import array
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -45,8 +46,10 @@ from movers.pipeline.reader import MapReader
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.forwarding import Forwarding, load_forwarding
+from movers.repo.ids import IdSet, sorted_by_id
 from movers.repo.index import ChunkLocation
 from movers.repo.manifest import Manifest, shown_volume_id
+from movers.repo.packtable import PackTable
 from movers.repo.repository import BackupRef, Locator, Repository
 
 Progress = Callable[[int, int], None]
@@ -112,14 +115,16 @@ def run_verify(repo: Repository, refs: list[BackupRef], workers: int = 4, progre
     """Verify the given backups by reading all their data; damage is reported, never raised."""
     started = time.monotonic()
     report = VerifyReport(mode="full", sample=1.0)
-    verified: set[bytes] = set()
+    verified = _Verified(lambda: None if repo.config.located else repo.index().table)
     damaged_pages: dict[bytes, str] = {}
+    pages_ok = IdSet()  # pages of backups read to the end: every chunk verified, no entry to look up again
     for n, ref in enumerate(refs, 1):
         manifest = _read_manifest(repo, ref, report)
         if manifest is not None:
             report.backups_checked += 1
             reader = MapReader(repo, workers=workers)
-            pages = _map_pages(repo, ref, manifest, report, damaged_pages)
+            read: list[bytes] = []
+            pages = _unverified(_map_pages(repo, ref, manifest, report, damaged_pages), pages_ok, read)
             try:
                 reader.run(manifest, lambda raw, uses: verified.add(uses[0][2]), skip=verified, pages=pages)
             except DamagedData as err:
@@ -128,12 +133,65 @@ def run_verify(repo: Repository, refs: list[BackupRef], workers: int = 4, progre
                 if _not_damage(err):
                     raise
                 report.add_damage(ref, str(err))
+            else:
+                for page_id in read:
+                    pages_ok.add(page_id)
             report.chunks_verified += reader.chunks_verified
             report.fetched_bytes += reader.fetched_bytes
         if progress:
             progress(n, len(refs))
     report.duration_s = round(time.monotonic() - started, 3)
     return report
+
+
+def _unverified(
+    pages: Iterator[tuple[int, bytes, list[volmap.Entry], Locator]], pages_ok: IdSet, read: list[bytes]
+) -> Iterator[tuple[int, list[volmap.Entry], Locator]]:
+    """``pages`` for the reader, without the entries of pages in ``pages_ok``; the page ids go to ``read``."""
+    for page_index, page_id, entries, locator in pages:
+        read.append(page_id)
+        yield page_index, [] if page_id in pages_ok else entries, locator
+
+
+class _Verified:
+    """The chunk ids a full verify has checked: a byte per entry of the chunk index (version 1: its pages resolve
+    chunks there; ``table()`` returns it, None for version 2), else an ``IdSet`` (~40 bytes per id). The reader's
+    threads ``add`` (to a queue); the thread asking ``in`` moves them over first, so only it writes. Asked only
+    after a page was read, so the version 1 index is loaded by then (``table()`` reads nothing)."""
+
+    def __init__(self, table: Callable[[], PackTable | None]) -> None:
+        self._get_table = table
+        self._table: PackTable | None = None
+        self._marks = bytearray()
+        self._ids = IdSet()  # ids the table lacks
+        self._new: deque[bytes] = deque()
+        self._added = False
+
+    def add(self, cid: bytes) -> None:
+        self._new.append(cid)
+        self._added = True
+
+    def __contains__(self, cid: bytes) -> bool:
+        if self._get_table is not None:
+            self._table, self._get_table = self._get_table(), None
+            self._marks = bytearray(len(self._table.pack_of)) if self._table is not None else bytearray()
+        while self._new:
+            new = self._new.popleft()
+            n = self._entry(new)
+            if n >= 0:
+                self._marks[n] = 1
+            else:
+                self._ids.add(new)
+        n = self._entry(cid)
+        return bool(self._marks[n]) if n >= 0 else cid in self._ids
+
+    def _entry(self, cid: bytes) -> int:
+        """The entry of the table that stands for ``cid`` (one of its copies, always the same), or -1."""
+        return -1 if self._table is None else self._table.chunks.first(cid)
+
+    def __bool__(self) -> bool:
+        """Whether any chunk was added (else the reader need not look entries up)."""
+        return self._added
 
 
 def _read_manifest(repo: Repository, ref: BackupRef, report: VerifyReport) -> Manifest | None:
@@ -155,9 +213,9 @@ def _map_pages(
     manifest: Manifest,
     report: VerifyReport,
     damaged: dict[bytes, str],
-    seen: set[bytes] | None = None,
-) -> Iterator[tuple[int, list[volmap.Entry], Locator]]:
-    """Yield ``(page index, entries, where their chunks are)`` for every page of a backup's map that reads and
+    seen: IdSet | None = None,
+) -> Iterator[tuple[int, bytes, list[volmap.Entry], Locator]]:
+    """Yield ``(page index, page id, entries, where their chunks are)`` for every page of a backup's map that reads and
     checks sound (a located page's own table; the chunk index for a version 1 page).
 
     A damaged or missing directory or page is reported with the volume range it covers and its key, and
@@ -203,7 +261,7 @@ def _map_pages(
             report.map_objects_checked += 1
             if seen is not None:
                 seen.add(page_id)
-            yield page_index, entries, locator
+            yield page_index, page_id, entries, locator
 
 
 def _read_dir(repo: Repository, dir_id: bytes) -> list[tuple[bytes, int]]:
@@ -224,73 +282,163 @@ def run_verify_sampled(
 ) -> VerifyReport:
     """Check every backup's map and read about ``sample`` (0..1) of the referenced packs' bytes whole.
 
-    ``progress(done, total)`` counts backups during the map checks, then bytes during the pack reads.
+    ``progress(done, total)`` counts backups during the map checks, then bytes during the pack reads. Memory:
+    about 80 bytes per referenced chunk (``_Used``), plus the chunk index for version 1 pages
+    (``Repository.index``), plus ~60 bytes per pack holding referenced chunks.
     """
     if not 0.0 <= sample <= 1.0:
         raise UsageError(f"the sample must be a fraction between 0 and 1, not {sample}")
     started = time.monotonic()
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     report = VerifyReport(mode="sampled", sample=sample, seed=seed)
-    index: dict[bytes, ChunkLocation] = {}  # where restores read each chunk (a page names it)
-    first_use = _check_maps(repo, refs, index, report, progress)
-    present = {packfmt.pack_id_from_key(key) for key in repo.store.list(packfmt.PACK_PREFIX)}
-    forwarding = load_forwarding(repo.store) if repo.config.located else Forwarding()
-    for cid, location in index.items():  # where a prune's repacking moved them
-        moved, _via = forwarding.locate(cid, location.pack_id, present)
-        index[cid] = location if moved is None else moved
-    for cid in [cid for cid, location in index.items() if location.pack_id not in present]:
-        ref, offset, length = first_use.pop(cid)
-        key = packfmt.pack_key(index.pop(cid).pack_id)
-        error = f"chunk {cid.hex()[:16]} is not in any pack of the repository (its pack {key} is missing)"
-        report.add_damage(ref, error, key, offset, length)
-    report.chunks_referenced = len(first_use)
-    by_pack: dict[bytes, list[bytes]] = defaultdict(list)
-    for cid in first_use:
-        by_pack[index.get(cid).pack_id].append(cid)
-    weight = {pid: sum(index.get(cid).stored_len for cid in cids) for pid, cids in by_pack.items()}
-    report.packs_total, report.stored_bytes = len(by_pack), sum(weight.values())
-    chosen = _choose(sorted(by_pack), weight, sample, seed)
-    total = sum(weight[pid] for pid in chosen)
+    used = _check_maps(repo, refs, report, progress)
+    present = bytearray(len(used.packs))
+    for key in repo.store.list(packfmt.PACK_PREFIX):
+        p = used.packs.index(packfmt.pack_id_from_key(key))
+        if p >= 0:
+            present[p] = 1
+    _follow_forwarding(repo, used, present)
+    live = bytearray(b"\x01") * len(used)
+    for u in range(len(used)):
+        if not present[used.pack[u]]:
+            live[u] = 0
+            ref, offset, length = used.first_use(u)
+            key = packfmt.pack_key(used.packs.id(used.pack[u]))
+            error = (
+                f"chunk {used.ids.id(u).hex()[:16]} is not in any pack of the repository (its pack {key} is missing)"
+            )
+            report.add_damage(ref, error, key, offset, length)
+    report.chunks_referenced = sum(live)
+    by_pack = _ByPack(used, live)
+    weight = by_pack.weight
+    holding = array("I", (p for p in range(len(used.packs)) if by_pack.count(p)))
+    report.packs_total, report.stored_bytes = len(holding), sum(weight)
+    chosen = _choose(sorted_by_id(used.packs, holding), weight, sample, seed)
+    total = sum(weight[p] for p in chosen)
     done = 0
-    for pid, found in _read_packs(repo, chosen, by_pack, index, workers):
+    for p, found in _read_packs(repo, chosen, by_pack, workers):
         report.packs_read += 1
         report.fetched_bytes += found.fetched
         report.chunks_verified += found.chunks
         report.warnings.extend(found.warnings)
         for cid, error in found.damaged:
-            ref, offset, length = first_use[cid]
-            report.add_damage(ref, error, packfmt.pack_key(pid), offset, length)
-        done += weight[pid]
+            ref, offset, length = used.first_use(used.ids.index(cid))
+            report.add_damage(ref, error, packfmt.pack_key(used.packs.id(p)), offset, length)
+        done += weight[p]
         if progress:
             progress(done, total)
     report.duration_s = round(time.monotonic() - started, 3)
     return report
 
 
-def _check_maps(
-    repo: Repository,
-    refs: list[BackupRef],
-    index: dict[bytes, ChunkLocation],
-    report: VerifyReport,
-    progress: Progress | None,
-) -> dict[bytes, tuple[BackupRef, int, int]]:
+class _Used:
+    """Each referenced chunk id once (numbered in the order first used): where restores read it and its first use
+    (the backup, volume offset and length). Columns: ~80 bytes per chunk id, ~40 per pack."""
+
+    def __init__(self, refs: list[BackupRef]) -> None:
+        self.refs = refs
+        self.ids = IdSet()
+        self.packs = IdSet()
+        self.pack, self.offset, self.stored_len, self.raw_len = array("I"), array("Q"), array("I"), array("I")
+        self.flags = bytearray()
+        self.ref, self.voff, self.length = array("I"), array("Q"), array("Q")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __contains__(self, cid: bytes) -> bool:
+        return cid in self.ids
+
+    def add(self, cid: bytes, location: ChunkLocation, ref: int, voff: int, length: int) -> None:
+        self.ids.add(cid)
+        self.pack.append(self.packs.add(location.pack_id))
+        self.offset.append(location.offset)
+        self.stored_len.append(location.stored_len)
+        self.raw_len.append(location.raw_len)
+        self.flags.append(location.flags)
+        self.ref.append(ref)
+        self.voff.append(voff)
+        self.length.append(length)
+
+    def move(self, u: int, location: ChunkLocation) -> None:
+        """Chunk ``u`` is read at ``location`` (where a prune's repacking moved it)."""
+        self.pack[u] = self.packs.add(location.pack_id)
+        self.offset[u], self.stored_len[u], self.raw_len[u] = location.offset, location.stored_len, location.raw_len
+        self.flags[u] = location.flags
+
+    def location(self, u: int) -> ChunkLocation:
+        pack_id = self.packs.id(self.pack[u])
+        return ChunkLocation(pack_id, self.offset[u], self.stored_len[u], self.raw_len[u], self.flags[u])
+
+    def first_use(self, u: int) -> tuple[BackupRef, int, int]:
+        return self.refs[self.ref[u]], self.voff[u], self.length[u]
+
+
+def _follow_forwarding(repo: Repository, used: _Used, present: bytearray) -> None:
+    """Chunks whose pack is missing are read where a prune's repacking moved them, if it did
+    (``movers.repo.forwarding``); ``present`` (a byte per pack number) grows with the packs they moved to."""
+    missing = [u for u in range(len(used)) if not present[used.pack[u]]]
+    forwarding = load_forwarding(repo.store) if missing and repo.config.located else Forwarding()
+    if not forwarding.tables:
+        return
+    listed = {packfmt.pack_id_from_key(key) for key in repo.store.list(packfmt.PACK_PREFIX)}
+    for u in missing:
+        moved, _via = forwarding.locate(used.ids.id(u), used.packs.id(used.pack[u]), listed)
+        if moved is not None:
+            used.move(u, moved)
+            present.extend(bytes(len(used.packs) - len(present)))
+            present[used.pack[u]] = 1
+
+
+class _ByPack:
+    """The live chunk numbers of ``used`` grouped by pack (4 bytes each), and each pack's referenced bytes."""
+
+    def __init__(self, used: _Used, live: bytearray) -> None:
+        self.used = used
+        counts = array("I", bytes(4 * len(used.packs)))
+        self.weight = array("Q", bytes(8 * len(used.packs)))
+        for u, p in enumerate(used.pack):
+            if live[u]:
+                counts[p] += 1
+                self.weight[p] += used.stored_len[u]
+        self.start, at = array("I"), 0
+        for n in counts:
+            self.start.append(at)
+            at += n
+        self.start.append(at)
+        self.order = array("I", bytes(4 * at))
+        cursor = array("I", self.start)
+        for u, p in enumerate(used.pack):
+            if live[u]:
+                self.order[cursor[p]] = u
+                cursor[p] += 1
+
+    def count(self, p: int) -> int:
+        return self.start[p + 1] - self.start[p]
+
+    def chunks(self, p: int) -> dict[bytes, ChunkLocation]:
+        """Pack ``p``'s referenced chunk ids and where restores read them."""
+        used = self.used
+        return {used.ids.id(u): used.location(u) for u in self.order[self.start[p] : self.start[p + 1]]}
+
+
+def _check_maps(repo: Repository, refs: list[BackupRef], report: VerifyReport, progress: Progress | None) -> _Used:
     """Check every backup's directories and pages; return each located chunk's first use (the backup,
-    volume offset and length) and record in ``index`` where it is read from."""
-    first_use: dict[bytes, tuple[BackupRef, int, int]] = {}
+    volume offset and length) and where it is read from."""
+    used = _Used(refs)
     damaged_pages: dict[bytes, str] = {}
-    seen: set[bytes] = set()  # pages checked: their chunks have a first use already
+    seen = IdSet()  # pages checked: their chunks have a first use already
     for n, ref in enumerate(refs, 1):
         manifest = _read_manifest(repo, ref, report)
         if manifest is not None:
             report.backups_checked += 1
-            for _page_index, entries, locator in _map_pages(repo, ref, manifest, report, damaged_pages, seen):
+            for _index, _page_id, entries, locator in _map_pages(repo, ref, manifest, report, damaged_pages, seen):
                 for voff, length, cid, _coff in entries:
-                    if cid in first_use:
+                    if cid in used:
                         continue
                     location = locator.get(cid)
                     if location is not None:
-                        index[cid] = location
-                        first_use[cid] = (ref, voff, length)
+                        used.add(cid, location, n - 1, voff, length)
                     else:
                         chunk = cid.hex()[:16]
                         report.add_damage(
@@ -298,22 +446,23 @@ def _check_maps(
                         )
         if progress:
             progress(n, len(refs))
-    return first_use
+    return used
 
 
-def _choose(pack_ids: list[bytes], weight: dict[bytes, int], sample: float, seed: int) -> list[bytes]:
-    """A seeded random subset of ``pack_ids`` whose weights add up to about ``sample`` of the total."""
+def _choose(pack_numbers: array, weight: array, sample: float, seed: int) -> array:
+    """A seeded random subset of ``pack_numbers`` (in pack id order) whose weights add up to about ``sample`` of
+    the total. The same packs for a seed as shuffling the sorted pack ids would choose."""
     if sample >= 1.0:
-        return pack_ids
-    shuffled = list(pack_ids)
+        return pack_numbers
+    shuffled = array("I", pack_numbers)
     random.Random(seed).shuffle(shuffled)
-    goal = sample * sum(weight.values())
-    chosen, covered = [], 0
-    for pid in shuffled:
+    goal = sample * sum(weight[p] for p in pack_numbers)
+    chosen, covered = array("I"), 0
+    for p in shuffled:
         if covered >= goal:
             break
-        chosen.append(pid)
-        covered += weight[pid]
+        chosen.append(p)
+        covered += weight[p]
     return chosen
 
 
@@ -325,23 +474,17 @@ class _PackResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def _read_packs(
-    repo: Repository,
-    chosen: list[bytes],
-    by_pack: dict[bytes, list[bytes]],
-    index: dict[bytes, ChunkLocation],
-    workers: int,
-):
-    """Yield ``(pack id, _PackResult)`` for every chosen pack, read on ``workers`` threads (at most
+def _read_packs(repo: Repository, chosen: array, by_pack: _ByPack, workers: int):
+    """Yield ``(pack number, _PackResult)`` for every chosen pack, read on ``workers`` threads (at most
     two packs per thread in memory)."""
     pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="verify")
-    pending: dict[Future, bytes] = {}
+    pending: dict[Future, int] = {}
     todo = iter(chosen)
     try:
         while True:
-            while len(pending) < 2 * max(1, workers) and (pid := next(todo, None)) is not None:
-                locs = {cid: index.get(cid) for cid in by_pack[pid]}
-                pending[pool.submit(_check_pack, repo, pid, locs)] = pid
+            while len(pending) < 2 * max(1, workers) and (p := next(todo, None)) is not None:
+                pack_id = by_pack.used.packs.id(p)
+                pending[pool.submit(_check_pack, repo, pack_id, by_pack.chunks(p))] = p
             if not pending:
                 return
             for fut in wait(pending, return_when=FIRST_COMPLETED).done:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import zstandard
@@ -31,7 +32,8 @@ from movers.repo.crypto import SEAL_OVERHEAD, PackSeal
 HEADER = b"CBTPACK\x01"
 SEALED_HEADER = b"CBTPACK\x02"  # same length as HEADER
 FOOTER_MAGIC = b"CBTPEND\x01"
-_ENTRY = struct.Struct("<32sQIIB")
+# one entry of a trailer or an index object: chunk id, offset in the pack, stored length, raw length, flags
+ENTRY = struct.Struct("<32sQIIB")
 _FOOTER = struct.Struct("<I8s")
 FOOTER_LEN = _FOOTER.size
 PACK_PREFIX = "packs/"
@@ -94,7 +96,7 @@ class PackBuilder:
 
     def finish(self) -> tuple[bytes, bytes | bytearray, list[PackEntry]]:
         """``(pack id, pack bytes, entries)``; a sealed pack's bytes are a ``bytearray`` (sealed in place)."""
-        raw = b"".join(_ENTRY.pack(e.chunk_id, e.offset, e.stored_len, e.raw_len, e.flags) for e in self.entries)
+        raw = encode_entries(self.entries)
         trailer = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(raw)
         if self.seal is not None:
             return self.pack_id, self._sealed(self.seal, self.seal.seal_trailer(trailer)), self.entries
@@ -116,6 +118,11 @@ class PackBuilder:
         return data
 
 
+def encode_entries(entries: Iterable[PackEntry]) -> bytes:
+    """``entries`` as consecutive ``ENTRY`` records (a trailer's or an index object's)."""
+    return b"".join(ENTRY.pack(e.chunk_id, e.offset, e.stored_len, e.raw_len, e.flags) for e in entries)
+
+
 def trailer_location(footer: bytes, pack_size: int) -> tuple[int, int]:
     """From the last ``FOOTER_LEN`` bytes of a pack, return ``(trailer offset, length)``."""
     if len(footer) != FOOTER_LEN:
@@ -134,6 +141,6 @@ def parse_trailer(trailer: bytes, seal: PackSeal | None = None) -> list[PackEntr
         raw = zstandard.ZstdDecompressor().decompress(trailer)
     except zstandard.ZstdError as err:
         raise IntegrityError(f"pack trailer does not decompress: {err}") from None
-    if len(raw) % _ENTRY.size:
+    if len(raw) % ENTRY.size:
         raise IntegrityError("pack trailer has a partial entry")
-    return [PackEntry(*fields) for fields in _ENTRY.iter_unpack(raw)]
+    return [PackEntry(*fields) for fields in ENTRY.iter_unpack(raw)]

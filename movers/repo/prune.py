@@ -4,12 +4,9 @@ Mark, then sweep (safe to run while backups run, whatever the grace: see "Backup
 two prunes of one repository must not run at the same time: each holds the repository's prune lock,
 ``movers.repo.prunelock``, from before it reads anything until it is done; a dry run takes none):
 
-1. **Mark.** Read every manifest, its map directories and its pages, and collect the ids of
-   all referenced chunks, pages and directories. A page shared by several backups is read
-   once. Memory: one ``bytes`` id per distinct referenced chunk (~100 bytes each: ~25 MiB per
-   TiB of unique data at 4 MiB chunks) and per map object, plus the pack entries read from the
-   index objects (~200 bytes per stored chunk, the same bound as ``ChunkIndex``). Pages are
-   read one at a time.
+1. **Mark.** Read every manifest, its map directories and its pages, and mark all referenced
+   chunks, pages and directories (``movers.repo.references``: bits on the chunk index, see
+   "Memory" below). A page shared by several backups is read once; pages are read one at a time.
 2. **Classify packs: one copy of each chunk.** Every referenced chunk gets a *home*: the pack whose
    copy stays (``choose_homes``), chosen among the packs the previous state does not list (backups
    dedup against those, readers prefer them). A pack that is home to a chunk, or holds a referenced
@@ -19,8 +16,8 @@ two prunes of one repository must not run at the same time: each holds the repos
    the old pack is then unreferenced like any other; forwarding objects no page needs are freed likewise). A pack
    whose referenced chunks all live elsewhere is *a pack of duplicate copies* (two backups that
    re-uploaded the same listed chunks at once leave such packs); a pack with no referenced chunk,
-   and a map object nobody references, is *unreferenced*. Memory: one more dict entry per
-   referenced chunk (~100 bytes) for its home.
+   and a map object nobody references, is *unreferenced*. A chunk with a copy in only one such pack
+   gets its home while marking (a bit); only chunks with copies in several go through the greedy cover.
 3. **Grace.** An unreferenced object is deleted only when it has been seen unreferenced for
    at least ``grace_s`` (default 24 h). The age is kept in **prune state objects**
    (``prune/<time>-<hash>``, JSON ``{"first_unreferenced": {object key: first time seen
@@ -105,22 +102,40 @@ two prunes of one repository must not run at the same time: each holds the repos
 6. **Expired leases.** Last, lease objects (backups' and prune locks') whose holder has not refreshed them
    for ``EXPIRED_AFTER_S`` (twice their TTL: it crashed, or its credentials cannot delete), and superseded
    sequences of any lease, are deleted (``leases_deleted``); a dry run counts them.
+
+**Memory** (the contract; ``tests/test_maintenance_memory.py`` holds prune to it, ``bench/maintenance_bench.py``
+measures it): the chunk index is a ``movers.repo.packtable.PackTable``: per stored chunk (an index entry: a chunk
+stored twice counts twice) its 49-byte index record, its pack number (4), hash slots (~8) and a byte of marks,
+4 more when entries must be regrouped by pack (a sharded index: version 2), up to an eighth more while buffers
+grow: about 65 bytes (version 1) or 70 (version 2). Plus about 60 bytes per pack, 32-40 per map object listed or
+referenced, and Python objects (a few hundred bytes each) for chunk ids with copies in several candidate packs
+(version 1) and for every key the prune state lists (its JSON is read and written whole). Listings stream, pages
+and index objects are read a part at a time. Writing the new index adds the compressed object being written
+(~35 bytes per surviving chunk): version 2 one shard at a time; version 1's single object is compressed from the
+end of the table, which frees its records as it goes (``PackTable.drain``; the buffer shrinks once half of it is
+free), so a version 1 prune that rewrites the index peaks 15-25 bytes per chunk above its dry run. **Time**: linear
+in the index entries, the packs, the map objects listed and read, and the manifests (hash lookups, no sorting of
+chunk ids).
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import struct
 import time
+from array import array
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from itertools import chain
 
-from movers.errors import IntegrityError, NotFoundError, ObjectNotFound, UsageError
-from movers.repo import pack, volmap
+from movers.errors import UsageError
 from movers.repo import repack as repacking
-from movers.repo.forwarding import Forwarding, load_forwarding, old_pack_of, resolve
-from movers.repo.index import encode_index, encode_sharded_index
+from movers.repo import volmap
+from movers.repo.forwarding import load_forwarding, old_pack_of
+from movers.repo.ids import ID_LEN, IdSet
+from movers.repo.index import encode_sharded_index, table_index_objects
 from movers.repo.leases import (
     EXPIRED_AFTER_S,
     LEASE_PREFIX,
@@ -131,11 +146,14 @@ from movers.repo.leases import (
     wait_for_leases,
 )
 from movers.repo.pack import PackEntry
+from movers.repo.packtable import StoredPacks
 from movers.repo.prunelock import LOCK_PREFIX, PruneLock
 from movers.repo.prunestate import STATE_PREFIX, PruneState, encode_state, read_state
+from movers.repo.references import CANDIDATE, HOME, NAMED, NEW_NAMED, NEW_REF, NO_HOME, PINNED, REF, References
 from movers.repo.repository import Repository
 
 _LEASES = (LEASE_PREFIX, LOCK_PREFIX)
+_MAP_ID = struct.Struct(f"{ID_LEN}s")
 DUPLICATE_HOLD_S = 86400.0  # a pack of duplicate copies is deleted at least this long after it was first listed
 
 log = logging.getLogger(__name__)
@@ -186,47 +204,6 @@ def _clock(now: datetime | float | None) -> Callable[[], float]:
     return lambda: fixed
 
 
-def _mark(
-    repo: Repository,
-    report: PruneReport,
-    progress=None,
-    skip: Collection[str] = (),
-    chunks: set[bytes] | None = None,
-    maps: set[bytes] | None = None,
-    pinned: dict[bytes, set[bytes]] | None = None,
-) -> tuple[set[bytes], set[bytes], set[str]]:
-    """Referenced chunk ids and map object ids (pages and directories) of all manifests but ``skip`` (added to
-    ``chunks`` and ``maps`` when given), and the keys of the manifests marked. Located pages (format version 2)
-    also add the chunk ids they use to ``pinned[pack id]`` of the pack they name."""
-    chunks = set() if chunks is None else chunks
-    maps = set() if maps is None else maps
-    pinned = {} if pinned is None else pinned
-    refs = [ref for ref in repo.list_backups() if ref.key not in skip]
-    for n, ref in enumerate(refs, 1):
-        if progress:
-            progress(n - 1, len(refs))
-        try:
-            manifest = repo.read_manifest(ref.volume, ref.backup_id)
-        except NotFoundError:  # forgotten while we listed: references nothing any more
-            continue
-        for dir_hex in manifest.map.dirs:
-            if dir_hex is not None:
-                maps.add(bytes.fromhex(dir_hex))
-        for page_id, _count in repo.page_slots(manifest):
-            if page_id == volmap.NO_PAGE or page_id in maps:
-                continue
-            maps.add(page_id)
-            entries, _digests, locations = repo.read_located_page(page_id)
-            for _voff, _len, cid, _coff in entries:
-                chunks.add(cid)
-            for cid, location in (locations or {}).items():
-                pinned.setdefault(location.pack_id, set()).add(cid)
-        report.backups_marked += 1
-    if progress:
-        progress(len(refs), len(refs))
-    return chunks, maps, {ref.key for ref in refs}
-
-
 def _map_id(key: str) -> bytes:
     return bytes.fromhex(key.rsplit("/", 1)[-1])
 
@@ -236,8 +213,8 @@ def choose_homes(packs: dict[bytes, list[PackEntry]], chunks: Collection[bytes])
 
     Few packs stay (a greedy cover): a pack holding the only copy of a chunk stays anyway, so a chunk with
     several copies goes to such a pack if one holds it; the other duplicated chunks go, pack by pack, to the
-    pack holding the most bytes of them (ties: the smaller pack id). Deterministic. Memory: a dict entry per
-    chunk; lists and weights only for chunks with several copies and the packs holding them.
+    pack holding the most bytes of them (ties: the smaller pack id). Deterministic. Prune decides the chunks with
+    one copy as it marks (``movers.repo.references``) and passes the others to ``_cover``, as this does.
     """
     home: dict[bytes, bytes] = {}
     duplicated: set[bytes] = set()
@@ -250,14 +227,27 @@ def choose_homes(packs: dict[bytes, list[PackEntry]], chunks: Collection[bytes])
     stays = {pid for cid, pid in home.items() if cid not in duplicated}
     holders: dict[bytes, list[bytes]] = {}
     size: dict[bytes, int] = {}
+    held: dict[bytes, set[bytes]] = {}
     for pid in sorted(packs):
         for e in packs[pid]:
             if e.chunk_id in duplicated:
                 holders.setdefault(e.chunk_id, []).append(pid)
                 size[e.chunk_id] = e.stored_len
+                held.setdefault(pid, set()).add(e.chunk_id)
+    home.update(_cover(holders, size, stays, held))
+    return home
+
+
+def _cover(
+    holders: dict[bytes, list[bytes]], size: dict[bytes, int], stays: set[bytes], held: dict[bytes, set[bytes]]
+) -> dict[bytes, bytes]:
+    """The homes of chunks with copies in several packs (``choose_homes``): ``holders[cid]``, the packs holding a
+    copy in ascending id order (once per copy), ``size[cid]`` its stored length, ``stays`` the packs that stay
+    anyway, ``held[pid]`` the chunks of ``holders`` a pack holds."""
+    home: dict[bytes, bytes] = {}
     open_: set[bytes] = set()
-    for cid in duplicated:
-        staying = [pid for pid in holders[cid] if pid in stays]
+    for cid, pids in holders.items():
+        staying = [pid for pid in pids if pid in stays]
         if staying:
             home[cid] = min(staying)
         else:
@@ -273,12 +263,44 @@ def choose_homes(packs: dict[bytes, list[PackEntry]], chunks: Collection[bytes])
         if -neg != weight[pid]:  # went down since pushed
             heapq.heappush(heap, (-weight[pid], pid))
             continue
-        for cid in {e.chunk_id for e in packs[pid]} & open_:
+        for cid in held[pid] & open_:
             home[cid] = pid
             open_.discard(cid)
             for other in set(holders[cid]):
                 weight[other] -= size[cid]
     return home
+
+
+def _split_homes(refs: References) -> None:
+    """Version 1: mark ``HOME`` on the copy that stays of each chunk id with copies in several candidate packs
+    (``refs.split``), as ``choose_homes`` would choose. Memory: Python objects for these ids and their packs."""
+    if not refs.split:
+        return
+    table, entry = refs.table, refs.entry
+    holders: dict[bytes, list[bytes]] = {}
+    size: dict[bytes, int] = {}
+    held: dict[bytes, set[bytes]] = {}
+    copies_of: dict[bytes, list[int]] = {}
+    for cid in refs.split:
+        copies = [
+            (table.pack_id(table.pack_of[n]), table.fields(n)[1], n)
+            for n in table.find(cid)
+            if refs.pack[table.pack_of[n]] & CANDIDATE
+        ]
+        copies.sort()
+        holders[cid] = [pid for pid, _offset, _n in copies]
+        size[cid] = table.fields(copies[-1][2])[2]
+        copies_of[cid] = [n for _pid, _offset, n in copies]
+        for pid in holders[cid]:
+            held.setdefault(pid, set()).add(cid)
+    stays = set()
+    for pid in held:
+        if any(entry[n] & HOME for n in table.entries_of(table.packs.index(pid))):
+            stays.add(pid)
+    for cid, pid in _cover(holders, size, stays, held).items():
+        for n in copies_of[cid]:
+            if table.pack_id(table.pack_of[n]) == pid:
+                entry[n] |= HOME
 
 
 def _wait_for_backups(
@@ -287,7 +309,8 @@ def _wait_for_backups(
     """Wait for the running backups that may use ``doomed`` keys (``movers.repo.leases``): all of them when a key
     is new to the garbage, else those that did not read the ``previous`` state. True when they ended in time."""
     running = live_leases(store, ttl_s)
-    if any(key not in previous.garbage for key in doomed):
+    garbage = previous.garbage
+    if any(key not in garbage for key in doomed):
         waiting = set(running)
     else:
         waiting = {key for key, doc in running.items() if not saw_state(doc, previous.key)}
@@ -348,6 +371,37 @@ def prune(
         return _prune(*args, alive=lock.check)
 
 
+def _list_maps(store) -> tuple[bytearray, list[str]]:
+    """The ids of the objects ``maps/`` lists (32 bytes each), and the keys of those not named
+    ``volmap.map_key(id)`` (kept as keys). Keys that do not end in a hex id are not ours: left out."""
+    ids, odd = bytearray(), []
+    for key in store.list(volmap.MAP_PREFIX):
+        try:
+            oid = _map_id(key)
+        except ValueError:
+            continue  # not ours: leave it alone
+        if len(oid) == ID_LEN and volmap.map_key(oid) == key:
+            ids += oid
+        else:
+            odd.append(key)
+    return ids, odd
+
+
+class _Present:
+    """Which pack ids exist, for following forwarding: those ``packs/`` listed, and ``extra`` (what this prune
+    wrote since)."""
+
+    def __init__(self, packs: StoredPacks) -> None:
+        self.packs = packs
+        self.extra: set[bytes] = set()
+
+    def __contains__(self, pack_id: object) -> bool:
+        if pack_id in self.extra:
+            return True
+        p = self.packs.table.packs.index(pack_id)
+        return 0 <= p < len(self.packs.present) and bool(self.packs.present[p])
+
+
 def _prune(
     repo: Repository,
     grace_s: float,
@@ -365,31 +419,36 @@ def _prune(
     now_ts = clock()
     report = PruneReport(dry_run=dry_run)
     store = repo.store
+    located = repo.config.located
     state_keys, previous = read_state(store)
     first_seen = previous.first_unreferenced
+    listed_keys = previous.garbage
 
     # Listing order matters: index objects before packs, so every pack an index we read lists
     # was uploaded before we list packs/ (a pack missing from that listing was deleted).
-    index_keys, entries_of = repo.read_index_objects()
-    pack_keys = list(store.list(pack.PACK_PREFIX))
-    map_keys = list(store.list(volmap.MAP_PREFIX))
-    present: dict[bytes, str] = {pack.pack_id_from_key(k): k for k in pack_keys}
-    unindexed = [pid for pid in present if pid not in entries_of]
-    for pid in unindexed:
-        try:
-            entries_of[pid] = repo.read_pack_trailer(present[pid])
-        except ObjectNotFound:  # deleted since we listed (this is a dry run beside a prune): gone
-            del present[pid]
-        except IntegrityError as err:
-            log.warning("keeping unreadable pack %s: %s", present[pid], err)
-            report.unreadable_packs.append(present[pid])
-    stale_index = any(pid not in present for pid in entries_of)
+    packs = repo.stored_packs()
+    for p, err in packs.unreadable.items():
+        log.warning("keeping unreadable pack %s: %s", packs.key(p), err)
+        report.unreadable_packs.append(packs.key(p))
+    map_ids, odd_maps = _list_maps(store)
+    table, index_keys = packs.table, packs.index_keys
+    stale_index = any(not packs.present[p] for p in range(packs.indexed))
 
-    pinned: dict[bytes, set[bytes]] = {}
-    chunks, maps, marked = _mark(repo, report, progress, frozenset(assume_forgotten), pinned=pinned)
-    report.chunks_referenced = len(chunks)
-    forwarding = load_forwarding(store) if repo.config.located else Forwarding()
-    pinned, forwarded = resolve(pinned, present, forwarding)  # where the chunks pages name can be read now
+    # Version 1: one copy of each referenced chunk stays, the one in its home pack, chosen among packs the previous
+    # state does not list (backups dedup against those and readers prefer them, see Repository.index). A located
+    # repository keeps the copies its pages name (``PINNED``) and needs no homes.
+    forwarding = load_forwarding(store) if located else None
+    refs = References(table, located, forwarding, _Present(packs))
+    readable = array("I", packs.readable())
+    if not located:
+        for p in readable:
+            if packs.key(p) not in listed_keys:
+                refs.pack[p] |= CANDIDATE
+    report.backups_marked, marked = refs.mark(repo, progress, frozenset(assume_forgotten))
+    report.chunks_referenced = refs.chunks_referenced
+    if not located:
+        _split_homes(refs)
+    entry = refs.entry
 
     kept: dict[str, float | None] = {}  # None: first seen now (stamped when the state is written)
     redundant: set[str] = set()  # kept packs whose referenced chunks all have a copy elsewhere that stays
@@ -407,71 +466,59 @@ def _prune(
             redundant.add(key)
         return False
 
-    # Version 1: one copy of each referenced chunk stays, the one in its home pack, chosen among packs the previous
-    # state does not list (backups dedup against those and readers prefer them, see Repository.index). A located
-    # repository keeps the copies its pages name (``pinned``) and needs no homes.
-    listed = previous.garbage
-    readable = {pid: key for pid, key in present.items() if key not in report.unreadable_packs}
-    home = (
-        {}
-        if repo.config.located
-        else choose_homes({pid: entries_of[pid] for pid, key in readable.items() if key not in listed}, chunks)
-    )
-    homes = set(home.values())
     doomed_packs: list[str] = []
-    doomed_ids: dict[str, bytes] = {}
-    partly_used: dict[bytes, tuple[list[PackEntry], int]] = {}  # kept packs: live entries, stored bytes
+    doomed_ids: dict[str, int] = {}
+    partly_used: dict[bytes, tuple[list[PackEntry], int]] = {}  # version 2, kept packs: live entries, stored bytes
     sizes: dict[str, int] = {}
-    surviving: dict[bytes, list[PackEntry]] = {}
-    report.packs_total = len(present)
-    for pid, key in readable.items():
-        entries = entries_of[pid]
-        if repo.config.located:  # a located page names the pack it reads a chunk from: only that copy is live
-            live = pinned.get(pid, set())
-            keep, referenced = bool(live), []
-            dead = sum(e.stored_len for e in entries if e.chunk_id not in live)
-            if keep and dead and key not in listed:
-                partly_used[pid] = ([e for e in entries if e.chunk_id in live], sum(e.stored_len for e in entries))
+    surviving = bytearray(len(table))
+    report.packs_total = sum(packs.present)
+    for p in readable:
+        key = packs.key(p)
+        total = dead = 0
+        if located:  # a located page names the pack it reads a chunk from: only that copy is live
+            keep, referenced = bool(refs.pack[p] & NAMED), False
+            for n, length in zip(table.entries_of(p), table.stored_lengths(p), strict=True):
+                total += length
+                if not entry[n] & PINNED:
+                    dead += length
         else:
-            referenced = [e for e in entries if e.chunk_id in chunks]
-            keep = pid in homes or any(e.chunk_id not in home for e in referenced)  # holds a copy that must stay
-            dead = sum(e.stored_len for e in entries if e.chunk_id not in chunks or home.get(e.chunk_id, pid) != pid)
+            keep = referenced = False
+            for n, length in zip(table.entries_of(p), table.stored_lengths(p), strict=True):
+                bits = entry[n]
+                total += length
+                if bits & REF:
+                    referenced = True
+                    if bits & (HOME | NO_HOME):  # the copy that stays, or every copy stays
+                        keep = True
+                        continue
+                dead += length
         if keep:
-            surviving[pid] = entries
+            surviving[p] = 1
             report.packs_kept += 1
-            report.kept_chunk_bytes += sum(e.stored_len for e in entries)
+            report.kept_chunk_bytes += total
             if dead:
                 report.packs_partly_used += 1
                 report.dead_bytes += dead
-        elif expired(key, duplicate=bool(referenced)):
+                if located and key not in listed_keys:
+                    live = [PackEntry(*table.fields(n)) for n in table.entries_of(p) if entry[n] & PINNED]
+                    partly_used[table.pack_id(p)] = (live, total)
+        elif expired(key, duplicate=referenced):
             doomed_packs.append(key)
-            doomed_ids[key] = pid
+            doomed_ids[key] = p
             sizes[key] = store.size(key)
             report.packs_deleted += 1
             report.bytes_deleted += sizes[key]
-            report.duplicate_packs_deleted += bool(referenced)
+            report.duplicate_packs_deleted += referenced
         else:
-            surviving[pid] = entries
+            surviving[p] = 1
             report.packs_in_grace += 1
             report.bytes_in_grace += store.size(key)
-            report.duplicate_packs_in_grace += bool(referenced)
+            report.duplicate_packs_in_grace += referenced
 
-    doomed_maps: list[str] = []
-    for key in map_keys:
-        try:
-            oid = bytes.fromhex(key.rsplit("/", 1)[-1])
-        except ValueError:
-            continue  # not ours: leave it alone
-        if oid in maps:
-            continue
-        if expired(key):
-            doomed_maps.append(key)
-        else:
-            report.map_objects_in_grace += 1
-    report.map_objects_deleted = len(doomed_maps)
+    doomed_maps = _unreferenced_maps(map_ids, odd_maps, refs.maps, expired, report)
     doomed_moved: list[str] = []
-    for old, keys in forwarding.keys.items():
-        if old not in forwarded:
+    for old, keys in forwarding.keys.items() if forwarding else ():
+        if old not in refs.forwarded:
             for key in keys:
                 if expired(key):
                     doomed_moved.append(key)
@@ -482,9 +529,9 @@ def _prune(
     report.packs_repacked = len(thin)
     report.bytes_repacked = sum(e.stored_len for live in thin.values() for e in live)
 
-    rewrite = bool(doomed_packs or thin) or len(index_keys) > 1 or bool(unindexed) or stale_index
+    rewrite = bool(doomed_packs or thin) or len(index_keys) > 1 or bool(packs.unindexed) or stale_index
     if rewrite:
-        report.index_objects_written = int(bool(surviving))
+        report.index_objects_written = int(any(surviving) or bool(thin))
         report.index_objects_deleted = len(index_keys)
     if dry_run:
         report.leases_deleted = sum(sweep_expired(store, EXPIRED_AFTER_S, prefix=p, delete=False) for p in _LEASES)
@@ -493,18 +540,22 @@ def _prune(
     sweep = getattr(store, "sweep_temporaries", None)  # file:// stores: temporary files of killed writers
     if sweep is not None:
         sweep()
+    new_packs_index: list[tuple[str, bytes]] = []  # index objects of the packs repacking wrote
     if thin:  # copy, then forward; each old pack is then unreferenced and goes the way of any other
         repacked = repacking.repack(repo, thin, alive)
-        surviving.update(repacked.new_packs)
+        new_packs_index = encode_sharded_index(sorted(repacked.new_packs.items()))
+        refs.present.extra.update(repacked.new_packs)
         report.packs_repacked = len(repacked.moved)
         report.bytes_repacked = repacked.bytes_copied
-        for old, (key, table) in repacked.moved.items():
-            forwarding.add(old, key, table)
-            old_key = present[old]
+        for old, (key, moved) in repacked.moved.items():
+            forwarding.add(old, key, moved)
+            p = table.packs.index(old)
+            old_key = packs.key(p)
             if expired(old_key):
                 doomed_packs.append(old_key)
-                doomed_ids[old_key] = old
+                doomed_ids[old_key] = p
                 sizes[old_key] = store.size(old_key)
+                surviving[p] = 0
                 report.packs_deleted += 1
                 report.bytes_deleted += sizes[old_key]
             else:
@@ -524,28 +575,28 @@ def _prune(
         # a backup that may have read an older state can use what we are about to delete: wait for the
         # backups running now, then mark what they committed; still running after the wait: delete nothing
         doomed = doomed_packs + doomed_maps + doomed_moved
-        new_chunks: set[bytes] = set()
-        new_maps: set[bytes] = set()
-        new_pinned: dict[bytes, set[bytes]] = {}
         waited = _wait_for_backups(store, doomed, previous, backup_wait_s, lease_ttl_s, report)
         if waited and report.backups_waited_for:  # what the backups we waited for committed stays
-            _mark(repo, report, None, marked | set(assume_forgotten), new_chunks, new_maps, new_pinned)
-        new_live, new_forwarded = resolve(new_pinned, set(present) | set(surviving), forwarding)
+            more, _keys = refs.mark(repo, None, marked | set(assume_forgotten), again=True)
+            report.backups_marked += more
 
         def needed(key: str) -> bool:
             if not waited:
                 return True
             if key in doomed_moved:
-                return old_pack_of(key) in new_forwarded
-            if key in doomed_ids and repo.config.located:
-                return doomed_ids[key] in new_live
+                return old_pack_of(key) in refs.new_forwarded
+            if key in doomed_ids and located:
+                return bool(refs.pack[doomed_ids[key]] & NEW_NAMED)
             if key in doomed_ids:  # a chunk committed meanwhile with no copy that stays
-                return any(e.chunk_id in new_chunks and e.chunk_id not in home for e in entries_of[doomed_ids[key]])
-            return _map_id(key) in new_maps
+                return any(
+                    entry[n] & NEW_REF and not (entry[n] & REF and not entry[n] & NO_HOME)
+                    for n in table.entries_of(doomed_ids[key])
+                )
+            return _map_id(key) in refs.new_maps
 
         for key in [k for k in doomed_packs if needed(k)]:
             doomed_packs.remove(key)
-            surviving[doomed_ids[key]] = entries_of[doomed_ids[key]]
+            surviving[doomed_ids[key]] = 1
             report.packs_deferred += 1
             report.packs_deleted -= 1
             report.bytes_deleted -= sizes[key]
@@ -562,15 +613,16 @@ def _prune(
         store.delete(key)
 
     # 2. one new index of the surviving packs (one per shard in a located repository), 3. then the old objects
+    # (the table is not read after this: the version 1 index is made from its end, freeing it)
     if rewrite:
-        new_objects = []
-        if surviving:
-            packs = sorted(surviving.items())
-            new_objects = encode_sharded_index(packs) if repo.config.located else [encode_index(packs)]
-        for key, data in new_objects:
+        keep_packs = array("I", (p for p in range(len(table)) if surviving[p]))
+        del refs, entry, surviving  # what the new index does not need
+        table.drop_lookups(keep_pack_of=located)
+        new_keys = set()
+        for key, data in chain(table_index_objects(table, keep_packs, sharded=located), new_packs_index):
             alive()
             repo.put_once(key, data)
-        new_keys = {key for key, _data in new_objects}
+            new_keys.add(key)
         report.index_objects_written = len(new_keys - set(index_keys))
         report.index_objects_deleted = 0
         for key in index_keys:
@@ -598,3 +650,22 @@ def _prune(
         report.packs_in_grace,
     )
     return report
+
+
+def _unreferenced_maps(
+    map_ids: bytearray, odd_keys: list[str], maps: IdSet, expired: Callable[[str], bool], report: PruneReport
+) -> list[str]:
+    """The keys of the listed map objects (``_list_maps``) not in ``maps`` whose grace is over (``expired``);
+    those still in grace are counted."""
+    unreferenced = chain(
+        (volmap.map_key(oid) for (oid,) in _MAP_ID.iter_unpack(map_ids) if oid not in maps),
+        (key for key in odd_keys if _map_id(key) not in maps),
+    )
+    doomed = []
+    for key in unreferenced:
+        if expired(key):
+            doomed.append(key)
+        else:
+            report.map_objects_in_grace += 1
+    report.map_objects_deleted = len(doomed)
+    return doomed

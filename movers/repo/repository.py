@@ -41,14 +41,17 @@ from movers.repo.config import CONFIG_KEY, RepoConfig
 from movers.repo.contenthash import ContentHash
 from movers.repo.crypto import PackSeal, RepoKeys
 from movers.repo.index import (
-    ChunkIndex,
+    FIRST,
+    LAST,
     ChunkLocation,
+    TableIndex,
     encode_index,
     encode_sharded_index,
-    read_index_objects,
+    read_pack_table,
 )
 from movers.repo.manifest import BACKUP_PREFIX, Manifest, volume_from_key, volume_prefix
 from movers.repo.pack import PackEntry
+from movers.repo.packtable import StoredPacks
 from movers.repo.prunestate import garbage_keys
 from movers.repo.store.base import Store
 from movers.repo.store.sealed import SealedStore
@@ -85,7 +88,7 @@ class Repository:
         self.content_hash: ContentHash = contenthash.of_features(
             config.mandatory_features, repo_keys.chunk_ids if repo_keys else None
         )
-        self._index: ChunkIndex | None = None
+        self._index: TableIndex | None = None
         self.unindexed_packs: dict[bytes, list[PackEntry]] = {}
         self._volume_names: dict[str, str] = {}  # volume id -> its key segment, as learned by listing
 
@@ -158,7 +161,7 @@ class Repository:
 
     # -- chunk index -----------------------------------------------------------------------
 
-    def index(self) -> ChunkIndex:
+    def index(self) -> TableIndex:
         """The chunk index: all index objects plus the trailers of packs none of them lists.
 
         Packs found only by their trailer (left by an interrupted backup, or a backup still
@@ -166,13 +169,14 @@ class Repository:
         entries of packs that are gone from ``packs/`` are left out; a chunk that is also in a
         pack the newest prune state lists resolves to its other copy (the listed one may be
         deleted after the grace). Safe beside a prune: index objects it compacts away while they are
-        read are listed again (``read_index_objects``), packs it deletes meanwhile are left out. Cached.
+        read are listed again (``stored_packs``), packs it deletes meanwhile are left out. Cached. Memory: about
+        65 bytes per stored chunk (``movers.repo.packtable``).
         """
         if self._index is None:
             self._index, self.unindexed_packs = self._load_index(frozenset(), frozenset(garbage_keys(self.store)))
         return self._index
 
-    def backup_index(self, garbage: Collection[str]) -> tuple[ChunkIndex, dict[bytes, list[PackEntry]]]:
+    def backup_index(self, garbage: Collection[str]) -> tuple[TableIndex, dict[bytes, list[PackEntry]]]:
         """A fresh chunk index for a backup to dedup against, and its packs no index object lists.
 
         Packs whose key is in ``garbage`` (the newest prune state's keys, read *before* this
@@ -183,36 +187,58 @@ class Repository:
 
     def _load_index(
         self, exclude: frozenset[str], last: frozenset[str]
-    ) -> tuple[ChunkIndex, dict[bytes, list[PackEntry]]]:
-        # Index objects first, then packs/: a pack an index lists but the later listing lacks is gone.
-        listed = self.read_index_objects()[1]
-        present = {pack.pack_id_from_key(key): key for key in self.store.list(pack.PACK_PREFIX)}
-        unindexed: dict[bytes, list[PackEntry]] = {}
-        for pack_id, key in list(present.items()):
-            if pack_id in listed or key in exclude:
-                continue
-            try:
-                unindexed[pack_id] = self.read_pack_trailer(key)
-            except ObjectNotFound:  # deleted by a prune since we listed packs/: it is gone, nothing uses it
-                del present[pack_id]
-            except IntegrityError as err:
-                log.warning("ignoring unreadable unindexed pack %s: %s", key, err)
+    ) -> tuple[TableIndex, dict[bytes, list[PackEntry]]]:
+        packs = self.stored_packs(skip_trailers=exclude)
+        table = packs.table
+        for p, err in packs.unreadable.items():
+            log.warning("ignoring unreadable unindexed pack %s: %s", packs.key(p), err)
+        unindexed = {
+            table.pack_id(p): table.entries(p)
+            for p in packs.unindexed
+            if packs.present[p] and p not in packs.unreadable and packs.key(p) not in exclude
+        }
         if unindexed:
             log.info("recovered %d pack(s) not yet indexed", len(unindexed))
-        idx = ChunkIndex()
-        usable = [
-            (pid, entries)
-            for pid, entries in (*listed.items(), *unindexed.items())
-            if pid in present and present[pid] not in exclude
-        ]
-        for pid, entries in sorted(usable, key=lambda item: present[item[0]] in last):  # stable: listed ones last
-            idx.add_pack(pid, entries)
-        return idx, unindexed
+        usable = bytearray(len(table))
+        for p in packs.readable():
+            key = packs.key(p)
+            if key not in exclude:
+                usable[p] = LAST if key in last else FIRST
+        return TableIndex(table, usable), unindexed
 
-    def read_index_objects(self) -> tuple[list[str], dict[bytes, list[PackEntry]]]:
-        """The keys of the index objects, and pack id -> entries from them (``movers.repo.index.read_index_objects``:
-        objects a concurrent prune compacts away are listed again)."""
-        return read_index_objects(self.store)
+    def stored_packs(self, skip_trailers: Collection[str] = frozenset()) -> StoredPacks:
+        """The chunk index as read in full: the index objects, then a listing of ``packs/`` (so a pack an index
+        lists that the listing lacks is gone), then the trailers of listed packs no index lists, except those in
+        ``skip_trailers`` (keys). A pack deleted before its trailer is read is not present; one whose trailer is
+        damaged is ``unreadable``. Safe beside a prune: index objects it compacts away while they are read are
+        listed again (``movers.repo.index.read_pack_table``)."""
+        index_keys, table = read_pack_table(self.store)
+        packs = StoredPacks(table, index_keys, len(table))
+        present = packs.present
+        for key in self.store.list(pack.PACK_PREFIX):
+            p = table.pack_number(pack.pack_id_from_key(key))
+            if p >= len(present):
+                present.extend(bytes(p + 1 - len(present)))
+            if key != pack.pack_key(table.pack_id(p)):
+                packs.odd_keys[p] = key
+            if not present[p]:
+                present[p] = 1
+                packs.listed.append(p)
+                if p >= packs.indexed:
+                    packs.unindexed.append(p)
+        present.extend(bytes(len(table) - len(present)))
+        for p in packs.unindexed:
+            key = packs.key(p)
+            if key in skip_trailers:
+                continue
+            try:
+                table.add_pack(table.pack_id(p), self.read_pack_trailer(key))
+            except ObjectNotFound:  # deleted by a prune since we listed packs/: it is gone, nothing uses it
+                present[p] = 0
+            except IntegrityError as err:
+                packs.unreadable[p] = str(err)
+        table.finish()
+        return packs
 
     def drop_cached_index(self) -> None:
         """Forget the cached chunk index (after packs were deleted); the next ``index()`` reloads it."""

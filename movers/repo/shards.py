@@ -4,7 +4,8 @@ A located repository (format version 2) keeps its chunk index cut into 256 shard
 byte of the chunk id (``movers.repo.index.shard_prefix``); prune compacts each shard and backups
 without a parent add their chunks shard by shard. A backup without a parent asks this index whether
 a chunk is already stored; the first question about a shard lists and reads that shard's objects,
-so a small backup reads a few shards of a large repository, never all of it. Packs the prune state
+so a small backup reads a few shards of a large repository, never all of it (each a ``TableIndex``: about 65
+bytes per chunk). Packs the prune state
 the backup read lists are left out (as ``Repository.backup_index`` does for version 1).
 """
 
@@ -14,7 +15,7 @@ import threading
 from collections.abc import Collection
 
 from movers.repo import pack as packfmt
-from movers.repo.index import ChunkIndex, ChunkLocation, read_index_objects, shard_prefix
+from movers.repo.index import FIRST, ChunkLocation, TableIndex, read_pack_table, shard_prefix
 from movers.repo.store.base import Store
 
 
@@ -24,7 +25,7 @@ class ShardedIndex:
     def __init__(self, store: Store, garbage: Collection[str]) -> None:
         self.store = store
         self.garbage = frozenset(garbage)
-        self._shards: dict[int, ChunkIndex] = {}
+        self._shards: dict[int, TableIndex] = {}
         self._lock = threading.Lock()
 
     def __contains__(self, cid: bytes) -> bool:
@@ -33,7 +34,7 @@ class ShardedIndex:
     def get(self, cid: bytes) -> ChunkLocation | None:
         return self._shard(cid[0]).get(cid)
 
-    def _shard(self, shard: int) -> ChunkIndex:
+    def _shard(self, shard: int) -> TableIndex:
         loaded = self._shards.get(shard)
         if loaded is not None:
             return loaded
@@ -42,10 +43,10 @@ class ShardedIndex:
                 self._shards[shard] = self._load(shard)
             return self._shards[shard]
 
-    def _load(self, shard: int) -> ChunkIndex:
-        _keys, packs = read_index_objects(self.store, shard_prefix(shard))
-        index = ChunkIndex()
-        for pack_id, entries in packs.items():
-            if packfmt.pack_key(pack_id) not in self.garbage:
-                index.add_pack(pack_id, entries)
-        return index
+    def _load(self, shard: int) -> TableIndex:
+        _keys, table = read_pack_table(self.store, shard_prefix(shard))
+        table.finish()
+        usable = bytearray(
+            FIRST if packfmt.pack_key(table.pack_id(p)) not in self.garbage else 0 for p in range(len(table))
+        )
+        return TableIndex(table, usable)

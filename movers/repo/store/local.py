@@ -12,7 +12,7 @@ from pathlib import Path
 
 from movers.errors import AccessDeniedError, ObjectNotFound, PermanentStoreError, TransientStoreError
 from movers.repo.store.base import TEMPORARY_MAX_AGE_S, TEMPORARY_PREFIX, validate_key
-from movers.repo.store.counting import RequestCounts, list_pages
+from movers.repo.store.counting import LIST_PAGE_KEYS, RequestCounts
 
 log = logging.getLogger(__name__)
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP}  # what link(2) says on filesystems without them
@@ -149,23 +149,41 @@ class LocalStore:
         return path.is_file()
 
     def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys under ``prefix`` in byte order, walking the directories as it goes (one directory's names in
+        memory at a time, never the whole listing); LIST pages counted as S3 would return them."""
         # Walk only the deepest directory that the prefix fully names.
         base_dir = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = self.root / base_dir if base_dir else self.root
-        keys: list[str] = []
+        self.requests.add("list_pages")
         if not start.is_dir():
-            self.requests.add("list_pages")
             return
-        for dirpath, _dirs, files in os.walk(start):
-            rel_dir = os.path.relpath(dirpath, self.root)
-            for name in files:
-                if name.startswith(TEMPORARY_PREFIX):
-                    continue
-                key = name if rel_dir == "." else f"{rel_dir}/{name}"
+        listed = 0
+        for key in self._walk(start, f"{base_dir}/" if base_dir else "", prefix):
+            listed += 1
+            if listed > LIST_PAGE_KEYS and listed % LIST_PAGE_KEYS == 1:
+                self.requests.add("list_pages")
+            yield key
+
+    def _walk(self, directory: Path, rel: str, prefix: str) -> Iterator[str]:
+        """The keys under ``directory`` (whose keys start with ``rel``) that start with ``prefix``, in byte order:
+        a directory's names sorted with ``/`` after a subdirectory's name, as its keys continue (symbolic links to
+        directories are not followed, as ``os.walk`` does not)."""
+        names = []
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_dir():
+                    if not entry.is_symlink():
+                        names.append((f"{entry.name}/", entry.path))
+                elif not entry.name.startswith(TEMPORARY_PREFIX):
+                    names.append((entry.name, None))
+        names.sort()
+        for name, path in names:
+            key = rel + name
+            if path is None:
                 if key.startswith(prefix):
-                    keys.append(key)
-        self.requests.add("list_pages", list_pages(len(keys)))
-        yield from sorted(keys)
+                    yield key
+            elif key.startswith(prefix) or prefix.startswith(key):
+                yield from self._walk(Path(path), key, prefix)
 
     def delete(self, key: str) -> None:
         path = self._path(key)

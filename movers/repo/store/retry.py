@@ -16,10 +16,11 @@ Contract:
   out a second and third time.
 * Every other exception (``ObjectNotFound``, ``PermanentStoreError``, ``UsageError``,
   ``KeyboardInterrupt``, ...) passes straight through on the first occurrence.
-* Retrying is safe because every Store operation is idempotent (objects are immutable);
-  ``list`` materialises the whole listing inside the retry, so a failure halfway through a
-  listing never yields duplicate or missing keys. A ``put_new`` whose first attempt wrote the
-  object but lost the answer returns False from the retry: the object is there either way.
+* Retrying is safe because every Store operation is idempotent (objects are immutable). ``list``
+  streams (a listing of millions of keys is never held whole): when it fails halfway it lists again
+  and resumes after the last key it yielded (keys come in ascending order), so it never yields a key
+  twice or misses one; its budget runs from the last key yielded. A ``put_new`` whose first attempt
+  wrote the object but lost the answer returns False from the retry: the object is there either way.
 * The clock and the sleep are constructor arguments, so tests can run an outage of minutes at once.
 """
 
@@ -85,6 +86,19 @@ class RetryingStore:
             rng=self._random,
         )
 
+    def _back_off(self, err: TransientStoreError, started: float, attempt: int) -> None:
+        back_off(
+            err,
+            started,
+            attempt,
+            self.retry_for,
+            base_delay=self.base_delay,
+            max_delay=self.max_delay,
+            sleep=self._sleep,
+            clock=self._clock,
+            rng=self._random,
+        )
+
     def put(self, key: str, data: bytes) -> None:
         self._call(self.inner.put, key, data)
 
@@ -104,7 +118,19 @@ class RetryingStore:
         return self._call(self.inner.exists, key)
 
     def list(self, prefix: str = "") -> Iterator[str]:
-        yield from self._call(lambda: list(self.inner.list(prefix)))
+        last: str | None = None  # the last key yielded: a listing again resumes after it
+        started, attempt = self._clock(), 0
+        while True:
+            attempt += 1
+            try:
+                for key in self.inner.list(prefix):
+                    if last is not None and key <= last:
+                        continue
+                    yield key
+                    last, started, attempt = key, self._clock(), 1
+                return
+            except TransientStoreError as err:
+                self._back_off(err, started, attempt)
 
     def delete(self, key: str) -> None:
         self._call(self.inner.delete, key)
@@ -152,18 +178,34 @@ def retrying(
         try:
             return call()
         except TransientStoreError as err:
-            elapsed = clock() - started
-            left = retry_for - elapsed
-            if left <= 0:
-                exhausted = _exhausted(err, attempt, elapsed)
-                # the budget is where outages are ridden out: callers (Prefect task retries) must not ride the
-                # same outage out again, which multiplied the wait
-                exhausted.retriable = retry_for <= 0
-                raise exhausted from err
-            cap = min(max_delay, base_delay * 2 ** min(attempt - 1, 32))
-            delay = min(left, rng.uniform(0, cap))
-            log.warning("%s; retry %d in %.1f s (retrying for %.0f s more)", err, attempt, delay, left - delay)
-            sleep(delay)
+            back_off(err, started, attempt, retry_for, base_delay, max_delay, sleep, clock, rng)
+
+
+def back_off(
+    err: TransientStoreError,
+    started: float,
+    attempt: int,
+    retry_for: float,
+    base_delay: float = 0.2,
+    max_delay: float = 10.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    rng: random.Random | None = None,
+) -> None:
+    """After failed attempt number ``attempt`` of a call first tried at ``started``: sleep before the next one, or
+    raise when the budget is spent (the module docstring's contract)."""
+    elapsed = clock() - started
+    left = retry_for - elapsed
+    if left <= 0:
+        exhausted = _exhausted(err, attempt, elapsed)
+        # the budget is where outages are ridden out: callers (Prefect task retries) must not ride the
+        # same outage out again, which multiplied the wait
+        exhausted.retriable = retry_for <= 0
+        raise exhausted from err
+    cap = min(max_delay, base_delay * 2 ** min(attempt - 1, 32))
+    delay = min(left, (rng or random.Random()).uniform(0, cap))
+    log.warning("%s; retry %d in %.1f s (retrying for %.0f s more)", err, attempt, delay, left - delay)
+    sleep(delay)
 
 
 def _exhausted(err: TransientStoreError, attempts: int, elapsed: float) -> TransientStoreError:
