@@ -4,7 +4,9 @@ and each volume restored through the CLI passes the demo app's ``verify``."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 import time
@@ -424,3 +426,40 @@ def _scheduled_to(core, ns: str, pods: list[str]) -> dict[str, str]:
         if event.reason == "Scheduled" and event.involved_object.name in pods:
             found[event.involved_object.name] = event.message.rsplit(" to ", 1)[1]
     return found
+
+
+def test_key_rotation_as_documented_keeps_backups_working(local_cluster, harness, monkeypatch, tmp_path):
+    """docs/real-cluster.md, "Rotating the key": a slot for a new key file, the Secret's passphrase replaced by
+    that key file, the old slot removed; a backup runs at every step, on the key the Secret holds then."""
+    ns = "rotation"
+    core = client.CoreV1Api(local_cluster.client)
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-rotation", pvcs=("data",))
+    first = _backup(local_cluster, app["repo"], ns)
+
+    def cli(*args: str, env=app["env"]) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "movers", *args, "--repo", app["repo"]], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    new = tmp_path / "repo.key.new"
+    new.write_bytes(os.urandom(32))
+    cli("key", "add", "--new-key-file", str(new))
+    patch = [
+        {"op": "remove", "path": "/data/password"},
+        {"op": "add", "path": "/data/keyfile", "value": base64.b64encode(new.read_bytes()).decode()},
+    ]
+    core.patch_namespaced_secret(REPO_SECRET, ns, patch)
+    second = _backup(local_cluster, app["repo"], ns)
+    by_key_file = {k: v for k, v in app["env"].items() if k != "CBT_MOVER_PASSWORD"}
+    slots = json.loads(cli("key", "list", "--key-file", str(new), "--json", env=by_key_file))["slots"]
+    [old] = [s["slot"] for s in slots if s["kind"] == "passphrase"]
+    cli("key", "remove", "--key-file", str(new), old, env=by_key_file)
+    third = _backup(local_cluster, app["repo"], ns)
+    modes = [r["mode"] for run in (first, second, third) for r in run["volumes"]]
+    assert modes == ["full", "incremental-cbt", "incremental-cbt"], modes
+    broken = subprocess.run(
+        [sys.executable, "-m", "movers", "ls", "--repo", app["repo"]], env=app["env"], capture_output=True, text=True
+    )
+    assert broken.returncode == 6 and "no key slot" in broken.stderr, "the old passphrase opens nothing any more"
