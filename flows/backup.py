@@ -5,7 +5,8 @@ Parameters come from a policy file (``configs/policies/``) or directly; direct p
 the policy's. In order:
 
 1. preflight, before anything is frozen or created (``movers.kube.preflight``): the run's own permissions
-   (SelfSubjectAccessReview), the repository (with the flow's environment), the selected claims (bound CSI
+   (SelfSubjectAccessReview), the repository (with the flow's environment and, for an encrypted one, the key in
+   the credentials Secret, read through the API: ``tasks.repository``), the selected claims (bound CSI
    volumes), the credentials Secret and the movers' ServiceAccount, the snapshot path and its classes, the
    drivers' CBT. A failure is one line (and the ``failed`` event);
 2. per claim the base of its delta: the newest backup of the same source volume (``movers.repo.lineage``),
@@ -43,6 +44,7 @@ from tasks import report, state_hook_logger
 from tasks.kube import check_permissions, cleanup_run, inspect_cluster, keep_base_snapshots, move_volume, take_snapshots
 from tasks.maintenance import forget_backups
 from tasks.repo import check_repository, choose_base, plan_member
+from tasks.repository import KeySource, key_source
 
 
 def _run_name() -> str:
@@ -205,7 +207,8 @@ def backup_app(
             if not failed:
                 raise
             log.error("run %s: cleanup after the failure failed too: %s", run_id, cleanup_err)  # not masking it
-    expired = forget_backups_of(url, [r["volume"] for r in rows], policy) if forget_expired else None
+    key = key_source(kubeconfig, ns, policy.repository.credentials_secret)
+    expired = forget_backups_of(url, [r["volume"] for r in rows], policy, key) if forget_expired else None
     create_table_artifact(
         key=f"backup-{policy.name}", table=report.display_rows(rows), description=f"backup of {ns} ({run_id}) to {url}"
     )
@@ -267,11 +270,12 @@ def _snapshot_and_move(
     ns, url = policy.namespace, policy.repository.url
     # preflight: nothing is frozen or created before all of it passed; the permissions first
     check_permissions(kubeconfig, policy)
-    check_repository(url)
-    found = inspect_cluster(kubeconfig, policy)
+    found = inspect_cluster(kubeconfig, policy)  # the credentials Secret among the rest
+    key = key_source(kubeconfig, ns, policy.repository.credentials_secret)
+    check_repository(url, key)
     sources = {s["pvc"]: s for s in found["sources"]}
     bases = {
-        pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"])
+        pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"], key)
         for pvc, s in sources.items()
     }
     snap = take_snapshots(kubeconfig, run_id, policy, found) | {"reason": found["path_reason"]}
@@ -336,10 +340,12 @@ def _members(
     return [x | {f: sources[x["pvc"]][f] for f in mine} | common for x in snap["members"] if x["pvc"] in sources]
 
 
-def forget_backups_of(repo_url: str, volumes: list[str], policy: BackupPolicy) -> dict[str, Any] | None:
+def forget_backups_of(
+    repo_url: str, volumes: list[str], policy: BackupPolicy, key: KeySource | None = None
+) -> dict[str, Any] | None:
     """Expire ``volumes``' backups by the policy's retention (None when the policy keeps everything)."""
     rules = policy.retention.rules()
     if not rules:
         get_run_logger().info("retention: the policy keeps every backup")
         return None
-    return forget_backups(repo_url, volumes, **rules)
+    return forget_backups(repo_url, volumes, key=key, **rules)

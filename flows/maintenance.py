@@ -6,6 +6,10 @@ override the policies' rules; without policies, explicit rules apply to every vo
 that several policies cover keeps what any of them keeps (the larger count per rule). Volumes no
 policy covers are left alone.
 
+An encrypted repository's key comes from the repository Secret ``key_secret`` (``namespace/name``, e.g. the
+credentials Secret of a policy backing up into the repository), read through the API (``tasks.repository``);
+without it, from the worker's environment (as for the CLI).
+
 Artifacts: the retention table (one row per backup: kept and why, or forgotten), the prune report,
 the verify result. Events ``cbt-mover.maintenance.completed`` / ``.failed`` about resource
 ``cbt-mover.repository.<url>``. The run FAILS when verify finds damage, after the artifacts.
@@ -25,6 +29,7 @@ from movers.errors import IntegrityError, UsageError
 from movers.policy import BackupPolicy, load_policy
 from tasks import maintenance_report as report
 from tasks.maintenance import forget_backups, prune_repo, repo_volumes, verify_repo
+from tasks.repository import KeySource, describe, key_source
 
 RULES = ("keep_last", "keep_daily", "keep_weekly", "keep_monthly")
 SHOWN = 20  # damage entries carried in the result and the events (all are in the verify artifact)
@@ -81,6 +86,17 @@ def retention_groups(
     return [({k: n for k, n in zip(RULES, key, strict=True) if n}, vols) for key, vols in groups.items()], notes
 
 
+def key_for(key_secret: str | None, kubeconfig: str | None) -> KeySource | None:
+    """Where the run reads the repository key: Secret ``key_secret`` (``namespace/name``), else None (the worker's
+    environment). ``UsageError`` for a ``key_secret`` that is not ``namespace/name``."""
+    if not key_secret:
+        return None
+    namespace, _, name = key_secret.partition("/")
+    if not namespace or not name or "/" in name:
+        raise UsageError(f"key_secret must be namespace/name, not {key_secret!r}")
+    return key_source(kubeconfig, namespace, name)
+
+
 @flow(name="maintain-repo", flow_run_name=_run_name, log_prints=True)
 def maintain_repo(
     repo: str,
@@ -96,6 +112,8 @@ def maintain_repo(
     seed: int | None = None,
     dry_run: bool = False,
     lock_wait: float = 600.0,
+    key_secret: str | None = None,
+    kubeconfig: str | None = None,
 ) -> dict[str, Any]:
     """Forget expired backups of ``repo``, prune (grace ``grace``), then verify (``verify``, ``sample``).
 
@@ -117,6 +135,8 @@ def maintain_repo(
             seed,
             dry_run,
             lock_wait,
+            key_secret,
+            kubeconfig,
         )
     except BaseException as err:
         report.emit("failed", repo, {"repository": report.public_url(repo), "error": str(err)[:1000]})
@@ -141,6 +161,8 @@ def _maintain(
     seed: int | None,
     dry_run: bool,
     lock_wait: float,
+    key_secret: str | None,
+    kubeconfig: str | None,
 ) -> dict[str, Any]:
     log, public = get_run_logger(), report.public_url(repo)
     grace_s = seconds(grace)
@@ -150,11 +172,13 @@ def _maintain(
         if value is not None and value < 0:
             raise UsageError(f"{name} must be >= 0, not {value}")
     policies = [load_policy(p) for p in policy_paths or []]
+    key = key_for(key_secret, kubeconfig)
+    log.info("repository key (if it is encrypted): from %s", describe(key))
 
-    groups, notes = retention_groups(repo, repo_volumes(repo), policies, overrides)
+    groups, notes = retention_groups(repo, repo_volumes(repo, key), policies, overrides)
     for note in notes:
         log.info("retention: %s", note)
-    results = [(rules, forget_backups(repo, vols, dry_run=dry_run, **rules)) for rules, vols in groups]
+    results = [(rules, forget_backups(repo, vols, dry_run=dry_run, key=key, **rules)) for rules, vols in groups]
     rows = report.retention_rows(results)
     create_table_artifact(
         key=report.artifact_key(repo, "retention"),
@@ -166,7 +190,7 @@ def _maintain(
     pruned = None
     if prune:
         would_forget = [key for _rules, r in results for key in r["deleted"]] if dry_run else None
-        pruned = prune_repo(repo, grace_s, dry_run, lock_wait, would_forget)
+        pruned = prune_repo(repo, grace_s, dry_run, lock_wait, would_forget, key)
         create_table_artifact(
             key=report.artifact_key(repo, "prune"),
             table=report.prune_rows(pruned),
@@ -174,7 +198,7 @@ def _maintain(
         )
     checked = None
     if verify != "off":
-        checked = verify_repo(repo, verify, sample, seed)
+        checked = verify_repo(repo, verify, sample, seed, key)
         create_markdown_artifact(
             key=report.artifact_key(repo, "verify"),
             description="verify of " + public,

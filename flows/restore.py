@@ -50,6 +50,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from movers.errors import UsageError
 from movers.policy import Affinity, Labels, Tolerations
 from tasks import events, state_hook_logger
+from tasks.repository import key_source
 from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume, writer_settings
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -160,7 +161,8 @@ def restore_app(
     once the restored data is complete (refused while a pod uses them). ``hand_over``: give the volume to a
     Filesystem-mode claim (None: when it was recorded as Filesystem). ``allow_partial``: a whole-app
     restore may take a partial run (one whose mover failed for some PVCs; restored without them).
-    ``repo_secret`` and ``service_account`` must exist in the target namespace. ``timeout``: seconds per
+    ``repo_secret`` and ``service_account`` must exist in the target namespace (the flow opens the repository with
+    the key in ``repo_secret``, the writers mount it). ``timeout``: seconds per
     writer pod (which must be scheduled within ``min(timeout, 600)`` s).
 
     Writer pods: ``image``, ``service_account``, ``node_selector`` (Linux nodes by default), ``tolerations``
@@ -184,7 +186,9 @@ def restore_app(
             tolerations=tolerations,
             affinity=affinity,
         )
-        selected = select_backups(repo, namespace, pvcs, backup, allow_partial)
+        # the key the writer pods will mount: the repository Secret in the target namespace
+        key = key_source(kubeconfig, target, repo_secret)
+        selected = select_backups(repo, namespace, pvcs, backup, allow_partial, key)
         options = {
             "storage_class": storage_class,
             "overwrite": overwrite,

@@ -4,7 +4,9 @@ On the local cluster (Kubernetes API, two CSI-like drivers, the app's with snaps
 on loopback) and Prefect's local API it:
 
 1. deploys the demo app (two Block PVCs of its StorageClass ``csi-hostpath-sc``, a writer that can be frozen) as
-   ``configs/policies/demo.yaml`` describes it, plus the repository and its Secret;
+   ``configs/policies/demo.yaml`` describes it, plus the repository, ENCRYPTED with a key file generated for the
+   run, and its Secret (storage credentials, repository URL, the key file as key ``keyfile``: the mover and
+   writer pods mount it, the flows read it through the API);
 2. runs ``backup-app`` from that policy twice: a full backup (CBT allocated ranges), then, after more
    writes, a CBT incremental;
 3. runs ``restore-app`` into a new namespace and checks every restored volume is byte-identical to
@@ -19,6 +21,7 @@ its UI; otherwise to a throwaway local Prefect API.
 from __future__ import annotations
 
 import atexit
+import base64
 import hashlib
 import os
 import shutil
@@ -61,7 +64,13 @@ def _mib(n: float | None) -> str:
     return "-" if n is None else f"{n / MiB:.1f} MiB"
 
 
-def _deploy(cluster, policy) -> None:
+def _credentials(key: bytes):
+    from movers.repo.keys import KEYFILE, Credentials, Secret
+
+    return Credentials((Secret(KEYFILE, "the demo's key file", key),))
+
+
+def _deploy(cluster, policy, key: bytes) -> None:
     from kubernetes import client
 
     from localcluster.demo_app import pod_manifest
@@ -73,9 +82,12 @@ def _deploy(cluster, policy) -> None:
     api, core, ns = cluster.client, client.CoreV1Api(cluster.client), policy.namespace
     mover, secret = policy.mover, policy.repository.credentials_secret
     repo_env = {**cluster.s3.env, "CBT_MOVER_REPO": policy.repository.url}
+    key_data = {"keyfile": base64.b64encode(key).decode()}
     for namespace in (ns, TARGET_NS):
         core.create_namespace({"metadata": {"name": namespace}})
-        core.create_namespaced_secret(namespace, {"metadata": {"name": secret}, "stringData": repo_env})
+        core.create_namespaced_secret(
+            namespace, {"metadata": {"name": secret}, "stringData": repo_env, "data": key_data}
+        )
     # the mover pods' identity: configs/rbac/mover.yaml, its namespaced part copied per namespace
     if mover.service_account != MOVER_SERVICE_ACCOUNT:
         raise RuntimeError(
@@ -121,7 +133,8 @@ def _writes(cluster, ns: str) -> int:
     return client.CoreV1Api(cluster.client).read_namespaced_pod_log("app", ns).count("write seq=")
 
 
-def _init_repo(url: str, env: dict[str, str]) -> None:
+def _init_repo(url: str, env: dict[str, str], key: bytes) -> None:
+    from movers.repo.config import RepoConfig
     from movers.repo.repository import Repository
     from movers.repo.store import open_store
 
@@ -135,10 +148,10 @@ def _init_repo(url: str, env: dict[str, str]) -> None:
         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
     ).create_bucket(Bucket=bucket)
-    Repository.init(open_store(url))
+    Repository.init(open_store(url), RepoConfig.new(encrypted=True), _credentials(key))
 
 
-def _identical(cluster, policy, restored: dict) -> list[tuple[str, str]]:
+def _identical(cluster, policy, restored: dict, key: bytes) -> list[tuple[str, str]]:
     """(pvc, problem) for every restored volume that differs from its snapshot or fails the app's verify."""
     import subprocess
 
@@ -146,7 +159,7 @@ def _identical(cluster, policy, restored: dict) -> list[tuple[str, str]]:
     from movers.repo.repository import Repository
     from movers.repo.store import open_store
 
-    repo = Repository.open(open_store(policy.repository.url))
+    repo = Repository.open(open_store(policy.repository.url), _credentials(key))
     problems = []
     for row in restored["volumes"]:
         claim = k.get(cluster.client, "PersistentVolumeClaim", TARGET_NS, row["pvc"])
@@ -235,8 +248,11 @@ def run() -> None:
     _say("starting the local cluster (in a temporary directory, removed at the end)")
     with LocalCluster() as cluster:
         os.environ.update(cluster.s3.env)  # this process is the Prefect worker: it reads the repository too
-        _init_repo(policy.repository.url, cluster.s3.env)
-        _deploy(cluster, policy)
+        key = os.urandom(32)  # the repository's key file: only in this process and the repository Secret
+        _init_repo(policy.repository.url, cluster.s3.env, key)
+        secret = f"{policy.namespace}/{policy.repository.credentials_secret}"
+        _say(f"repository {policy.repository.url}: encrypted, its key file generated into Secret {secret} (keyfile)")
+        _deploy(cluster, policy, key)
         from flows.backup import backup_app
         from flows.maintenance import maintain_repo
         from flows.restore import restore_app
@@ -261,9 +277,15 @@ def run() -> None:
             service_account=policy.mover.service_account,
             kubeconfig=kubeconfig,
         )
-        problems = _identical(cluster, policy, restored)
+        problems = _identical(cluster, policy, restored, key)
         _say("maintenance (retention, prune, full verify)")
-        maint = maintain_repo(repo=policy.repository.url, policy_paths=[str(POLICY)], verify="full")
+        maint = maintain_repo(
+            repo=policy.repository.url,
+            policy_paths=[str(POLICY)],
+            verify="full",
+            key_secret=secret,
+            kubeconfig=kubeconfig,
+        )
     print(_summary(full, incr, restored, maint, time.monotonic() - t0), flush=True)
     modes = [(r["mode"], r["change_source"]) for r in incr["volumes"]]
     if any(mode != ("incremental-cbt", "cbt-delta") for mode in modes):

@@ -1,6 +1,7 @@
 """Thin Prefect tasks over repository maintenance: retention (forget), prune and verify.
 
-Inputs and results are plain data. Each task opens the repository from its URL itself (credentials
+Inputs and results are plain data. Each task opens the repository from its URL itself (storage credentials
+from the environment; an encrypted repository's key from ``key``, ``tasks.repository.KeySource``, or without one
 from the environment, as for the CLI). Damage that verify finds is in its result, never raised:
 the caller decides (the ``maintain-repo`` flow fails after writing its artifacts). Only errors the
 movers mark retriable (a store that is unavailable for a while) are retried.
@@ -19,16 +20,9 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from tasks import retry_if_retriable
+from tasks.repository import KeySource, open_repository
 
 HOUR = 3600
-
-
-def _open(repo_url: str):
-    from movers.repo.keys import Credentials
-    from movers.repo.repository import Repository
-    from movers.repo.store import open_store
-
-    return Repository.open(open_store(repo_url), Credentials.gather())  # an encrypted one's key: as the CLI's
 
 
 def _log_progress(what: str, interval: float = 30.0) -> Callable[[int, int], None]:
@@ -45,9 +39,9 @@ def _log_progress(what: str, interval: float = 30.0) -> Callable[[int, int], Non
 
 
 @task(name="repo-volumes", retries=2, retry_delay_seconds=5, retry_condition_fn=retry_if_retriable, timeout_seconds=600)
-def repo_volumes(repo_url: str) -> list[str]:
+def repo_volumes(repo_url: str, key: KeySource | None = None) -> list[str]:
     """The ids of the volumes that have backups in the repository, sorted."""
-    return _open(repo_url).volumes()
+    return open_repository(repo_url, key).volumes()
 
 
 @task(
@@ -61,6 +55,7 @@ def forget_backups(
     keep_weekly: int | None = None,
     keep_monthly: int | None = None,
     dry_run: bool = False,
+    key: KeySource | None = None,
 ) -> dict[str, Any]:
     """Expire backups by the keep rules, per volume (``volumes`` None: every volume of the repository).
 
@@ -70,7 +65,7 @@ def forget_backups(
     """
     from movers.repo.retention import forget_each
 
-    repo = _open(repo_url)
+    repo = open_repository(repo_url, key)
     rules = {"keep_last": keep_last, "keep_daily": keep_daily, "keep_weekly": keep_weekly, "keep_monthly": keep_monthly}
     result, missing = forget_each(repo, volumes, dry_run=dry_run, **rules)
     for v in result.volumes:
@@ -95,6 +90,7 @@ def prune_repo(
     dry_run: bool = False,
     lock_wait_s: float = 600,
     assume_forgotten: list[str] | None = None,
+    key: KeySource | None = None,
 ) -> dict[str, Any]:
     """Prune the repository under its prune lock: ``movers.repo.prune.PruneReport.to_dict()`` plus
     ``skipped`` (None, or why nothing was done: another prune held the lock for ``lock_wait_s``).
@@ -104,7 +100,7 @@ def prune_repo(
 
     try:
         report = prune(
-            _open(repo_url),
+            open_repository(repo_url, key),
             grace_s=grace_s,
             dry_run=dry_run,
             progress=_log_progress("marked backups"),
@@ -125,14 +121,16 @@ def prune_repo(
     retry_condition_fn=retry_if_retriable,
     timeout_seconds=24 * HOUR,
 )
-def verify_repo(repo_url: str, mode: str = "sampled", sample: float = 0.05, seed: int | None = None) -> dict[str, Any]:
+def verify_repo(
+    repo_url: str, mode: str = "sampled", sample: float = 0.05, seed: int | None = None, key: KeySource | None = None
+) -> dict[str, Any]:
     """Verify every backup of the repository: ``mode`` "full" reads all referenced data, "sampled"
     checks every map and reads about ``sample`` of the packs whole. ``VerifyReport.to_dict()``
     (``ok``, ``errors``, ``damage`` with volume/backup/offset, ``warnings``, counters, ``seed``)."""
     from movers.errors import UsageError
     from movers.pipeline.verify import run_verify, run_verify_sampled
 
-    repo = _open(repo_url)
+    repo = open_repository(repo_url, key)
     refs = repo.list_backups()
     if mode == "full":
         report = run_verify(repo, refs, progress=_log_progress("verified backups"))

@@ -12,20 +12,24 @@ from movers.kube import restore as r
 from movers.policy import MoverSettings
 from tasks import retry_if_retriable
 from tasks.kube import ProgressArtifact, api_client, progress_key
+from tasks.repository import KeySource, open_repository
 
 
 @task(name="select-backups", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
 def select_backups(
-    repo_url: str, namespace: str, pvcs: list[str] | None, backup: str, allow_partial: bool = False
+    repo_url: str,
+    namespace: str,
+    pvcs: list[str] | None,
+    backup: str,
+    allow_partial: bool = False,
+    key: KeySource | None = None,
 ) -> dict[str, Any]:
     """``movers.repo.selection.select(...).to_dict()`` (a whole-app "latest" is the newest complete run; a partial
-    run needs ``allow_partial``); logs which run was taken and why (a newer partial run, missing PVCs)."""
-    from movers.repo.keys import Credentials
-    from movers.repo.repository import Repository
+    run needs ``allow_partial``); logs which run was taken and why (a newer partial run, missing PVCs). The
+    repository is opened with the key of ``key`` (``tasks.repository``)."""
     from movers.repo.selection import select
-    from movers.repo.store import open_store
 
-    repo = Repository.open(open_store(repo_url), Credentials.gather())
+    repo = open_repository(repo_url, key)
     sel = select(repo, namespace, pvcs, backup, allow_partial=allow_partial)
     log = get_run_logger()
     for note in sel.notes:

@@ -5,9 +5,11 @@ for it: ServiceAccount ``cbt-mover``, its Role and RoleBinding, a subject in the
 Block PVCs labelled ``app=demo`` in the app's StorageClass ``APP_CLASS`` (the hostpath driver's; the
 cluster's default class belongs to the other driver),
 the demo app pod writing to them (freeze/thaw through ``HOOKS``), a moto bucket with an initialised
-repository and the ``cbt-mover-repo`` Secret the mover pods read. The flows run as the shipped
-controller identity (``flow_kubeconfig``). The flows read the repository themselves
-with the worker's environment, so the AWS_* variables are set through ``setenv``.
+repository, ENCRYPTED with the passphrase ``PASSPHRASE`` unless asked otherwise, and the ``cbt-mover-repo``
+Secret the mover pods read (the storage credentials, the repository URL and the passphrase, key ``password``,
+with the trailing newline ``kubectl create secret --from-file`` keeps). The flows run as the shipped
+controller identity (``flow_kubeconfig``). The flows read the repository themselves: the storage credentials
+from the worker's environment (the AWS_* variables are set through ``setenv``), the key from the Secret.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ from movers.kube import apply as k
 from movers.kube import manifests as m
 
 APP = ["python", "-m", "localcluster.demo_app"]
+# the flow tests' repository passphrase: distinctive, so that a scan of logs, artifacts and events finds any copy
+PASSPHRASE = "flow-tests: tr0ub4dor&3 correct horse 91c2"
+KEY_ENV = {"CBT_MOVER_PASSWORD": PASSPHRASE}
+FAST_KDF = {"CBT_MOVER_KDF_COST": "10"}  # scrypt N=2^10 for the tests' key slots (each slot keeps its own)
 APP_CLASS = "csi-hostpath-sc"
 SEL = {"matchLabels": {"app": "demo"}}
 HOOKS = {
@@ -51,8 +57,10 @@ def deploy_app(
     size: str = "16Mi",
     app_pod: bool = True,
     storage_class: str = APP_CLASS,
+    encrypted: bool = True,
 ) -> dict:
-    """The app, its repository (``s3://<bucket>/repo``) and Secret; returns ``{"repo", "env"}``.
+    """The app, its repository (``s3://<bucket>/repo``, ``encrypted`` with ``PASSPHRASE``) and Secret; returns
+    ``{"repo", "env"}`` (``env``: what the CLI needs to open the repository).
 
     The PVCs are in ``storage_class``; the app pod writes to each (device ``i`` of its records is ``pvcs[i]``)."""
     api = cluster.client
@@ -65,19 +73,45 @@ def deploy_app(
         start_app_pod(core, ns, pvcs)
     cluster.s3.client().create_bucket(Bucket=bucket)
     repo = f"s3://{bucket}/repo"
-    env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
-    subprocess.run(
-        [sys.executable, "-m", "movers", "init", "--insecure-no-encryption", "--repo", repo],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
-    core.create_namespaced_secret(
-        ns, {"metadata": {"name": REPO_SECRET}, "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}}
-    )
+    env = init_repo(cluster, repo, encrypted)
+    core.create_namespaced_secret(ns, repo_secret(cluster, repo, encrypted))
     for key, value in cluster.s3.env.items():
         setenv(key, value)
     return {"repo": repo, "env": env}
+
+
+def init_repo(cluster, repo: str, encrypted: bool = True) -> dict[str, str]:
+    """``cbt-mover init`` of ``repo`` (encrypted with ``PASSPHRASE``, or not); the CLI's environment for it."""
+    env = {**cluster.env(), "PATH": "/usr/bin:/bin", **(KEY_ENV if encrypted else {})}
+    init = ["init"] if encrypted else ["init", "--insecure-no-encryption"]
+    subprocess.run(
+        [sys.executable, "-m", "movers", *init, "--repo", repo],
+        check=True,
+        env={**env, **FAST_KDF},
+        capture_output=True,
+    )
+    return env
+
+
+def repo_secret(cluster, repo: str, encrypted: bool = True, **data: str) -> dict:
+    """The ``cbt-mover-repo`` Secret of ``repo`` (with ``PASSPHRASE`` as key ``password`` if ``encrypted``)."""
+    key = {"password": PASSPHRASE + "\n"} if encrypted else {}
+    string_data = {**cluster.s3.env, "CBT_MOVER_REPO": repo, **key, **data}
+    return {"metadata": {"name": REPO_SECRET}, "stringData": string_data}
+
+
+def open_repo(repo: str):
+    """The repository ``repo`` opened in this process (its key: ``PASSPHRASE``, if it is encrypted)."""
+    from movers.errors import UsageError
+    from movers.repo.keys import Credentials
+    from movers.repo.repository import Repository
+    from movers.repo.store import open_store
+
+    store = open_store(repo)
+    try:
+        return Repository.open(store, Credentials.gather(environ=KEY_ENV))
+    except UsageError:  # an unencrypted one refuses a key
+        return Repository.open(store)
 
 
 def start_app_pod(core, ns: str, pvcs) -> None:
@@ -180,3 +214,48 @@ def any_run_objects(api, ns: str) -> dict[str, list[str]]:
         except Exception:  # noqa: BLE001
             found[kind] = []
     return {kind: names for kind, names in found.items() if names}
+
+
+def prefect_record() -> str:
+    """Everything the Prefect API holds about this session's runs, as JSON text: flow runs (parameters, states),
+    task runs (inputs, states), logs, artifacts and events (payloads, resources)."""
+    from prefect.client.orchestration import get_client
+
+    def pages(read) -> list:
+        found, offset = [], 0
+        while batch := read(offset):
+            found += batch
+            offset += len(batch)
+        return found
+
+    with get_client(sync_client=True) as prefect:
+        objects = [
+            *pages(lambda at: prefect.read_flow_runs(limit=200, offset=at)),
+            *pages(lambda at: prefect.read_task_runs(limit=200, offset=at)),
+            *pages(lambda at: prefect.read_logs(limit=200, offset=at)),
+            *pages(lambda at: prefect.read_artifacts(limit=200, offset=at)),
+        ]
+        page = prefect.read_events(limit=50)
+        objects += page.events
+        while page.next_page:
+            page = prefect.read_events_page(page.next_page)
+            objects += page.events
+    return "\n".join(o.model_dump_json() for o in objects)
+
+
+def identities_sent(cluster) -> str:
+    """Every request body the product's identities (the flows' controller, the movers) sent to the API server, as
+    text (from the cluster's audit log)."""
+    import json
+
+    from localcluster.shipped_rbac import CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT
+
+    controller = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_SERVICE_ACCOUNT}"
+    mover = f":{MOVER_SERVICE_ACCOUNT}"
+    sent = []
+    with open(cluster.audit_log, encoding="utf-8") as f:
+        for line in f:
+            entry = json.loads(line)
+            if entry["user"] == controller or entry["user"].endswith(mover):
+                sent.append(json.dumps(entry.get("body")))
+    return "\n".join(sent)

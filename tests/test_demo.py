@@ -32,5 +32,6 @@ def test_demo_runs_the_whole_story_and_says_ok(tmp_path):
     assert table.count("incremental-cbt / cbt-delta") == 2, table
     assert table.count("full / cbt-allocated") == 2, table
     assert "verify full: ok" in table, table
+    assert "demo: repository s3://cbt-mover-demo/demo: encrypted, its key file generated into Secret" in table
     assert sorted(p.name for p in tmp.iterdir()) == [], "the demo left files behind"
     assert [f for f in _loop_backing_files() if f.startswith(str(tmp))] == [], "the demo left loop devices attached"

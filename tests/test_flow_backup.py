@@ -4,7 +4,9 @@ and each volume restored through the CLI passes the demo app's ``verify``."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ from movers.kube.names import derived_name
 from tests.flowapp import (
     APP_CLASS,
     HOOKS,
+    PASSPHRASE,
     REPO_SECRET,
     SEL,
     app_states,
@@ -27,9 +30,12 @@ from tests.flowapp import (
     backup_params,
     deploy_app,
     flow_kubeconfig,
+    identities_sent,
     policy_file,
+    prefect_record,
     start_app_pod,
 )
+from tests.test_no_secrets_in_logs import forms
 
 NS = "flowapp"
 
@@ -163,6 +169,19 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
     assert fourth["snapshots"]["path"] == "per-pvc" and "no-such-class does not exist" in fourth["snapshots"]["reason"]
     assert [r["change_source"] for r in fourth["volumes"]] == ["cbt-delta"] * 2, fourth["volumes"]
     assert _kept(api) == {"VolumeSnapshot": sorted(derived_name(fourth["run_id"], p) for p in ("data", "logs"))}
+    _assert_the_key_stayed_secret(local_cluster)
+
+
+def _assert_the_key_stayed_secret(cluster):
+    """The repository is encrypted, its passphrase is in the Secret the movers mount: it is in none of the flow
+    runs' parameters, task inputs, logs, artifacts or events, nor in anything the flows or movers sent to the API
+    server (the mover pods' specs carry the path of its file only)."""
+    record, sent = prefect_record(), identities_sent(cluster)
+    assert f"opened with the key of Secret {NS}/{REPO_SECRET}" in record, "the scan reads the runs' logs"
+    assert f"{m.REPO_KEY_DIR}/password" in sent, "the scan reads the mover pods the flows created"
+    for form in forms(PASSPHRASE) | forms(PASSPHRASE + "\n"):
+        assert form not in record, f"{form!r} is in the Prefect API"
+        assert form not in sent, f"{form!r} was sent to the API server"
 
 
 def _kept(api) -> dict[str, list[str]]:
@@ -301,9 +320,10 @@ def test_plan_is_said_and_selector_syntax():
 
 
 def test_without_group_snapshots_one_snapshot_per_pvc_while_frozen(make_local_cluster, harness, monkeypatch):
+    """...into an UNENCRYPTED repository (still possible): its Secret holds no key, the movers mount none."""
     cluster = make_local_cluster(group_snapshot_versions=())  # no group snapshot CRDs served
     ns = "nogroups"
-    deployed = deploy_app(cluster, monkeypatch.setenv, ns, "flow-nogroups")
+    deployed = deploy_app(cluster, monkeypatch.setenv, ns, "flow-nogroups", encrypted=False)
     first = _backup(cluster, deployed["repo"], ns)
     second = _backup(cluster, deployed["repo"], ns)
     assert [(r["mode"], r["change_source"]) for r in first["volumes"]] == [("full", "cbt-allocated")] * 2, first
@@ -312,6 +332,8 @@ def test_without_group_snapshots_one_snapshot_per_pvc_while_frozen(make_local_cl
         assert k.list_objects(cluster.client, kind, ns, f"{m.RUN_LABEL}={second['run_id']}") == [], kind
     kept = k.list_objects(cluster.client, "VolumeSnapshot", ns, "cbt-mover.io/kept-for")
     assert sorted(s["metadata"]["name"] for s in kept) == [f"{second['run_id']}-{p}" for p in ("data", "logs")]
+    movers = [o for o in audited_creations(cluster, ns) if o["kind"] == "Pod"]
+    assert len(movers) == 4 and not [v for p in movers for v in p["spec"]["volumes"] if v["name"] == m.REPO_KEY_VOLUME]
 
 
 # two claims whose names share their first 39 characters, a '.' the 39th: "<run id>-<name>"[:63] ended in '.' and
@@ -404,3 +426,40 @@ def _scheduled_to(core, ns: str, pods: list[str]) -> dict[str, str]:
         if event.reason == "Scheduled" and event.involved_object.name in pods:
             found[event.involved_object.name] = event.message.rsplit(" to ", 1)[1]
     return found
+
+
+def test_key_rotation_as_documented_keeps_backups_working(local_cluster, harness, monkeypatch, tmp_path):
+    """docs/real-cluster.md, "Rotating the key": a slot for a new key file, the Secret's passphrase replaced by
+    that key file, the old slot removed; a backup runs at every step, on the key the Secret holds then."""
+    ns = "rotation"
+    core = client.CoreV1Api(local_cluster.client)
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-rotation", pvcs=("data",))
+    first = _backup(local_cluster, app["repo"], ns)
+
+    def cli(*args: str, env=app["env"]) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "movers", *args, "--repo", app["repo"]], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    new = tmp_path / "repo.key.new"
+    new.write_bytes(os.urandom(32))
+    cli("key", "add", "--new-key-file", str(new))
+    patch = [
+        {"op": "remove", "path": "/data/password"},
+        {"op": "add", "path": "/data/keyfile", "value": base64.b64encode(new.read_bytes()).decode()},
+    ]
+    core.patch_namespaced_secret(REPO_SECRET, ns, patch)
+    second = _backup(local_cluster, app["repo"], ns)
+    by_key_file = {k: v for k, v in app["env"].items() if k != "CBT_MOVER_PASSWORD"}
+    slots = json.loads(cli("key", "list", "--key-file", str(new), "--json", env=by_key_file))["slots"]
+    [old] = [s["slot"] for s in slots if s["kind"] == "passphrase"]
+    cli("key", "remove", "--key-file", str(new), old, env=by_key_file)
+    third = _backup(local_cluster, app["repo"], ns)
+    modes = [r["mode"] for run in (first, second, third) for r in run["volumes"]]
+    assert modes == ["full", "incremental-cbt", "incremental-cbt"], modes
+    broken = subprocess.run(
+        [sys.executable, "-m", "movers", "ls", "--repo", app["repo"]], env=app["env"], capture_output=True, text=True
+    )
+    assert broken.returncode == 6 and "no key slot" in broken.stderr, "the old passphrase opens nothing any more"

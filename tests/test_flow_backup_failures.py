@@ -23,6 +23,7 @@ from movers.kube import manifests as m
 from movers.kube import snapshots
 from tests.flowapp import (
     HOOKS,
+    PASSPHRASE,
     REPO_SECRET,
     SEL,
     any_run_objects,
@@ -452,6 +453,28 @@ def test_preflight_refuses_before_anything_is_frozen(local_cluster, harness, mon
     assert any_run_objects(api, ns) == {}
     failed = wait_until(lambda: len(_events("cbt-mover.backup.failed", f"cbt-mover.app.{ns}.{ns}")) >= 7, 20, "events")
     assert failed
+
+
+def test_a_wrong_or_missing_key_in_the_secret_fails_the_run_at_once(local_cluster, harness, monkeypatch):
+    """The repository Secret holds a wrong passphrase, then none: the run fails in its preflight with one line
+    naming the Secret and its key (exit code 6), never the key, before the app is frozen or a mover created,
+    and the check is not retried (a wrong key stays wrong)."""
+    ns, api = "wrongkey", local_cluster.client
+    core = client.CoreV1Api(api)
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-wrongkey", pvcs=("data",))
+    wrong = "not the passphrase of this repository 3b7e"
+    core.patch_namespaced_secret(REPO_SECRET, ns, {"stringData": {"password": wrong}})
+    message, run = _failed_run(local_cluster, app["repo"], ns)
+    _one_line(message, "PreflightError", "no key slot of", f"(Secret {ns}/{REPO_SECRET} key password)")
+    assert wrong not in message and PASSPHRASE not in message
+    [check] = _task_runs(run, "check-repository")
+    assert check.run_count == 1 and check.state.is_failed(), check.state
+    core.patch_namespaced_secret(REPO_SECRET, ns, [{"op": "remove", "path": "/data/password"}])
+    message, _ = _failed_run(local_cluster, app["repo"], ns)
+    _one_line(message, "PreflightError", f"is encrypted and the repository Secret {ns}/{REPO_SECRET} holds no key")
+    assert app_states(core, ns) == [], "frozen before the preflight passed"
+    assert any_run_objects(api, ns) == {}
+    assert [o for o in audited_creations(local_cluster, ns) if o["kind"] == "Pod"] == [], "a mover pod was created"
 
 
 def test_snapshot_classes_the_cluster_lacks(make_local_cluster, harness, monkeypatch):

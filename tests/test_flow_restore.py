@@ -26,7 +26,18 @@ from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import volumes
 from movers.kube.restore import PVC_LABEL, PermissionsMissing, RestoreRefused, WriterNotScheduled
-from tests.flowapp import APP, APP_CLASS, HOOKS, REPO_SECRET, SEL, flow_kubeconfig
+from tests.flowapp import (
+    APP,
+    APP_CLASS,
+    HOOKS,
+    KEY_ENV,
+    REPO_SECRET,
+    SEL,
+    flow_kubeconfig,
+    init_repo,
+    open_repo,
+    repo_secret,
+)
 
 SRC = "shop"
 MOVER = {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT, "repo_secret": REPO_SECRET}
@@ -58,12 +69,7 @@ def backed_up(local_cluster, harness):
     core = client.CoreV1Api(api)
     cluster.s3.client().create_bucket(Bucket="flow-restore")
     repo = "s3://flow-restore/repo"
-    subprocess.run(
-        [sys.executable, "-m", "movers", "init", "--insecure-no-encryption", "--repo", repo],
-        check=True,
-        capture_output=True,
-        env={**cluster.env(), "PATH": "/usr/bin:/bin"},
-    )
+    init_repo(cluster, repo)  # encrypted: PASSPHRASE, in every namespace's Secret
     with pytest.MonkeyPatch.context() as mp:  # the flows read the repository themselves
         for key, value in cluster.s3.env.items():
             mp.setenv(key, value)
@@ -119,20 +125,17 @@ def _snapshot_shas(cluster, repo, app) -> dict[str, str]:
 
 
 def _forget(repo, volume, backup_id):
-    from movers.repo.repository import Repository
-    from movers.repo.store import open_store
-
-    store = Repository.open(open_store(repo))
+    store = open_repo(repo)
     (ref,) = [ref for ref in store.list_backups(volume) if ref.backup_id == backup_id]
     store.store.delete(ref.key)
 
 
-def _namespace(cluster, name, repo, secret=None):
+def _namespace(cluster, name, repo, **data):
+    """Namespace ``name`` with the mover identity and the repository Secret (``data`` over its keys)."""
     core = client.CoreV1Api(cluster.client)
     core.create_namespace({"metadata": {"name": name}})
     apply_mover_rbac(cluster, [name])
-    data = secret or {**cluster.s3.env, "CBT_MOVER_REPO": repo}
-    core.create_namespaced_secret(name, {"metadata": {"name": REPO_SECRET}, "stringData": data})
+    core.create_namespaced_secret(name, repo_secret(cluster, repo, **data))
 
 
 def _run_pod(core, ns, name, script, claim, node_selector=None, device=None):
@@ -180,10 +183,7 @@ def _volume_image(cluster, ns, pvc):
 
 
 def _snapshot_image(cluster, repo, ns, pvc, backup_id):
-    from movers.repo.repository import Repository
-    from movers.repo.store import open_store
-
-    manifest = Repository.open(open_store(repo)).read_manifest(f"{ns}/{pvc}", backup_id)
+    manifest = open_repo(repo).read_manifest(f"{ns}/{pvc}", backup_id)
     return cluster.store.snapshot_path(manifest.snapshot.snapshot_handle)
 
 
@@ -216,10 +216,7 @@ def _no_writer_pods(cluster, *namespaces):
 
 
 def _recorded_mode(repo, pvc, backup_id):
-    from movers.repo.repository import Repository
-    from movers.repo.store import open_store
-
-    return Repository.open(open_store(repo)).read_manifest(f"{SRC}/{pvc}", backup_id).volume.volume_mode
+    return open_repo(repo).read_manifest(f"{SRC}/{pvc}", backup_id).volume.volume_mode
 
 
 def test_whole_app_into_a_new_namespace_is_the_latest_complete_run_where_it_was(local_cluster, backed_up):
@@ -343,7 +340,7 @@ def test_filesystem_volume_keeps_its_recorded_fs_type_in_a_class_that_says_ext4(
 
 def test_missing_backup_creates_nothing_and_a_failing_writer_leaves_nothing(local_cluster, backed_up):
     repo, api = backed_up["repo"], local_cluster.client
-    _namespace(local_cluster, "broken", repo, secret={**local_cluster.s3.env, "CBT_MOVER_REPO": "s3://flow-restore/x"})
+    _namespace(local_cluster, "broken", repo, CBT_MOVER_REPO="s3://flow-restore/x")
     with pytest.raises(NotFoundError, match="has no backup 20990101T000000000000Z-abcdef"):
         _restore(local_cluster, repo, pvcs=["data"], backup="20990101T000000000000Z-abcdef", target_namespace="broken")
     assert k.list_objects(api, "PersistentVolumeClaim", "broken") == []
@@ -552,7 +549,7 @@ def test_a_long_pvc_name_gives_valid_names_and_labels(local_cluster, backed_up, 
         ],
         capture_output=True,
         text=True,
-        env={**local_cluster.env(), "PATH": "/usr/bin:/bin"},
+        env={**local_cluster.env(), "PATH": "/usr/bin:/bin", **KEY_ENV},
     )
     assert backup.returncode == 0, backup.stderr
     _namespace(local_cluster, "ledger-copy", repo)

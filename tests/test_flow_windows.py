@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 
 import pytest
 from kubernetes import client
@@ -23,7 +21,7 @@ from localcluster.nodes import WINDOWS_TAINT_KEY
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, REPO_SECRET, apply_mover_rbac
 from movers.kube import apply as k
 from movers.kube import manifests as m
-from tests.flowapp import flow_kubeconfig
+from tests.flowapp import flow_kubeconfig, init_repo, open_repo, repo_secret
 
 NS, TARGET, CLASS, DRIVER = "winshop", "winshop-copy", "disk-ntfs", "disk.csi.local"
 ZONE_KEY = "topology.disk.csi.local/zone"
@@ -51,9 +49,7 @@ def _namespace(cluster, name: str, repo: str) -> None:
     core = client.CoreV1Api(cluster.client)
     core.create_namespace({"metadata": {"name": name}})
     apply_mover_rbac(cluster, [name])
-    core.create_namespaced_secret(
-        name, {"metadata": {"name": REPO_SECRET}, "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}}
-    )
+    core.create_namespaced_secret(name, repo_secret(cluster, repo))
 
 
 def _claim(name: str, ns: str) -> dict:
@@ -108,19 +104,12 @@ def scenario(local_cluster, prefect_api):
     """The Windows app on win-a, backed up once and restored once into TARGET (before any pod used it)."""
     from flows.backup import backup_app
     from flows.restore import restore_app
-    from movers.repo.repository import Repository
-    from movers.repo.store import open_store
 
     cluster, api = local_cluster, local_cluster.client
     core = client.CoreV1Api(api)
     cluster.s3.client().create_bucket(Bucket="flow-windows")
     repo = "s3://flow-windows/repo"
-    subprocess.run(
-        [sys.executable, "-m", "movers", "init", "--insecure-no-encryption", "--repo", repo],
-        check=True,
-        capture_output=True,
-        env={**cluster.env(), "PATH": "/usr/bin:/bin"},
-    )
+    init_repo(cluster, repo)  # encrypted (tests.flowapp.PASSPHRASE), its key in the Secret
     _namespace(cluster, NS, repo)
     k.create(api, _claim("data", NS))
     core.create_namespaced_pod(NS, _windows_pod("app", labels={"app": "winapp"}, interval=0.02))
@@ -142,7 +131,7 @@ def scenario(local_cluster, prefect_api):
             kubeconfig=flow_kubeconfig(cluster),
         )
         (row,) = backup["volumes"]
-        manifest = Repository.open(open_store(repo)).read_manifest(f"{NS}/data", row["backup_id"])
+        manifest = open_repo(repo).read_manifest(f"{NS}/data", row["backup_id"])
         snapshot = k.get(api, "VolumeSnapshot", NS, manifest.snapshot.volume_snapshot)  # kept as the next base
         content = k.get(api, "VolumeSnapshotContent", None, snapshot["status"]["boundVolumeSnapshotContentName"])
         _namespace(cluster, TARGET, repo)

@@ -4,6 +4,8 @@ reports through its termination message, and ``cleanup.delete_by_label`` removes
 
 from __future__ import annotations
 
+import base64
+import os
 import subprocess
 import sys
 
@@ -14,7 +16,7 @@ from localcluster.kubelet.testing import wait_until
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
 from movers.cbt.discovery import resolve_snapshot, snapshot_metadata_service
 from movers.kube import apply as k
-from movers.kube import cleanup, pods, snapshots
+from movers.kube import cleanup, pods, repokey, snapshots
 from movers.kube import manifests as m
 
 MiB = 1 << 20
@@ -110,7 +112,9 @@ def test_group_snapshot_members_map_to_pvcs(local_cluster, ns):
     assert snapshots.group_members(api, vgs) == []
 
 
-def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
+def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns, tmp_path):
+    """...of an encrypted repository whose key file is in the repository Secret (mounted as a file); a writer
+    pod given a wrong key file exits 6 with one line naming the file, never its content, and is not retried."""
     cluster, api = local_cluster, local_cluster.client
     core = client.CoreV1Api(api)
     labels = _labels("r3")
@@ -148,15 +152,21 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
     cluster.s3.client().create_bucket(Bucket=bucket)
     repo = f"s3://{bucket}/repo"
     env = {**cluster.env(), "PATH": "/usr/bin:/bin"}
+    key = os.urandom(32)
+    (tmp_path / "repo.key").write_bytes(key)
     subprocess.run(
-        [sys.executable, "-m", "movers", "init", "--insecure-no-encryption", "--repo", repo],
+        [sys.executable, "-m", "movers", "init", "--key-file", str(tmp_path / "repo.key"), "--repo", repo],
         check=True,
         env=env,
         capture_output=True,
     )
-    core.create_namespaced_secret(
-        ns, {"metadata": {"name": "repo", "labels": labels}, "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo}}
-    )
+    secret = {
+        "metadata": {"name": "repo", "labels": labels},
+        "stringData": {**cluster.s3.env, "CBT_MOVER_REPO": repo},
+        "data": {"keyfile": base64.b64encode(key).decode()},
+    }
+    core.create_namespaced_secret(ns, secret)
+    assert repokey.key_names(k.get(api, "Secret", ns, "repo")) == ["keyfile"]
 
     args = m.backup_args(
         volume=f"{ns}/data", namespace=ns, snapshot="snap", pvc="data", extra=["--progress-interval", "0"]
@@ -169,6 +179,7 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
         pvc="snap-read",
         service_account=MOVER_SERVICE_ACCOUNT,
         repo_secret="repo",
+        repo_keys=["keyfile"],
         cbt_audience=audience,
         labels=labels,
         active_deadline_seconds=120,
@@ -182,8 +193,36 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns):
     assert any(line.startswith("progress done=") for line in seen), seen
     assert any(line.startswith("progress done=") for line in res.log_tail)
 
+    wrong = os.urandom(32)
+    core.patch_namespaced_secret("repo", ns, {"data": {"keyfile": base64.b64encode(wrong).decode()}})
+    writer = m.mover_pod(
+        "wrongkey",
+        ns,
+        image="cbt-mover",
+        args=m.restore_args(volume=f"{ns}/data", device="/dev/xvda"),
+        pvc="data",
+        service_account=MOVER_SERVICE_ACCOUNT,
+        repo_secret="repo",
+        repo_keys=["keyfile"],
+        labels=labels,
+        role=m.WRITER,
+    )
+    res = pods.run_pod_to_completion(api, writer, timeout=60)
+    assert (res.phase, res.exit_code) == ("Failed", 6), (res.message, res.log_tail)
+    assert res.message.startswith("cbt-mover: error: no key slot of") and "\n" not in res.message.strip()
+    assert "CBT_MOVER_KEY_FILE" in res.message, res.message
+    shown = res.message + "\n".join(res.log_tail) + core.read_namespaced_pod_log("wrongkey", ns)
+    for secret_bytes in (key, wrong):
+        for form in (secret_bytes.hex(), base64.b64encode(secret_bytes).decode(), secret_bytes.decode("latin-1")):
+            assert form not in shown
+    assert pods.PodFailed(res.message, res.exit_code).retriable is False, "a wrong key is not retried"
+
     deleted = cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}=r3", wait=True, timeout=30)
-    assert deleted == {"Pod": ["mover"], "PersistentVolumeClaim": ["snap-read"], "VolumeSnapshot": ["snap"]}
+    assert deleted == {
+        "Pod": ["mover", "wrongkey"],
+        "PersistentVolumeClaim": ["snap-read"],
+        "VolumeSnapshot": ["snap"],
+    }
     assert [p.metadata.name for p in core.list_namespaced_persistent_volume_claim(ns).items] == ["data"]
 
 

@@ -69,6 +69,7 @@ def _cases() -> dict[str, dict]:
             service_account="cbt-mover",
             cbt_audience="cbt.example",
             repo_secret="backup-repo",
+            repo_keys=["password"],
             labels=LABELS,
             active_deadline_seconds=3600,
             tolerations=TOLERATIONS,
@@ -82,6 +83,7 @@ def _cases() -> dict[str, dict]:
             pvc="data",
             service_account="cbt-mover",
             repo_secret="backup-repo",
+            repo_keys=["keyfile", "password"],
             labels=LABELS,
             resources={"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
             node_selector={"kubernetes.io/os": "linux", "pool": "backup"},
@@ -188,6 +190,41 @@ def test_mover_pod_contract():
     no_token = m.mover_pod("p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r")
     assert "volumeMounts" not in no_token["spec"]["containers"][0]
     assert no_token["spec"]["containers"][0]["args"] == ["restore"]
+
+
+def test_the_repository_key_is_a_read_only_file_of_the_secret_named_by_path_only():
+    pod = m.mover_pod(
+        "p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r", repo_keys=["password"]
+    )
+    spec, c = pod["spec"], pod["spec"]["containers"][0]
+    [volume] = [v for v in spec["volumes"] if "secret" in v]
+    assert volume == {
+        "name": m.REPO_KEY_VOLUME,
+        "secret": {
+            "secretName": "r",
+            "items": [{"key": "password", "path": "password", "mode": 0o400}],
+            "defaultMode": 0o400,
+            "optional": True,
+        },
+    }
+    assert c["volumeMounts"] == [{"name": m.REPO_KEY_VOLUME, "mountPath": m.REPO_KEY_DIR, "readOnly": True}]
+    literal = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert literal == {"CBT_MOVER_PASSWORD_FILE": f"{m.REPO_KEY_DIR}/password"}
+    both = m.mover_pod(
+        "p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r",
+        repo_keys=["keyfile", "password"],
+    )  # fmt: skip
+    files = {e["name"]: e["value"] for e in both["spec"]["containers"][0]["env"] if "value" in e}
+    assert files == {
+        "CBT_MOVER_PASSWORD_FILE": f"{m.REPO_KEY_DIR}/password",
+        "CBT_MOVER_KEY_FILE": f"{m.REPO_KEY_DIR}/keyfile",
+    }
+    none = m.mover_pod("p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r")
+    assert [v["name"] for v in none["spec"]["volumes"]] == ["data"], "no key volume for an unencrypted repository"
+    with pytest.raises(ValueError, match="passphrase"):
+        m.mover_pod(
+            "p", "ns", image="i", args=["x"], pvc="c", service_account="s", repo_secret="r", repo_keys=["passphrase"]
+        )
 
 
 def test_invalid_arguments():

@@ -269,6 +269,49 @@ def test_secret_config_map_and_downward_volumes(tmp_path):
         wait_until(lambda: exec_out(core, "vols", ["cat", "/etc/conf/level"]) == "2", 10, "the config map update")
 
 
+def _mount_events(core, pod: str) -> list[str]:
+    return [
+        e.message
+        for e in core.list_namespaced_event("default").items
+        if e.involved_object.name == pod and e.reason == "FailedMount" and e.type == "Warning"
+    ]
+
+
+def test_secret_volume_items_a_missing_key_fails_the_mount_unless_optional(tmp_path):
+    """As upstream's secret volume plugin: an item whose key the Secret lacks (or a missing Secret) fails the
+    volume, the pod waits in ContainerCreating with a FailedMount event naming the volume and the key, and
+    starts once the key is there; with ``optional`` the missing item is left out and the pod runs."""
+    with local_node(tmp_path, sync_interval=0.05) as node:
+        core = node.core
+        items = [{"key": "password", "path": "password", "mode": 0o400}, {"key": "keyfile", "path": "keyfile"}]
+        mounts = [{"name": "key", "mountPath": "/etc/repo-key", "readOnly": True}]
+        strict = pod_manifest("strict", ["sh", "-c", "ls /etc/repo-key; stat -c %a /etc/repo-key/password"])
+        strict["spec"]["containers"][0]["volumeMounts"] = mounts
+        strict["spec"]["volumes"] = [{"name": "key", "secret": {"secretName": "repo", "items": items}}]
+        core.create_namespaced_pod("default", strict)
+        [missing] = wait_until(lambda: _mount_events(core, "strict"), 10, "a FailedMount event")
+        assert missing == 'MountVolume.SetUp failed for volume "key" : secret "repo" not found', missing
+
+        core.create_namespaced_secret("default", {"metadata": {"name": "repo"}, "stringData": {"password": "pw"}})
+        message = 'MountVolume.SetUp failed for volume "key" : references non-existent secret key: keyfile'
+        wait_until(lambda: message in _mount_events(core, "strict"), 10, "the missing key's event")
+        pod = core.read_namespaced_pod("strict", "default")
+        assert pod.status.phase == "Pending", pod.status
+        assert pod.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+
+        optional = pod_manifest("optional", ["sh", "-c", "ls /etc/repo-key; stat -c %a /etc/repo-key/password"])
+        optional["spec"]["containers"][0]["volumeMounts"] = mounts
+        source = {"secretName": "repo", "items": items, "optional": True}
+        optional["spec"]["volumes"] = [{"name": "key", "secret": source}]
+        core.create_namespaced_pod("default", optional)
+        assert wait_pod(core, "optional", FINISHED).status.phase == "Succeeded"
+        assert core.read_namespaced_pod_log("optional", "default") == "password\n400\n"
+
+        core.patch_namespaced_secret("repo", "default", {"stringData": {"keyfile": "k" * 32}})
+        assert wait_pod(core, "strict", FINISHED).status.phase == "Succeeded"
+        assert core.read_namespaced_pod_log("strict", "default") == "keyfile\npassword\n400\n"
+
+
 def test_stop_undoes_everything(tmp_path):
     with local_node(tmp_path) as node:  # the API and store; a second kubelet stopped by hand below
         node.kubelet.stop()

@@ -254,3 +254,35 @@ def test_retention_groups_merge_policies_apply_overrides_and_skip_other_reposito
     assert [seconds(x) for x in (0, "90m", "24h", "7d", "1.5s")] == [0, 5400, 86400, 604800, 1.5]
     with pytest.raises(UsageError):
         seconds("soon")
+
+
+def test_an_encrypted_repository_is_maintained_with_the_workers_key(
+    s3_bucket, moto_server, monkeypatch, harness, tmp_path
+):
+    """Without ``key_secret`` the key comes from the worker's environment, as for the CLI: none there, the run
+    fails saying how to give one; with it, retention, prune and a full verify run."""
+    from flows.maintenance import key_for, maintain_repo
+    from movers.errors import UsageError
+    from movers.repo.keys import Credentials
+
+    for key, value in moto_server.env.items():
+        monkeypatch.setenv(key, value)
+    url = f"s3://{s3_bucket[1]}/encrypted"
+    key_env = {"CBT_MOVER_PASSWORD": "maintenance passphrase 5d0c"}
+    repo = Repository.init(open_store(url), RepoConfig.new(encrypted=True), Credentials.gather(environ=key_env), 10)
+    image = tmp_path / "db.img"
+    for seed in (1, 2):
+        make_image(image, SIZE, seed=seed, data_fraction=0.5)
+        run_backup(repo, str(image), VolumeIdentity("shop/db"), force_full=True)
+
+    state = maintain_repo(repo=url, keep_last=1, grace=0, verify="full", return_state=True)
+    assert state.is_failed() and "is encrypted: set CBT_MOVER_PASSWORD" in (state.message or ""), state
+    monkeypatch.setenv("CBT_MOVER_PASSWORD", key_env["CBT_MOVER_PASSWORD"])
+    done = maintain_repo(repo=url, keep_last=1, grace=0, verify="full")
+    assert done["forgotten"] == 1 and done["verify"]["ok"] and done["prune"]["packs_deleted"] > 0, done
+
+    assert key_for(None, None) is None
+    assert key_for("shop/cbt-mover-repo", "/k") == {"kubeconfig": "/k", "namespace": "shop", "secret": "cbt-mover-repo"}
+    for bad in ("cbt-mover-repo", "shop/", "/x", "a/b/c"):
+        with pytest.raises(UsageError, match="key_secret must be namespace/name"):
+            key_for(bad, None)

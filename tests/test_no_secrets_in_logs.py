@@ -1,6 +1,7 @@
 """No credential reaches what the mover prints, at any log level: the CLI at ``--log-level DEBUG``
 against S3 over HTTP (moto), the log redaction on its own, endpoint URLs carrying credentials, and
-the pod specs the flows create (credentials only by Secret reference)."""
+the pod specs the flows create (credentials only by Secret reference, the repository key as a file of the
+Secret)."""
 
 from __future__ import annotations
 
@@ -164,12 +165,18 @@ def test_pod_specs_take_credentials_only_from_the_secret(role):
         pvc="c",
         service_account="s",
         repo_secret="repo-creds",
+        repo_keys=["password", "keyfile"],
         cbt_audience="aud" if role == m.MOVER else None,
         role=role,
     )
     container = pod["spec"]["containers"][0]
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
     assert {var: "repo-creds" for var, _key, _optional in m.REPO_SECRET_KEYS} == refs
-    assert [e for e in container["env"] if "value" in e] == []
+    assert "CBT_MOVER_PASSWORD" not in refs, "the passphrase is never an environment variable"
+    literal = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert literal == {var: f"{m.REPO_KEY_DIR}/{key}" for key, var in m.REPO_KEY_FILES}, "paths of files only"
+    [key_volume] = [v for v in pod["spec"]["volumes"] if v["name"] == m.REPO_KEY_VOLUME]
+    assert key_volume["secret"]["secretName"] == "repo-creds" and key_volume["secret"]["defaultMode"] == 0o400
+    assert {"name": m.REPO_KEY_VOLUME, "mountPath": m.REPO_KEY_DIR, "readOnly": True} in container["volumeMounts"]
     flags = [a for a in container["args"] if a.startswith("--")]
     assert flags and not [f for f in flags if re.search(r"password|secret|key|credential|session", f)], flags

@@ -3,7 +3,12 @@
 - ``emptyDir``: a directory of the pod; ``hostPath``: the host path itself.
 - ``secret`` / ``configMap`` / ``downwardAPI`` / ``projected``: files written into a directory of
   the pod (``items`` with ``path`` and ``mode``, ``defaultMode``, ``optional``), kept in sync with
-  the objects while the pod runs. Projected ``serviceAccountToken`` sources (``audience``,
+  the objects while the pod runs. As upstream's volume plugins: a missing object, or a key of ``items``
+  the object lacks, fails the volume (the pod waits in ContainerCreating; a FailedMount event
+  ``MountVolume.SetUp failed for volume "<name>" : secret "<secret>" not found`` /
+  ``... : references non-existent secret key: <key>``, for config maps ``configmap references
+  non-existent config key: <key>``) unless the source is ``optional``: then what is missing is left
+  out (no file). Projected ``serviceAccountToken`` sources (``audience``,
   ``expirationSeconds``, ``path``) get a token minted by the emulator bound to the pod
   (``api.issue_token(..., pod=NAME)``), re-minted once 80% of its lifetime has passed (upstream's
   rule, on the emulator's clock). A missing ``kube-root-ca.crt`` config map gives the CA of the
@@ -260,7 +265,12 @@ class PodVolumes:
             if kind in spec:
                 fv = _FileVolume(directory, {kind: spec[kind]})
                 directory.mkdir(parents=True, exist_ok=True)
-                self._sync_files(fv, force_tokens=True)
+                try:
+                    self._sync_files(fv, force_tokens=True)
+                except VolumeError:
+                    raise
+                except VolumeNotReady as err:  # the kubelet's event names the volume
+                    raise VolumeError("FailedMount", f'MountVolume.SetUp failed for volume "{name}" : {err}') from None
                 self._files[name] = fv
                 return Volume(name, "dir", str(directory), readonly=True)
         raise VolumeNotReady(f'volume "{name}": this kind of volume is not supported by the local kubelet')
@@ -429,7 +439,9 @@ class PodVolumes:
             if key not in data:
                 if ref.get("optional"):
                     continue
-                raise VolumeNotReady(f"couldn't find key {key} in {kind[0].upper() + kind[1:]} {self.ns}/{name}")
+                if kind == "secret":
+                    raise VolumeNotReady(f"references non-existent secret key: {key}")
+                raise VolumeNotReady(f"configmap references non-existent config key: {key}")
             out[_relpath(item.get("path") or key)] = (data[key], _mode(default_mode, item.get("mode")))
 
     def _downward_files(self, out: dict, items: list[Obj], default_mode: int | None) -> None:

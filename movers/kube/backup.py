@@ -16,7 +16,7 @@ run's ``movers.policy.BackupPolicy`` (its mover section, credentials Secret and 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from movers.errors import EXIT_INCOMPATIBLE, NotFoundError
 from movers.kube import apply as k
 from movers.kube import manifests as m
-from movers.kube import pods, snapshots
+from movers.kube import pods, repokey, snapshots
 from movers.kube.names import derived_name
 
 if TYPE_CHECKING:
@@ -86,11 +86,14 @@ class MoverResult(BaseModel):
     duration_s: float = 0.0
 
 
-def mover_objects(run_id: str, member: Mapping[str, Any], plan: VolumePlan, policy: BackupPolicy) -> tuple[dict, dict]:
+def mover_objects(
+    run_id: str, member: Mapping[str, Any], plan: VolumePlan, policy: BackupPolicy, repo_keys: Sequence[str] = ()
+) -> tuple[dict, dict]:
     """The claim the mover reads (from the member's snapshot, in the source claim's class: the cluster's
     default may belong to another driver, which cannot restore it; sized from restoreSize or the source
-    claim's capacity) and the mover pod (the policy's placement, a projected CBT token when CBT is planned),
-    both named ``names.derived_name(run_id, pvc)``."""
+    claim's capacity) and the mover pod (the policy's placement, a projected CBT token when CBT is planned,
+    the repository key files ``repo_keys`` of the credentials Secret), both named
+    ``names.derived_name(run_id, pvc)``."""
     namespace, mover, pvc = policy.namespace, policy.mover, member["pvc"]
     name = derived_name(run_id, pvc)  # valid and distinct whatever the PVC's name
     labels = m.run_labels(run_id, app=member.get("app"), **{m.PVC_LABEL: m.label_value(pvc)})
@@ -123,6 +126,7 @@ def mover_objects(run_id: str, member: Mapping[str, Any], plan: VolumePlan, poli
         pvc=name,
         service_account=mover.service_account,
         repo_secret=policy.repository.credentials_secret,
+        repo_keys=repo_keys,
         cbt_audience=plan.audience,
         resources=mover.resources,
         labels=labels,
@@ -144,7 +148,8 @@ def move_volume(
     on_log_line: Callable[[str], None] | None = None,
     logger: logging.Logger | logging.LoggerAdapter | None = None,
 ) -> MoverResult:
-    """Back up one member: its claim and mover pod (``mover_objects``), the pod scheduled within the policy's
+    """Back up one member: its claim and mover pod (``mover_objects``, with the key files the credentials Secret
+    holds now: ``repokey.key_names``), the pod scheduled within the policy's
     ``timeouts.pvc_bound`` (``pods.PodNotScheduled`` names FailedScheduling) and finished within ``timeouts.mover``;
     the mover's result. A Filesystem source's snapshot content is first marked for a Block claim
     (KEP-3141). A finished pod of an earlier attempt is deleted first, so that a retry runs anew. A failed
@@ -152,8 +157,10 @@ def move_volume(
     log = logger or logging.getLogger(__name__)
     if member.get("source_volume_mode") == "Filesystem":
         snapshots.patch_content_annotation(api, member["content"])
-    claim, pod = mover_objects(run_id, member, plan, policy)
-    namespace, name, timeouts = policy.namespace, pod["metadata"]["name"], policy.timeouts
+    namespace, secret = policy.namespace, policy.repository.credentials_secret
+    repo_keys = repokey.key_names(k.find(api, "Secret", namespace, secret) or {}) if secret else []
+    claim, pod = mover_objects(run_id, member, plan, policy, repo_keys)
+    name, timeouts = pod["metadata"]["name"], policy.timeouts
     k.create(api, claim)
     _clear_finished_pod(api, namespace, name, log)
     try:

@@ -23,6 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from movers.repo.keys import KEY_FILE_ENV, PASSWORD_FILE_ENV
+
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
 GROUP_SNAPSHOT_GROUP = "groupsnapshot.storage.k8s.io"
 GROUP_SNAPSHOT_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first (cbt-api-facts §5)
@@ -63,6 +65,13 @@ REPO_SECRET_KEYS = (
     ("AWS_REGION", "AWS_REGION", True),
     ("CBT_MOVER_REPO", "CBT_MOVER_REPO", False),
 )
+# the repository key in the same Secret: Secret key -> the mover's variable naming the file it is mounted as
+# (``movers.repo.keys``; never the value itself in env or argv). A pod mounts the keys the Secret has
+# (``movers.kube.repokey.key_names``) under REPO_KEY_DIR, mode 0400.
+REPO_KEY_FILES = (("password", PASSWORD_FILE_ENV), ("keyfile", KEY_FILE_ENV))
+REPO_KEY_VOLUME = "repo-key"
+REPO_KEY_DIR = "/var/run/secrets/cbt-mover/repository"
+REPO_KEY_MODE = 0o400
 
 
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
@@ -368,6 +377,22 @@ def _repo_env(secret: str) -> list[dict[str, Any]]:
     return env
 
 
+def _repo_key(secret: str, keys: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """The Secret volume of ``keys`` (some of ``REPO_KEY_FILES``), its mount and the variables naming its files."""
+    known = dict(REPO_KEY_FILES)
+    unknown = sorted(set(keys) - set(known))
+    if unknown:
+        raise ValueError(f"repository key(s) {unknown} are none of {sorted(known)}")
+    items = [{"key": key, "path": key, "mode": REPO_KEY_MODE} for key, _var in REPO_KEY_FILES if key in keys]
+    # optional: a key removed from the Secret since it was read makes the mover fail at once, naming the missing
+    # file, instead of a pod that waits in ContainerCreating until the run's timeout
+    source = {"secretName": secret, "items": items, "defaultMode": REPO_KEY_MODE, "optional": True}
+    volume = {"name": REPO_KEY_VOLUME, "secret": source}
+    mount = {"name": REPO_KEY_VOLUME, "mountPath": REPO_KEY_DIR, "readOnly": True}
+    env = [{"name": var, "value": f"{REPO_KEY_DIR}/{key}"} for key, var in REPO_KEY_FILES if key in keys]
+    return volume, mount, env
+
+
 def mover_pod(
     name: str,
     namespace: str,
@@ -377,6 +402,7 @@ def mover_pod(
     pvc: str,
     service_account: str,
     repo_secret: str,
+    repo_keys: Sequence[str] = (),
     device_path: str = "/dev/xvda",
     cbt_audience: str | None = None,
     resources: Mapping[str, Any] | None = None,
@@ -405,7 +431,9 @@ def mover_pod(
       kubelet) mounted read-only at ``CBT_TOKEN_FILE``; ``--cbt-token-file`` is appended to the
       args when they do not name one. None: no token volume (restore pods, or TokenRequest).
     - Repository credentials come from Secret ``repo_secret`` (``REPO_SECRET_KEYS``; session
-      token, endpoint and region are optional keys).
+      token, endpoint and region are optional keys). ``repo_keys``: the keys of ``REPO_KEY_FILES`` the
+      Secret holds (an encrypted repository's key), mounted as files (items of a Secret volume, read-only,
+      mode 0400) under ``REPO_KEY_DIR``; the container's environment names the files, never their content.
     - Security: not privileged, no privilege escalation, all capabilities dropped, read-only root
       filesystem, RuntimeDefault seccomp. It runs as uid 0 because the runtime creates the device
       node of a ``volumeDevices`` entry owned by root (fsGroup does not apply to block devices);
@@ -425,6 +453,11 @@ def mover_pod(
     claim: dict[str, Any] = {"claimName": pvc, **({"readOnly": True} if role == MOVER else {})}
     volumes: list[dict[str, Any]] = [{"name": "data", "persistentVolumeClaim": claim}]
     mounts: list[dict[str, Any]] = []
+    key_env: list[dict[str, Any]] = []
+    if repo_keys:
+        key_volume, key_mount, key_env = _repo_key(repo_secret, repo_keys)
+        volumes.append(key_volume)
+        mounts.append(key_mount)
     if cbt_audience is not None:
         volumes.append(
             {
@@ -450,7 +483,7 @@ def mover_pod(
         "image": image,
         "imagePullPolicy": image_pull_policy,
         "args": argv,
-        "env": [*_repo_env(repo_secret), *({"name": k, "value": v} for k, v in (env or {}).items())],
+        "env": [*_repo_env(repo_secret), *key_env, *({"name": k, "value": v} for k, v in (env or {}).items())],
         "resources": copy.deepcopy(dict(resources) if resources is not None else DEFAULT_RESOURCES),
         "volumeDevices": [{"name": "data", "devicePath": device_path}],
         "terminationMessagePath": TERMINATION_LOG,

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from movers.errors import MoverError, NotFoundError, UsageError
 from movers.kube import apply as k
 from movers.kube import manifests as m
+from movers.kube import repokey
 from movers.kube.access import Check, denied
 from movers.kube.pods import (
     PodFailed,
@@ -321,9 +322,11 @@ def writer_pod(
     *,
     timeout: float = 3600.0,
     verify_device: bool = True,
+    repo_keys: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The writer pod of ``target`` (``pod_name``): ``cbt-mover restore`` of its backup onto the claim
-    ``target.write_claim`` (reading the device back with ``verify_device``), no API token (a writer),
+    ``target.write_claim`` (reading the device back with ``verify_device``), the repository key files
+    ``repo_keys`` of Secret ``repo_secret`` (``manifests.mover_pod``), no API token (a writer),
     the run's labels (``labels_of``), ``writer``'s image, ServiceAccount, resources and placement (flow
     parameters or a policy's mover section) with the source volume's placement added to its affinity
     (``writer_affinity``)."""
@@ -336,6 +339,7 @@ def writer_pod(
         pvc=target.write_claim,
         service_account=writer.service_account,
         repo_secret=repo_secret,
+        repo_keys=repo_keys,
         resources=writer.resources,
         labels=labels_of(run_id, target.pvc, target.app),
         node_selector=writer.node_selector,
@@ -360,7 +364,8 @@ def write_volume(
     on_log_line: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """A new Block claim ``target.write_claim`` of the recorded capacity and class, and a writer pod
-    (``writer_pod``) restoring the backup onto it (and reading it back with ``verify_device``); the mover's
+    (``writer_pod``, with the key files Secret ``repo_secret`` holds now: ``repokey.key_names``) restoring the
+    backup onto it (and reading it back with ``verify_device``); the mover's
     result JSON.
 
     The claim and the pod are created together and the pod is waited for (``wait_scheduled``, at most
@@ -376,7 +381,17 @@ def write_volume(
             target.write_claim, namespace, m.quantity(target.capacity_bytes), target.storage_class or None, labels
         ),
     )
-    pod = writer_pod(namespace, run_id, target, writer, repo_secret, timeout=timeout, verify_device=verify_device)
+    repo_keys = repokey.key_names(k.find(api, "Secret", namespace, repo_secret) or {})
+    pod = writer_pod(
+        namespace,
+        run_id,
+        target,
+        writer,
+        repo_secret,
+        timeout=timeout,
+        verify_device=verify_device,
+        repo_keys=repo_keys,
+    )
     name = pod["metadata"]["name"]
     k.delete_and_wait(api, "Pod", namespace, name)  # a failed attempt's pod
     try:
