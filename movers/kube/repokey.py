@@ -52,23 +52,14 @@ def credentials(data: Mapping[str, bytes], where: str) -> keys.Credentials | Non
     ``keys.Credentials.gather`` would refuse them from files."""
     found = []
     if PASSWORD in data:
-        source = f"Secret {where} key {PASSWORD}"
-        value = data[PASSWORD].rstrip(b"\r\n")
-        if not value:
-            raise UsageError(f"the passphrase in {source} is empty")
-        found.append(keys.Secret(keys.PASSPHRASE, source, value))
+        secret = keys.passphrase_file_secret(data[PASSWORD], f"Secret {where} key {PASSWORD}")
+        found.append(secret)
         try:
-            KNOWN.add(value.decode())
+            KNOWN.add(secret.value.decode())
         except UnicodeDecodeError:
             pass  # never printed as text either
     if KEYFILE in data:
-        source = f"Secret {where} key {KEYFILE}"
-        if len(data[KEYFILE]) < keys.KEY_FILE_MIN:
-            raise UsageError(
-                f"{source} holds {len(data[KEYFILE])} bytes: a key file holds at least {keys.KEY_FILE_MIN} random"
-                f" bytes (head -c {keys.KEY_FILE_MIN} /dev/urandom > FILE)"
-            )
-        found.append(keys.Secret(keys.KEYFILE, source, data[KEYFILE]))
+        found.append(keys.key_file_secret(data[KEYFILE], f"Secret {where} key {KEYFILE}"))
     return keys.Credentials(tuple(found)) if found else None
 
 

@@ -153,21 +153,29 @@ class Credentials:
             secrets.append(Secret(PASSPHRASE, env[0], _passphrase(os.fsencode(env[1]), env[0])))
         if password_file[1]:
             source = f"{password_file[0]} {password_file[1]}"
-            secrets.append(
-                Secret(PASSPHRASE, source, _passphrase(_read(password_file[1], source).rstrip(b"\r\n"), source))
-            )
+            secrets.append(passphrase_file_secret(_read(password_file[1], source), source))
         if key_file[1]:
             source = f"{key_file[0]} {key_file[1]}"
-            value = _read(key_file[1], source)
-            if len(value) < KEY_FILE_MIN:
-                raise UsageError(
-                    f"{source} holds {len(value)} bytes: a key file holds at least {KEY_FILE_MIN} random bytes"
-                    f" (head -c {KEY_FILE_MIN} /dev/urandom > FILE)"
-                )
-            secrets.append(Secret(KEYFILE, source, value))
+            secrets.append(key_file_secret(_read(key_file[1], source), source))
         if kms_key[1]:
             secrets.append(KmsKey(kms_key[1], kms_key[0], **aws))
         return cls(tuple(secrets)) if secrets else None
+
+
+def passphrase_file_secret(content: bytes, source: str) -> Secret:
+    """The passphrase a file (or a Secret's key) holds: its content without trailing newlines; ``UsageError``
+    when that is empty."""
+    return Secret(PASSPHRASE, source, _passphrase(content.rstrip(b"\r\n"), source))
+
+
+def key_file_secret(content: bytes, source: str) -> Secret:
+    """The key a key file (or a Secret's key) holds; ``UsageError`` when it is shorter than ``KEY_FILE_MIN``."""
+    if len(content) < KEY_FILE_MIN:
+        raise UsageError(
+            f"{source} holds {len(content)} bytes: a key file holds at least {KEY_FILE_MIN} random bytes"
+            f" (head -c {KEY_FILE_MIN} /dev/urandom > FILE)"
+        )
+    return Secret(KEYFILE, source, content)
 
 
 def _passphrase(value: bytes, source: str) -> bytes:
