@@ -68,3 +68,19 @@ class Store(Protocol):
     def describe(self) -> str:
         """A human-readable location (URL) without secrets."""
         ...
+
+
+class StoreWrapper:
+    """Base of the stores that wrap another (``inner``: retries, sealing, injected faults): what a wrapper does not
+    change is the inner store's, its request counts and its description."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+
+    @property
+    def requests(self):
+        """The inner store's request counts (``movers.repo.store.counting.RequestCounts``)."""
+        return self.inner.requests
+
+    def describe(self) -> str:
+        return self.inner.describe()

@@ -29,8 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from movers.repo.store.base import Store
-from movers.repo.store.counting import RequestCounts
+from movers.repo.store.base import Store, StoreWrapper
 
 METHODS = ("put", "put_new", "get", "get_range", "size", "exists", "list", "delete")
 
@@ -53,11 +52,11 @@ def _instance(error: BaseException | type[BaseException], message: str) -> BaseE
     return error(message) if isinstance(error, type) else error
 
 
-class FaultyStore:
+class FaultyStore(StoreWrapper):
     """Wraps ``inner`` and injects the faults scripted with ``fail`` and ``crash_after_puts``."""
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.calls: Counter[str] = Counter()
         self.puts: list[str] = []
         self.bytes_put = 0
@@ -169,14 +168,6 @@ class FaultyStore:
     def delete(self, key: str) -> None:
         self._before("delete", key)
         self.inner.delete(key)
-
-    @property
-    def requests(self) -> RequestCounts:
-        """The inner store's request counts (faulted calls never reach it)."""
-        return self.inner.requests
-
-    def describe(self) -> str:
-        return self.inner.describe()
 
     def __repr__(self) -> str:
         return f"FaultyStore({self.inner!r})"

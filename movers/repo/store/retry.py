@@ -34,8 +34,7 @@ from typing import Any, TypeVar
 
 from movers.durations import parse_duration
 from movers.errors import TransientStoreError
-from movers.repo.store.base import TEMPORARY_MAX_AGE_S, Store
-from movers.repo.store.counting import RequestCounts
+from movers.repo.store.base import TEMPORARY_MAX_AGE_S, Store, StoreWrapper
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -53,7 +52,7 @@ def parse_retry_for(value: Any) -> float:
     return seconds
 
 
-class RetryingStore:
+class RetryingStore(StoreWrapper):
     """Wraps ``inner``; see the module docstring for the retry contract."""
 
     def __init__(
@@ -67,7 +66,7 @@ class RetryingStore:
     ) -> None:
         if not 0 <= retry_for <= MAX_RETRY_FOR:
             raise ValueError(f"retry_for must be between 0 and {MAX_RETRY_FOR:g} s, not {retry_for}")
-        self.inner = inner
+        super().__init__(inner)
         self.retry_for = retry_for
         self.base_delay = base_delay
         self.max_delay = max_delay
@@ -145,14 +144,6 @@ class RetryingStore:
         """The inner store's ``sweep_temporaries`` (local stores), else nothing to do: ``(0, 0)``."""
         sweep = getattr(self.inner, "sweep_temporaries", None)
         return sweep(older_than_s) if sweep is not None else (0, 0)
-
-    @property
-    def requests(self) -> RequestCounts:
-        """The inner store's request counts (each attempt counted)."""
-        return self.inner.requests
-
-    def describe(self) -> str:
-        return self.inner.describe()
 
     def __repr__(self) -> str:
         return f"RetryingStore({self.inner!r}, retry_for={self.retry_for:g})"

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from movers.repo.crypto import ENVELOPE_OVERHEAD, RepoKeys
-from movers.repo.store.base import Store
-from movers.repo.store.counting import RequestCounts
+from movers.repo.store.base import Store, StoreWrapper
 
 PLAINTEXT_KEYS = ("config",)
 PASSED_PREFIXES = ("keys/", "packs/")
@@ -29,11 +28,11 @@ def sealed(key: str) -> bool:
     return key not in PLAINTEXT_KEYS and not key.startswith(PASSED_PREFIXES)
 
 
-class SealedStore:
+class SealedStore(StoreWrapper):
     """A ``Store`` that seals what it puts and opens what it gets (see the module docstring)."""
 
     def __init__(self, inner: Store, keys: RepoKeys) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._keys = keys
 
     def _seal(self, key: str, data: bytes) -> bytes:
@@ -75,13 +74,6 @@ class SealedStore:
     def sweep_temporaries(self, *args: float) -> tuple[int, int]:
         sweep = getattr(self.inner, "sweep_temporaries", None)
         return sweep(*args) if sweep is not None else (0, 0)
-
-    @property
-    def requests(self) -> RequestCounts:
-        return self.inner.requests
-
-    def describe(self) -> str:
-        return self.inner.describe()
 
     def __repr__(self) -> str:
         return f"SealedStore({self.inner!r})"
