@@ -276,6 +276,27 @@ def publish(body: str, docs: Path | None, docs_text: Callable[[], str]) -> None:
         log(f"wrote {docs}")
 
 
+def marked(name: str, text: str) -> str:
+    """``text`` between the markers of section ``name`` (HTML comments: invisible in rendered markdown), so
+    ``write_marked_section`` can later replace just that part of a page."""
+    return f"<!-- section:{name} -->\n{text.strip(chr(10))}\n<!-- /section:{name} -->"
+
+
+def write_marked_section(path: Path, name: str, text: str) -> None:
+    """Replace section ``name`` (``marked``) of the page at ``path`` by ``text``, leaving the rest of the page as
+    it is; a page without that section gets it appended at the end (a missing page: the section alone)."""
+    page = path.read_text(encoding="utf-8") if path.exists() else ""
+    section = marked(name, text)
+    pattern = re.compile(re.escape(f"<!-- section:{name} -->") + r".*?" + re.escape(f"<!-- /section:{name} -->"), re.S)
+    if pattern.search(page):
+        page = pattern.sub(lambda _m: section, page, count=1)
+    else:
+        page = (page.rstrip("\n") + "\n\n" if page else "") + section + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    log(f"wrote section {name!r} of {path}")
+
+
 # ---------------------------------------------------------------------------------------------
 # main()
 

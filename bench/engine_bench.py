@@ -5,7 +5,8 @@ Run it with ``make bench`` or directly::
 
     .venv/bin/python bench/engine_bench.py [--size 2G] [--workdir DIR] [--keep]
                                            [--skip-restic] [--skip-s3] [--skip-mem]
-                                           [--seed N] [--write-docs]
+                                           [--seed N] [--enc-repeats N] [--write-docs]
+                                           [--write-encryption-docs]
 
 Every measurement is a separate subprocess (the ``cbt-mover`` CLI, ``restic``, ``zstd``) whose
 wall time, CPU time and peak RSS (``os.wait4``) are recorded. The page cache is dropped before
@@ -24,20 +25,31 @@ order. Phases:
    repository, and ``restic backup`` again.
 5. Restores of the latest backup to a new file (both cbt-mover repositories and restic), each
    checked by sha256 against the mutated image.
-6. "S3 (moto)": a ``moto_server`` subprocess on 127.0.0.1, full ``--extents`` backup of the
+6. Encryption cost: ``--enc-repeats`` (default 3) pairs of a full ``--extents`` backup of the mutated
+   image into a fresh unencrypted repository and a restore of it, and the same into a fresh encrypted
+   repository (``init --key-file``, 32 random bytes written into the scratch dir), alternating which
+   mode goes first; the medians give MiB/s unencrypted vs encrypted and the goal verdict (<= 10 %
+   slower). Then the one-off cost of a passphrase: ``ls`` opened by a passphrase slot (scrypt at the
+   default cost) vs by the key file.
+7. "S3 (moto)": a ``moto_server`` subprocess on 127.0.0.1, full ``--extents`` backup of the
    mutated image to ``s3://bench/repo`` and a restore from it (moto is stopped in every outcome).
-7. Memory: peak RSS of ``--scan`` and ``--extents`` backups of a 1 GiB and an 8 GiB sparse volume
+8. Memory: peak RSS of ``--scan`` and ``--extents`` backups of a 1 GiB and an 8 GiB sparse volume
    holding the same 256 MiB of mixed data; the 8G/1G ratio.
 
 It prints a markdown table, the ratios the goals need (full and restore throughput vs restic,
 incremental amplification vs restic and fixed 1 MiB / 4 MiB grids, peak RSS, 8G/1G RSS) and
-the goal verdicts.
+the goal verdicts, then the "Encryption cost" section (between ``<!-- section:encryption -->``
+markers).
 
 Flags:
 
 ``--write-docs``  also write the same report plus machine info (CPU, cores, RAM, kernel, Python,
                   restic and zstd versions, git commit, date) to ``docs/benchmarks.md``;
                   ``make bench`` passes it.
+``--write-encryption-docs``  replace only the encryption cost section of ``docs/benchmarks.md`` (appended
+                  when the page has none), keeping the rest, e.g. a restic comparison this machine
+                  cannot rerun.
+``--enc-repeats`` pairs for the encryption cost (default 3; 0 skips the phase).
 ``--size``        image size (``2G``, ``512M``, bytes; a multiple of 4 KiB), default 2G.
 ``--workdir``     parent of the scratch directory (default: the system temp dir, i.e. /tmp).
 ``--keep``        keep the scratch directory (images, repositories, logs) for inspection.
@@ -64,6 +76,7 @@ import random
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -86,7 +99,19 @@ MAX_RUN_LOG2 = 11  # runs of 1 .. 2048 blocks (4 KiB .. 8 MiB), log-uniform
 MEM_SIZES = (1 * GiB, 8 * GiB)
 MEM_DATA = 256 * MiB
 MEM_SEGMENTS = 64
-GOALS = {"full_x": 1.5, "restore_x": 1.5, "amp": 2.0, "rss_mib": 300.0, "rss_ratio": 1.2}
+GOALS = {"full_x": 1.5, "restore_x": 1.5, "amp": 2.0, "rss_mib": 300.0, "rss_ratio": 1.2, "enc_cost": 0.10}
+ENC_MODES = ("unencrypted", "encrypted")
+ENC_SECTION = "encryption"  # the marked section of DOCS the encryption cost owns (--write-encryption-docs)
+KDF_REPEATS = 3
+# Settings that give cbt-mover a repository key (movers/repo/keys.py); the bench gives its own, explicitly.
+ENC_KEY_ENV = (
+    "CBT_MOVER_PASSWORD",
+    "CBT_MOVER_PASSWORD_FILE",
+    "CBT_MOVER_KEY_FILE",
+    "CBT_MOVER_KMS_KEY",
+    "CBT_MOVER_NEW_PASSWORD",
+    "CBT_MOVER_KDF_COST",
+)
 
 # ---------------------------------------------------------------------------------------------
 # Data generation
@@ -354,6 +379,7 @@ class Bench:
     cli: list[str]
     cli_env: dict[str, str] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
+    enc_rows: list[Row] = field(default_factory=list)  # the encryption cost pairs, reported in their own section
     results: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -380,7 +406,9 @@ class Bench:
         rate: bool,
         env: dict | None = None,
         objects_fn=None,
+        rows: list[Row] | None = None,
     ) -> dict:
+        """A measured backup (cache dropped first) whose row goes to ``rows`` (default: the main table)."""
         before = dir_stats(repo_dir) if repo_dir else objects_fn()
         self.runner.drop_caches()
         p, res = self.cbt(
@@ -388,7 +416,7 @@ class Bench:
         )
         after = dir_stats(repo_dir) if repo_dir else objects_fn()
         note = f"mode {res['mode']}, read {_mib(res['read_bytes'])} MiB"
-        self.rows.append(
+        (self.rows if rows is None else rows).append(
             Row(
                 phase,
                 tool,
@@ -411,17 +439,31 @@ class Bench:
         return res
 
     def cbt_restore(
-        self, phase: str, tool: str, url: str, target: Path, expect: str, capacity: int, env: dict | None = None
+        self,
+        phase: str,
+        tool: str,
+        url: str,
+        target: Path,
+        expect: str,
+        capacity: int,
+        env: dict | None = None,
+        *,
+        extra: list[str] | None = None,
+        rows: list[Row] | None = None,
     ) -> dict:
+        """A measured restore of the latest backup (cache dropped first, ``extra`` options appended), checked by
+        sha256 against ``expect``; its row goes to ``rows`` (default: the main table)."""
         self.runner.drop_caches()
         p, res = self.cbt(
-            ["restore", "--repo", url, "--volume", VOLUME, "--device", str(target)], f"{phase} {tool}", env=env
+            ["restore", "--repo", url, "--volume", VOLUME, "--device", str(target), *(extra or [])],
+            f"{phase} {tool}",
+            env=env,
         )
         ok = sha256_file(target) == expect
         target.unlink()
         if not ok:
             self.failures.append(f"{phase} / {tool}: restored image sha256 differs from the source")
-        self.rows.append(
+        (self.rows if rows is None else rows).append(
             Row(
                 phase,
                 tool,
@@ -436,7 +478,7 @@ class Bench:
                 f"sha256 {'OK' if ok else 'MISMATCH'}, fetched {_mib(res.get('fetched_bytes'))} MiB, fsync",
             )
         )
-        res.update(wall=p.wall, rss=p.maxrss, ok=ok)
+        res.update(wall=p.wall, rss=p.maxrss, cpu=p.cpu, ok=ok)
         log(f"{phase} / {tool}: {p.wall:.2f} s, sha256 {'OK' if ok else 'MISMATCH'}, RSS {_mib(p.maxrss, 0)} MiB")
         return res
 
@@ -703,13 +745,20 @@ def run_bench(b: Bench) -> None:
     if b.results["have_restic"]:
         b.results["restore_restic"] = b.restic_restore("restore latest", image, expect)
 
+    mutated_ext = write_extents(s / "allocated-mutated.jsonl", coalesce([*image.data_extents, *changed]))
+
+    # -- encryption cost: unencrypted vs encrypted full backup and restore, in pairs
+    if args.enc_repeats:
+        encryption_phase(b, image, mutated_ext, expect)
+    else:
+        b.notes.append("Encryption cost phase skipped (--enc-repeats 0).")
+
     # -- S3 (moto)
     if args.skip_s3:
         b.notes.append("S3 (moto) phase skipped (--skip-s3).")
     else:
-        mutated_alloc = coalesce([*image.data_extents, *changed])
         try:
-            s3_phase(b, image, write_extents(s / "allocated-mutated.jsonl", mutated_alloc), expect)
+            s3_phase(b, image, mutated_ext, expect)
         except (BenchError, RuntimeError, OSError) as err:
             b.failures.append(f"S3 (moto) phase failed: {err}")
             log(b.failures[-1])
@@ -733,6 +782,94 @@ def run_bench(b: Bench) -> None:
                 shutil.rmtree(repo)
             vol.unlink()
         b.results["mem"] = mem
+
+
+def key_free_env() -> dict[str, str]:
+    """This process's environment without any repository key setting: the unencrypted runs must not carry a
+    key (refused, exit 2) and the encrypted ones must use exactly the key the bench gives."""
+    return {k: v for k, v in os.environ.items() if k not in ENC_KEY_ENV}
+
+
+def encryption_phase(b: Bench, image: Image, ext_file: Path, expect: str) -> None:
+    """``--enc-repeats`` pairs of (full ``--extents`` backup + restore) of the mutated image into a fresh
+    unencrypted and a fresh encrypted repository (a 32-byte random key file), alternating which goes first;
+    each run drops the page cache like every other phase. Then the one-off cost of opening with a passphrase
+    (scrypt at the default cost) against the key file, timed on ``ls``."""
+    s = b.scratch
+    key_file = s / "bench.key"
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        _pwrite_all(fd, os.urandom(32), 0)
+    finally:
+        os.close(fd)
+    env = key_free_env()
+    key = ["--key-file", str(key_file)]
+    reps = b.args.enc_repeats
+    runs: dict[str, dict[str, list[dict]]] = {mode: {"full": [], "restore": []} for mode in ENC_MODES}
+    for i in range(reps):
+        order = ENC_MODES if i % 2 == 0 else tuple(reversed(ENC_MODES))
+        for mode in order:
+            repo = s / f"repo-enc-cost-{mode}"
+            url = "file://" + str(repo)
+            opts = key if mode == "encrypted" else []
+            if mode == "encrypted":
+                b.cbt(["init", "--repo", url, *key], f"init {url}", env=env)
+            else:
+                b.cbt_init(url, env=env)
+            runs[mode]["full"].append(
+                b.cbt_backup(
+                    f"pair {i + 1}/{reps} full",
+                    f"cbt-mover --extents, {mode}",
+                    url,
+                    repo,
+                    image.path,
+                    ["--extents", str(ext_file), *opts],
+                    image.size,
+                    rate=True,
+                    env=env,
+                    rows=b.enc_rows,
+                )
+            )
+            runs[mode]["restore"].append(
+                b.cbt_restore(
+                    f"pair {i + 1}/{reps} restore",
+                    f"cbt-mover, {mode}",
+                    url,
+                    s / "restore-enc-cost.img",
+                    expect,
+                    image.size,
+                    env=env,
+                    extra=opts,
+                    rows=b.enc_rows,
+                )
+            )
+            if mode == "encrypted" and i == reps - 1:
+                b.results["kdf"] = kdf_open_cost(b, url, key, env)
+            shutil.rmtree(repo)
+    b.results["enc"] = runs
+
+
+def kdf_open_cost(b: Bench, url: str, key: list[str], env: dict[str, str]) -> dict:
+    """Add a passphrase slot at the default scrypt cost, then time ``ls`` opened by it and by the key file,
+    ``KDF_REPEATS`` times each, alternating (warm cache: this measures the key derivation, not I/O)."""
+    password = os.urandom(12).hex()
+    b.cbt(["key", "add", "--repo", url, *key], "key add passphrase", env={**env, "CBT_MOVER_NEW_PASSWORD": password})
+    _p, listed = b.cbt(["key", "list", "--repo", url, *key], "key list", env=env)
+    kdf = next((slot["kdf"] for slot in listed["slots"] if slot.get("kdf")), None) or {}
+    how = {"key file": (key, env), "passphrase": ([], {**env, "CBT_MOVER_PASSWORD": password})}
+    walls: dict[str, list[float]] = {name: [] for name in how}
+    for i in range(KDF_REPEATS):
+        for name in list(how) if i % 2 == 0 else list(reversed(how)):
+            opts, run_env = how[name]
+            p, _res = b.cbt(["ls", "--repo", url, *opts], f"ls with {name}", env=run_env)
+            walls[name].append(p.wall)
+    res = {name: statistics.median(w) for name, w in walls.items()}
+    res["kdf"] = kdf
+    log(
+        f"open cost: ls {res['passphrase']:.2f} s with a passphrase (scrypt {kdf}) vs {res['key file']:.2f} s with"
+        " the key file"
+    )
+    return res
 
 
 def s3_phase(b: Bench, image: Image, ext_file: Path, expect: str) -> None:
@@ -813,7 +950,97 @@ def _verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("**met**" if ok else "**MISSED**")
 
 
-def report(b: Bench) -> str:
+def encryption_summary(b: Bench) -> list[dict]:
+    """Per operation (full backup, restore): median MiB/s and CPU s of each mode over the pairs, the ratio of
+    the medians (encrypted / unencrypted), each pair's own ratio, and whether the goal is met."""
+    size = b.results["image"].size
+    runs = b.results["enc"]
+    out = []
+    for op, name in (("full", "full backup (`--extents`)"), ("restore", "restore")):
+        plain, enc = runs["unencrypted"][op], runs["encrypted"][op]
+        rate = {m: statistics.median(size / r["wall"] for r in runs[m][op]) for m in ENC_MODES}
+        cpu = {m: statistics.median(r["cpu"] for r in runs[m][op]) for m in ENC_MODES}
+        ratio = rate["encrypted"] / rate["unencrypted"]
+        pairs = [p["wall"] / e["wall"] for p, e in zip(plain, enc, strict=True)]
+        out.append(
+            {
+                "op": op,
+                "name": name,
+                "rate": rate,
+                "cpu": cpu,
+                "ratio": ratio,
+                "pairs": pairs,
+                "ok": ratio >= 1 - GOALS["enc_cost"],
+            }
+        )
+    return out
+
+
+def _slower(ratio: float) -> str:
+    cost = 1 - ratio
+    return f"{cost:.1%} slower" if cost >= 0 else f"{-cost:.1%} faster"
+
+
+def encryption_report(b: Bench, info: dict[str, str]) -> str:
+    """The "Encryption cost" section: context of the run, every run of the pairs, the summary with the goal
+    verdicts, and the one-off passphrase cost. Self-contained: ``--write-encryption-docs`` writes it alone."""
+    reps = b.args.enc_repeats
+    image: Image = b.results["image"]
+    summary = encryption_summary(b)
+    drop = "dropped before every backup and restore" if b.runner.can_drop else "NOT dropped (not permitted): warm"
+    lines = [
+        "### Encryption cost",
+        "",
+        f"Issue 13 goal: encryption costs <= {GOALS['enc_cost']:.0%} of full backup and restore throughput."
+        f" Run {info['date']}, commit {info['git']} ({info['code']}), Python {info['python']},"
+        f" {info['cores']} cores ({info['cpu']}), load average at the start {info['load_start']}, at the end"
+        f" {benchlib.loadavg()}; page cache {drop}.",
+        "",
+        f"{reps} pair{'s' if reps != 1 else ''} of runs on the same data: the mutated {_mib(image.size, 0)} MiB image"
+        " (after the 1 % writes), a full `--extents` backup of its allocated ranges into a fresh repository and a"
+        " restore of that backup to a new file (sha256-checked, fsync), once into an unencrypted repository"
+        " (`--insecure-no-encryption`) and once into an encrypted one (`cbt-mover init --key-file`, 32 random"
+        " bytes the bench writes into its scratch directory). Which mode goes first alternates from pair to"
+        " pair. The summary uses the **median** MiB/s of each mode over the pairs (MiB/s: image bytes, holes"
+        " included, per wall second); each pair's own ratio shows the noise.",
+        "",
+        table(b.enc_rows),
+        "",
+        "| operation | unencrypted MiB/s | encrypted MiB/s | encrypted / unencrypted | cost | per-pair ratios |"
+        f" CPU s unencrypted / encrypted | goal (<= {GOALS['enc_cost']:.0%} slower) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in summary:
+        pairs = ", ".join(f"{r:.2f}" for r in row["pairs"])
+        lines.append(
+            f"| {row['name']} | {row['rate']['unencrypted'] / MiB:,.0f} | {row['rate']['encrypted'] / MiB:,.0f} |"
+            f" {row['ratio']:.2f} | {_slower(row['ratio'])} | {pairs} |"
+            f" {row['cpu']['unencrypted']:.1f} / {row['cpu']['encrypted']:.1f} | {_verdict(row['ok'])} |"
+        )
+    lines.append("")
+    for row in summary:
+        spread = max(row["pairs"]) - min(row["pairs"])
+        if len(row["pairs"]) > 1 and spread > GOALS["enc_cost"]:
+            lines.append(
+                f"* Noisy: the {row['name']} pairs range over {spread:.2f} in ratio ({min(row['pairs']):.2f} to"
+                f" {max(row['pairs']):.2f}), more than the {GOALS['enc_cost']:.0%} the goal allows; read the"
+                " verdict with that in mind (the host is shared)."
+            )
+    kdf = b.results.get("kdf")
+    if kdf:
+        params = kdf["kdf"]
+        cost = f"scrypt N=2^{int(params['n']).bit_length() - 1}, r={params['r']}, p={params['p']}" if params else "?"
+        lines.append(
+            f"* One-off cost of a passphrase: `cbt-mover ls` of the encrypted repository takes"
+            f" {kdf['passphrase']:.2f} s opened with `CBT_MOVER_PASSWORD` (a slot added at the default cost, {cost})"
+            f" and {kdf['key file']:.2f} s with the key file (HKDF), median of {KDF_REPEATS} each, warm cache:"
+            f" **{kdf['passphrase'] - kdf['key file']:+.2f} s** once per command (every backup, restore, ls),"
+            " not per byte; the pairs above use the key file."
+        )
+    return "\n".join(lines)
+
+
+def report(b: Bench, info: dict[str, str]) -> str:
     r = b.results
     image: Image = r["image"]
     lines = []
@@ -929,6 +1156,16 @@ def report(b: Bench) -> str:
         goals.append(
             (f"RSS 8 GiB / 1 GiB sparse, --{mode}", f"<= {g['rss_ratio']}x", x_ratio(ratio), ratio <= g["rss_ratio"])
         )
+    if "enc" in r:
+        for row in encryption_summary(b):
+            goals.append(
+                (
+                    f"encryption cost, {row['name']}",
+                    f"<= {g['enc_cost']:.0%} slower",
+                    f"{_slower(row['ratio'])} (median of {b.args.enc_repeats})",
+                    row["ok"],
+                )
+            )
     for name, target, measured, ok in goals:
         lines.append(f"| {name} | {target} | {measured} | {_verdict(ok)} |")
     b.results["goals"] = goals
@@ -938,6 +1175,10 @@ def report(b: Bench) -> str:
             lines.append(f"* FAILURE: {f}")
         for n in b.notes:
             lines.append(f"* {n}")
+    if "enc" in r:
+        lines.append("")
+        b.results["enc_report"] = encryption_report(b, info)
+        lines.append(benchlib.marked(ENC_SECTION, b.results["enc_report"]))
     return "\n".join(lines)
 
 
@@ -964,7 +1205,8 @@ def docs_text(b: Bench, body: str, info: dict[str, str]) -> str:
 
 Generated by `bench/engine_bench.py --write-docs` (`make bench`); do not edit by hand, rerun it.
 Each measurement is a separate subprocess; wall time, CPU time (user+sys) and peak RSS come from `os.wait4`.
-One run, no repetitions: on a shared host expect run-to-run noise (compare the load averages below).
+One run, no repetitions (except the encryption cost pairs, see there): on a shared host expect run-to-run noise
+(compare the load averages below).
 
 ## Machine
 
@@ -1001,8 +1243,24 @@ def main(argv: list[str] | None = None) -> int:
         help="command running cbt-mover; 'live' runs .venv/bin/cbt-mover on the working tree as it changes"
         " (default: a snapshot of movers/ taken at the start)",
     )
+    parser.add_argument(
+        "--enc-repeats",
+        type=int,
+        default=3,
+        metavar="N",
+        help="pairs of unencrypted / encrypted full backup + restore for the encryption cost (default 3, 0: skip)",
+    )
     parser.add_argument("--write-docs", action="store_true", help=f"write the report to {DOCS.relative_to(ROOT)}")
+    parser.add_argument(
+        "--write-encryption-docs",
+        action="store_true",
+        help=f"replace only the encryption cost section of {DOCS.relative_to(ROOT)} (the rest stays as it is)",
+    )
     args = parser.parse_args(argv)
+    if args.enc_repeats < 0:
+        parser.error("--enc-repeats must be >= 0")
+    if args.write_encryption_docs and not args.enc_repeats:
+        parser.error("--write-encryption-docs needs the encryption phase (--enc-repeats >= 1)")
 
     return benchlib.run_main(args, lambda scratch: run(args, scratch))
 
@@ -1030,8 +1288,10 @@ def run(args: argparse.Namespace, scratch: Path) -> int:
     run_bench(bench)
     if bench.runner.can_drop is False:
         bench.notes.append("The page cache could not be dropped: every tool ran warm, in the same order.")
-    body = report(bench)
+    body = report(bench, info)
     benchlib.publish(body, DOCS if args.write_docs else None, lambda: docs_text(bench, body, info))
+    if args.write_encryption_docs and "enc_report" in bench.results:
+        benchlib.write_marked_section(DOCS, ENC_SECTION, bench.results["enc_report"])
     return 1 if bench.failures else 0
 
 
