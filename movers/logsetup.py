@@ -11,6 +11,10 @@ Contract of ``configure(level)``:
   userinfo is printed at any level, tracebacks included.
 
 Calling it again only changes the levels.
+
+``protect()`` is the same guarantee for a process whose logging someone else configured (a Prefect worker running
+the tasks, which open repositories in-process): it leaves the levels and handlers as they are, except that the
+libraries that log credentials never log below INFO, and every handler of every logger gets the filter.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from movers.redaction import KNOWN, SECRET_ENV_VARS, RedactingFilter
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 OWN_LOGGERS = "movers"
+CREDENTIAL_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3", "kubernetes")  # log headers, URLs, credentials
 
 
 def configure(level: int) -> None:
@@ -32,8 +37,24 @@ def configure(level: int) -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(FORMAT))
         root.addHandler(handler)
-    for handler in root.handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter(KNOWN))
+    _filter_handlers(root.handlers)
     root.setLevel(max(level, logging.INFO))
     logging.getLogger(OWN_LOGGERS).setLevel(level)
+
+
+def _filter_handlers(handlers) -> None:
+    for handler in handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter(KNOWN))
+
+
+def protect() -> None:
+    """Keep credentials out of a process's logs without taking over its logging (see the module docstring)."""
+    KNOWN.add(*(os.environ.get(name) for name in SECRET_ENV_VARS))
+    for name in CREDENTIAL_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.INFO))
+    _filter_handlers(logging.getLogger().handlers)
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger):
+            _filter_handlers(logger.handlers)

@@ -1,6 +1,14 @@
-"""Thin Prefect tasks over ``movers`` (5-20 lines each); they return small serialisable results."""
+"""Thin Prefect tasks over ``movers`` (5-20 lines each); they return small serialisable results.
+
+Importing them protects the process's logs (``movers.logsetup.protect``): tasks open repositories and call the
+Kubernetes API in the worker's own process, whatever logging configuration it runs with.
+"""
 
 import logging
+
+from movers.logsetup import protect
+
+protect()
 
 
 def retry_if_retriable(task, task_run, state) -> bool:

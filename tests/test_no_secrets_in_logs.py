@@ -180,3 +180,32 @@ def test_pod_specs_take_credentials_only_from_the_secret(role):
     assert {"name": m.REPO_KEY_VOLUME, "mountPath": m.REPO_KEY_DIR, "readOnly": True} in container["volumeMounts"]
     flags = [a for a in container["args"] if a.startswith("--")]
     assert flags and not [f for f in flags if re.search(r"password|secret|key|credential|session", f)], flags
+
+
+WORKER = """
+import logging, sys
+logging.basicConfig(stream=sys.stderr, level=logging.DEBUG)   # an operator's DEBUG logging config
+logging.getLogger("botocore").setLevel(logging.DEBUG)
+import tasks  # what a Prefect worker imports with the flows
+from movers.repo.store import open_store
+print(list(open_store(sys.argv[1]).list("")))
+logging.getLogger("movers.test").debug("our own DEBUG line")
+"""
+
+
+def test_a_flow_process_logging_at_debug_prints_no_credential_of_its_in_process_s3_calls(s3_env):
+    """Tasks open repositories in the Prefect worker's process: an operator's DEBUG logging (botocore included)
+    there must not print request dumps either."""
+    import os
+    import subprocess
+    import sys
+
+    env, repo = s3_env
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CBT_MOVER_"))}
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER, repo], capture_output=True, text=True, env={**base, **env}, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "our own DEBUG line" in proc.stderr
+    assert_no_credentials(proc.stdout + proc.stderr, ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, PASSPHRASE)
+    assert "DEBUG:botocore" not in proc.stderr and "DEBUG:urllib3" not in proc.stderr
