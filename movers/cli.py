@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, NoReturn
 
 from movers import device, errors, logsetup, redaction
 from movers.errors import MoverError, UsageError
@@ -89,8 +89,26 @@ def _cbt_options(args: argparse.Namespace):
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error contract: a bad argument is one line naming the fix and the command's
+    ``--help``, exit code 2, instead of argparse's usage block (subcommands' parsers are of this class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(errors.EXIT_USAGE, f"cbt-mover: error: {message} (see {self.prog} --help)\n")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cbt-mover")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cbt-mover", description="Back up and restore block volumes.")
+    parser = _Parser(prog="cbt-mover", description="Back up and restore block volumes.")
+    parser.add_argument("--version", action="version", version=f"cbt-mover {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("init", help="create a repository (encrypted: give its first key)")

@@ -181,3 +181,24 @@ def test_run_backup_checks_the_volume_id_before_writing_anything(tmp_path, image
     with pytest.raises(UsageError, match="too long"):
         run_backup(repo, str(image), VolumeIdentity("ns/" + "p" * 300))
     assert repo_files(url) == before
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["backup", "--volume", "v"], "required: --device"),
+        (["restroe"], "invalid choice: 'restroe'"),
+        (["prune", "--repo", "file:///x", "--repack-max"], "--repack-max: expected one argument"),
+        ([], "required: command"),
+    ],
+)
+def test_argument_errors_are_one_line_with_a_hint(argv, fragment):
+    proc = run(*argv)
+    assert_one_line_error(proc, 2, fragment, "--help")
+
+
+def test_version():
+    from importlib.metadata import version
+
+    proc = run("--version", check_rc=0)
+    assert proc.stdout.strip() == f"cbt-mover {version('cbt-mover')}"
