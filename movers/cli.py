@@ -13,11 +13,11 @@ import json
 import logging
 import os
 import sys
-import time
 from contextlib import nullcontext
 from typing import Any, NoReturn
 
 from movers import device, errors, logsetup, redaction
+from movers.cli_progress import MODES, Reporter, open_reporter
 from movers.errors import MoverError, UsageError
 from movers.units import human_bytes
 
@@ -50,7 +50,16 @@ def _add_repo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
     p.add_argument("--result-file", help="also write the JSON result here (a pod's /dev/termination-log)")
     p.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
-    p.add_argument("--progress-interval", type=float, default=2.0, help="seconds between progress lines")
+    p.add_argument(
+        "--progress",
+        choices=MODES,
+        default="auto",
+        help="how backup, restore, verify and prune show progress on stderr: a bar, progress done=N total=N lines,"
+        " JSON lines or nothing (default auto: a bar on a terminal, else the lines)",
+    )
+    p.add_argument(
+        "--progress-interval", type=float, default=2.0, help="seconds between progress lines (plain and json)"
+    )
 
 
 def _add_cbt(p: argparse.ArgumentParser, with_snapshot: bool) -> None:
@@ -248,21 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Progress:
-    """Throttled ``progress done=N total=N`` lines on stderr."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self.last = 0.0
-        self.printed: tuple[int, int | None] | None = None
-
-    def __call__(self, done: int, total: int | None) -> None:
-        now = time.monotonic()
-        final = total is not None and done >= total
-        if (now - self.last >= self.interval or final) and self.printed != (done, total):
-            self.last = now
-            self.printed = (done, total)
-            print(f"progress done={done} total={total if total is not None else '?'}", file=sys.stderr, flush=True)
+def _reporter(args: argparse.Namespace) -> Reporter:
+    """The command's progress on stderr as ``--progress`` asks (``movers.cli_progress``)."""
+    return open_reporter(args.progress, args.progress_interval)
 
 
 def _open_repo(args: argparse.Namespace, create: bool = False):
@@ -382,24 +379,26 @@ def cmd_backup(args: argparse.Namespace) -> int:
     snapshot = SnapshotIdentity(
         args.snapshot, args.namespace, args.snapshot_handle, args.group_snapshot, args.group_snapshot_handle
     )
+    reporter = _reporter(args)
     run = dict(
         snapshot=snapshot,
         options=BackupOptions(level=args.zstd_level, workers=max(1, args.workers)),
-        progress=_Progress(args.progress_interval),
+        progress=reporter.phase("backup"),
         force_full=args.full,
         tags=tags,
         run_pvcs=run_pvcs,
     )
     extra: dict[str, Any] = {"change_source": "scan" if args.scan else "extents"}
-    if cbt.wanted:
-        manifest = _cbt_backup(args, cbt, repo, volume, snapshot, run, extra)
-    elif args.extents:
-        _check_extents_parent(repo, volume, args.full)
-        source, name = _extent_source(args.extents)
-        with source as stream:
-            manifest = run_backup(repo, args.device, volume, extents=parse_jsonl(stream, name), **run)
-    else:
-        manifest = run_backup(repo, args.device, volume, **run)
+    with reporter:
+        if cbt.wanted:
+            manifest = _cbt_backup(args, cbt, repo, volume, snapshot, run, extra)
+        elif args.extents:
+            _check_extents_parent(repo, volume, args.full)
+            source, name = _extent_source(args.extents)
+            with source as stream:
+                manifest = run_backup(repo, args.device, volume, extents=parse_jsonl(stream, name), **run)
+        else:
+            manifest = run_backup(repo, args.device, volume, **run)
     result = {
         "backup_id": manifest.backup_id,
         "volume": volume.id,
@@ -569,35 +568,34 @@ def cmd_restore(args: argparse.Namespace) -> int:
     device.check_target(args.device)
     repo = _open_repo(args)
     manifest = repo.resolve(args.volume, args.backup)
-    progress = _Progress(args.progress_interval)
-    phases = 2 if args.verify_device else 1  # progress covers writing, then reading back
+    phases = 2 if args.verify_device else 1  # writing, then reading back
+    with _reporter(args) as reporter:
+        try:
+            stats = run_restore(
+                repo,
+                manifest,
+                args.device,
+                assume_zeroed=args.assume_zeroed,
+                workers=max(1, args.workers),
+                progress=reporter.phase("restore", part=0, parts=phases),
+            )
+        except device.NoRoom as err:
+            raise device.NoRoom(
+                f"restore target {args.device} has no room for backup {manifest.backup_id}"
+                f" ({_mib(manifest.capacity_bytes)}): {err}; the target is incomplete"
+            ) from None
+        check = None
+        if args.verify_device:
+            from movers.pipeline.readback import verify_device
 
-    def phase(n: int):
-        return lambda done, total: progress(n * (total or 0) + done, phases * total if total is not None else None)
-
-    try:
-        stats = run_restore(
-            repo,
-            manifest,
-            args.device,
-            assume_zeroed=args.assume_zeroed,
-            workers=max(1, args.workers),
-            progress=phase(0),
-        )
-    except device.NoRoom as err:
-        raise device.NoRoom(
-            f"restore target {args.device} has no room for backup {manifest.backup_id}"
-            f" ({_mib(manifest.capacity_bytes)}): {err}; the target is incomplete"
-        ) from None
+            readback = reporter.phase("readback", part=1, parts=phases)
+            check = verify_device(repo, manifest, args.device, workers=max(1, args.workers), progress=readback)
     result = {"backup_id": manifest.backup_id, "volume": args.volume, "mode": manifest.mode, **stats.as_dict()}
     text = (
         f"restored {manifest.backup_id} of {args.volume} to {args.device}: {_mib(stats.written_bytes)} written,"
         f" verified {stats.chunks_verified} chunks in {stats.duration_s} s"
     )
-    if args.verify_device:
-        from movers.pipeline.readback import verify_device
-
-        check = verify_device(repo, manifest, args.device, workers=max(1, args.workers), progress=phase(1))
+    if check is not None:
         result["readback"] = check.as_dict()
         text += f"; read back {_mib(check.checked_bytes + check.zero_bytes)} in {check.duration_s} s: identical"
     result["requests"] = repo.store.requests.as_dict()
@@ -690,11 +688,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         refs = [r for r in refs if r.backup_id == manifest.backup_id]
     elif args.volume and not refs:
         raise errors.NotFoundError(f"volume {args.volume} has no backups in {repo.describe()}")
-    progress, workers = _Progress(args.progress_interval), max(1, args.workers)
-    if args.sample is None:
-        report = run_verify(repo, refs, workers=workers, progress=progress)
-    else:
-        report = run_verify_sampled(repo, refs, args.sample, args.seed, workers=workers, progress=progress)
+    workers = max(1, args.workers)
+    with _reporter(args) as reporter:
+        if args.sample is None:
+            report = run_verify(repo, refs, workers=workers, progress=reporter.phase("verify", "backups"))
+        else:
+            progress = reporter.stages(("maps", "backups"), ("packs", "bytes"))  # maps checked, then packs read
+            report = run_verify_sampled(repo, refs, args.sample, args.seed, workers=workers, progress=progress)
     if args.json:
         print(json.dumps(report.to_dict(), sort_keys=True))
     else:
@@ -765,8 +765,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from movers.repo.prune import prune
 
     grace, wait = _duration(args.grace), _duration(args.wait_backups, "--wait-backups")
-    repo = _open_repo(args)
-    r = prune(repo, grace_s=grace, dry_run=args.dry_run, backup_wait_s=wait, repack_max_bytes=_size(args.repack_max))
+    repo, repack_max = _open_repo(args), _size(args.repack_max)
+    with _reporter(args) as reporter:
+        marking = reporter.phase("mark", "backups")  # the references of every backup, the long phase
+        r = prune(
+            repo, grace_s=grace, dry_run=args.dry_run, backup_wait_s=wait, repack_max_bytes=repack_max, progress=marking
+        )
     verb = "would delete" if r.dry_run else "deleted"
     text = (
         f"{verb} {r.packs_deleted} pack(s) ({_mib(r.bytes_deleted)}) and {r.map_objects_deleted} map object(s);"
