@@ -62,21 +62,40 @@ def _add_repo(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_cbt(p: argparse.ArgumentParser, with_snapshot: bool) -> None:
+def _add_cbt(p: argparse.ArgumentParser, lister: bool = False) -> None:
+    """The CBT options; ``lister``: with the upstream snapshot-metadata-lister's spellings too (``extents``)."""
+    from movers.cli_extents import LISTER_ALIASES
+
+    def flags(name: str) -> tuple[str, ...]:
+        return (*LISTER_ALIASES.get(name, ()), name) if lister else (name,)
+
     g = p.add_argument_group("changed block tracking (SnapshotMetadata service)")
     g.add_argument("--cbt-address", help="HOST:PORT of the SnapshotMetadata service")
     g.add_argument("--cbt-ca-file", help="PEM CA bundle the service's certificate must chain to")
     g.add_argument("--cbt-token-file", help="file with an audience-scoped token (projected SA token)")
     g.add_argument("--cbt-audience", help="get tokens for this audience from the TokenRequest API")
-    g.add_argument("--service-account", help="NAMESPACE/NAME for TokenRequest (default: the pod's own)")
-    g.add_argument("--cbt-max-results", type=int, default=4096, help="tuples per response (0: server decides)")
-    g.add_argument("--base-handle", help="CSI snapshot handle of the base: a delta instead of allocated ranges")
+    g.add_argument(
+        *flags("--service-account"),
+        help="NAMESPACE/NAME for TokenRequest (default: the pod's own)"
+        + (", or NAME with --service-account-namespace" if lister else ""),
+    )
+    g.add_argument(
+        *flags("--cbt-max-results"),
+        dest="cbt_max_results",
+        type=int,
+        default=None if lister else 4096,
+        help="tuples per response (0: server decides; default 4096" + (", with -o json or table 0)" if lister else ")"),
+    )
+    g.add_argument(
+        *flags("--base-handle"),
+        dest="base_handle",
+        help="CSI snapshot handle of the base: a delta instead of allocated ranges",
+    )
     g.add_argument("--kube", action="store_true", help="look up the VolumeSnapshot, its driver's service and CA")
-    g.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG / ~/.kube/config)")
+    g.add_argument(
+        *flags("--kubeconfig"), help="kubeconfig file (default: in-cluster, then KUBECONFIG / ~/.kube/config)"
+    )
     g.add_argument("--snapshot-wait", type=float, default=300.0, help="seconds to wait for the snapshot to be ready")
-    if with_snapshot:
-        g.add_argument("--namespace", help="namespace of the VolumeSnapshot")
-        g.add_argument("--snapshot", help="VolumeSnapshot name")
 
 
 def _cbt_options(args: argparse.Namespace):
@@ -91,7 +110,10 @@ def _cbt_options(args: argparse.Namespace):
         token_file=args.cbt_token_file,
         audience=args.cbt_audience,
         service_account=args.service_account,
+        service_account_namespace=getattr(args, "service_account_namespace", None),
+        token_expiry=getattr(args, "token_expiry", 600),
         max_results=args.cbt_max_results,
+        starting_offset=getattr(args, "starting_offset", 0),
         kube=args.kube,
         kubeconfig=args.kubeconfig,
         wait_timeout=args.snapshot_wait,
@@ -146,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="scan",
         help="when CBT is unavailable: scan the device (default) or fail with exit code 9",
     )
-    _add_cbt(p, with_snapshot=False)
+    _add_cbt(p)
     p.add_argument("--zstd-level", type=int, default=3)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ident = p.add_argument_group("identity recorded in the manifest")
@@ -191,9 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a tag recorded in the manifest (repeatable), e.g. cbt-mover.io/run=RUN_ID",
     )
 
-    p = sub.add_parser("extents", help="list the allocated or changed extents of a snapshot (JSON lines)")
-    p.add_argument("--log-level", default=os.environ.get("CBT_MOVER_LOG_LEVEL", "WARNING"))
-    _add_cbt(p, with_snapshot=True)
+    from movers.cli_extents import add_parser as add_extents_parser
+
+    add_extents_parser(sub, _add_cbt)
 
     p = sub.add_parser("restore", help="restore a backup onto a device or image file")
     _add_repo(p)
@@ -536,30 +558,9 @@ def _fallback(args, err, repo, volume, snapshot, run, extra):
 
 
 def cmd_extents(args: argparse.Namespace) -> int:
-    from movers.cbt.source import open_session
-    from movers.extents import write_jsonl
+    from movers.cli_extents import cmd_extents as run
 
-    session = open_session(_cbt_options(args))
-    try:
-        count, total = write_jsonl(session.stream, sys.stdout)
-        s = session.stream
-        summary = {
-            "mode": "delta" if args.base_handle else "allocated",
-            "namespace": args.namespace,
-            "snapshot": args.snapshot,
-            "base_handle": args.base_handle,
-            "block_type": s.block_type,
-            "capacity_bytes": s.capacity,
-            "extents": count,
-            "bytes": total,
-            "messages": s.messages,
-            "tuples": s.tuples,
-            "resumes": s.resumes,
-        }
-        print(json.dumps({"summary": summary}, sort_keys=True), flush=True)
-    finally:
-        session.close()
-    return 0
+    return run(args, _cbt_options)
 
 
 def cmd_restore(args: argparse.Namespace) -> int:

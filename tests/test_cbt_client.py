@@ -420,3 +420,77 @@ def test_full_with_a_base_handle_reads_the_allocated_blocks(env, tmp_path):
     out = tmp_path / "restored.img"
     cli("restore", "--repo", repo, "--volume", "apps/data", "--device", out)
     assert sha256_file(out) == sha256_file(env.target_img)
+
+
+# -- extents in the upstream snapshot-metadata-lister's forms (tools/snapshot-metadata-lister, pkg/iterator) --
+
+TABLE_HEAD = [
+    "Record#   VolCapBytes  BlockMetadataType   ByteOffset     SizeBytes",
+    "------- -------------- ----------------- -------------- --------------",
+]
+TYPE_NUMBERS = {"FIXED_LENGTH": 1, "VARIABLE_LENGTH": 2}
+
+
+def lister_args(env, *more):
+    """A lister command line (its flag spellings) plus the explicit TLS connection of these tests."""
+    conn = ["--cbt-address", env.server.address, "--cbt-ca-file", env.ca_file, "--cbt-token-file", env.token_file]
+    return ["extents", *conn, "-n", NS, "-s", "snap-2", *more]
+
+
+def table_rows(out: str) -> list[tuple[int, int, str, int, int]]:
+    lines = out.splitlines()
+    assert lines[:2] == TABLE_HEAD, out
+    rows = []
+    for line in lines[2:]:
+        number, capacity, kind, offset, size = line.split()
+        row = (int(number), int(capacity), kind, int(offset), int(size))
+        assert line == "%7d %14d %17s %14d %14d" % row, "the lister's row format"  # noqa: UP031 (Go's, as written)
+        rows.append(row)
+    return rows
+
+
+def test_extents_prints_the_listers_table_and_json(env):
+    table = table_rows(cli(*lister_args(env, "-P", env.base.handle, "--max-results", "2", "-o", "table")).stdout)
+    text = cli(*lister_args(env, "-previous-snapshot-id", env.base.handle, "-max-results", "2", "-o", "json")).stdout
+    records = json.loads(text)
+    assert text == json.dumps(records, separators=(",", ":")), "Go's compact encoding, no newline after the array"
+    assert [list(r) for r in records] == [["block_metadata_type", "volume_capacity_bytes", "block_metadata"]] * len(
+        records
+    )
+    assert records[0]["block_metadata"][0] == {"size_bytes": K}, "a zero byte_offset is left out, as Go's omitempty"
+    from_json = [
+        (n, r["volume_capacity_bytes"], r["block_metadata_type"], t.get("byte_offset", 0), t["size_bytes"])
+        for n, r in enumerate(records, 1)
+        for t in r["block_metadata"]
+    ]
+    kind = env.server.block_type
+    assert [(n, c, TYPE_NUMBERS[k], o, s) for n, c, k, o, s in table] == from_json
+    assert {(c, k) for _n, c, k, _o, _s in table} == {(8 * MiB, kind)}
+    assert all(len(r["block_metadata"]) <= 2 for r in records), "--max-results tuples per record"
+    assert [n for n, *_ in table] == sorted(n for n, *_ in table) and table[-1][0] == len(records)
+    assert coalesce([(o, s) for *_, o, s in table]) == changed_blocks(env.base_img, env.target_img)
+
+
+def test_extents_in_the_listers_forms_of_nothing_and_from_an_offset(env):
+    same = ["-P", env.target.handle]  # the changes of a snapshot since itself: none
+    assert cli(*lister_args(env, *same, "-o", "json")).stdout == "[]"
+    assert cli(*lister_args(env, *same, "-o", "table")).stdout == ""
+    start = 3 * MiB + 100
+    text = cli(*lister_args(env, "-P", env.base.handle, "--starting-offset", start, "-o", "json")).stdout
+    tuples = [(t.get("byte_offset", 0), t["size_bytes"]) for r in json.loads(text) for t in r["block_metadata"]]
+    assert tuples == [(o, s) for o, s in changed_blocks(env.base_img, env.target_img) if o + s > start]
+    bad = cli(*lister_args(env, "--starting-offset", "-1"), check=2)
+    assert bad.stderr.startswith("cbt-mover: error: --starting-offset") and len(bad.stderr.splitlines()) == 1
+
+
+def test_lister_records_skip_what_a_resumed_call_sent_twice(env):
+    with env.client(max_results=3) as c:
+        expected = [t for _n, tuples in c.allocated(NS, "snap-2").records() for t in tuples]
+        env.faults.update(cut_after_messages=2, cut_times=2, resend_overlap_blocks=3)
+        stream = c.allocated(NS, "snap-2")
+        records = list(stream.records())
+    assert stream.resumes >= 1
+    assert [n for n, _ in records] == list(range(1, len(records) + 1))
+    assert coalesce([t for _n, tuples in records for t in tuples]) == coalesce(expected)
+    flat = [t for _n, tuples in records for t in tuples]
+    assert all(a[0] + a[1] <= b[0] for a, b in zip(flat, flat[1:], strict=False)), "no tuple twice"

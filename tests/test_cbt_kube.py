@@ -276,3 +276,35 @@ def test_kube_backup_without_cbt_is_a_scan_that_records_the_snapshot(cluster, tm
     (listed,) = json.loads(cli(kube, "ls", "--repo", repo, "--json").stdout)["backups"]
     assert listed["snapshot_handle"] == "handle-1"
     assert server.calls.get("GetMetadataAllocated", 0) == 0
+
+
+def test_the_listers_own_command_line_works(cluster):
+    """snapshot-metadata-lister's flags as its usage prints them: no --kube, no address (found from the cluster),
+    the previous snapshot by name (-p, resolved to its handle) or by CSI handle (-P), Go's single-dash spellings."""
+    kube, server, *_ = cluster
+    who = ["-kubeconfig", kube.kubeconfig, "-service-account", "mover", "-service-account-namespace", "backup"]
+    by_name = cli(kube, "extents", "-n", NS, "-s", "snap-2", "-p", "snap-1", *who, "-o", "json").stdout
+    by_handle = cli(kube, "extents", "-n", NS, "-s", "snap-2", "-P", "handle-1", *who, "-o", "json").stdout
+    assert by_name == by_handle
+    tuples = [(t.get("byte_offset", 0), t["size_bytes"]) for r in json.loads(by_name) for t in r["block_metadata"]]
+    assert tuples == [(4096 * 9, 4096), (7 * MiB, 4096), (16 * MiB - 4096, 4096)]
+    assert server.calls["GetMetadataDelta"] == 2 and server.calls["GetMetadataAllocated"] == 0
+    table = cli(kube, "extents", "--namespace", NS, "--snapshot", "snap-1", *who, "--output-format", "table").stdout
+    assert table.splitlines()[0].split() == ["Record#", "VolCapBytes", "BlockMetadataType", "ByteOffset", "SizeBytes"]
+    assert server.calls["GetMetadataAllocated"] == 1
+    missing = cli(kube, "extents", "-n", NS, "-s", "snap-2", "-p", "gone", *who, check=3)
+    assert missing.stderr == "cbt-mover: error: --previous-snapshot: reading VolumeSnapshot apps/gone not found\n"
+    half = cli(
+        kube,
+        "extents",
+        "-n",
+        NS,
+        "-s",
+        "snap-2",
+        "-kubeconfig",
+        kube.kubeconfig,
+        "--service-account-namespace",
+        "backup",
+        check=2,
+    )
+    assert "--service-account-namespace needs --service-account NAME" in half.stderr

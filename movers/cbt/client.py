@@ -104,8 +104,11 @@ class SnapshotMetadataClient:
     def __repr__(self) -> str:
         return f"SnapshotMetadataClient({self.address!r})"
 
-    def allocated(self, namespace: str, snapshot: str, clamp_to: int | None = None) -> ExtentStream:
-        """The allocated ranges of VolumeSnapshot ``namespace/snapshot``."""
+    def allocated(
+        self, namespace: str, snapshot: str, clamp_to: int | None = None, starting_offset: int = 0
+    ) -> ExtentStream:
+        """The allocated ranges of VolumeSnapshot ``namespace/snapshot`` (from the block holding
+        ``starting_offset``)."""
 
         def call(token: str, offset: int):
             req = pb.GetMetadataAllocatedRequest(
@@ -117,11 +120,14 @@ class SnapshotMetadataClient:
             )
             return self._allocated(req, timeout=self.call_timeout)
 
-        return ExtentStream(self, call, namespace, f"allocated blocks of {namespace}/{snapshot}", clamp_to, None)
+        what = f"allocated blocks of {namespace}/{snapshot}"
+        return ExtentStream(self, call, namespace, what, clamp_to, None, starting_offset)
 
-    def delta(self, namespace: str, base_handle: str, snapshot: str, clamp_to: int | None = None) -> ExtentStream:
+    def delta(
+        self, namespace: str, base_handle: str, snapshot: str, clamp_to: int | None = None, starting_offset: int = 0
+    ) -> ExtentStream:
         """The ranges changed between the snapshot with CSI handle ``base_handle`` and the
-        VolumeSnapshot ``namespace/snapshot``."""
+        VolumeSnapshot ``namespace/snapshot`` (from the block holding ``starting_offset``)."""
 
         def call(token: str, offset: int):
             req = pb.GetMetadataDeltaRequest(
@@ -135,12 +141,12 @@ class SnapshotMetadataClient:
             return self._delta(req, timeout=self.call_timeout)
 
         what = f"changes of {namespace}/{snapshot} since {base_handle}"
-        return ExtentStream(self, call, namespace, what, clamp_to, base_handle)
+        return ExtentStream(self, call, namespace, what, clamp_to, base_handle, starting_offset)
 
 
 class ExtentStream:
-    """Iterate once for the extents; ``capacity``, ``block_type``, ``messages``, ``tuples``,
-    ``resumes`` describe what was received."""
+    """Iterate once for the extents (or once over ``records()``); ``capacity``, ``block_type``, ``messages``,
+    ``tuples``, ``resumes`` describe what was received."""
 
     def __init__(
         self,
@@ -150,7 +156,11 @@ class ExtentStream:
         what: str,
         clamp_to: int | None,
         base_handle: str | None = None,
+        starting_offset: int = 0,
     ) -> None:
+        if starting_offset < 0:
+            raise CbtRequestError(f"the starting offset must be >= 0, not {starting_offset}")
+        self.starting_offset = starting_offset
         self.client = client
         self.base_handle = base_handle  # a delta since this snapshot; None: allocated blocks
         self._call = call
@@ -184,12 +194,25 @@ class ExtentStream:
             self.bytes += sum(map(itemgetter(1), batch))
             yield from batch
 
+    def records(self) -> Iterator[tuple[int, list[tuple[int, int]]]]:
+        """The messages instead of the extents: ``(record number, [(byte_offset, size_bytes), ...])`` per message
+        with the tuples as the service sent them, validated, numbered from 1 (the upstream lister's records). After
+        a resumed call, tuples sent twice are left out, and a message of nothing but those is no record."""
+        asm, seen, number = self.assembler, 0, 0
+        for _batch in self._batches():
+            if asm.messages == seen:  # the end of the stream, not a message
+                continue
+            seen = asm.messages
+            if asm.last_tuples is not None:
+                number += 1
+                yield number, list(zip(*asm.last_tuples, strict=True))
+
     def _batches(self) -> Iterator[list[tuple[int, int]]]:
         asm = self.assembler
         client = self.client
         failures = 0
         fresh_token = False
-        offset = 0
+        offset = self.starting_offset
         while True:
             token = client.token_source.token(fresh=fresh_token)
             log.debug("CBT call for %s at starting_offset %d, max_results %d", self.what, offset, client.max_results)

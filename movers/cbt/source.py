@@ -28,8 +28,11 @@ class CbtOptions:
     ca_file: str | None = None
     token_file: str | None = None
     audience: str | None = None
-    service_account: str | None = None  # NS/NAME for TokenRequest
+    service_account: str | None = None  # NS/NAME (or NAME with service_account_namespace) for TokenRequest
+    service_account_namespace: str | None = None
+    token_expiry: int = 600  # seconds a TokenRequest's token lives
     max_results: int = 4096
+    starting_offset: int = 0
     kube: bool = False
     kubeconfig: str | None = None
     wait_timeout: float = 300.0
@@ -78,15 +81,16 @@ def open_session(opts: CbtOptions, clamp_to: int | None = None) -> CbtSession:
     if opts.token_file:
         tokens = FileToken(opts.token_file)
     elif audience:
-        ns, name = _service_account(opts.service_account)
-        tokens = TokenRequestToken(_core(api), ns, name, audience)
+        ns, name = _service_account(opts.service_account, opts.service_account_namespace)
+        tokens = TokenRequestToken(_core(api), ns, name, audience, expiry=opts.token_expiry)
     else:
         raise UsageError("CBT needs --cbt-token-file or --cbt-audience (a TokenRequest for that audience)")
     client = SnapshotMetadataClient(address, ca_pem, tokens, max_results=opts.max_results)
+    start = opts.starting_offset
     if opts.base_handle:
-        stream = client.delta(opts.namespace, opts.base_handle, opts.snapshot, clamp_to)
+        stream = client.delta(opts.namespace, opts.base_handle, opts.snapshot, clamp_to, starting_offset=start)
     else:
-        stream = client.allocated(opts.namespace, opts.snapshot, clamp_to)
+        stream = client.allocated(opts.namespace, opts.snapshot, clamp_to, starting_offset=start)
     return CbtSession(client, stream, ref)
 
 
@@ -96,11 +100,19 @@ def _core(api):
     return client.CoreV1Api(api)
 
 
-def _service_account(spec: str | None) -> tuple[str, str]:
+def _service_account(spec: str | None, namespace: str | None = None) -> tuple[str, str]:
+    """``(namespace, name)`` of ``NAMESPACE/NAME``, or of ``NAME`` and ``namespace`` (the upstream lister's
+    --service-account and --service-account-namespace); neither: the pod's own."""
+    if namespace is not None:
+        if not spec or "/" in spec or not namespace:
+            raise UsageError("--service-account-namespace needs --service-account NAME (without a namespace)")
+        return namespace, spec
     if spec:
         ns, sep, name = spec.partition("/")
         if not sep or not ns or not name:
-            raise UsageError("--service-account must be NAMESPACE/NAME")
+            raise UsageError(
+                "--service-account must be NAMESPACE/NAME (or NAME with --service-account-namespace NAMESPACE)"
+            )
         return ns, name
     try:
         with open(IN_CLUSTER_TOKEN, encoding="utf-8") as f:

@@ -45,6 +45,8 @@ class ExtentAssembler:
         self.end = 0  # end of the last tuple accepted: the resume point
         self._pending: tuple[int, int] | None = None  # (start, end) not yet emitted
         self._resume_floor: int | None = None
+        # (offsets, sizes) of the last message as sent (after a resume, without those sent twice; None: all were)
+        self.last_tuples: tuple[list[int], list[int]] | None = None
 
     def resumed_at(self, offset: int) -> None:
         """A new call starts at ``offset``: re-sent tuples before it are dropped or clipped."""
@@ -83,16 +85,19 @@ class ExtentAssembler:
         self.messages += 1
         n = self.messages
         self._check_header(btype, capacity, n)
+        self.last_tuples = ([], [])
         if not offs:
             return []
         self.tuples += len(offs)
         if self._resume_floor is not None:
             offs, sizes = self._clip_resent(offs, sizes)
             if not offs:
+                self.last_tuples = None
                 return []
         ends = list(map(add, offs, sizes))
         gaps = list(map(sub, offs[1:], ends[:-1]))  # gap before tuple i+1; 0 = contiguous
         self._check_tuples(offs, sizes, ends, gaps, n)
+        self.last_tuples = (offs, sizes)  # references, no copy: the backup path pays nothing for the lister's forms
         if ends[-1] > self.capacity or (self.clamp_to is not None and ends[-1] > self.clamp_to):
             self._clamp(offs, ends, n)
         self.end = ends[-1]
