@@ -72,6 +72,7 @@ class _Phase:
             raise ValueError(f"unknown progress unit {unit!r}")
         self.name, self.unit, self.part, self.parts = name, unit, part, parts
         self.rate = Rate()
+        self.began = time.monotonic()  # the rate counts from here (0 done) until the window moves past it
         self.done, self.total = 0, None
         self.shown = float("-inf")  # when it was last shown
         self.shown_as: tuple[int, int | None] | None = None
@@ -103,6 +104,7 @@ class Reporter:
             if state.shown_as is not None and total != state.total and at[0] + 1 < len(states):
                 at[0] += 1
                 state = states[at[0]]
+                state.began = time.monotonic()
             self._update(state, done, total)
 
         return progress
@@ -111,7 +113,9 @@ class Reporter:
         now = time.monotonic()
         with self.lock:
             if done < state.done:  # the engine started the phase over (e.g. a backup retried another way)
-                state.rate = Rate()
+                state.rate, state.began = Rate(), now
+            if not state.rate.samples and now > state.began:  # the phase's start: a rate from the first call on
+                state.rate.add(state.began, 0)
             state.done, state.total = done, total
             state.rate.add(now, done)
             self.current = state
