@@ -3,7 +3,8 @@
 Every failure a user can cause prints one line ``cbt-mover: error: ...`` on stderr and exits
 with the code documented in ``movers.errors`` (never a traceback; ``--log-level DEBUG``
 logs one). ``--json`` prints exactly one JSON object on stdout. Progress goes to stderr as
-``progress done=N total=N`` lines, at most one per ``--progress-interval`` seconds.
+``progress done=N total=N`` lines (a backup's with ``position=N capacity=N mode=M``), at most one per
+``--progress-interval`` seconds.
 """
 
 from __future__ import annotations
@@ -249,20 +250,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Progress:
-    """Throttled ``progress done=N total=N`` lines on stderr."""
+    """Throttled ``progress done=N total=N`` lines on stderr (``total=?`` while not known), a backup's followed by
+    ``position=N capacity=N mode=M`` (``movers.pipeline.stats.ProgressFn``)."""
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self.last = 0.0
         self.printed: tuple[int, int | None] | None = None
 
-    def __call__(self, done: int, total: int | None) -> None:
+    def __call__(self, done: int, total: int | None, **detail: Any) -> None:
         now = time.monotonic()
         final = total is not None and done >= total
         if (now - self.last >= self.interval or final) and self.printed != (done, total):
             self.last = now
             self.printed = (done, total)
-            print(f"progress done={done} total={total if total is not None else '?'}", file=sys.stderr, flush=True)
+            more = "".join(f" {key}={value}" for key, value in detail.items())
+            print(
+                f"progress done={done} total={total if total is not None else '?'}{more}", file=sys.stderr, flush=True
+            )
 
 
 def _open_repo(args: argparse.Namespace, create: bool = False):
