@@ -80,3 +80,20 @@ def test_a_known_total_gives_the_time_left_and_old_lines_still_parse(harness):
     clock.now += 2
     progress.on_line(f"progress done={MiB} total={4 * MiB}")
     assert read_back(progress.artifact_id) == (25.0, "restore of ns/a: 1.0 MiB of 4.0 MiB, 512.0 KiB/s, 6.0 s left")
+
+
+def test_the_restore_instructions_name_the_restore_app_deployments_the_api_has(harness):
+    """``tasks.report.restore_deployments`` finds ``restore-app`` deployments by their real names (none: the
+    report leaves the Prefect form out)."""
+    from prefect.client.orchestration import get_client
+
+    from tasks.report import restore_deployments
+
+    assert restore_deployments() == []
+    with get_client(sync_client=True) as prefect:
+        flow_id = prefect.create_flow_from_name("restore-app")
+        made = prefect.create_deployment(flow_id=flow_id, name="restore-on-demand")
+        try:
+            assert restore_deployments() == ["restore-app/restore-on-demand"]
+        finally:
+            prefect.delete_deployment(made)
