@@ -32,7 +32,6 @@ import uuid
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -209,12 +208,7 @@ def backup_app(
             log.error("run %s: cleanup after the failure failed too: %s", run_id, cleanup_err)  # not masking it
     key = key_source(kubeconfig, ns, policy.repository.credentials_secret)
     expired = forget_backups_of(url, [r["volume"] for r in rows], policy, key) if forget_expired else None
-    create_table_artifact(
-        key=f"backup-{policy.name}", table=report.display_rows(rows), description=f"backup of {ns} ({run_id}) to {url}"
-    )
-    create_markdown_artifact(
-        key=f"backup-{policy.name}-restore", markdown=report.restore_markdown(run_id, ns, policy.name, url, rows)
-    )
+    report.publish(run_id, policy, snap, rows, kubeconfig)
     snapshots = {"path": snap["path"], "reason": snap["reason"], "fallback": snap["fallback"], "kind": snap["kind"]}
     summary = {
         "run_id": run_id,

@@ -42,14 +42,13 @@ import uuid
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.errors import UsageError
 from movers.policy import Affinity, Labels, Tolerations
-from tasks import events, state_hook_logger
+from tasks import events, restore_report, state_hook_logger
 from tasks.repository import key_source
 from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume, writer_settings
 
@@ -225,7 +224,7 @@ def restore_app(
     rows = [_row(t, w, f) for t, w, f in zip(targets, written, finished, strict=True)]
     for row in rows:
         _emit("cbt-mover.restore.completed", target, row["pvc"], {"run_id": run_id, **row})
-    _report(namespace, target, run_id, repo, selected, rows)
+    restore_report.publish(namespace, target, run_id, repo, selected, rows)
     log.info("restore %s done: %s", run_id, ", ".join(f"{r['pvc']} {r['written_bytes']} B" for r in rows))
     return {
         "run_id": run_id,
@@ -259,46 +258,3 @@ def _row(target: dict[str, Any], written: dict[str, Any], finished: dict[str, An
         "node_affinity": finished.get("node_affinity"),
         "notes": [*target.get("notes", ()), *finished.get("notes", ())],
     }
-
-
-def _report(
-    namespace: str, target: str, run_id: str, repo: str, selected: dict[str, Any], rows: list[dict[str, Any]]
-) -> None:
-    create_table_artifact(
-        key=f"restore-{target}",
-        table=[
-            {
-                k: r[k]
-                for k in (
-                    "pvc",
-                    "volume",
-                    "backup_id",
-                    "written_bytes",
-                    "duration_s",
-                    "mib_per_s",
-                    "readback_s",
-                    "volume_mode",
-                    "replaced",
-                )
-            }
-            for r in rows
-        ],
-        description=f"restore {run_id} of {namespace} into {target} from {repo}",
-    )
-    lines = "\n".join(
-        f"- `{target}/{r['pvc']}` ({r['volume_mode']}, class `{r['storage_class']}`, PV `{r['pv']}`"
-        f"{', replaced the existing claim' if r['replaced'] else ''}): backup `{r['backup_id']}` of `{r['volume']}`,"
-        f" {r['written_bytes']} bytes written in {r['duration_s']} s, read back identical"
-        + "".join(f"\n  - note: {n}" for n in r["notes"])
-        for r in rows
-    )
-    notes = "".join(f"- {n}\n" for n in selected["notes"])
-    create_markdown_artifact(
-        key=f"restore-{target}-report",
-        markdown=(
-            f"# Restore {run_id}\n\nFrom `{repo}`, {selected['how']}, namespace `{namespace}` into `{target}`:\n\n"
-            + (f"{notes}\n" if notes else "")
-            + f"{lines}\n\n"
-            "Each claim is annotated `cbt-mover.io/restored-from=<volume>@<backup id>`.\n"
-        ),
-    )

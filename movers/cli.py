@@ -3,7 +3,8 @@
 Every failure a user can cause prints one line ``cbt-mover: error: ...`` on stderr and exits
 with the code documented in ``movers.errors`` (never a traceback; ``--log-level DEBUG``
 logs one). ``--json`` prints exactly one JSON object on stdout. Progress goes to stderr as ``--progress`` says
-(``movers.cli_progress``: a bar on a terminal, else ``progress done=N total=N`` lines). ``extents`` also takes the
+(``movers.cli_progress``: a bar on a terminal, else ``progress done=N total=N`` lines, a backup's followed by
+``position=N capacity=N mode=M``). ``extents`` also takes the
 upstream snapshot-metadata-lister's command line (``movers.cli_extents``).
 """
 

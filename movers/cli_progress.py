@@ -4,14 +4,15 @@ The engine reports ``progress(done, total)`` (``total`` None while unknown); a c
 and asks it for a callback per phase (``phase("restore")``, ``phase("readback")``), each counting ``bytes`` or
 ``backups``. Forms:
 
-* ``plain``: ``progress done=N total=N`` lines (``total=?`` while unknown), at most one per ``--progress-interval``
+* ``plain``: ``progress done=N total=N`` lines (``total=?`` while unknown; a backup's followed by ``position=N
+  capacity=N mode=M``: how far along the volume it is), at most one per ``--progress-interval``
   seconds plus the last of each phase. Prefect tasks parse these lines from a mover pod's log
   (``tasks/kube.py``): their text and numbers are fixed (a restore with ``--verify-device`` counts both phases on
   one scale of twice the capacity, as it always has).
 * ``bar``: a rich progress bar per phase: done/total, rate and time left, redrawn at most 10 times a second.
 * ``json``: one JSON object per line: ``{"event": "progress", "phase", "unit", "done", "total" (null while
   unknown), "rate_bps" (bytes per second, null for a count of backups or before two samples), "eta_s" (null when
-  unknown)}``, at most one per interval per phase plus the last of each phase; then one
+  unknown), and a backup's ``position``, ``capacity`` and ``mode``}``, at most one per interval per phase plus the last of each phase; then one
   ``{"event": "end", "ok", "elapsed_s", "phase", "done", "total"}`` when the command ends (``ok`` false when it
   failed).
 * ``none``: nothing. ``auto`` (the default): ``bar`` when stderr is a terminal, else ``plain``.
@@ -38,7 +39,7 @@ UNITS = ("bytes", "backups")
 WINDOW_S = 10.0  # the rate is measured over this many recent seconds
 BAR_REDRAW_S = 0.1
 
-ProgressFn = Callable[[int, "int | None"], None]
+ProgressFn = Callable[..., None]  # (done, total, **detail): movers.pipeline.stats.ProgressFn
 
 
 class Rate:
@@ -74,6 +75,7 @@ class _Phase:
         self.rate = Rate()
         self.began = time.monotonic()  # the rate counts from here (0 done) until the window moves past it
         self.done, self.total = 0, None
+        self.detail: dict[str, object] = {}  # a backup's position, capacity and mode (plain and json forms show them)
         self.shown = float("-inf")  # when it was last shown
         self.shown_as: tuple[int, int | None] | None = None
 
@@ -90,7 +92,7 @@ class Reporter:
     def phase(self, name: str, unit: str = "bytes", part: int = 0, parts: int = 1) -> ProgressFn:
         """The callback of a phase; ``part`` of ``parts``: where the phase sits on the plain lines' one scale."""
         state = self.current = _Phase(name, unit, part, parts)
-        return lambda done, total: self._update(state, done, total)
+        return lambda done, total, **detail: self._update(state, done, total, detail)
 
     def stages(self, *stages: tuple[str, str]) -> ProgressFn:
         """One callback for phases the engine reports through the same callback, one after the other: a call
@@ -99,24 +101,24 @@ class Reporter:
         self.current = states[0]
         at = [0]
 
-        def progress(done: int, total: int | None) -> None:
+        def progress(done: int, total: int | None, **detail: object) -> None:
             state = states[at[0]]
             if state.shown_as is not None and total != state.total and at[0] + 1 < len(states):
                 at[0] += 1
                 state = states[at[0]]
                 state.began = time.monotonic()
-            self._update(state, done, total)
+            self._update(state, done, total, detail)
 
         return progress
 
-    def _update(self, state: _Phase, done: int, total: int | None) -> None:
+    def _update(self, state: _Phase, done: int, total: int | None, detail: dict[str, object]) -> None:
         now = time.monotonic()
         with self.lock:
             if done < state.done:  # the engine started the phase over (e.g. a backup retried another way)
                 state.rate, state.began = Rate(), now
             if not state.rate.samples and now > state.began:  # the phase's start: a rate from the first call on
                 state.rate.add(state.began, 0)
-            state.done, state.total = done, total
+            state.done, state.total, state.detail = done, total, detail
             state.rate.add(now, done)
             self.current = state
             final = total is not None and done >= total
@@ -141,7 +143,7 @@ class Reporter:
 
 
 class _Silent(Reporter):
-    def _update(self, state: _Phase, done: int, total: int | None) -> None:
+    def _update(self, state: _Phase, done: int, total: int | None, detail: dict[str, object]) -> None:
         pass
 
 
@@ -154,7 +156,8 @@ class _Plain(Reporter):
         done, total = state.done, state.total
         if state.parts > 1:  # one scale for all parts, as the lines always counted a restore and its read-back
             done, total = state.part * (total or 0) + done, state.parts * total if total is not None else None
-        print(f"progress done={done} total={total if total is not None else '?'}", file=self.out, flush=True)
+        more = "".join(f" {key}={value}" for key, value in state.detail.items())
+        print(f"progress done={done} total={total if total is not None else '?'}{more}", file=self.out, flush=True)
 
 
 class _Json(Reporter):
@@ -175,6 +178,7 @@ class _Json(Reporter):
                 "rate_bps": round(rate) if rate is not None and state.unit == "bytes" else None,
                 "eta_s": round(eta, 1) if eta is not None else None,
             }
+            | state.detail
         )
 
     def end(self, ok: bool) -> None:

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
-import re
-import threading
-import time
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -21,6 +17,7 @@ from movers.kube import backup, cleanup, client, preflight, snapshotset
 from movers.kube import manifests as m
 from movers.policy import BackupPolicy
 from tasks import retry_if_retriable
+from tasks.progress import ProgressArtifact, progress_key
 
 # a member of the snapshot set as plain data (snapshotset.member: pvc, snapshot, content, handle, driver,
 # restore_size, source_volume_mode); the flow adds before moving it the claim's storage_class, size, volume_mode and
@@ -82,46 +79,6 @@ def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, pl
     return dataclasses.asdict(done) | {"members": members, "freeze_s": round(sum(done.freezes), 3)}
 
 
-def progress_key(namespace: str, pvc: str) -> str:
-    """The progress artifact key of a volume: lowercase, only ``[a-z0-9-]``."""
-    return "progress-" + re.sub(r"[^a-z0-9-]+", "-", f"{namespace}-{pvc}".lower()).strip("-")
-
-
-_PROGRESS = re.compile(r"progress done=(\d+) total=(\d+|\?)")
-
-
-class ProgressArtifact:
-    """A Prefect progress artifact fed from the mover's ``progress done=N total=M`` log lines (called
-    from the log follower thread), updated at most once per ``interval`` s; best effort."""
-
-    def __init__(self, key: str, description: str, interval: float = 1.0) -> None:
-        from prefect.artifacts import create_progress_artifact
-
-        self.interval, self.last, self.lock = interval, 0.0, threading.Lock()
-        self.artifact_id = create_progress_artifact(progress=0.0, key=key, description=description)
-
-    def on_line(self, line: str) -> None:
-        match = _PROGRESS.search(line)
-        if not match or match.group(2) == "?":
-            return
-        total = int(match.group(2))
-        percent = min(100.0, 100.0 * int(match.group(1)) / total) if total else 100.0
-        with self.lock:
-            now = time.monotonic()
-            if now - self.last < self.interval:
-                return
-            self.last = now
-        self.set(percent)
-
-    def set(self, percent: float) -> None:
-        from prefect.artifacts import update_progress_artifact
-
-        try:
-            update_progress_artifact(artifact_id=self.artifact_id, progress=round(percent, 1))
-        except Exception as err:  # noqa: BLE001  (progress is informational)
-            logging.getLogger(__name__).warning("progress artifact update failed: %s", err)
-
-
 @task(name="move-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
 def move_volume(
     kubeconfig: str | None, run_id: str, member: Member, plan: backup.VolumePlan, policy: BackupPolicy
@@ -129,7 +86,8 @@ def move_volume(
     """``movers.kube.backup.move_volume`` of one member with a progress artifact fed from the mover's log."""
     log = get_run_logger()
     namespace, pvc = policy.namespace, member["pvc"]
-    progress = ProgressArtifact(progress_key(namespace, pvc), f"backup of {namespace}/{pvc} ({run_id})")
+    planned = f"planned {plan.change_source}: {plan.why}"
+    progress = ProgressArtifact(progress_key(namespace, pvc), f"backup of {namespace}/{pvc} ({run_id})", planned)
 
     def on_log_line(line: str) -> None:
         log.debug("%s: %s", pvc, line)
@@ -138,7 +96,7 @@ def move_volume(
     result = backup.move_volume(
         api_client(kubeconfig), run_id, member, plan, policy, on_log_line=on_log_line, logger=log
     )
-    progress.set(100.0)
+    progress.finish()
     return result
 
 

@@ -9,8 +9,8 @@ import hashlib
 import re
 from typing import Any
 
-from movers.units import human_bytes as size
 from tasks import events
+from tasks.tables import cell, markdown_table, seconds, size, table
 
 EVENT_PREFIX = "cbt-mover.maintenance"
 MAX_DAMAGE_ROWS = 200
@@ -31,7 +31,7 @@ def retention_rows(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> list
     """One row per backup: volume, backup id, created, keep / forget (or would forget), why, the rules."""
     from movers.repo.retention import backup_time
 
-    rows = []
+    rows: list[dict[str, str]] = []
     for rules, result in results:
         shown = ", ".join(f"{k.removeprefix('keep_')} {v}" for k, v in rules.items() if v) or "-"
         verb = "would forget" if result["dry_run"] else "forget"
@@ -59,68 +59,81 @@ def retention_rows(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> list
                         "rules": shown,
                     }
                 )
-    return rows
+    return table(rows)
 
 
 def prune_rows(report: dict[str, Any]) -> list[dict[str, str]]:
-    """The prune report as one table row (or why the prune did not run)."""
+    """The prune report (``movers.repo.prune.PruneReport``: every counter) as one table row, or why it did not
+    run."""
     if report.get("skipped"):
-        return [{"result": "skipped", "why": report["skipped"]}]
-    return [
-        {
-            "result": "dry run (nothing deleted)" if report["dry_run"] else "done",
-            "packs deleted": str(report["packs_deleted"]),
-            "map objects deleted": str(report["map_objects_deleted"]),
-            "bytes deleted": size(report["bytes_deleted"]),
-            "in grace": f"{report['packs_in_grace']} packs ({size(report['bytes_in_grace'])}),"
-            f" {report['map_objects_in_grace']} map objects",
-            "kept": f"{report['packs_kept']} packs ({size(report['kept_chunk_bytes'])})",
-            "dead bytes": f"{size(report['dead_bytes'])} in {report['packs_partly_used']} partly used packs",
-            "repacked": f"{report['packs_repacked']} packs ({size(report['bytes_repacked'])} copied)",
-            "index objects": f"{report['index_objects_deleted']} replaced by {report['index_objects_written']}",
-            "backups marked": str(report["backups_marked"]),
-            "duration": f"{report['duration_s']:.1f} s",
-        }
-    ]
-
-
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+        return table([{"result": "skipped", "why": report["skipped"]}])
+    r = report
+    return table(
+        [
+            {
+                "result": "dry run (nothing deleted)" if r["dry_run"] else "done",
+                "backups marked": r["backups_marked"],
+                "referenced": f"{r['chunks_referenced']} chunks in {r['packs_total']} packs",
+                "packs deleted": r["packs_deleted"],
+                "map objects deleted": r["map_objects_deleted"],
+                "bytes deleted": size(r["bytes_deleted"]),
+                "in grace": f"{r['packs_in_grace']} packs ({size(r['bytes_in_grace'])}),"
+                f" {r['map_objects_in_grace']} map objects",
+                "duplicate packs": f"{r['duplicate_packs_deleted']} deleted, {r['duplicate_packs_in_grace']} in grace",
+                "kept": f"{r['packs_kept']} packs ({size(r['kept_chunk_bytes'])})",
+                "dead bytes": f"{size(r['dead_bytes'])} in {r['packs_partly_used']} partly used packs",
+                "repacked": f"{r['packs_repacked']} packs ({size(r['bytes_repacked'])} copied)",
+                "forwarding objects": f"{r['forwarding_objects_deleted']} deleted,"
+                f" {r['forwarding_objects_in_grace']} in grace",
+                "index objects": f"{r['index_objects_deleted']} replaced by {r['index_objects_written']}",
+                "running backups": f"{r['backups_waited_for']} waited for; deferred {r['packs_deferred']} packs,"
+                f" {r['map_objects_deferred']} map objects",
+                "leases deleted": r["leases_deleted"],
+                "unreadable packs": len(r["unreadable_packs"]),
+                "duration": seconds(r["duration_s"]),
+            }
+        ]
+    )
 
 
 def verify_markdown(url: str, report: dict[str, Any]) -> str:
-    """The verify result: verdict, what was read, the damage (volume, backup, offset) and warnings."""
-    verdict = "OK" if report["ok"] else f"DAMAGED ({len(report['damage'])} finding(s))"
-    if report["mode"] == "sampled":
-        how = (
-            f"sampled (fraction {report['sample']}, seed {report['seed']}): {report['packs_read']} of"
-            f" {report['packs_total']} packs read whole"
-        )
+    """The verify result: verdict, what the mode checked and read (a full verify reads every referenced chunk; a
+    sampled one checks every map and reads a sample of the packs whole), the damage (volume, backup, offset) and
+    warnings."""
+    r = report
+    verdict = "OK" if r["ok"] else f"DAMAGED ({len(r['damage'])} finding(s))"
+    checked = f"- {r['backups_checked']} backups and {r['map_objects_checked']} map objects checked"
+    if r["mode"] == "sampled":
+        share = f" ({r['fetched_bytes'] / r['stored_bytes']:.0%})" if r["stored_bytes"] else ""
+        lines = [
+            f"- mode sampled (fraction {r['sample']}, seed {r['seed']}): {r['packs_read']} of {r['packs_total']}"
+            f" packs read whole",
+            f"{checked}; {r['chunks_referenced']} chunks referenced, {r['chunks_verified']} decoded and hash-checked",
+            f"- {size(r['fetched_bytes'])} read of {size(r['stored_bytes'])} referenced data in the packs{share}",
+        ]
     else:
-        how = "full: every referenced chunk read"
-    lines = [
-        f"# Verify of `{public_url(url)}`: {verdict}",
-        "",
-        f"- mode {how}",
-        f"- {report['backups_checked']} backups and {report['map_objects_checked']} map objects checked,"
-        f" {report['chunks_verified']} chunks decoded and hash-checked",
-        f"- {size(report['fetched_bytes'])} read (referenced data in the packs: {size(report['stored_bytes'])})",
-        f"- {report['duration_s']:.1f} s",
-    ]
-    if report["damage"]:
-        lines += ["", "## Damage", "", "| volume | backup | volume offset | object | error |", "|---|---|---|---|---|"]
-        for d in report["damage"][:MAX_DAMAGE_ROWS]:
-            lines.append(
-                "| "
-                + " | ".join(
-                    _cell("-" if d[k] is None else d[k]) for k in ("volume", "backup_id", "offset", "object", "error")
-                )
-                + " |"
-            )
-        if len(report["damage"]) > MAX_DAMAGE_ROWS:
-            lines.append(f"\n... and {len(report['damage']) - MAX_DAMAGE_ROWS} more")
-    if report["warnings"]:
-        lines += ["", "## Warnings (no backup affected)", ""] + [f"- {_cell(w)}" for w in report["warnings"][:50]]
+        lines = [
+            "- mode full: every referenced chunk read",
+            f"{checked}; {r['chunks_verified']} chunks decoded and hash-checked",
+            f"- {size(r['fetched_bytes'])} read",
+        ]
+    lines = [f"# Verify of `{public_url(url)}`: {verdict}", "", *lines, f"- {seconds(r['duration_s'])}"]
+    if r["damage"]:
+        shown = [
+            {
+                "volume": d["volume"],
+                "backup": d["backup_id"],
+                "volume offset": d["offset"],
+                "object": d["object"],
+                "error": d["error"],
+            }
+            for d in r["damage"][:MAX_DAMAGE_ROWS]
+        ]
+        lines += ["", "## Damage", "", markdown_table(shown).rstrip("\n")]
+        if len(r["damage"]) > MAX_DAMAGE_ROWS:
+            lines.append(f"\n... and {len(r['damage']) - MAX_DAMAGE_ROWS} more")
+    if r["warnings"]:
+        lines += ["", "## Warnings (no backup affected)", ""] + [f"- {cell(w)}" for w in r["warnings"][:50]]
     return "\n".join(lines) + "\n"
 
 

@@ -1,23 +1,41 @@
 """What a backup run tells people and automations: summary rows, Prefect artifacts and events.
 
-Ratios, from the mover's result (``movers.pipeline.stats.BackupStats``):
+A volume's byte counts (the mover's result, ``movers.pipeline.stats.BackupStats``) reconcile:
+
+- read = zero + new + already stored, where already stored = found in the repository (dedup) + unchanged
+  since the base (a scan compares block digests with its parent's and does not chunk those blocks again);
+- uploaded = data (the packs of the new chunks, compressed) + metadata (index, map and manifest objects);
+- changed = the bytes the change source named (CBT); a scan's = read - unchanged. A CBT backup reads at least
+  the changed bytes (nearby changes are read together).
+
+Ratios:
 
 - dedup = non-zero bytes read / bytes of chunks new to the repository (``inf`` when everything read
   was already stored, ``None`` when nothing was read);
 - compression = raw bytes of the new chunks / bytes uploaded for them (data objects only);
 - throughput = bytes read from the snapshot per second of the mover's run.
+
+Artifacts (``publish``): the table ``backup-<app>`` (one row per volume, ``tasks.tables``' style) and the
+markdown ``backup-<app>-restore`` (the run, each volume's full backup id and base, and how to restore: the
+``restore-app`` deployments the Prefect API has, and the CLI with the credentials of the Secret the run used).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 from movers.kube.backup import MoverResult, VolumePlan
-from movers.units import human_bytes
 from tasks import events
+from tasks.tables import command, markdown_table, rate, seconds, size, table
 
 EVENT_PREFIX = "cbt-mover.backup"
+RESTORE_FLOW = "restore-app"
+# the Secret's keys the CLI needs, as (Secret key, how the CLI takes it): storage credentials, the repository key
+CLI_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_REGION")
+CLI_KEY_FILES = (("password", "--password-file", "repo.pass"), ("keyfile", "--key-file", "repo.key"))
+log = logging.getLogger(__name__)
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
@@ -28,7 +46,8 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 
 def volume_row(volume: str, plan: VolumePlan, result: MoverResult, snapshot: str | None = None) -> dict[str, Any]:
     """One volume's summary (plain numbers) from its plan and its mover's result; ``snapshot`` says how its
-    snapshot was taken (e.g. ``per-pvc (fallback: ...)``), ``why`` is the plan's reason."""
+    snapshot was taken (e.g. ``per-pvc (fallback: ...)``), ``why`` is the plan's reason, ``fallback`` the mover's
+    when it used another change source, ``base_backup`` the backup an incremental built on."""
     read, new, stored = result.read_bytes, result.new_chunk_bytes, result.stored_bytes
     duration = result.duration_s
     return {
@@ -36,16 +55,23 @@ def volume_row(volume: str, plan: VolumePlan, result: MoverResult, snapshot: str
         "mode": result.mode,
         "planned": plan.change_source,
         "why": plan.why,
+        "fallback": result.cbt_fallback,
         "snapshot": snapshot,
         "change_source": result.change_source,
         "changed_bytes": result.changed_bytes,
         "read_bytes": read,
+        "zero_bytes": result.zero_bytes,
+        "new_bytes": new,
+        "already_stored_bytes": result.dedup_bytes + result.unchanged_bytes,
         "uploaded_bytes": stored,
+        "data_bytes": result.pack_bytes,
+        "metadata_bytes": result.metadata_bytes,
         "dedup_ratio": _ratio(read - result.zero_bytes, new),
         "compression_ratio": _ratio(new, stored - result.metadata_bytes) if new else None,
         "duration_s": round(duration, 3),
         "throughput_bps": int(read / duration) if duration > 0 else None,
         "reused_packs": result.reused_packs,
+        "base_backup": result.parent,
         "backup_id": result.backup_id,
     }
 
@@ -59,50 +85,179 @@ def _times(r: float | None) -> str:
     return "-" if r is None else "all stored before" if math.isinf(r) else f"{r:.2f}x"
 
 
-def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The rows as people read them (sizes in KiB/MiB/GiB, ratios as ``1.25x``)."""
-    return [
+def reason(row: dict[str, Any]) -> str:
+    """Why the volume got its mode: the plan's reason, and the mover's fallback when it used another source."""
+    if row["change_source"] == row["planned"]:
+        return row["why"] or "-"
+    return f"planned {row['planned']} ({row['why']}); {row.get('fallback') or 'fell back'}"
+
+
+def display_rows(rows: list[dict[str, Any]], freeze_s: float | None = None) -> list[dict[str, str]]:
+    """The rows as people read them (``tasks.tables``: sizes in KiB/MiB/GiB, ratios as ``1.25x``); ``freeze_s``
+    is the run's freeze window (every volume's snapshot was taken in it)."""
+    return table(
         {
             "volume": r["volume"],
-            "mode": r["mode"] or "-",
-            "change source": r["change_source"]
-            if r["change_source"] == r["planned"]
-            else f"{r['change_source']} (planned {r['planned']})",
-            "changed": human_bytes(r["changed_bytes"]),
-            "read": human_bytes(r["read_bytes"]),
-            "uploaded": human_bytes(r["uploaded_bytes"]),
+            "mode": r["mode"],
+            "change source": r["change_source"],
+            "reason": reason(r),
+            "changed": size(r["changed_bytes"]),
+            "read": size(r["read_bytes"]),
+            "zero": size(r.get("zero_bytes")),
+            "new": size(r.get("new_bytes")),
+            "already stored": size(r.get("already_stored_bytes")),
+            "uploaded": size(r["uploaded_bytes"]),
+            "metadata": size(r.get("metadata_bytes")),
             "dedup": _times(r["dedup_ratio"]),
             "compression": _times(r["compression_ratio"]),
-            "duration": f"{r['duration_s']:.1f} s",
-            "throughput": "-" if r["throughput_bps"] is None else f"{human_bytes(r['throughput_bps'])}/s",
-            "backup id": r["backup_id"] or "-",
-            "snapshot": r.get("snapshot") or "-",
-            "plan": r.get("why") or "-",
+            "duration": seconds(r["duration_s"]),
+            "throughput": rate(r["throughput_bps"]),
+            "freeze window": seconds(freeze_s),
+            "base backup": r.get("base_backup"),
+            "backup id": r["backup_id"],
+            "snapshot": r.get("snapshot"),
         }
         for r in rows
-    ]
+    )
 
 
-def restore_markdown(run_id: str, namespace: str, app: str, repo_url: str, rows: list[dict[str, Any]]) -> str:
-    """What to run to restore this backup: the restore flow (whole app or one PVC) and the CLI."""
-    pvcs = ", ".join(f"`{r['volume'].split('/', 1)[1]}`" for r in rows)
-    cli = "\n".join(
-        f"    cbt-mover restore --repo {repo_url} --volume {r['volume']} --backup {r['backup_id']}"
-        " --device /dev/<target>"
+def restore_deployments() -> list[str]:
+    """The ``restore-app`` deployments of the Prefect API this run talks to, as ``restore-app/<name>``; none when
+    it cannot say (logged)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    try:
+        with get_client(sync_client=True) as client:
+            found = client.read_deployments(flow_filter=FlowFilter(name=FlowFilterName(any_=[RESTORE_FLOW])))
+    except Exception as err:  # noqa: BLE001  (the report then shows the CLI only)
+        log.warning("cannot list the %s deployments: %s", RESTORE_FLOW, err)
+        return []
+    return sorted(f"{RESTORE_FLOW}/{d.name}" for d in found)
+
+
+def secret_keys(kubeconfig: str | None, namespace: str, name: str | None) -> list[str]:
+    """The names (never the values) of the keys Secret ``namespace/name`` holds; none when it cannot be read."""
+    from movers.kube import apply as k
+    from tasks.kube import api_client
+
+    if not name:
+        return []
+    try:
+        secret = k.find(api_client(kubeconfig), "Secret", namespace, name) or {}
+    except Exception as err:  # noqa: BLE001
+        log.warning("cannot read the key names of Secret %s/%s: %s", namespace, name, err)
+        return []
+    return sorted(set(secret.get("data") or {}) | set(secret.get("stringData") or {}))
+
+
+def restore_markdown(
+    run_id: str,
+    namespace: str,
+    app: str,
+    repo_url: str,
+    rows: list[dict[str, Any]],
+    *,
+    secret: str | None = None,
+    secret_keys: list[str] = (),
+    deployments: list[str] = (),
+    writer: dict[str, str | None] | None = None,
+    snapshots: str | None = None,
+    freeze_s: float | None = None,
+) -> str:
+    """The run (each volume's mode, base and full backup id) and what to run to restore it, as printed: the
+    ``restore-app`` deployments ``deployments`` (none: said so), and the CLI with the storage credentials and
+    key taken from Secret ``namespace/secret`` (its keys ``secret_keys``, by name: never a value). ``writer``:
+    the writer pods' ``image`` and ``service_account`` (the backup's movers')."""
+    volumes = [
+        {"volume": r["volume"], "mode": r["mode"], "base backup": r.get("base_backup"), "backup id": r["backup_id"]}
         for r in rows
+    ]
+    out = [
+        f"# Backup {run_id} of `{namespace}` ({app})\n",
+        f"Repository `{repo_url}`; snapshots {snapshots or '-'}; freeze window {seconds(freeze_s)}.\n",
+        markdown_table(volumes),
+        "## Restore the application (Prefect)\n",
+    ]
+    if deployments:
+        params = [
+            ("repo", repo_url),
+            ("namespace", namespace),
+            ("backup", run_id),
+            ("repo_secret", secret or "<secret>"),
+            *((k, v) for k, v in (writer or {}).items() if v),
+            ("target_namespace", namespace),
+        ]
+        out += [
+            command(
+                ["prefect", "deployment", "run", f"'{deployments[0]}'"], [("--param", f"{k}={v}") for k, v in params]
+            ),
+            f"Deployments of `{RESTORE_FLOW}` on this Prefect server: {', '.join(f'`{d}`' for d in deployments)}."
+            " For one volume add `--param 'pvcs=[\"<pvc>\"]'`; another `target_namespace` needs the Secret"
+            f" `{secret}` and the ServiceAccount there. Existing PVCs are never overwritten unless"
+            " `--param overwrite=true`.\n",
+        ]
+    else:
+        out.append(
+            f"This Prefect server has no `{RESTORE_FLOW}` deployment: deploy it (`prefect deploy --name restore`,"
+            " see README.md) to restore from here, or use the CLI below.\n"
+        )
+    out += [
+        "## Restore one volume onto an image file or block device (CLI)\n",
+        *_cli(repo_url, namespace, rows, secret, secret_keys),
+    ]
+    return "\n".join(out)
+
+
+def _cli(repo_url: str, namespace: str, rows: list[dict[str, Any]], secret: str | None, keys: list[str]) -> list[str]:
+    key = [(option, file) for name, option, file in CLI_KEY_FILES if name in keys][:1]
+    env = [name for name in CLI_ENV if name in keys]
+    out = []
+    if secret and (env or key):
+        lines = [f'secret() {{ kubectl -n {namespace} get secret {secret} -o "jsonpath={{.data.$1}}" | base64 -d; }}']
+        lines += [f'export {name}="$(secret {name})"' for name in env]
+        lines += [f"(umask 077; secret {name} > {file})" for name, _o, file in CLI_KEY_FILES if (_o, file) in key]
+        out += [
+            f"The repository's credentials, from the Secret `{namespace}/{secret}` the backup used (by name; the"
+            " passphrase is never shown):\n",
+            "```sh\n" + "\n".join(lines) + "\n```\n",
+        ]
+    for r in rows:
+        image = r["volume"].replace("/", "-") + ".img"
+        options = [("--repo", repo_url), ("--volume", r["volume"]), ("--backup", r["backup_id"]), *key]
+        out.append(command(["cbt-mover", "restore"], [*options, ("--device", image)]))
+    out.append(
+        "`--device`: an image file (created) or a block device at least as large as the volume. The key can also"
+        " be given as `CBT_MOVER_PASSWORD` / `CBT_MOVER_PASSWORD_FILE`, `--key-file` or `--kms-key`.\n"
     )
-    return (
-        f"# Backup {run_id} of `{namespace}` ({app})\n\n"
-        f"Repository `{repo_url}`; volumes {pvcs}.\n\n"
-        "## Restore the application (Prefect)\n\n"
-        f"    prefect deployment run 'restore-app/restore' -p repo={repo_url} -p namespace={namespace}"
-        f" -p backup={run_id} -p target_namespace=<namespace>\n\n"
-        "Add `-p 'pvcs=[\"<pvc>\"]'` for one volume. Existing PVCs are never overwritten unless"
-        " `-p overwrite=true`.\n\n"
-        "## Restore one volume onto a block device or image file (CLI)\n\n"
-        "From a Block-mode pod (or host) with the repository's credentials:\n\n"
-        f"{cli}\n"
+    return out
+
+
+def publish(run_id: str, policy: Any, snap: dict[str, Any], rows: list[dict[str, Any]], kubeconfig: str | None) -> None:
+    """The run's table (``backup-<app>``) and restore markdown (``backup-<app>-restore``) artifacts."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    ns, url, secret = policy.namespace, policy.repository.url, policy.repository.credentials_secret
+    freeze = snap.get("freeze_s")
+    create_table_artifact(
+        key=f"backup-{policy.name}",
+        table=display_rows(rows, freeze),
+        description=f"backup {run_id} of {ns} to {url}; freeze window {seconds(freeze)}",
     )
+    markdown = restore_markdown(
+        run_id,
+        ns,
+        policy.name,
+        url,
+        rows,
+        secret=secret,
+        secret_keys=secret_keys(kubeconfig, ns, secret),
+        deployments=restore_deployments(),
+        writer={"image": policy.mover.image, "service_account": policy.mover.service_account},
+        snapshots=f"{snapshot_text(snap)} ({snap.get('reason') or '-'})",
+        freeze_s=freeze,
+    )
+    create_markdown_artifact(key=f"backup-{policy.name}-restore", markdown=markdown)
 
 
 def emit(kind: str, namespace: str, app: str, run_id: str, payload: dict[str, Any], volumes: list[str] = ()) -> None:

@@ -11,7 +11,8 @@ from prefect import get_run_logger, task
 from movers.kube import restore as r
 from movers.policy import MoverSettings
 from tasks import retry_if_retriable
-from tasks.kube import ProgressArtifact, api_client, progress_key
+from tasks.kube import api_client
+from tasks.progress import ProgressArtifact, progress_key
 from tasks.repository import KeySource, open_repository
 
 
@@ -89,13 +90,15 @@ def write_volume(
     """``movers.kube.restore.write_volume`` of one target with a progress artifact; its result plus ``wall_s``."""
     t = r.Target.from_dict(target)
     what = f"restore of {t.volume} backup {t.backup_id} into {namespace}/{t.pvc} ({run_id})"
-    progress = ProgressArtifact("restore-" + progress_key(namespace, t.pvc), what)
+    progress = ProgressArtifact(
+        "restore-" + progress_key(namespace, t.pvc), what, "written, then read back: the total counts the volume twice"
+    )
     started = time.monotonic()
     api = api_client(kubeconfig)
     result = r.write_volume(
         api, namespace, run_id, t, writer, repo_secret, timeout=timeout, on_log_line=progress.on_line
     )
-    progress.set(100.0)
+    progress.finish()
     return {**result, "wall_s": round(time.monotonic() - started, 3)}
 
 

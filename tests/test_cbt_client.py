@@ -231,7 +231,7 @@ def test_reading_starts_before_the_stream_ends(env):
     repo = Repository.init(MemoryStore())
     marks = {}
 
-    def progress(done, total):
+    def progress(done, total, **_):
         marks.setdefault("first_read", time.monotonic())
 
     with env.client(max_results=2) as c:

@@ -75,10 +75,17 @@ def test_backup_incremental_restore_via_cli(repo, image, tmp_path):
         "--json",
         "--snapshot-handle",
         "snap-h2",
+        "--progress-interval",
+        "0",
         stdin=lines,
         check_rc=0,
     )
     doc2 = json.loads(inc.stdout)
+    progress = [line for line in inc.stderr.splitlines() if line.startswith("progress ")]
+    assert (
+        progress[0] == f"progress done=8192 total=? position={8 * MiB + 4096} capacity={16 * MiB} mode=incremental-cbt"
+    )
+    assert progress[-1] == f"progress done=8192 total=8192 position={16 * MiB} capacity={16 * MiB} mode=incremental-cbt"
     assert doc2["mode"] == "incremental-cbt" and doc2["parent"] == doc["backup_id"]
     assert doc2["changed_bytes"] == 8192 and doc2["read_bytes"] == 8192
     out = tmp_path / "restored.img"

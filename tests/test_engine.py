@@ -273,9 +273,45 @@ def test_volume_shrink_and_grow_keep_restores_exact(tmp_path):
 
 def test_progress_reports_bytes(image):
     seen = []
-    run_backup(Repository.init(MemoryStore()), str(image), VOL, progress=lambda d, t: seen.append((d, t)))
+    run_backup(Repository.init(MemoryStore()), str(image), VOL, progress=lambda d, t, **_: seen.append((d, t)))
     assert seen[-1] == (64 * MiB, 64 * MiB)
     assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:], strict=False))
+
+
+def test_progress_of_a_stream_of_extents_moves_by_position_until_the_total_is_known(image):
+    """A CBT stream's total is known only at its end: meanwhile each call says how far along the volume the backup
+    is (ascending), so progress moves instead of jumping from 0 to 100."""
+    seen = []
+    extents = allocated(image)
+    m = run_backup(
+        Repository.init(MemoryStore()),
+        str(image),
+        VOL,
+        extents=iter(extents),
+        options=BackupOptions(max_inflight=4 * MiB),
+        progress=lambda done, total, **detail: seen.append((done, total, detail)),
+    )
+    *streaming, (done, total, last) = seen
+    assert len(streaming) > 3 and all(t is None for _d, t, _x in streaming), seen[:3]
+    positions = [x["position"] for _d, _t, x in streaming]
+    assert positions == sorted(positions) and 0 < positions[0] < positions[-1] <= 64 * MiB, positions
+    assert {(x["capacity"], x["mode"]) for _d, _t, x in seen} == {(64 * MiB, "full")}
+    assert done == total == m.stats["read_bytes"] >= sum(n for _o, n in extents) and last["position"] == 64 * MiB
+
+
+@pytest.mark.parametrize("how", ["extents", "scan"])
+def test_backup_counters_reconcile(image, how):
+    """read = zero + new + dedup + unchanged, and stored = packs + metadata: in a full backup and an incremental
+    (CBT extents, or a scan that compares with its parent's block digests)."""
+    repo = Repository.init(MemoryStore())
+    for n in range(2):
+        changes = write_blocks(image, [k * 1_048_576 for k in range(0, 60, 7)], seed=n) if n else allocated(image)
+        m = run_backup(repo, str(image), VOL, extents=changes if how == "extents" else None)
+        s = m.stats
+        assert s["read_bytes"] == s["zero_bytes"] + s["new_chunk_bytes"] + s["dedup_bytes"] + s["unchanged_bytes"], s
+        assert s["stored_bytes"] == s["pack_bytes"] + s["metadata_bytes"] and s["pack_bytes"] > 0, s
+    assert m.mode == {"extents": "incremental-cbt", "scan": "incremental-scan"}[how]
+    assert (s["unchanged_bytes"] > 0) == (how == "scan"), s
 
 
 def test_bad_extents_abort_without_commit(image):

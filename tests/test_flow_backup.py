@@ -84,25 +84,10 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
             assert k.list_objects(api, kind, NS, f"{m.RUN_LABEL}={run}") == [], (run, kind)
     assert sorted(p.metadata.name for p in core.list_namespaced_persistent_volume_claim(NS).items) == ["data", "logs"]
 
+    restore_doc = _assert_backup_artifacts(second)
     for pvc in ("data", "logs"):
-        image = tmp_path / f"{pvc}.img"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "movers",
-                "restore",
-                "--repo",
-                app["repo"],
-                "--volume",
-                f"{NS}/{pvc}",
-                "--device",
-                str(image),
-            ],
-            check=True,
-            env=app["env"],
-            capture_output=True,
-        )
+        image = tmp_path / f"{NS}-{pvc}.img"
+        _run_as_printed(local_cluster, restore_doc, pvc, tmp_path)
         out = subprocess.run(
             [sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
             check=False,
@@ -112,11 +97,6 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
         assert out.returncode == 0, (pvc, out.stdout, out.stderr)
         print(pvc, out.stdout.strip())
 
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as prefect:
-        keys = {a.key for a in prefect.read_artifacts()}
-    assert {f"backup-{NS}", f"backup-{NS}-restore"} <= keys, keys
     _assert_progress_done(NS, ("data", "logs"), runs=2)
     assert all(r["why"].startswith("delta since backup") for r in second["volumes"]), second["volumes"]
     assert second["snapshots"]["path"] == "group" and second["snapshots"]["fallback"] is None, second["snapshots"]
@@ -242,20 +222,92 @@ def demo_records(image) -> list[tuple[int, int]]:
     return found
 
 
-def _assert_progress_done(ns, pvcs, runs):
-    """Each volume's progress artifact (one version per run) exists and ended at 100."""
+def _artifacts(key):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from tasks.kube import progress_key
+    with get_client(sync_client=True) as prefect:
+        found = prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+    return sorted(found, key=lambda a: a.created)
+
+
+def _assert_progress_done(ns, pvcs, runs):
+    """Each volume's progress artifact (one version per run) exists, ended at 100 and says the bytes, rate, time and
+    mode (full from the allocated blocks, then an incremental CBT delta)."""
+    import re
+
+    from tasks.progress import progress_key
 
     for pvc in pvcs:
         key = progress_key(ns, pvc)
         assert key == f"progress-{ns}-{pvc}", key
-        with get_client(sync_client=True) as prefect:
-            found = prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+        found = _artifacts(key)
         assert len(found) == runs, (key, found)
         assert all(a.type == "progress" and float(a.data) == 100.0 for a in found), (key, [a.data for a in found])
+        first, second = (a.description for a in found)
+        assert re.match(
+            rf"backup of {ns}/{pvc} \(backup-\w+\): ([\d.]+ [KMG]?i?B) of \1, [\d.]+ [KMG]?i?B/s, done in ", first
+        )
+        assert first.endswith(f"; mode full (planned cbt-allocated: no earlier backup of {ns}/{pvc}: full backup)")
+        assert "; mode incremental-cbt (planned cbt-delta: delta since backup " in second, second
+
+
+def _assert_backup_artifacts(run):
+    """The table of ``run`` reconciles (read = zero + new + already stored; uploaded = data + metadata, on the
+    numbers and as shown), with its reason, freeze window, base backup and full backup id; the restore markdown
+    names every full backup id, has no Prefect form (no restore-app deployment here) and wraps its commands.
+    Returns the markdown."""
+    import re
+
+    from tasks.tables import size
+
+    [table] = [a for a in _artifacts(f"backup-{NS}") if run["run_id"] in (a.description or "")]
+    shown = {r["volume"]: r for r in json.loads(table.data)}
+    assert f"freeze window {run['freeze_s']:.1f} s" in table.description, table.description
+    for row in run["volumes"]:
+        assert row["read_bytes"] == row["zero_bytes"] + row["new_bytes"] + row["already_stored_bytes"], row
+        assert row["uploaded_bytes"] == row["data_bytes"] + row["metadata_bytes"] > row["metadata_bytes"] > 0, row
+        cells = shown[row["volume"]]
+        assert {k: cells[k] for k in ("zero", "new", "already stored", "uploaded", "metadata")} == {
+            "zero": size(row["zero_bytes"]),
+            "new": size(row["new_bytes"]),
+            "already stored": size(row["already_stored_bytes"]),
+            "uploaded": size(row["uploaded_bytes"]),
+            "metadata": size(row["metadata_bytes"]),
+        }, cells
+        assert cells["backup id"] == row["backup_id"] and re.fullmatch(r"\d{8}T\d{12}Z-[0-9a-f]{6}", row["backup_id"])
+        assert cells["base backup"] == row["base_backup"] != "-" and cells["reason"].startswith("delta since backup")
+        assert cells["freeze window"] == f"{run['freeze_s']:.1f} s" and all("_" not in h for h in cells), cells
+    [doc] = [a.data for a in _artifacts(f"backup-{NS}-restore") if run["run_id"] in a.data]
+    assert all(f"| {r['backup_id']} |" in doc for r in run["volumes"]), doc
+    assert "prefect deployment run" not in doc and "has no `restore-app` deployment" in doc, doc
+    blocks = re.findall(r"```sh\n(.*?)```", doc, re.S)
+    assert blocks and all(len(line) <= 100 for b in blocks for line in b.splitlines()), blocks
+    return doc
+
+
+def _run_as_printed(cluster, doc, pvc, tmp_path):
+    """Run the restore markdown's credentials block and its CLI block for ``pvc`` as printed (in ``tmp_path``, with
+    kubectl on the flows' kubeconfig and ``cbt-mover`` this checkout's CLI): the image it writes."""
+    import re
+
+    blocks = re.findall(r"```sh\n(.*?)```", doc, re.S)
+    [creds] = [b for b in blocks if b.startswith("secret() {")]
+    [restore] = [b for b in blocks if f"--volume {NS}/{pvc} " in b]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "cbt-mover"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m movers "$@"\n')
+    shim.chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "KUBECONFIG": flow_kubeconfig(cluster),
+        "PYTHONPATH": os.getcwd(),
+        "HOME": str(tmp_path),
+    }
+    done = subprocess.run(["sh", "-ec", creds + restore], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, (creds + restore, done.stderr)
+    return tmp_path / f"{NS}-{pvc}.img"
 
 
 def test_on_cancellation_thaws_and_deletes_the_run(local_cluster, app, harness):

@@ -11,6 +11,8 @@ no writer pod is ever left."""
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import subprocess
 import sys
 
@@ -263,6 +265,20 @@ def _assert_artifacts(ns, pvcs):
             key = f"restore-progress-{ns}-{pvc}"
             found = prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
             assert found and all(a.type == "progress" and float(a.data) == 100.0 for a in found), (key, found)
+            assert all(
+                re.search(
+                    r": ([\d.]+ [KMG]?i?B) of \1, [\d.]+ [KMG]?i?B/s, done in .*; mode written, then read back",
+                    a.description,
+                )
+                for a in found
+            ), [a.description for a in found]
+        [table] = prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"restore-{ns}"])))
+    rows = json.loads(table.data)
+    assert sorted(r["volume"] for r in rows) == sorted(f"{ns}/{p}" for p in pvcs), rows
+    for row in rows:  # the backup table's style: lower-case header words, human units
+        assert all(re.fullmatch(r"[a-z ]+", h) for h in row) and {"backup id", "written", "throughput"} <= set(row)
+        assert re.fullmatch(r"[\d.]+ (B|KiB|MiB|GiB)", row["written"]) and row["duration"].endswith(" s"), row
+        assert row["throughput"].endswith("/s") and row["replaced"] == "no", row
 
 
 def _assert_events(name, resources):

@@ -5,6 +5,7 @@ prune lock, artifacts and events."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -154,7 +155,15 @@ def test_policy_retention_then_prune_and_full_verify(repo_url, harness, tmp_path
     )
     [prune_row] = json.loads(latest["prune"].data)
     assert prune_row["result"] == "done" and int(prune_row["packs deleted"]) == done["prune"]["packs_deleted"]
-    assert "OK" in latest["verify"].data
+    assert {"forwarding objects", "running backups", "leases deleted", "duplicate packs", "referenced"} <= set(
+        prune_row
+    )
+    assert all("_" not in header for header in prune_row), prune_row
+    # full mode says what it measured, and only that (no sampled-only counters left at 0)
+    text = latest["verify"].data
+    assert "OK" in text and "- mode full: every referenced chunk read" in text, text
+    checked = re.search(r"(\d+) backups and (\d+) map objects checked; (\d+) chunks decoded and hash-checked", text)
+    assert checked and min(map(int, checked.groups())) > 0 and "referenced data" not in text, text
     completed = wait_until(lambda: events("cbt-mover.maintenance.completed", repo_url), 20, "completed event")
     assert any(e.payload.get("forgotten") == 3 for e in completed), [e.payload for e in completed]
     assert all("AWS_SECRET" not in json.dumps(e.payload) for e in completed)
@@ -197,6 +206,7 @@ def test_sampled_verify_finds_a_flipped_byte_and_the_flow_fails_after_its_artifa
     assert state.is_failed() and "found damage" in (state.message or ""), state
     [markdown] = artifacts(artifact_key(repo_url, "verify"))
     assert "DAMAGED" in markdown.data and f"| {first[1]} |" in markdown.data, markdown.data
+    assert "- mode sampled (fraction 1.0" in markdown.data and "referenced data in the packs (" in markdown.data
     failed = wait_until(lambda: events("cbt-mover.maintenance.failed", repo_url), 20, "failed event")
     assert failed[0].payload["verify"]["damage"][0]["offset"] == first[1]
     assert not artifacts(artifact_key(repo_url, "prune")), "prune=False runs no prune"

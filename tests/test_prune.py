@@ -272,7 +272,7 @@ def prune_before_commit(store, now, reports, lease_ttl_s=TTL_S):
     backup read the prune state that lists what this prune deletes, so the prune need not wait for it.
     """
 
-    def progress(done, total):
+    def progress(done, total, **_):
         if total is not None and not reports:  # with extents, only the last call knows the total
             reports.append(prune(Repository.open(store), grace_s=DAY, now=now, lease_ttl_s=lease_ttl_s))
 

@@ -34,7 +34,7 @@ def test_prune_without_grace_waits_for_a_running_backup_and_keeps_what_it_commit
     content_a, expected = dead_content(store, tmp_path)
     started, go = threading.Event(), threading.Event()
 
-    def hold(done, total):
+    def hold(done, total, **_):
         started.set()
         assert go.wait(60), "the test never let the backup go on"
 

@@ -12,7 +12,7 @@ Every image is built for one operating system (``Image.os``, ``linux`` by defaul
 manifest: a node of another OS cannot pull it (``platform_error`` gives the error a containerd
 gives, reported as ErrImagePull). An image that is not in the table is a Linux image.
 
-``default_images()``: ``cbt-mover`` -> the venv's ``cbt-mover`` executable, and
+``default_images()``: ``cbt-mover`` -> the venv's ``cbt-mover`` executable running this checkout's ``movers``, and
 ``localcluster-demo-app`` -> ``python -m localcluster.demo_app`` (with this repository on
 PYTHONPATH), both Linux images; ``localcluster-winapp`` -> the same demo app program as a Windows
 image (the Windows node runs the same local Python programs). Pass
@@ -45,7 +45,7 @@ ImageTable = Mapping[str, "Image | Sequence[str]"]
 def default_images() -> dict[str, Image]:
     demo = (sys.executable, "-m", "localcluster.demo_app")
     return {
-        "cbt-mover": Image((str(Path(BIN_DIR) / "cbt-mover"),)),
+        "cbt-mover": Image((str(Path(BIN_DIR) / "cbt-mover"),), env={"PYTHONPATH": REPO_ROOT}),
         "localcluster-winapp": Image(demo, env={"PYTHONPATH": REPO_ROOT}, os="windows"),
         "localcluster-demo-app": Image(demo, env={"PYTHONPATH": REPO_ROOT}),
     }

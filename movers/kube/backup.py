@@ -66,21 +66,26 @@ class VolumePlan:
 
 
 class MoverResult(BaseModel):
-    """A mover pod's result line (``cbt-mover backup --json``): the backup it committed, the change source it
-    used and, when that is not the planned one, why (``cbt_fallback``), and its byte counts. Other keys of the
-    line are kept as they are."""
+    """A mover pod's result line (``cbt-mover backup --json``): the backup it committed, the backup it built on
+    (``parent``), the change source it used and, when that is not the planned one, why (``cbt_fallback``), and
+    its byte counts (``movers.pipeline.stats.BackupStats``: they reconcile). Other keys of the line are kept as
+    they are."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
     backup_id: str
     mode: str
     change_source: str
+    parent: str | None = None  # the backup an incremental built on
     cbt_fallback: str | None = None
     changed_bytes: int = 0
     read_bytes: int = 0
     zero_bytes: int = 0
     new_chunk_bytes: int = 0
+    dedup_bytes: int = 0
+    unchanged_bytes: int = 0
     stored_bytes: int = 0
+    pack_bytes: int = 0
     metadata_bytes: int = 0
     reused_packs: int = 0
     duration_s: float = 0.0

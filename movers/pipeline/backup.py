@@ -108,6 +108,7 @@ class _Uploader:
         written = self.repo.put_once(packfmt.pack_key(pack_id), data)
         with self.lock:
             self.stats.stored_bytes += written
+            self.stats.pack_bytes += written
             self.stats.objects_written += int(written > 0)
             self.stats.packs_written += int(written > 0)
         return pack_id, entries
@@ -217,7 +218,8 @@ def _backup(
         mapw = MapWriter(repo, capacity, parent_slots)
         scan_parent = extents is None and parent is not None
         total = capacity if extents is None else None
-        engine = _Engine(repo, fd, mapw, options, stats, progress, total, scan_parent, garbage, lease)
+        report = _Report(progress, total, capacity, mode)
+        engine = _Engine(repo, fd, mapw, options, stats, report, scan_parent, garbage, lease)
         try:
             map_ref = engine.run(reads)
         finally:
@@ -278,6 +280,23 @@ def _packs_of_attempts(
     return found
 
 
+class _Report:
+    """The backup's ``progress`` calls: bytes read of the total, with the position reached on the volume (reads
+    are ascending), its capacity and the backup's mode. With extents the total is None until the last call,
+    made once the packs, index and map are written (the extents are a stream: their sum is known at its end)."""
+
+    def __init__(self, progress: ProgressFn | None, total: int | None, capacity: int, mode: str) -> None:
+        self.progress, self.total, self.capacity, self.mode = progress, total, capacity, mode
+
+    def __call__(self, done: int, position: int) -> None:
+        if self.progress:
+            self.progress(done, self.total, position=position, capacity=self.capacity, mode=self.mode)
+
+    def done(self, read: int) -> None:
+        self.total = read
+        self(read, self.capacity)
+
+
 def _count_changed(extents: Iterable[Extent], stats: BackupStats) -> Iterable[Extent]:
     for off, length in extents:
         stats.changed_bytes += length
@@ -292,8 +311,7 @@ class _Engine:
         mapw,
         options,
         stats,
-        progress,
-        total,
+        report: _Report,
         scan_parent: bool,
         garbage: set[str],
         lease: Lease,
@@ -303,8 +321,7 @@ class _Engine:
         self.mapw = mapw
         self.options = options
         self.stats = stats
-        self.progress = progress
-        self.total = total
+        self.report = report
         # A scan on top of a parent compares block digests and re-stores only changed blocks.
         self.scan_parent = scan_parent
         self.sparse = not device.is_block_device(fd)
@@ -380,8 +397,7 @@ class _Engine:
         self.stats.metadata_bytes += meta
         self.stats.stored_bytes += meta
         self.stats.objects_written += objects + self.mapw.objects_written
-        if self.progress:
-            self.progress(self.stats.read_bytes, self.stats.read_bytes)
+        self.report.done(self.stats.read_bytes)
         return map_ref
 
     def _base_digests(self, off: int, length: int) -> bytes:
@@ -489,7 +505,9 @@ class _Engine:
         self.updates.extend(updates)
         stats = self.stats
         stats.read_bytes += length
-        self.scan_changed_bytes += sum(e - s for s, e in covered)
+        restored = sum(e - s for s, e in covered)
+        self.scan_changed_bytes += restored
+        stats.unchanged_bytes += length - restored
         new = False  # whether the current chunk was stored by this backup (later pieces of a gathered chunk share it)
         for voff, plen, cid, stored, flags, coff, raw_len in pieces:
             if cid is None:
@@ -506,8 +524,7 @@ class _Engine:
                 stats.dedup_bytes += plen
             if self.located:
                 self.locations[cid] = self.session.get(cid) or self.index.get(cid)
-        if self.progress:
-            self.progress(stats.read_bytes, self.total)
+        self.report(stats.read_bytes, covered[-1][1] if covered else off + length)
         return length
 
     def _store(self, cid: bytes, stored: bytes, raw_len: int, flags: int, uploader: _Uploader) -> None:
