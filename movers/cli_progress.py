@@ -13,8 +13,8 @@ and asks it for a callback per phase (``phase("restore")``, ``phase("readback")`
 * ``json``: one JSON object per line: ``{"event": "progress", "phase", "unit", "done", "total" (null while
   unknown), "rate_bps" (bytes per second, null for a count of backups or before two samples), "eta_s" (null when
   unknown), and a backup's ``position``, ``capacity`` and ``mode``}``, at most one per interval per phase plus the
-  last of each phase; then one ``{"event": "end", "ok", "elapsed_s", "phase", "done", "total"}`` when the command ends (``ok`` false
-  when it failed).
+  last of each phase; then one ``{"event": "end", "ok", "elapsed_s", "phase", "done", "total"}`` when the
+  command ends (``ok`` false when it failed).
 * ``none``: nothing. ``auto`` (the default): ``bar`` when stderr is a terminal, else ``plain``.
 
 Rates and times left come from the last ``WINDOW_S`` seconds of a phase (``Rate``), the one estimate both the bar
