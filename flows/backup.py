@@ -40,6 +40,7 @@ from movers.kube.backup import MoverResult, VolumePlan
 from movers.policy import BackupPolicy, Hooks, parse_policy
 from movers.repo.manifest import APP_TAG, RUN_TAG
 from tasks import report, state_hook_logger
+from tasks.kevents import record_backup_events, record_backup_failure
 from tasks.kube import check_permissions, cleanup_run, inspect_cluster, keep_base_snapshots, move_volume, take_snapshots
 from tasks.maintenance import forget_backups
 from tasks.repo import check_repository, choose_base, plan_member
@@ -198,6 +199,8 @@ def backup_app(
         failed = False
     except BaseException as err:
         report.emit("failed", ns, policy.name, run_id, {"error": str(err)[:1000], "repository": url})
+        if isinstance(err, Exception):  # not on cancellation
+            record_backup_failure(kubeconfig, policy, run_id, str(err))
         raise
     finally:
         try:
@@ -242,6 +245,7 @@ def backup_app(
         },
         [r["volume"] for r in rows],
     )
+    record_backup_events(kubeconfig, run_id, url, rows)
     if snap["fallback"]:
         log.warning("backup %s: snapshots per PVC after a fallback: %s", run_id, snap["fallback"])
     log.info(

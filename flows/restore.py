@@ -49,6 +49,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from movers.errors import UsageError
 from movers.policy import Affinity, Labels, Tolerations
 from tasks import events, restore_report, state_hook_logger
+from tasks.kevents import record_restore_events, record_restore_failure
 from tasks.repository import key_source
 from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume, writer_settings
 
@@ -213,6 +214,9 @@ def restore_app(
         why = {"run_id": run_id, "source_namespace": namespace, "backup": backup, "error": describe_error(err)}
         for pvc in [t["pvc"] for t in targets] or pvcs or ["*"]:
             _emit("cbt-mover.restore.failed", target, pvc, why)
+        record_restore_failure(
+            kubeconfig, target, [t["pvc"] for t in targets] or pvcs or [], run_id, backup, why["error"]
+        )
         raise
     finally:
         try:
@@ -224,6 +228,7 @@ def restore_app(
     rows = [_row(t, w, f) for t, w, f in zip(targets, written, finished, strict=True)]
     for row in rows:
         _emit("cbt-mover.restore.completed", target, row["pvc"], {"run_id": run_id, **row})
+    record_restore_events(kubeconfig, target, run_id, repo, rows)
     restore_report.publish(namespace, target, run_id, repo, selected, rows)
     log.info("restore %s done: %s", run_id, ", ".join(f"{r['pvc']} {r['written_bytes']} B" for r in rows))
     return {

@@ -259,3 +259,11 @@ def identities_sent(cluster) -> str:
             if entry["user"] == controller or entry["user"].endswith(mover):
                 sent.append(json.dumps(entry.get("body")))
     return "\n".join(sent)
+
+
+def pvc_events(core, ns: str, pvc: str, reason: str) -> list:
+    """The Events of ``reason`` that ``kubectl describe pvc`` lists for the claim as it is now (matched by its
+    uid, so a re-created claim has none of its predecessor's), oldest first."""
+    claim = core.read_namespaced_persistent_volume_claim(pvc, ns)
+    selector = f"involvedObject.uid={claim.metadata.uid},reason={reason}"
+    return sorted(core.list_namespaced_event(ns, field_selector=selector).items, key=lambda e: e.metadata.name)

@@ -19,6 +19,7 @@ from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube.names import derived_name
+from movers.units import human_bytes
 from tests.flowapp import (
     APP_CLASS,
     HOOKS,
@@ -33,6 +34,7 @@ from tests.flowapp import (
     identities_sent,
     policy_file,
     prefect_record,
+    pvc_events,
     start_app_pod,
 )
 from tests.test_no_secrets_in_logs import forms
@@ -98,6 +100,7 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
         print(pvc, out.stdout.strip())
 
     _assert_progress_done(NS, ("data", "logs"), runs=2)
+    _assert_backed_up_events(core, app["repo"], [first, second])
     assert all(r["why"].startswith("delta since backup") for r in second["volumes"]), second["volumes"]
     assert second["snapshots"]["path"] == "group" and second["snapshots"]["fallback"] is None, second["snapshots"]
 
@@ -107,6 +110,7 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
     rows = {r["volume"]: r for r in third["volumes"]}
     assert (rows[f"{NS}/data"]["planned"], rows[f"{NS}/data"]["mode"]) == ("cbt-delta", "incremental-cbt"), rows
     logs = rows[f"{NS}/logs"]
+    _assert_backed_up_events(core, app["repo"], [third], pvcs=("logs",))  # the new claim: none of the old one's
     assert (logs["planned"], logs["change_source"], logs["mode"]) == ("cbt-allocated", "cbt-allocated", "full"), logs
     assert "bound to another volume" in logs["why"] and logs["why"].endswith("full backup"), logs["why"]
     pv = core.read_persistent_volume(core.read_namespaced_persistent_volume_claim("logs", NS).spec.volume_name)
@@ -150,6 +154,22 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
     assert [r["change_source"] for r in fourth["volumes"]] == ["cbt-delta"] * 2, fourth["volumes"]
     assert _kept(api) == {"VolumeSnapshot": sorted(derived_name(fourth["run_id"], p) for p in ("data", "logs"))}
     _assert_the_key_stayed_secret(local_cluster)
+
+
+def _assert_backed_up_events(core, repo, runs, pvcs=("data", "logs")):
+    """``kubectl describe pvc`` shows one Normal BackedUp Event per run, naming the mode, backup id, repository,
+    changed bytes and run."""
+    for pvc in pvcs:
+        found = pvc_events(core, NS, pvc, "BackedUp")
+        expected = []
+        for run in runs:
+            r = next(r for r in run["volumes"] if r["volume"] == f"{NS}/{pvc}")
+            expected.append(
+                f"{r['mode']} backup {r['backup_id']} of {NS}/{pvc} to {repo}"
+                f" ({human_bytes(r['changed_bytes'])} changed, run {run['run_id']})"
+            )
+        assert [e.message for e in found] == expected, (pvc, [e.message for e in found])
+        assert {(e.type, e.source.component, e.count) for e in found} == {("Normal", "cbt-mover", 1)}
 
 
 def _assert_the_key_stayed_secret(cluster):

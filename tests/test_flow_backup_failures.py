@@ -34,6 +34,7 @@ from tests.flowapp import (
     flow_kubeconfig,
     freeze_windows,
     policy_file,
+    pvc_events,
 )
 
 KEPT = "cbt-mover.io/kept-for"
@@ -140,6 +141,16 @@ def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(
     failed = wait_until(lambda: _events("cbt-mover.backup.failed", resource), 20, "failed event")
     assert "exit 6" in failed[0].payload["error"], failed[0].payload
     assert local_cluster.s3.env["AWS_SECRET_ACCESS_KEY"] not in json.dumps(failed[0].payload)
+    from flows.backup import run_id_for
+
+    for pvc in ("data", "logs"):  # what `kubectl describe pvc` shows: the two backups, then the failure
+        (warning,) = pvc_events(core, ns, pvc, "BackupFailed")
+        assert warning.type == "Warning" and warning.source.component == "cbt-mover", warning
+        assert warning.message.startswith(f"backup run {run_id_for(run)} of {ns}/{pvc} to {app['repo']} failed: ")
+        assert "exit 6" in warning.message and local_cluster.s3.env["AWS_SECRET_ACCESS_KEY"] not in warning.message
+        assert [e.message.split(" ")[2] for e in pvc_events(core, ns, pvc, "BackedUp")] == [
+            r["backup_id"] for run_ in (first, second) for r in run_["volumes"] if r["volume"] == f"{ns}/{pvc}"
+        ]
     done = wait_until(lambda: _events("cbt-mover.backup.completed", resource), 20, "completed events")
     assert {e.resource["cbt-mover.run"] for e in done} == {first["run_id"], second["run_id"]}
 

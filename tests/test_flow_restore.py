@@ -38,6 +38,7 @@ from tests.flowapp import (
     flow_kubeconfig,
     init_repo,
     open_repo,
+    pvc_events,
     repo_secret,
 )
 
@@ -251,7 +252,43 @@ def test_whole_app_into_a_new_namespace_is_the_latest_complete_run_where_it_was(
         assert _run_pod(core, "shop-copy", "reader", "cat /mnt/files/hello", "files") == "kept\n"
     assert _run_objects(local_cluster, "shop-copy", out["run_id"])["Pod"] == []
     _assert_artifacts("shop-copy", ("data", "logs", "files"))
+    for row in out["volumes"]:  # what `kubectl describe pvc` shows on each new claim
+        (event,) = pvc_events(core, "shop-copy", row["pvc"], "Restored")
+        assert (event.type, event.source.component) == ("Normal", "cbt-mover"), event
+        assert event.message.startswith(f"restored backup {row['backup_id']} of {SRC}/{row['pvc']} from {repo} ("), (
+            event
+        )
+        assert event.message.endswith(f" written, run {out['run_id']})"), event.message
     _assert_events("cbt-mover.restore.completed", [f"cbt-mover.volume.shop-copy/{p}" for p in ("data", "logs")])
+
+
+def _refused_event_creations(cluster, service_account: str) -> list[str]:
+    """The namespaces where the API refused (403) an Event of ``cbt-mover-system/<service_account>`` (audit log)."""
+    import json
+
+    user = f"system:serviceaccount:cbt-mover-system:{service_account}"
+    with open(cluster.audit_log, encoding="utf-8") as f:
+        entries = [json.loads(line) for line in f]
+    return [
+        e["authz"]["namespace"]
+        for e in entries
+        if e["user"] == user
+        and e["method"] == "POST"
+        and (e.get("authz") or {}).get("resource") == "events"
+        and e["code"] == 403
+    ]
+
+
+def _warnings(flow_run_id, starting: str) -> list[str]:
+    """The flow run's log messages (its tasks' too) at WARNING or above that start with ``starting``."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId, LogFilterLevel
+
+    with get_client(sync_client=True) as prefect:
+        logs = prefect.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]), level=LogFilterLevel(ge_=30))
+        )
+    return [log.message for log in logs if log.message.startswith(starting)]
 
 
 def _assert_artifacts(ns, pvcs):
@@ -305,6 +342,14 @@ def test_one_pvc_by_backup_id_and_refusal_when_the_claim_exists(local_cluster, b
         _restore(local_cluster, repo)  # into the source namespace, where the app's claims exist
     with pytest.raises(RestoreRefused, match="is used by pod.s. app"):
         _restore(local_cluster, repo, pvcs=["data", "logs"], overwrite=True)  # the demo app still runs on them
+    core = client.CoreV1Api(local_cluster.client)
+    for pvc in ("data", "logs"):  # the claims it would have replaced say why
+        warnings = [w for w in pvc_events(core, SRC, pvc, "RestoreFailed") if "is used by pod(s) app" in w.message]
+        assert len(warnings) == 1 and warnings[0].type == "Warning", warnings
+        assert (
+            warnings[0].message.startswith("restore run restore-")
+            and f"into {SRC}/{pvc} failed: " in warnings[0].message
+        )
     after = sorted(p["metadata"]["name"] for p in k.list_objects(local_cluster.client, "PersistentVolumeClaim", SRC))
     assert claims == after == sorted(pvc for pvc, _, _ in CLAIMS)
     _no_writer_pods(local_cluster, SRC, "logs-only")
@@ -504,12 +549,26 @@ def test_writer_settings_from_a_policy_place_the_writer_and_a_writer_nowhere_to_
 def test_a_missing_permission_fails_the_restore_before_anything_is_created(local_cluster, backed_up):
     """An identity whose role lacks one verb the restore calls (here: creating the PV of a hand-over)."""
     repo, api = backed_up["repo"], local_cluster.client
+    kubeconfig = _identity_without(local_cluster, "restorer-without-pv-create", "persistentvolumes", "create")
+    _namespace(local_cluster, "preflight", repo)
+    with pytest.raises(
+        PermissionsMissing, match="^cannot restore into preflight: .*cannot create persistentvolumes cluster-wide"
+    ) as err:
+        _restore(local_cluster, repo, pvcs=["files"], target_namespace="preflight", kubeconfig=kubeconfig)
+    assert "\n" not in str(err.value) and err.value.exit_code == 6
+    for kind in ("PersistentVolumeClaim", "Pod"):
+        assert k.list_objects(api, kind, "preflight") == [], kind
+
+
+def _identity_without(cluster, name: str, resource: str, verb: str) -> str:
+    """The kubeconfig of ServiceAccount ``cbt-mover-system/<name>``, bound to the shipped controller role minus
+    ``verb`` on ``resource``."""
     role = next(d for d in yaml.safe_load_all(CONTROLLER_YAML.read_text()) if d and d["kind"] == "ClusterRole")
     for rule in role["rules"]:
-        if rule["resources"] == ["persistentvolumes"]:
-            rule["verbs"] = [v for v in rule["verbs"] if v != "create"]
-    name, ns = "restorer-without-pv-create", "cbt-mover-system"
-    local_cluster.apply(
+        if rule["resources"] == [resource]:
+            rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+    ns = "cbt-mover-system"
+    cluster.apply(
         [
             {**role, "metadata": {"name": name}},
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}},
@@ -522,15 +581,7 @@ def test_a_missing_permission_fails_the_restore_before_anything_is_created(local
             },
         ]
     )
-    kubeconfig = str(local_cluster.kubeconfig_for(ns, name))
-    _namespace(local_cluster, "preflight", repo)
-    with pytest.raises(
-        PermissionsMissing, match="^cannot restore into preflight: .*cannot create persistentvolumes cluster-wide"
-    ) as err:
-        _restore(local_cluster, repo, pvcs=["files"], target_namespace="preflight", kubeconfig=kubeconfig)
-    assert "\n" not in str(err.value) and err.value.exit_code == 6
-    for kind in ("PersistentVolumeClaim", "Pod"):
-        assert k.list_objects(api, kind, "preflight") == [], kind
+    return str(cluster.kubeconfig_for(ns, name))
 
 
 def test_a_long_pvc_name_gives_valid_names_and_labels(local_cluster, backed_up, tmp_path):
@@ -570,7 +621,22 @@ def test_a_long_pvc_name_gives_valid_names_and_labels(local_cluster, backed_up, 
     assert backup.returncode == 0, backup.stderr
     _namespace(local_cluster, "ledger-copy", repo)
 
-    out = _restore(local_cluster, repo, namespace="ledger", target_namespace="ledger-copy")
+    # as an identity that may not create Events: refused (403), the restore succeeds with one warning
+    name = "restorer-without-events"
+    kubeconfig = _identity_without(local_cluster, name, "events", "create")
+    state = _restore(
+        local_cluster,
+        repo,
+        namespace="ledger",
+        target_namespace="ledger-copy",
+        kubeconfig=kubeconfig,
+        return_state=True,
+    )
+    out = state.result()
+    assert pvc_events(client.CoreV1Api(local_cluster.client), "ledger-copy", LONG, "Restored") == []
+    assert _refused_event_creations(local_cluster, name) == ["ledger-copy"]
+    warned = wait_until(lambda: _warnings(state.state_details.flow_run_id, "Kubernetes Events"), 20, "the warning")
+    assert len(warned) == 1 and "0 of 1 recorded" in warned[0] and " 403 " in warned[0], warned
 
     (row,) = out["volumes"]
     restored, claim, _ = _volume_image(local_cluster, "ledger-copy", LONG)

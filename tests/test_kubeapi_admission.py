@@ -713,3 +713,78 @@ def test_events_and_nodes(kube):
     node["spec"]["taints"][0]["effect"] = "NoSchedule"
     node["status"]["capacity"]["pods"] = "110"
     assert core.create_node(node).status.capacity == {"pods": "110", "cpu": "2"}
+
+
+def test_event_timestamps_and_counts_decode_as_upstream(kube):
+    """``metav1.Time`` is RFC 3339 (a naive timestamp is refused), ``metav1.MicroTime`` RFC 3339 with exactly six
+    fractional digits, ``count`` an int32: anything else is the decoder's 400, as kube-apiserver answers."""
+    involved = {"kind": "PersistentVolumeClaim", "name": "db", "namespace": "default"}
+
+    def event(**fields):
+        return {"metadata": {"name": "db.1"}, "involvedObject": involved, "reason": "BackedUp", **fields}
+
+    prefix = 'Event in version "v1" cannot be handled as a Event: '
+    for fields, message in (
+        (
+            {"firstTimestamp": "yesterday"},
+            'parsing time "yesterday" as "2006-01-02T15:04:05Z07:00": cannot parse "yesterday" as "2006"',
+        ),
+        (
+            {"lastTimestamp": "2026-01-01T00:00:00"},  # datetime.isoformat() of a naive datetime
+            'parsing time "2026-01-01T00:00:00" as "2006-01-02T15:04:05Z07:00": cannot parse "" as "Z07:00"',
+        ),
+        (
+            {"firstTimestamp": "2026-01-01 00:00:00Z"},
+            'parsing time "2026-01-01 00:00:00Z" as "2006-01-02T15:04:05Z07:00": cannot parse " 00:00:00Z" as "T"',
+        ),
+        ({"firstTimestamp": "2026-13-01T00:00:00Z"}, 'parsing time "2026-13-01T00:00:00Z": month out of range'),
+        ({"firstTimestamp": "2026-02-30T00:00:00Z"}, 'parsing time "2026-02-30T00:00:00Z": day out of range'),
+        ({"firstTimestamp": "2026-01-01T00:00:00Zs"}, 'parsing time "2026-01-01T00:00:00Zs": extra text: "s"'),
+        (
+            {"eventTime": "2026-01-01T00:00:00Z"},  # datetime.isoformat() drops a zero microsecond
+            'parsing time "2026-01-01T00:00:00Z" as "2006-01-02T15:04:05.000000Z07:00": cannot parse "Z" as ".000000"',
+        ),
+        ({"firstTimestamp": 1767225600}, "json: cannot unmarshal number into Go value of type string"),
+        ({"count": "1"}, "json: cannot unmarshal string into Go struct field Event.count of type int32"),
+        ({"count": 2**31}, "json: cannot unmarshal number 2147483648 into Go struct field Event.count of type int32"),
+        (
+            {"series": {"count": 1.5, "lastObservedTime": "2026-01-01T00:00:00.000000Z"}},
+            "json: cannot unmarshal number 1.5 into Go struct field EventSeries.series.count of type int32",
+        ),
+    ):
+        code, body = kube.raw("POST", "/api/v1/namespaces/default/events", event(**fields))
+        assert (code, body["message"]) == (400, prefix + message), fields
+
+    for stamp in ("2026-01-01T00:00:00Z", "2026-01-01T01:30:00.123+01:30", "2026-01-01T00:00:00.123456789-00:00"):
+        code, body = kube.raw("POST", "/api/v1/namespaces/default/events", event(firstTimestamp=stamp))
+        assert code == 201, (stamp, body)
+        kube.core.delete_namespaced_event("db.1", "default")
+
+
+def test_a_new_style_event_needs_what_upstream_s_legacy_validation_asks(kube):
+    """With ``eventTime`` set, core/v1 validation asks for the reporting controller and instance, an action, a
+    reason of at most 128 characters and a note of at most 1024."""
+    body = {
+        "metadata": {"name": "db.1"},
+        "involvedObject": {"kind": "PersistentVolumeClaim", "name": "db", "namespace": "default"},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reason": "R" * 129,
+        "message": "m" * 1025,
+    }
+    code, refusal = kube.raw("POST", "/api/v1/namespaces/default/events", body)
+    assert code == 422 and causes(refusal) == [
+        ("FieldValueRequired", "reportingController"),
+        ("FieldValueInvalid", "reportingController"),  # IsQualifiedName(""): empty, and not matching
+        ("FieldValueInvalid", "reportingController"),
+        ("FieldValueRequired", "reportingInstance"),
+        ("FieldValueRequired", "action"),
+        ("FieldValueInvalid", "reason"),
+        ("FieldValueInvalid", "message"),
+    ]
+    body |= {"reportingComponent": "cbt-mover", "reportingInstance": "pod-1", "action": "Backup", "reason": "BackedUp"}
+    body["message"] = "m" * 1024
+    # the Python client sends a whole second as datetime.isoformat() does, without the six digits: refused
+    code, refusal = refused(kube.core.create_namespaced_event, "default", body)
+    assert code == 400 and 'cannot parse "+00:00" as ".000000"' in refusal["message"], refusal
+    body["eventTime"] = "2026-01-01T00:00:00.000001Z"
+    assert kube.core.create_namespaced_event("default", body).reporting_component == "cbt-mover"

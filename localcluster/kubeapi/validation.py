@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from localcluster.kubeapi import fields as f
+from localcluster.kubeapi import gotime
 from localcluster.kubeapi import podspec as ps
 from localcluster.kubeapi import quantity as q
 from localcluster.kubeapi import specparts as sp
@@ -114,6 +115,36 @@ def decode(rt: ResourceType, obj: Obj) -> None:
         for v in _m(obj.get("data")).values():
             if v is not None and not (isinstance(v, str) and _decodes(v)):
                 raise DecodeError(f"illegal base64 data at input byte {_bad_byte(v)}")
+    if rt.key == ("", "events"):
+        _decode_event(obj)
+
+
+def _decode_event(obj: Obj) -> None:
+    """An Event's typed fields as ``json.Unmarshal`` into ``v1.Event`` takes them: ``metav1.Time`` (RFC 3339) and
+    ``metav1.MicroTime`` (RFC 3339 with exactly six fractional digits) strings, ``int32`` counts."""
+    series = obj.get("series")
+    for where, name, micro in (
+        (obj, "firstTimestamp", False),
+        (obj, "lastTimestamp", False),
+        (obj, "eventTime", True),
+        (series, "lastObservedTime", True),
+    ):
+        value = where.get(name) if isinstance(where, dict) else None
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            kind = _JSON_KINDS.get(type(value), "object")
+            raise DecodeError(f"json: cannot unmarshal {kind} into Go value of type string")
+        problem = gotime.parse_error(value, micro)
+        if problem:
+            raise DecodeError(problem)
+    for where, struct, field in ((obj, "Event", "count"), (series, "EventSeries", "series.count")):
+        value = where.get(field.rsplit(".", 1)[-1]) if isinstance(where, dict) else None
+        if value is None or (type(value) is int and -(2**31) <= value < 2**31):
+            continue
+        kind = "string" if isinstance(value, str) else _JSON_KINDS.get(type(value), "object")
+        number = f" {value}" if kind == "number" else ""
+        raise DecodeError(f"json: cannot unmarshal {kind}{number} into Go struct field {struct}.{field} of type int32")
 
 
 def _canonical_quantities(node: Any, pattern: tuple[str, ...]) -> None:
