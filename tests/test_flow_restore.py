@@ -20,7 +20,7 @@ from kubernetes import client
 
 from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, pod_manifest, wait_pod, wait_until
-from localcluster.shipped_rbac import CONTROLLER_YAML, MOVER_SERVICE_ACCOUNT, apply_mover_rbac
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac, controller_role
 from movers.errors import NotFoundError, UsageError
 from movers.kube import apply as k
 from movers.kube import manifests as m
@@ -488,7 +488,7 @@ def test_writer_settings_from_a_policy_place_the_writer_and_a_writer_nowhere_to_
 def test_a_missing_permission_fails_the_restore_before_anything_is_created(local_cluster, backed_up):
     """An identity whose role lacks one verb the restore calls (here: creating the PV of a hand-over)."""
     repo, api = backed_up["repo"], local_cluster.client
-    role = next(d for d in yaml.safe_load_all(CONTROLLER_YAML.read_text()) if d and d["kind"] == "ClusterRole")
+    role = controller_role()
     for rule in role["rules"]:
         if rule["resources"] == ["persistentvolumes"]:
             rule["verbs"] = [v for v in rule["verbs"] if v != "create"]
