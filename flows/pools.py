@@ -132,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.pools", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=("local", "k8s"), help="ensure only this pool")
     parser.add_argument("--image", help=f"default image of {K8S_POOL}'s Jobs (the cbt-mover image you pushed)")
-    parser.add_argument("--namespace", help=f"default namespace of {K8S_POOL}'s Jobs (configs/rbac: cbt-mover-system)")
+    parser.add_argument(
+        "--namespace",
+        help=f"default namespace of {K8S_POOL}'s Jobs (cbt-mover install controller's --namespace: cbt-mover-system)",
+    )
     args = parser.parse_args(argv)
     import httpx
     from prefect.settings import PREFECT_API_URL

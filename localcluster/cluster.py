@@ -5,7 +5,7 @@ one kubelet per node.
         cluster.kubeconfig      # a kubeconfig file for kubectl and the kubernetes client
         cluster.s3.env          # AWS_* variables of the moto S3 server on loopback
         cluster.client          # a kubernetes ApiClient (admin)
-        cluster.apply("configs/rbac/controller.yaml")                       # as admin: create or replace
+        cluster.apply("objects.yaml")                                       # as admin: create or replace
         cluster.kubeconfig_for("cbt-mover-system", "cbt-mover-controller")  # a kubeconfig of that identity
 
 It is a test double for a cluster: the product (movers/, tasks/, flows/) talks to it only over the

@@ -88,7 +88,7 @@ def _deploy(cluster, policy, key: bytes) -> None:
         core.create_namespaced_secret(
             namespace, {"metadata": {"name": secret}, "stringData": repo_env, "data": key_data}
         )
-    # the mover pods' identity: configs/rbac/mover.yaml, its namespaced part copied per namespace
+    # the mover pods' identity: what `cbt-mover install controller` and `install movers` print, applied
     if mover.service_account != MOVER_SERVICE_ACCOUNT:
         raise RuntimeError(
             f"{POLICY.name} names mover ServiceAccount {mover.service_account!r}; the shipped RBAC"

@@ -1,92 +1,81 @@
-"""The shipped RBAC of configs/rbac, applied to the local cluster for the namespaces a test or the demo uses.
+"""The shipped RBAC applied to the local cluster exactly as a user installs it: the objects ``cbt-mover install
+controller`` and ``cbt-mover install movers --namespace NS`` print (``movers.install`` renders both), parsed
+and applied unchanged as the admin.
 
-``configs/rbac/mover.yaml`` says: copy the namespaced part per application namespace. ``mover_objects``
-does that and nothing else: the ClusterRole as shipped; the ClusterRoleBinding with one subject per
-namespace (the file's subject with the namespace changed); and the file's namespaced objects of its
-first namespace (ServiceAccount ``cbt-mover``, Role, RoleBinding) once per namespace, with only
-``metadata.namespace`` and subject namespaces changed. Rules are never touched.
-
-``apply_mover_rbac(cluster, namespaces)`` applies them as the admin (the namespaces must exist): the
-namespaced objects of ``namespaces``, and the ClusterRoleBinding with the namespaces it already had
-(several tests share one cluster) plus these; returns the namespaces the binding now names.
+``controller_objects()`` and ``mover_objects(namespaces)`` are those renderings' objects (the controller's in
+its default namespace ``CONTROLLER_NAMESPACE``); ``controller_role()`` is the controller's ClusterRole.
+``apply_mover_rbac(cluster, namespaces)`` applies the controller's objects (when the cluster lacks them: the
+movers' ClusterRole is among them) and the movers' objects of ``namespaces``, which must exist.
+``controller_kubeconfig(cluster)`` is the kubeconfig the flows run with.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
+from movers import install
+from movers.install import CONTROLLER_SERVICE_ACCOUNT, MOVER_SERVICE_ACCOUNT
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "rbac"
-MOVER_YAML = CONFIGS / "mover.yaml"
-CONTROLLER_YAML = CONFIGS / "controller.yaml"
-MOVER_SERVICE_ACCOUNT = "cbt-mover"
+CONTROLLER_NAMESPACE = install.DEFAULT_CONTROLLER_NAMESPACE
+REPO_SECRET = "cbt-mover-repo"  # the only Secret name the controller's ClusterRole lets the flows read
 
-Obj = dict[str, Any]
-
-
-def _docs(path: Path) -> list[Obj]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def mover_objects(namespaces: Iterable[str], path: Path = MOVER_YAML) -> list[Obj]:
-    namespaces = list(dict.fromkeys(namespaces))
-    docs = _docs(path)
-    template_ns = next(d["metadata"]["namespace"] for d in docs if d["metadata"].get("namespace"))
-    out: list[Obj] = []
-    for doc in docs:
-        if doc["metadata"].get("namespace"):
-            continue
-        doc = copy.deepcopy(doc)
-        if doc["kind"] == "ClusterRoleBinding":
-            subject = doc["subjects"][0]
-            doc["subjects"] = [{**subject, "namespace": ns} for ns in namespaces]
-        out.append(doc)
-    for ns in namespaces:
-        for doc in docs:
-            if doc["metadata"].get("namespace") != template_ns:
-                continue
-            doc = copy.deepcopy(doc)
-            doc["metadata"]["namespace"] = ns
-            for subject in doc.get("subjects") or []:
-                if subject.get("namespace") == template_ns:
-                    subject["namespace"] = ns
-            out.append(doc)
-    return out
+__all__ = [
+    "CONTROLLER_NAMESPACE",
+    "CONTROLLER_SERVICE_ACCOUNT",
+    "MOVER_SERVICE_ACCOUNT",
+    "REPO_SECRET",
+    "apply_mover_rbac",
+    "controller_kubeconfig",
+    "controller_objects",
+    "controller_role",
+    "mover_objects",
+]
 
 
-def apply_mover_rbac(cluster, namespaces: Iterable[str]) -> list[str]:
+def controller_objects() -> list[dict[str, Any]]:
+    return install.objects(install.render_controller(CONTROLLER_NAMESPACE))
+
+
+def mover_objects(namespaces: Iterable[str]) -> list[dict[str, Any]]:
+    return install.objects(install.render_movers(namespaces))
+
+
+def controller_role() -> dict[str, Any]:
+    """The controller's ClusterRole (the one its ClusterRoleBinding names), as rendered."""
+    objs = controller_objects()
+    [binding] = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
+    name = binding["roleRef"]["name"]
+    return next(o for o in objs if (o["kind"], o["metadata"]["name"]) == ("ClusterRole", name))
+
+
+def _install_controller(cluster) -> None:
+    """``cbt-mover install controller | kubectl apply -f -`` on ``cluster``, unless its last object (the movers'
+    ClusterRole) is there already."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    binding = next(d for d in _docs(MOVER_YAML) if d["kind"] == "ClusterRoleBinding")["metadata"]["name"]
+    objs = controller_objects()
     try:
-        current = client.RbacAuthorizationV1Api(cluster.client).read_cluster_role_binding(binding)
-        known = [s.namespace for s in current.subjects or [] if s.namespace]
+        client.RbacAuthorizationV1Api(cluster.client).read_cluster_role(objs[-1]["metadata"]["name"])
+        return
     except ApiException as err:
         if err.status != 404:
             raise
-        known = []
-    namespaces = list(namespaces)
-    covered = list(dict.fromkeys([*known, *namespaces]))
-    objs = mover_objects(covered)
-    cluster.apply([o for o in objs if o["metadata"].get("namespace") in (None, *namespaces)])
-    return covered
+    cluster.apply(objs)
 
 
-CONTROLLER_NAMESPACE = "cbt-mover-system"
-CONTROLLER_SERVICE_ACCOUNT = "cbt-mover-controller"
-REPO_SECRET = "cbt-mover-repo"  # the only Secret name configs/rbac/controller.yaml lets the flows read
+def apply_mover_rbac(cluster, namespaces: Iterable[str]) -> None:
+    _install_controller(cluster)
+    cluster.apply(mover_objects(namespaces))
 
 
 def controller_kubeconfig(cluster) -> Path:
-    """The kubeconfig the flows run with: configs/rbac/controller.yaml applied unchanged (as the admin, once
-    per cluster) and a token of its ServiceAccount ``cbt-mover-system/cbt-mover-controller``."""
+    """The kubeconfig the flows run with: the controller's objects applied (when missing) and a token of its
+    ServiceAccount ``cbt-mover-system/cbt-mover-controller``."""
     path = cluster.workdir / f"kubeconfig-{CONTROLLER_NAMESPACE}-{CONTROLLER_SERVICE_ACCOUNT}"
     if not path.exists():
-        cluster.apply(CONTROLLER_YAML)
+        _install_controller(cluster)
         cluster.kubeconfig_for(CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT, path)
     return path

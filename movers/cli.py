@@ -275,9 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
 
+    from movers.cli_install import add_install_parsers
     from movers.cli_keys import add_key_parsers
 
     add_key_parsers(sub, _add_repo)
+    add_install_parsers(sub)
     return parser
 
 
@@ -794,6 +796,12 @@ def cmd_key(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_install(args: argparse.Namespace) -> int:
+    from movers.cli_install import cmd_install as run
+
+    return run(args)
+
+
 def _mib(n: int | None) -> str:
     return human_bytes(n, missing="?")
 
@@ -808,6 +816,7 @@ COMMANDS = {
     "forget": cmd_forget,
     "prune": cmd_prune,
     "key": cmd_key,
+    "install": cmd_install,
 }
 
 
@@ -828,9 +837,10 @@ def _fail(line: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = getattr(logging, str(args.log_level).upper(), None)
+    log_level = getattr(args, "log_level", "WARNING")  # commands that only print (install) have none
+    level = getattr(logging, str(log_level).upper(), None)
     if not isinstance(level, int):
-        parser.error(f"unknown --log-level {args.log_level}")
+        parser.error(f"unknown --log-level {log_level}")
     logsetup.configure(level)
     try:
         if getattr(args, "volume", None) is not None:  # every command that takes a volume id, before any work

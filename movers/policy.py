@@ -21,7 +21,7 @@ A policy is one YAML file (examples in ``configs/policies/``)::
     parallelism: 2                     # members moved in parallel
     mover:
       image: cbt-mover:0.1.0
-      service_account: cbt-mover       # in `namespace`; see configs/rbac/mover.yaml
+      service_account: cbt-mover       # in `namespace`; `cbt-mover install movers` creates it
       resources: {requests: {cpu: 500m, memory: 512Mi}, limits: {memory: 1Gi}}
       node_selector: {kubernetes.io/os: linux}
       tolerations:                     # Kubernetes Tolerations, validated as the API server does

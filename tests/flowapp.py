@@ -1,7 +1,7 @@
 """Shared set-up of the flow tests: a demo application on the local cluster with a repository.
 
-``deploy_app`` creates a namespace with the shipped mover identity (configs/rbac/mover.yaml applied
-for it: ServiceAccount ``cbt-mover``, its Role and RoleBinding, a subject in the ClusterRoleBinding),
+``deploy_app`` creates a namespace with the shipped mover identity (``cbt-mover install movers`` applied
+for it: ServiceAccount ``cbt-mover``, its Role, RoleBinding and ClusterRoleBinding),
 Block PVCs labelled ``app=demo`` in the app's StorageClass ``APP_CLASS`` (the hostpath driver's; the
 cluster's default class belongs to the other driver),
 the demo app pod writing to them (freeze/thaw through ``HOOKS``), a moto bucket with an initialised

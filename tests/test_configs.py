@@ -1,5 +1,6 @@
-"""configs/: every YAML parses, RBAC is exactly what the product needs (no wildcards), the CRD examples
-are accepted by the API emulator's schema validation, the work pool job template and the Dockerfile."""
+"""configs/: every YAML parses, the policies and the work pool job template use the names the shipped RBAC
+(``cbt-mover install``, tests/test_install.py) creates, the CRD examples are accepted by the API emulator's
+schema validation, the Dockerfile."""
 
 from __future__ import annotations
 
@@ -20,82 +21,18 @@ def docs(path: Path) -> list[dict]:
 
 def test_every_yaml_parses():
     files = sorted(CONFIGS.rglob("*.yaml")) + sorted(CONFIGS.rglob("*.yml"))
-    assert len(files) >= 7
+    assert len(files) >= 5
     for path in files:
         assert docs(path), path
 
 
 def rbac_docs() -> list[dict]:
-    return [d for path in sorted((CONFIGS / "rbac").glob("*.yaml")) for d in docs(path)]
+    """What ``cbt-mover install controller`` and ``install movers`` print for the policies' namespaces."""
+    from movers.install import objects, render_controller, render_movers
+    from movers.policy import load_policies
 
-
-def flatten(rules: list[dict]) -> dict:
-    out: dict = {}
-    for rule in rules:
-        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for name in rule.get("resourceNames") or [None]:
-                    key = (group, resource, name)
-                    assert key not in out, f"{key} granted twice"
-                    out[key] = set(rule["verbs"])
-    return out
-
-
-def test_rbac_has_no_wildcards():
-    text = "\n".join(p.read_text() for p in (CONFIGS / "rbac").glob("*.yaml"))
-    assert "*" not in text
-    for doc in rbac_docs():
-        for rule in doc.get("rules", []):
-            for value in [*rule["apiGroups"], *rule["resources"], *rule["verbs"], *rule.get("resourceNames", [])]:
-                assert "*" not in value
-
-
-def test_rbac_grants_nothing_that_widens_itself_and_secrets_only_by_name():
-    """What the roles grant exactly is checked against what the flows call (tests/test_shipped_rbac.py);
-    here: no verb that lets an identity widen its rights, and Secrets only by name."""
-    roles = [d for d in rbac_docs() if d["kind"] in ("ClusterRole", "Role")]
-    assert {(d["kind"], d["metadata"]["name"]) for d in roles} == {
-        ("ClusterRole", "cbt-mover-controller"),
-        ("ClusterRole", "cbt-mover-pod"),
-        ("Role", "cbt-mover-pod"),
-    }
-    assert {"demo", "shop"} <= {d["metadata"]["namespace"] for d in roles if d["kind"] == "Role"}
-    for role in roles:
-        granted = flatten(role["rules"])
-        for (_group, resource, name), verbs in granted.items():
-            assert not verbs & {"escalate", "bind", "impersonate", "deletecollection", "update"}, (resource, verbs)
-            if resource == "secrets":
-                assert name is not None and verbs == {"get"}, "Secrets: get by name only"
-
-
-def test_rbac_bindings_match_roles_and_service_accounts():
-    all_docs = rbac_docs()
-    accounts = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in all_docs if d["kind"] == "ServiceAccount"}
-    roles = {
-        (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))
-        for d in all_docs
-        if d["kind"] in ("ClusterRole", "Role")
-    }
-    bindings = [d for d in all_docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
-    assert bindings
-    for binding in bindings:
-        ref = binding["roleRef"]
-        ns = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
-        assert (ref["kind"], ref["name"], ns) in roles, binding["metadata"]["name"]
-        for subject in binding["subjects"]:
-            assert subject["kind"] == "ServiceAccount"
-            assert (subject["namespace"], subject["name"]) in accounts
-    controller = next(b for b in bindings if b["roleRef"]["name"] == "cbt-mover-controller")
-    assert controller["subjects"] == [
-        {"kind": "ServiceAccount", "name": "cbt-mover-controller", "namespace": "cbt-mover-system"}
-    ]
-    # the mover's cluster-scoped reads reach every namespace that has the mover's Role
-    mover_cluster = next(
-        b for b in bindings if b["kind"] == "ClusterRoleBinding" and b["roleRef"]["name"] == "cbt-mover-pod"
-    )
-    role_ns = {d["metadata"]["namespace"] for d in all_docs if d["kind"] == "Role"}
-    assert {s["namespace"] for s in mover_cluster["subjects"]} == role_ns
+    namespaces = sorted({p.namespace for p in load_policies(CONFIGS / "policies")})
+    return objects(render_controller()) + objects(render_movers(namespaces))
 
 
 def test_policies_use_the_rbac_names():
@@ -200,7 +137,7 @@ def test_job_template():
     text = json.dumps(config)
     used = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", text))
     assert used == EXPECTED_VARIABLES
-    # the service account and namespace are those of configs/rbac
+    # the service account and namespace are those `cbt-mover install controller` creates by default
     accounts = {
         (d["metadata"]["namespace"], d["metadata"]["name"]) for d in rbac_docs() if d["kind"] == "ServiceAccount"
     }

@@ -22,7 +22,7 @@ from kubernetes import client
 
 from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, pod_manifest, wait_pod, wait_until
-from localcluster.shipped_rbac import CONTROLLER_YAML, MOVER_SERVICE_ACCOUNT, apply_mover_rbac
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac, controller_role
 from movers.errors import NotFoundError, UsageError
 from movers.kube import apply as k
 from movers.kube import manifests as m
@@ -563,7 +563,7 @@ def test_a_missing_permission_fails_the_restore_before_anything_is_created(local
 def _identity_without(cluster, name: str, resource: str, verb: str) -> str:
     """The kubeconfig of ServiceAccount ``cbt-mover-system/<name>``, bound to the shipped controller role minus
     ``verb`` on ``resource``."""
-    role = next(d for d in yaml.safe_load_all(CONTROLLER_YAML.read_text()) if d and d["kind"] == "ClusterRole")
+    role = controller_role()
     for rule in role["rules"]:
         if rule["resources"] == [resource]:
             rule["verbs"] = [v for v in rule["verbs"] if v != verb]

@@ -10,20 +10,13 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
 from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
-from localcluster.shipped_rbac import (
-    CONTROLLER_YAML,
-    MOVER_SERVICE_ACCOUNT,
-    MOVER_YAML,
-    apply_mover_rbac,
-    mover_objects,
-)
+from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac, controller_objects
 from movers.cbt.discovery import snapshot_metadata_service
 
 NS = "shop"
@@ -200,9 +193,10 @@ def test_cluster_without_cbt_or_group_snapshots(make_local_cluster):
 def test_apply_and_a_service_account_kubeconfig(make_local_cluster):
     # its own cluster, not audited: the 403 below is wanted, the audit replay of tests/test_shipped_rbac.py is not
     cluster = make_local_cluster(s3=False, audit_log=None)
-    created = cluster.apply(CONTROLLER_YAML)  # unchanged, as the admin
-    assert [o["kind"] for o in created] == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
-    replaced = cluster.apply(CONTROLLER_YAML)  # present: replaced in place
+    created = cluster.apply(controller_objects())  # `cbt-mover install controller` unchanged, as the admin
+    kinds = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterRole"]
+    assert [o["kind"] for o in created] == kinds
+    replaced = cluster.apply(controller_objects())  # present: replaced in place
     assert replaced[2]["metadata"]["uid"] == created[2]["metadata"]["uid"]
     path = cluster.kubeconfig_for("cbt-mover-system", "cbt-mover-controller")
     api_client = config.new_client_from_config(str(path))
@@ -220,22 +214,3 @@ def test_apply_and_a_service_account_kubeconfig(make_local_cluster):
         assert who.username == "system:serviceaccount:cbt-mover-system:cbt-mover-controller"
     finally:
         api_client.close()
-
-
-def test_the_mover_rbac_is_the_shipped_file_copied_per_namespace():
-    shipped = [d for d in yaml.safe_load_all(MOVER_YAML.read_text()) if d]
-    objs = mover_objects(["a", "b"])
-    by_kind = {}
-    for obj in objs:
-        by_kind.setdefault(obj["kind"], []).append(obj)
-    [shipped_cluster_role] = [d for d in shipped if d["kind"] == "ClusterRole"]
-    [shipped_role] = [d for d in shipped if d["kind"] == "Role"][:1]
-    assert by_kind["ClusterRole"] == [shipped_cluster_role]
-    [binding] = by_kind["ClusterRoleBinding"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cbt-mover", "namespace": ns} for ns in "ab"]
-    assert [(r["metadata"]["namespace"], r["rules"]) for r in by_kind["Role"]] == [
-        ("a", shipped_role["rules"]),
-        ("b", shipped_role["rules"]),
-    ]
-    assert [s["metadata"]["namespace"] for s in by_kind["ServiceAccount"]] == ["a", "b"]
-    assert [rb["subjects"][0]["namespace"] for rb in by_kind["RoleBinding"]] == ["a", "b"]

@@ -97,11 +97,9 @@ def test_a_volume_restored_elsewhere_is_noted():
 
 
 def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants():
-    import yaml
+    from localcluster.shipped_rbac import controller_role
 
-    from localcluster.shipped_rbac import CONTROLLER_YAML
-
-    role = next(d for d in yaml.safe_load_all(CONTROLLER_YAML.read_text()) if d and d["kind"] == "ClusterRole")
+    role = controller_role()
     granted = set()
     for rule in role["rules"]:
         for group in rule["apiGroups"]:

@@ -3,11 +3,11 @@
 Every cluster the ``local_cluster`` / ``make_local_cluster`` fixtures start writes an API audit log
 (``conftest.audit_dir``); this module runs after all other tests (``conftest`` orders it last) and reads
 them. The product's identities are the flows' (``cbt-mover-system/cbt-mover-controller``, from
-configs/rbac/controller.yaml) and the mover and writer pods' (``<namespace>/cbt-mover``, from
-configs/rbac/mover.yaml). For them:
+``cbt-mover install controller``) and the mover and writer pods' (``<namespace>/cbt-mover``, from
+``cbt-mover install movers``). For them:
 
-- every call must be granted by the shipped roles alone (the files, not the cluster's state), and the
-  API must not have refused one: a refused call is a permission the roles lack;
+- every call must be granted by the shipped roles alone (as those commands render them, not the
+  cluster's state), and the API must not have refused one: a refused call is a permission the roles lack;
 - every grant of the shipped roles should be used by some call: the ones no call used are listed, and
   when the whole flow suite ran they must be exactly the ones ``UNUSED`` names with the reason they stay;
 - every built-in object they created or replaced validates as ``kubernetes-validate --strict`` would.
@@ -20,11 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from localcluster.kubeapi.rbac import rule_allows
 from localcluster.kubeapi.requestinfo import Attributes
-from localcluster.shipped_rbac import CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT, CONTROLLER_YAML, MOVER_YAML
+from localcluster.shipped_rbac import (
+    CONTROLLER_NAMESPACE,
+    CONTROLLER_SERVICE_ACCOUNT,
+    controller_objects,
+    controller_role,
+    mover_objects,
+)
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT as MOVER_SA
 
 CONTROLLER = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_SERVICE_ACCOUNT}"
@@ -50,24 +55,26 @@ BOOTSTRAP = [
 ]
 
 
-def _docs(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def _rules(path: Path, kind: str) -> list[dict]:
-    """The rules of the file's ``kind`` role (a Role copied per namespace has the same rules in each copy)."""
-    roles = [d for d in _docs(path) if d["kind"] == kind]
-    assert roles and all(r["rules"] == roles[0]["rules"] for r in roles), f"{path.name}: the {kind}s differ"
-    return roles[0]["rules"]
-
-
 def _role_rules() -> dict[str, list[dict]]:
-    """The shipped roles by who gets them where: the controller's ClusterRole (cluster-wide), the mover's
-    ClusterRole (cluster-wide) and Role (in the mover's own namespace)."""
+    """The shipped roles by who gets them where, as ``cbt-mover install`` renders them: the controller's
+    ClusterRole (cluster-wide), the mover's ClusterRole (cluster-wide, bound per namespace) and Role (in the
+    mover's own namespace; the same rules in every namespace's rendering)."""
+    bindings = [o for o in mover_objects(["a", "b"]) if o["kind"].endswith("Binding")]
+    assert {(b["kind"], b["roleRef"]["kind"]) for b in bindings} == {
+        ("RoleBinding", "Role"),
+        ("ClusterRoleBinding", "ClusterRole"),
+    }
+    [cluster_role] = {b["roleRef"]["name"] for b in bindings if b["kind"] == "ClusterRoleBinding"}
+    roles = [o for o in mover_objects(["a", "b"]) if o["kind"] == "Role"]
+    assert len(roles) == 2 and roles[0]["rules"] == roles[1]["rules"]
     return {
-        "controller": _rules(CONTROLLER_YAML, "ClusterRole"),
-        "mover-cluster": _rules(MOVER_YAML, "ClusterRole"),
-        "mover-namespace": _rules(MOVER_YAML, "Role"),
+        "controller": controller_role()["rules"],
+        "mover-cluster": next(
+            o["rules"]
+            for o in controller_objects()
+            if (o["kind"], o["metadata"]["name"]) == ("ClusterRole", cluster_role)
+        ),
+        "mover-namespace": roles[0]["rules"],
     }
 
 
@@ -177,9 +184,9 @@ def test_every_call_of_the_product_identities_is_granted_by_the_shipped_roles(au
     print("grants no call used:", *(f"  {a}" for a in unused), sep="\n")
     if full:
         assert set(unused) == set(UNUSED), (
-            "grants used by no call of the flow suite, beyond those UNUSED justifies (remove them from configs/rbac,"
-            f" or justify them in UNUSED): {sorted(set(unused) - set(UNUSED), key=str)}; justified but used or gone:"
-            f" {sorted(set(UNUSED) - set(unused), key=str)}"
+            "grants used by no call of the flow suite, beyond those UNUSED justifies (remove them from"
+            f" movers/install/*.yaml, or justify them in UNUSED): {sorted(set(unused) - set(UNUSED), key=str)};"
+            f" justified but used or gone: {sorted(set(UNUSED) - set(unused), key=str)}"
         )
 
 

@@ -170,7 +170,7 @@ def _require(api, checks: Iterable[tuple[Check, str]]) -> None:
     if refused:
         raise PreflightError(
             f"the run's identity lacks {len(refused)} permission(s): {'; '.join(refused)} (grant them to the flow's"
-            " ServiceAccount: configs/rbac/controller.yaml)",
+            " ServiceAccount: cbt-mover install controller)",
             EXIT_ACCESS,
         )
 
@@ -258,7 +258,7 @@ def check_mover_identity(api, policy: BackupPolicy) -> list[str]:
     if find(api, "ServiceAccount", namespace, account) is None:
         raise PreflightError(
             f"the movers' ServiceAccount {namespace}/{account} (mover.service_account) does not exist: apply the"
-            f" per-namespace part of configs/rbac/mover.yaml for namespace {namespace}",
+            f" output of `cbt-mover install movers --namespace {namespace}`",
             EXIT_NOT_FOUND,
         )
     named = _secret_value(secret, "CBT_MOVER_REPO")
