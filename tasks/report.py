@@ -1,4 +1,4 @@
-"""What a backup run tells people and automations: summary rows, Prefect artifacts and events.
+"""What a backup run tells people: summary rows and Prefect artifacts (its events: ``tasks.events``).
 
 Ratios, from the mover's result (``movers.pipeline.stats.BackupStats``):
 
@@ -15,9 +15,6 @@ from typing import Any
 
 from movers.kube.backup import MoverResult, VolumePlan
 from movers.units import human_bytes
-from tasks import events
-
-EVENT_PREFIX = "cbt-mover.backup"
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
@@ -102,22 +99,4 @@ def restore_markdown(run_id: str, namespace: str, app: str, repo_url: str, rows:
         "## Restore one volume onto a block device or image file (CLI)\n\n"
         "From a Block-mode pod (or host) with the repository's credentials:\n\n"
         f"{cli}\n"
-    )
-
-
-def emit(kind: str, namespace: str, app: str, run_id: str, payload: dict[str, Any], volumes: list[str] = ()) -> None:
-    """Emit ``cbt-mover.backup.<kind>`` (completed / failed) about the app, related to its volumes.
-
-    Best effort: an event that cannot be sent is logged, never fails the run.
-    """
-    events.emit(
-        f"{EVENT_PREFIX}.{kind}",
-        {
-            "prefect.resource.id": f"cbt-mover.app.{namespace}.{app}",
-            "prefect.resource.name": app,
-            "cbt-mover.namespace": namespace,
-            "cbt-mover.run": run_id,
-        },
-        payload,
-        [{"prefect.resource.id": f"cbt-mover.volume.{v}", "prefect.resource.role": "volume"} for v in volumes],
     )
