@@ -182,7 +182,8 @@ def backup_app(
 
     Direct parameters override the policy file's. ``forget_expired``: after a successful run, expire
     the backed-up volumes' backups by the policy's retention (manifests only; the maintenance flow
-    prunes the data). Emits ``cbt-mover.backup.completed`` or ``cbt-mover.backup.failed``.
+    prunes the data). Emits ``cbt-mover.backup.started``, then ``.completed`` or ``.failed`` (``tasks.events``); a
+    failure is one ERROR line and the artifact ``backup-<app>-failure`` (``tasks.runs.report_failure``).
     """
     log = get_run_logger()
     policy = resolve_policy(
@@ -329,7 +330,8 @@ def _snapshot_and_move(
         done += [(member, plan, fut.result()) for member, plan, fut in wave]
     rows = []
     for member, plan, res in done:
-        rows.append(report.volume_row(f"{ns}/{member['pvc']}", plan, res, report.snapshot_text(snap)))
+        row = report.volume_row(f"{ns}/{member['pvc']}", plan, res, report.snapshot_text(snap))
+        rows.append(row | {"cbt_fallback": res.cbt_fallback})
         if res.change_source != plan.change_source:
             log.warning(
                 "%s: planned %s but the mover used %s (%s)",
