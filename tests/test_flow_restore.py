@@ -278,9 +278,11 @@ def _assert_linked_to_its_backup_run(out, backup_run):
     for row in out["volumes"]:
         said = [m for m in info if m.startswith(f"shop-copy/{row['pvc']}: restored backup {row['backup_id']} of ")]
         assert len(said) == 1 and "read back identical" in said[0], info
-    assert any(f"(backup flow run {backup_flow_run.name})" in m for m in info), info
+    link = f"(backup flow run {backup_flow_run.name}: {out['backup_flow_run']['url']})"
+    assert out["backup_flow_run"]["url"].endswith(f"/runs/flow-run/{backup_flow_run.id}"), out  # PREFECT_UI_URL
+    assert any(link in m for m in info), info
     report = artifact("restore-shop-copy-report")
-    assert f"Backup run `{backup_run}` (backup flow run {backup_flow_run.name})" in report.data, report.data
+    assert f"Backup run `{backup_run}` {link}" in report.data, report.data
     [done] = wait_until(lambda: run_events("cbt-mover.restore.completed", run_id), 30, "completed event")
     assert done.resource.id == "cbt-mover.namespace.shop-copy", done.resource
     related = {(r.role, r.id) for r in done.related}
