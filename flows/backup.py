@@ -31,7 +31,7 @@ import time
 import uuid
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, tags
 from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -39,18 +39,25 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from movers.kube.backup import MoverResult, VolumePlan
 from movers.policy import BackupPolicy, Hooks, parse_policy
 from movers.repo.manifest import APP_TAG, RUN_TAG
-from tasks import report, state_hook_logger
+from tasks import events, report, runs, state_hook_logger
 from tasks.kevents import record_backup_events, record_backup_failure
 from tasks.kube import check_permissions, cleanup_run, inspect_cluster, keep_base_snapshots, move_volume, take_snapshots
 from tasks.maintenance import forget_backups
 from tasks.repo import check_repository, choose_base, plan_member
 from tasks.repository import KeySource, key_source
 
+KIND = "backup"
+
 
 def _run_name() -> str:
-    p = flow_run.parameters
-    what = p.get("namespace") or (p.get("policy_path") or "policy").rsplit("/", 1)[-1].removesuffix(".yaml")
-    return f"backup-{what}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``<run id> <namespace>/<app>`` (``tasks.runs``), from the policy the parameters make (else the file's name)."""
+    p = dict(flow_run.parameters)
+    try:
+        policy = resolve_policy(p.get("policy_path"), **{key: p.get(key) for key in POLICY_OVERRIDES})
+        what = f"{policy.namespace}/{policy.name}"
+    except Exception:  # noqa: BLE001  (the run fails on it with the reason; the name is only a label)
+        what = p.get("namespace") or (p.get("policy_path") or "policy").rsplit("/", 1)[-1].removesuffix(".yaml")
+    return runs.run_name(KIND, what)
 
 
 def resolve_policy(policy_path: str | None, **overrides: Any) -> BackupPolicy:
@@ -88,8 +95,8 @@ POLICY_OVERRIDES = ("namespace", "selector", "repo", "repo_secret", "hooks", "im
 
 def run_id_for(flow_run_id: Any) -> str:
     """The run id (``cbt-mover.io/run`` label value) of a flow run: derived from its id only, so that
-    the state hooks can recompute it."""
-    return f"backup-{uuid.UUID(str(flow_run_id)).hex[:16]}"
+    the state hooks can recompute it (``tasks.runs.run_id_for``)."""
+    return runs.run_id_for(KIND, flow_run_id)
 
 
 def _abandon_run(flow_run_: Any, why: str) -> None:
@@ -134,7 +141,9 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
         log.info("run %s (%s): deleted %s", run_id, why, deleted)
     except Exception as err:  # noqa: BLE001
         log.error("run %s (%s): cleanup failed: %s", run_id, why, err)
-    report.emit("failed", ns, app, run_id, {"error": f"flow run {why}"})
+    events.emit(
+        KIND, "failed", events.app_resource(ns, app, KIND, run_id), {"run_id": run_id, "error": f"flow run {why}"}
+    )
 
 
 # Prefect calls state hooks with the keywords flow, flow_run and state (the runner does, by name)
@@ -173,7 +182,8 @@ def backup_app(
 
     Direct parameters override the policy file's. ``forget_expired``: after a successful run, expire
     the backed-up volumes' backups by the policy's retention (manifests only; the maintenance flow
-    prunes the data). Emits ``cbt-mover.backup.completed`` or ``cbt-mover.backup.failed``.
+    prunes the data). Emits ``cbt-mover.backup.started``, then ``.completed`` or ``.failed`` (``tasks.events``); a
+    failure is one ERROR line and the artifact ``backup-<app>-failure`` (``tasks.runs.report_failure``).
     """
     log = get_run_logger()
     policy = resolve_policy(
@@ -187,64 +197,69 @@ def backup_app(
         service_account=service_account,
         parallelism=parallelism,
     )
-    ns, url = policy.namespace, policy.repository.url
-    if not policy.repository.credentials_secret:
-        raise ValueError("the mover pods need repository credentials: set repository.credentials_secret")
+    ns, url, app = policy.namespace, policy.repository.url, policy.name
     run_id = run_id_for(flow_run.id or uuid.uuid4())
+    runs.tag_flow_run(runs.run_tags(KIND, run_id, namespace=ns, app=app))
+    resource = events.app_resource(ns, app, KIND, run_id)
+    started = {"run_id": run_id, "namespace": ns, "app": app, "repository": url}
+    events.emit(KIND, "started", resource, started | {"selector": policy.pvc_selector})
     log.info("run %s: backing up %s (selector %s) to %s", run_id, ns, policy.pvc_selector, url)
     t0 = time.monotonic()
+    progress = runs.Progress()
+    try:
+        with tags(*runs.run_tags(KIND, run_id, namespace=ns, app=app)):
+            summary = _backup(policy, run_id, kubeconfig, forget_expired, progress)
+    except Exception as err:
+        title = f"backup {run_id} of {ns}/{app}"
+        payload = started | {"duration_s": round(time.monotonic() - t0, 3)}
+        related = events.volumes_related(sorted(progress.committed))
+        runs.report_failure(KIND, title, err, progress, f"backup-{app}-failure", resource, payload, related)
+        record_backup_failure(kubeconfig, policy, run_id, str(err))
+        raise
+    summary["duration_s"] = round(time.monotonic() - t0, 3)
+    rows = summary["volumes"]
+    events.emit(
+        KIND,
+        "completed",
+        resource,
+        {k: v for k, v in summary.items() if k != "volumes"} | {"volumes": {r["volume"]: _event_row(r) for r in rows}},
+        events.volumes_related([r["volume"] for r in rows]),
+    )
+    return summary
+
+
+def _event_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A volume's part of the ``completed`` event."""
+    keys = ("mode", "backup_id", "change_source", "planned", "cbt_fallback", "why", "duration_s")
+    sizes = ("changed_bytes", "read_bytes", "uploaded_bytes")
+    return {k: row.get(k) for k in (*keys, *sizes)}
+
+
+def _backup(
+    policy: BackupPolicy, run_id: str, kubeconfig: str | None, forget_expired: bool, progress: runs.Progress
+) -> dict[str, Any]:
+    """Snapshot and move (cleaning up in every outcome), expire by retention, report; the run's summary.
+    ``progress`` records what was done, for the failure report."""
+    log = get_run_logger()
+    ns, url = policy.namespace, policy.repository.url
     failed = True
     try:
-        snap, rows = _snapshot_and_move(policy, run_id, kubeconfig)
+        snap, rows = _snapshot_and_move(policy, run_id, kubeconfig, progress)
         failed = False
-    except BaseException as err:
-        report.emit("failed", ns, policy.name, run_id, {"error": str(err)[:1000], "repository": url})
-        if isinstance(err, Exception):  # not on cancellation
-            record_backup_failure(kubeconfig, policy, run_id, str(err))
-        raise
     finally:
         try:
-            log.info("run %s: deleted %s", run_id, cleanup_run(kubeconfig, ns, run_id))
+            progress.cleaned_up = cleanup_run(kubeconfig, ns, run_id)
+            log.info("run %s: deleted %s", run_id, progress.cleaned_up)
         except Exception as cleanup_err:  # noqa: BLE001
             if not failed:
                 raise
+            progress.cleaned_up = f"the cleanup failed too: {runs.error_line(cleanup_err)}"
             log.error("run %s: cleanup after the failure failed too: %s", run_id, cleanup_err)  # not masking it
+    progress.step = "retention"
     key = key_source(kubeconfig, ns, policy.repository.credentials_secret)
     expired = forget_backups_of(url, [r["volume"] for r in rows], policy, key) if forget_expired else None
+    progress.step = "report"
     report.publish(run_id, policy, snap, rows, kubeconfig)
-    snapshots = {"path": snap["path"], "reason": snap["reason"], "fallback": snap["fallback"], "kind": snap["kind"]}
-    summary = {
-        "run_id": run_id,
-        "namespace": ns,
-        "app": policy.name,
-        "repository": url,
-        "freeze_s": snap["freeze_s"],
-        "freezes": snap["freezes"],
-        "snapshots": snapshots,
-        "duration_s": round(time.monotonic() - t0, 3),
-        "volumes": rows,
-        "expired": expired,
-    }
-    report.emit(
-        "completed",
-        ns,
-        policy.name,
-        run_id,
-        {k: v for k, v in summary.items() if k != "volumes"}
-        | {
-            "volumes": {
-                r["volume"]: {
-                    "mode": r["mode"],
-                    "backup_id": r["backup_id"],
-                    "read_bytes": r["read_bytes"],
-                    "uploaded_bytes": r["uploaded_bytes"],
-                    "why": r["why"],
-                }
-                for r in rows
-            }
-        },
-        [r["volume"] for r in rows],
-    )
     record_backup_events(kubeconfig, run_id, url, rows)
     if snap["fallback"]:
         log.warning("backup %s: snapshots per PVC after a fallback: %s", run_id, snap["fallback"])
@@ -255,15 +270,25 @@ def backup_app(
         snap["reason"],
         ", ".join(f"{r['volume']} {r['mode']}" for r in rows),
     )
-    return summary
+    return {
+        "run_id": run_id,
+        "namespace": ns,
+        "app": policy.name,
+        "repository": url,
+        "freeze_s": snap["freeze_s"],
+        "freezes": snap["freezes"],
+        "snapshots": {k: snap[k] for k in ("path", "reason", "fallback", "kind")},
+        "volumes": rows,
+        "expired": expired,
+    }
 
 
 def _snapshot_and_move(
-    policy: BackupPolicy, run_id: str, kubeconfig: str | None
+    policy: BackupPolicy, run_id: str, kubeconfig: str | None, progress: runs.Progress
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Preflight, plan the bases, snapshot under a bounded freeze, move every member (``parallelism`` at a
     time), keep the new base snapshots. Returns the snapshot set (with the path's reason) and one summary row
-    per volume."""
+    per volume; ``progress`` says the step, whether the app was thawed and the backups committed so far."""
     log = get_run_logger()
     ns, url = policy.namespace, policy.repository.url
     # preflight: nothing is frozen or created before all of it passed; the permissions first
@@ -276,7 +301,12 @@ def _snapshot_and_move(
         pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"], key)
         for pvc, s in sources.items()
     }
+    progress.step, progress.thawed = "snapshot", "the freeze ended with the snapshot step (its post hooks always run)"
     snap = take_snapshots(kubeconfig, run_id, policy, found) | {"reason": found["path_reason"]}
+    progress.step, progress.thawed = (
+        "move",
+        "thawed after the snapshots were cut: " + ("; ".join(snap["hooks"]) or "no hooks"),
+    )
     members = _members(snap, sources, run_id, policy)
     done: list[tuple[dict[str, Any], VolumePlan, MoverResult]] = []
     # submit in waves of `parallelism` (the task runner has more threads than that)
@@ -284,14 +314,21 @@ def _snapshot_and_move(
         wave = []
         for member in members[start : start + policy.parallelism]:
             audience, no_cbt = _cbt(found, snap, member["driver"])
-            plan = plan_member(f"{ns}/{member['pvc']}", bases[member["pvc"]], audience, no_cbt, policy.cbt.max_results)
+            volume = f"{ns}/{member['pvc']}"
+            plan = plan_member(
+                volume, bases[member["pvc"]], audience, no_cbt, policy.cbt.max_results, member["snapshot"]
+            )
             fut = move_volume.submit(kubeconfig, run_id, member, plan, policy)
             wave.append((member, plan, fut))
         wait([fut for _, _, fut in wave])  # all of the wave has ended before a failure triggers the cleanup
+        for member, _plan, fut in wave:
+            if fut.state.is_completed():
+                progress.committed[f"{ns}/{member['pvc']}"] = fut.result().backup_id
         done += [(member, plan, fut.result()) for member, plan, fut in wave]
     rows = []
     for member, plan, res in done:
-        rows.append(report.volume_row(f"{ns}/{member['pvc']}", plan, res, report.snapshot_text(snap)))
+        row = report.volume_row(f"{ns}/{member['pvc']}", plan, res, report.snapshot_text(snap))
+        rows.append(row | {"cbt_fallback": res.cbt_fallback})
         if res.change_source != plan.change_source:
             log.warning(
                 "%s: planned %s but the mover used %s (%s)",
@@ -300,6 +337,7 @@ def _snapshot_and_move(
                 res.change_source,
                 res.cbt_fallback or "no reason given",
             )
+    progress.step = "keep-base-snapshots"
     kept = [snap["group"]] if snap["group"] else [x["snapshot"] for x in members]
     keep_base_snapshots(kubeconfig, ns, policy.name, snap["kind"], snap["group_version"], kept)
     return snap, rows

@@ -11,8 +11,9 @@ credentials Secret of a policy backing up into the repository), read through the
 without it, from the worker's environment (as for the CLI).
 
 Artifacts: the retention table (one row per backup: kept and why, or forgotten), the prune report,
-the verify result. Events ``cbt-mover.maintenance.completed`` / ``.failed`` about resource
-``cbt-mover.repository.<url>``. The run FAILS when verify finds damage, after the artifacts.
+the verify result, a failure artifact after a failure. Events ``cbt-mover.maintenance.started|completed|failed``
+about ``cbt-mover.repository.<url>`` (``tasks.events``). The run FAILS when verify finds damage, after the
+artifacts.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, tags
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
 from movers.durations import parse_duration
 from movers.errors import IntegrityError, UsageError
 from movers.policy import BackupPolicy, load_policy
+from tasks import events, runs
 from tasks import maintenance_report as report
 from tasks.maintenance import forget_backups, prune_repo, repo_volumes, verify_repo
 from tasks.repository import KeySource, describe, key_source
@@ -36,9 +38,12 @@ SHOWN = 20  # damage entries carried in the result and the events (all are in th
 Groups = list[tuple[dict[str, int], list[str] | None]]  # (keep rules, volumes; None: every volume)
 
 
+KIND = "maintenance"
+
+
 def _run_name() -> str:
-    repo = report.public_url(str(flow_run.parameters.get("repo", "repo")))
-    return f"maintain-{repo}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``<run id> <repository URL without credentials>`` (``tasks.runs``)."""
+    return runs.run_name(KIND, report.public_url(str(flow_run.parameters.get("repo", "repo"))))
 
 
 def seconds(value: float | str) -> float:
@@ -123,30 +128,43 @@ def maintain_repo(
     Raises ``IntegrityError`` when verify finds damage.
     """
     started = time.monotonic()
+    public = report.public_url(repo)
+    run_id = runs.current_run_id(KIND)
+    run_tags = runs.run_tags(KIND, run_id, repository=public)
+    runs.tag_flow_run(run_tags)
+    resource = events.repository_resource(public, KIND, run_id)
+    begun = {"run_id": run_id, "repository": public, "dry_run": dry_run}
+    events.emit(KIND, "started", resource, begun | {"prune": prune, "verify": verify})
+    progress = runs.Progress(step="maintain", thawed="not applicable: maintenance freezes no application")
+    summary: dict[str, Any] = {}
     try:
-        summary = _maintain(
-            repo,
-            policy_paths,
-            dict(zip(RULES, (keep_last, keep_daily, keep_weekly, keep_monthly), strict=True)),
-            prune,
-            grace,
-            verify,
-            sample,
-            seed,
-            dry_run,
-            lock_wait,
-            key_secret,
-            kubeconfig,
-        )
-    except BaseException as err:
-        report.emit("failed", repo, {"repository": report.public_url(repo), "error": str(err)[:1000]})
+        with tags(*run_tags):
+            summary = _maintain(
+                repo,
+                policy_paths,
+                dict(zip(RULES, (keep_last, keep_daily, keep_weekly, keep_monthly), strict=True)),
+                prune,
+                grace,
+                verify,
+                sample,
+                seed,
+                dry_run,
+                lock_wait,
+                key_secret,
+                kubeconfig,
+                progress,
+            )
+        summary["run_id"], summary["duration_s"] = run_id, round(time.monotonic() - started, 3)
+        checked = summary["verify"]
+        if checked is not None and not checked["ok"]:
+            progress.step = "verify"
+            raise IntegrityError(f"verify of {public} found damage: " + "; ".join(checked["errors"][:5]))
+    except Exception as err:
+        payload = begun | summary | {"duration_s": round(time.monotonic() - started, 3)}
+        title = f"maintenance {run_id} of {public}"
+        runs.report_failure(KIND, title, err, progress, report.artifact_key(repo, "failure"), resource, payload)
         raise
-    summary["duration_s"] = round(time.monotonic() - started, 3)
-    checked = summary["verify"]
-    if checked is not None and not checked["ok"]:
-        report.emit("failed", repo, {**summary, "error": f"verify found {checked['damaged']} damaged object(s)"})
-        raise IntegrityError(f"verify of {report.public_url(repo)} found damage: " + "; ".join(checked["errors"][:5]))
-    report.emit("completed", repo, summary)
+    events.emit(KIND, "completed", resource, summary)
     return summary
 
 
@@ -163,6 +181,7 @@ def _maintain(
     lock_wait: float,
     key_secret: str | None,
     kubeconfig: str | None,
+    progress: runs.Progress,
 ) -> dict[str, Any]:
     log, public = get_run_logger(), report.public_url(repo)
     grace_s = seconds(grace)
@@ -175,6 +194,7 @@ def _maintain(
     key = key_for(key_secret, kubeconfig)
     log.info("repository key (if it is encrypted): from %s", describe(key))
 
+    progress.step = "retention"
     groups, notes = retention_groups(repo, repo_volumes(repo, key), policies, overrides)
     for note in notes:
         log.info("retention: %s", note)
@@ -188,6 +208,7 @@ def _maintain(
     forgotten = sum(len(r["deleted"]) for _rules, r in results)
 
     pruned = None
+    progress.step = "prune"
     if prune:
         would_forget = [key for _rules, r in results for key in r["deleted"]] if dry_run else None
         pruned = prune_repo(repo, grace_s, dry_run, lock_wait, would_forget, key)
@@ -197,6 +218,7 @@ def _maintain(
             description=f"prune of {public} (grace {grace_s:.0f} s)",
         )
     checked = None
+    progress.step = "verify"
     if verify != "off":
         checked = verify_repo(repo, verify, sample, seed, key)
         create_markdown_artifact(

@@ -28,9 +28,9 @@ restored volume whose overwritten claim was already deleted (kept, logged). Noth
 deleted unless ``overwrite`` was asked for.
 
 Reported: a progress artifact per volume (``restore-progress-<ns>-<pvc>``), a summary table (``restore-<ns>``)
-and a markdown report (``restore-<ns>-report``); Prefect events ``cbt-mover.restore.completed`` /
-``cbt-mover.restore.failed`` per volume, resource ``cbt-mover.volume.<target namespace>/<pvc>`` (``/*`` when
-the failure came before the volumes were known).
+and a markdown report (``restore-<ns>-report``) naming the backup run and linking its flow run (found by its
+``run:<id>`` tag); a failure artifact (``restore-<ns>-failure``) after a failure; Prefect events
+``cbt-mover.restore.started|completed|failed`` about ``cbt-mover.namespace.<target namespace>`` (``tasks.events``).
 """
 
 # no `from __future__ import annotations`: a served flow run gets the flow by cloudpickle, which keeps only
@@ -41,14 +41,14 @@ import time
 import uuid
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, tags
 from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.errors import UsageError
 from movers.policy import Affinity, Labels, Tolerations
-from tasks import events, restore_report, state_hook_logger
+from tasks import events, restore_report, runs, state_hook_logger
 from tasks.kevents import record_restore_events, record_restore_failure
 from tasks.repository import key_source
 from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume, writer_settings
@@ -57,26 +57,24 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
+KIND = "restore"
+
+
 def _run_name() -> str:
+    """``<run id> <namespace>[/<pvcs>] from <backup>[ into <target>]`` (``tasks.runs``)."""
     p = flow_run.parameters
-    what = "+".join(p.get("pvcs") or []) or "app"
+    what = "+".join(p.get("pvcs") or [])
     target = p.get("target_namespace")
-    into = f"-into-{target}" if target and target != p.get("namespace") else ""
-    return f"restore-{p.get('namespace')}-{what}-{p.get('backup') or 'latest'}{into}"[:200]
+    into = f" into {target}" if target and target != p.get("namespace") else ""
+    return runs.run_name(
+        KIND, f"{p.get('namespace')}{'/' + what if what else ''} from {p.get('backup') or 'latest'}{into}"
+    )
 
 
 def run_id_for(flow_run_id: Any) -> str:
     """The run id (``cbt-mover.io/run`` label value) of a flow run: derived from its id only (state hooks
-    recompute it)."""
-    return f"restore-{uuid.UUID(str(flow_run_id)).hex[:16]}"
-
-
-def _emit(event: str, namespace: str, pvc: str, payload: dict[str, Any]) -> None:
-    events.emit(
-        event,
-        {"prefect.resource.id": f"cbt-mover.volume.{namespace}/{pvc}", "prefect.resource.name": f"{namespace}/{pvc}"},
-        payload,
-    )
+    recompute it; ``tasks.runs.run_id_for``)."""
+    return runs.run_id_for(KIND, flow_run_id)
 
 
 def _abandon_run(flow_run_: Any, why: str) -> None:
@@ -93,8 +91,9 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
         log.info("run %s (%s): deleted %s", run_id, why, deleted)
     except Exception as err:  # noqa: BLE001
         log.error("run %s (%s): cleanup of %s failed: %s", run_id, why, ns, err)
-    for pvc in params.get("pvcs") or ["*"]:
-        _emit("cbt-mover.restore.failed", ns or "?", pvc, {"run_id": run_id, "error": f"run {why}"})
+    if ns:
+        resource = events.namespace_resource(ns, KIND, run_id, source_namespace=params.get("namespace"))
+        events.emit(KIND, "failed", resource, {"run_id": run_id, "error": f"flow run {why}"})
 
 
 # Prefect's runner calls state hooks by keyword: flow, flow_run, state
@@ -168,78 +167,167 @@ def restore_app(
     Writer pods: ``image``, ``service_account``, ``node_selector`` (Linux nodes by default), ``tolerations``
     (e.g. for a tainted node pool) and ``affinity`` (nodeAffinity), each as in a policy's ``mover`` section;
     with ``policy_path`` that policy's ``mover`` section supplies what is not given.
-    Returns ``{"run_id", "namespace", "target_namespace", "selected", "notes", "volumes": [row]}``.
+    Returns ``{"run_id", "namespace", "target_namespace", "selected", "backup_run", "backup_flow_run", "notes",
+    "duration_s", "volumes": [row]}`` (``backup_flow_run``: ``{"id", "name", "url"}`` or None).
     """
-    log = get_run_logger()
     target = target_namespace or namespace
     run_id = run_id_for(flow_run.id or uuid.uuid4())
+    run_tags = runs.run_tags(KIND, run_id, namespace=target, source_namespace=namespace)
+    runs.tag_flow_run(run_tags)
+    resource = events.namespace_resource(target, KIND, run_id, source_namespace=namespace)
+    started = {"run_id": run_id, "source_namespace": namespace, "target_namespace": target, "backup": backup}
+    events.emit(KIND, "started", resource, started | {"pvcs": pvcs, "repository": repo})
     t0 = time.monotonic()
+    progress = runs.Progress(thawed="not applicable: a restore freezes no application")
+    found: dict[str, Any] = {}  # the backups selected and the backup run's flow run, once known
+    opts = {
+        "storage_class": storage_class,
+        "overwrite": overwrite,
+        "hand_over": hand_over,
+        "allow_partial": allow_partial,
+        "policy_path": policy_path,
+        "parallelism": parallelism,
+        "timeout": timeout,
+        "kubeconfig": kubeconfig,
+    }
+    writer = {
+        "image": image,
+        "service_account": service_account,
+        "node_selector": node_selector,
+        "tolerations": tolerations,
+        "affinity": affinity,
+    }
+    try:
+        with tags(*run_tags):
+            result = _restore(namespace, target, run_id, repo, repo_secret, pvcs, backup, opts, writer, progress, found)
+    except Exception as err:
+        from movers.kube.restore import describe_error
+
+        volumes = [f"{target}/{pvc}" for pvc in found.get("pvcs") or pvcs or []]
+        payload = started | {"duration_s": round(time.monotonic() - t0, 3), "reason": describe_error(err)}
+        related = events.volumes_related(volumes) + _backup_related(found)
+        title = f"restore {run_id} of {namespace} into {target}"
+        runs.report_failure(KIND, title, err, progress, f"restore-{target}-failure", resource, payload, related)
+        record_restore_failure(kubeconfig, target, found.get("pvcs") or pvcs or [], run_id, backup, payload["reason"])
+        raise
+    result["duration_s"] = round(time.monotonic() - t0, 3)
+    volumes = {f"{target}/{r['pvc']}": _event_row(r) for r in result["volumes"]}
+    events.emit(
+        KIND,
+        "completed",
+        resource,
+        {k: v for k, v in result.items() if k != "volumes"} | {"volumes": volumes},
+        events.volumes_related(sorted(volumes)) + _backup_related(found),
+    )
+    return result
+
+
+def _backup_related(found: dict[str, Any]) -> list[dict[str, str]]:
+    return events.backup_related(found.get("backup_run"), (found.get("backup_flow_run") or {}).get("id"))
+
+
+def _event_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A volume's part of the ``completed`` event."""
+    keys = ("volume", "backup_id", "written_bytes", "capacity_bytes", "duration_s", "volume_mode", "replaced")
+    return {k: row.get(k) for k in keys}
+
+
+def _restore(
+    namespace: str,
+    target: str,
+    run_id: str,
+    repo: str,
+    repo_secret: str,
+    pvcs: list[str] | None,
+    backup: str,
+    opts: dict[str, Any],
+    writer: dict[str, Any],
+    progress: runs.Progress,
+    found: dict[str, Any],
+) -> dict[str, Any]:
+    """Check, select, plan, write, finish (cleaning up in every outcome) and report; the run's result. ``progress``
+    records the step and what was cleaned up; ``found`` the selected PVCs, backup run and its flow run."""
+    log = get_run_logger()
+    kubeconfig, parallelism = opts["kubeconfig"], opts["parallelism"]
     targets: list[dict[str, Any]] = []
     failed = True
     try:
-        check_parameters(namespace, pvcs, backup, target, parallelism, timeout)
-        mover = writer_settings(
-            policy_path,
-            image=image,
-            service_account=service_account,
-            node_selector=node_selector,
-            tolerations=tolerations,
-            affinity=affinity,
-        )
+        progress.step = "check"
+        check_parameters(namespace, pvcs, backup, target, parallelism, opts["timeout"])
+        mover = writer_settings(opts["policy_path"], **writer)
         # the key the writer pods will mount: the repository Secret in the target namespace
         key = key_source(kubeconfig, target, repo_secret)
-        selected = select_backups(repo, namespace, pvcs, backup, allow_partial, key)
+        progress.step = "select"
+        selected = select_backups(repo, namespace, pvcs, backup, opts["allow_partial"], key)
+        found.update(_found(selected))
+        if found["backup_run"]:
+            app = [f"app:{selected['app']}"] if selected["app"] else []
+            runs.tag_flow_run([f"backup-run:{found['backup_run']}", *app])
         options = {
-            "storage_class": storage_class,
-            "overwrite": overwrite,
-            "hand_over": hand_over,
+            "storage_class": opts["storage_class"],
+            "overwrite": opts["overwrite"],
+            "hand_over": opts["hand_over"],
             "repo_secret": repo_secret,
             "service_account": mover.service_account,
         }
+        progress.step = "plan"
         targets = plan_restore(kubeconfig, target, selected["volumes"], run_id, options)
-        log.info("run %s: restoring %s of %s into %s", run_id, selected["how"], namespace, target)
+        log.info("run %s: restoring %s of %s into %s%s", run_id, selected["how"], namespace, target, _link(found))
+        progress.step = "write"
         written: list[dict[str, Any]] = []
         for start in range(0, len(targets), parallelism):
             wave = [
-                write_volume.submit(kubeconfig, target, run_id, t, mover, repo_secret, timeout)
+                write_volume.submit(kubeconfig, target, run_id, t, mover, repo_secret, opts["timeout"])
                 for t in targets[start : start + parallelism]
             ]
             wait(wave)  # all of the wave has ended before a failure triggers the cleanup
             written += [f.result() for f in wave]
+        progress.step = "finish"
         finished = [finish_volume(kubeconfig, target, run_id, t) for t in targets]
         failed = False
-    except Exception as err:  # cancellation and crashes: the state hooks
-        from movers.kube.restore import describe_error
-
-        why = {"run_id": run_id, "source_namespace": namespace, "backup": backup, "error": describe_error(err)}
-        for pvc in [t["pvc"] for t in targets] or pvcs or ["*"]:
-            _emit("cbt-mover.restore.failed", target, pvc, why)
-        record_restore_failure(
-            kubeconfig, target, [t["pvc"] for t in targets] or pvcs or [], run_id, backup, why["error"]
-        )
-        raise
     finally:
         try:
-            log.info("run %s: deleted %s", run_id, discard_restore(kubeconfig, target, run_id, targets, failed))
+            progress.cleaned_up = discard_restore(kubeconfig, target, run_id, targets, failed)
+            log.info("run %s: deleted %s", run_id, progress.cleaned_up)
         except Exception as cleanup_err:  # noqa: BLE001
             if not failed:
                 raise
+            progress.cleaned_up = f"the cleanup failed too: {runs.error_line(cleanup_err)}"
             log.error("run %s: cleanup after the failure failed too: %s", run_id, cleanup_err)  # not masking it
+    progress.step = "report"
     rows = [_row(t, w, f) for t, w, f in zip(targets, written, finished, strict=True)]
-    for row in rows:
-        _emit("cbt-mover.restore.completed", target, row["pvc"], {"run_id": run_id, **row})
     record_restore_events(kubeconfig, target, run_id, repo, rows)
-    restore_report.publish(namespace, target, run_id, repo, selected, rows)
+    backup_run = f"Backup run `{found['backup_run']}`{_link(found)}." if found.get("backup_run") else ""
+    restore_report.publish(namespace, target, run_id, repo, selected, rows, backup_run)
     log.info("restore %s done: %s", run_id, ", ".join(f"{r['pvc']} {r['written_bytes']} B" for r in rows))
     return {
         "run_id": run_id,
         "namespace": namespace,
         "target_namespace": target,
         "selected": selected["how"],
+        "backup_run": found["backup_run"],
+        "backup_flow_run": found["backup_flow_run"],
         "notes": selected["notes"],
-        "duration_s": round(time.monotonic() - t0, 3),
         "volumes": rows,
     }
+
+
+def _found(selected: dict[str, Any]) -> dict[str, Any]:
+    """The selected PVCs, the backup run they come from and that run's flow run (``tasks.runs.find_flow_run``)."""
+    backup_run = selected.get("run")
+    return {
+        "pvcs": [v["pvc"] for v in selected["volumes"]],
+        "backup_run": backup_run,
+        "backup_flow_run": runs.find_flow_run(backup_run) if backup_run else None,
+    }
+
+
+def _link(found: dict[str, Any]) -> str:
+    """`` (backup flow run NAME: URL)`` for the logs and the report, or nothing when it is not known."""
+    run = found.get("backup_flow_run")
+    if not run:
+        return ""
+    return f" (backup flow run {run['name']}" + (f": {run['url']})" if run["url"] else ")")
 
 
 def _row(target: dict[str, Any], written: dict[str, Any], finished: dict[str, Any]) -> dict[str, Any]:

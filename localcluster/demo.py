@@ -15,7 +15,8 @@ on loopback) and Prefect's local API it:
 
 It prints a summary table and ends with ``demo: ok`` (exit 0) or ``demo: FAILED <why>`` (exit 1).
 With ``PREFECT_API_URL`` set (``make ui`` prints it) the runs go to that server, to be watched in
-its UI; otherwise to a throwaway local Prefect API.
+its UI (logs at INFO; the Prefect state in ``.prefect/`` as ``make ui``'s); otherwise to a throwaway local
+Prefect API. It leaves nothing behind in the temporary directory.
 """
 
 from __future__ import annotations
@@ -294,15 +295,30 @@ def run() -> None:
         raise RuntimeError("; ".join(f"{what}: {why}" for what, why in problems))
 
 
+def prefect_environment(environ: dict[str, str]) -> str | None:
+    """Set the demo's Prefect settings in ``environ``; the temporary Prefect home to remove at exit, if any.
+
+    The runs log at INFO to the API (their Logs tabs in the UI say each volume's plan and outcome), the terminal
+    shows WARNING and above. With ``PREFECT_API_URL`` (``make ui``'s server) the demo's Prefect state, the
+    results of failed runs included, goes where ``make ui`` keeps its own: ``.prefect/`` of this checkout (unless
+    ``PREFECT_HOME`` is set); without it, into a throwaway Prefect home (and local API) removed at exit."""
+    environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+    environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+    if environ.get("PREFECT_API_URL"):
+        environ.setdefault("PREFECT_HOME", str(REPO_ROOT / ".prefect"))
+        return None
+    environ["PREFECT_HOME"] = home = tempfile.mkdtemp(prefix="cbt-mover-demo-prefect-")
+    # its first start creates the database: well over Prefect's 20 s default on a busy 2-core machine
+    environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    return home
+
+
 def main() -> int:
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    if not os.environ.get("PREFECT_API_URL"):  # a throwaway local API, not the user's ~/.prefect
-        os.environ["PREFECT_HOME"] = home = tempfile.mkdtemp(prefix="cbt-mover-demo-prefect-")
+    home = prefect_environment(os.environ)
+    if home:  # a throwaway local API, not the user's ~/.prefect
         # registered before Prefect starts its server, so run after Prefect's own exit handler stopped it
         atexit.register(shutil.rmtree, home, True)
-        # its first start creates the database: well over Prefect's 20 s default on a busy 2-core machine
-        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     try:
         run()
     except Exception as err:  # noqa: BLE001  (the demo's contract: one last line saying why)

@@ -1,7 +1,8 @@
 """Thin Prefect tasks over ``movers`` (5-20 lines each); they return small serialisable results.
 
 Importing them protects the process's logs (``movers.logsetup.protect``): tasks open repositories and call the
-Kubernetes API in the worker's own process, whatever logging configuration it runs with.
+Kubernetes API in the worker's own process, whatever logging configuration it runs with. It also keeps
+tracebacks out of the runs' logs above DEBUG (``tasks.runs.keep_tracebacks_at_debug``).
 """
 
 import logging
@@ -30,3 +31,12 @@ def state_hook_logger(flow_run, fallback: str) -> logging.Logger | logging.Logge
         return flow_run_logger(flow_run)
     except Exception:  # noqa: BLE001  (not a real FlowRun, or no API)
         return logging.getLogger(fallback)
+
+
+def _quiet_tracebacks() -> None:
+    from tasks.runs import keep_tracebacks_at_debug
+
+    keep_tracebacks_at_debug()
+
+
+_quiet_tracebacks()  # a run's log says a failure in one line; its traceback only at DEBUG (tasks.runs)

@@ -18,6 +18,7 @@ from movers.kube import manifests as m
 from movers.policy import BackupPolicy
 from tasks import retry_if_retriable
 from tasks.progress import ProgressArtifact, progress_key
+from tasks.runs import PodLog
 
 # a member of the snapshot set as plain data (snapshotset.member: pvc, snapshot, content, handle, driver,
 # restore_size, source_volume_mode); the flow adds before moving it the claim's storage_class, size, volume_mode and
@@ -79,25 +80,49 @@ def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, pl
     return dataclasses.asdict(done) | {"members": members, "freeze_s": round(sum(done.freezes), 3)}
 
 
-@task(name="move-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
+@task(
+    name="move-volume",
+    task_run_name="move {policy.namespace}/{member[pvc]}",
+    retries=1,
+    retry_delay_seconds=2,
+    retry_condition_fn=retry_if_retriable,
+)
 def move_volume(
     kubeconfig: str | None, run_id: str, member: Member, plan: backup.VolumePlan, policy: BackupPolicy
 ) -> backup.MoverResult:
-    """``movers.kube.backup.move_volume`` of one member with a progress artifact fed from the mover's log."""
+    """``movers.kube.backup.move_volume`` of one member with a progress artifact fed from the mover's log; the
+    mover's own log records forwarded (``tasks.runs.PodLog``) and its outcome said in one line."""
     log = get_run_logger()
     namespace, pvc = policy.namespace, member["pvc"]
+    volume = f"{namespace}/{pvc}"
     planned = f"planned {plan.change_source}: {plan.why}"
-    progress = ProgressArtifact(progress_key(namespace, pvc), f"backup of {namespace}/{pvc} ({run_id})", planned)
+    progress = ProgressArtifact(progress_key(namespace, pvc), f"backup of {volume} ({run_id})", planned)
+    pod_log = PodLog(log, volume)
 
     def on_log_line(line: str) -> None:
-        log.debug("%s: %s", pvc, line)
+        pod_log.on_line(line)
         progress.on_line(line)
 
     result = backup.move_volume(
         api_client(kubeconfig), run_id, member, plan, policy, on_log_line=on_log_line, logger=log
     )
     progress.finish()
+    log.info("%s", outcome_line(volume, result))
     return result
+
+
+def outcome_line(volume: str, r: backup.MoverResult) -> str:
+    """A mover's outcome in one line: ``ns/pvc: incremental-cbt done (cbt-delta): changed 12.0 MiB, read ...,
+    uploaded ... in 4.1 s, backup id B`` and the fallback's reason when it took another change source."""
+    from movers.units import human_bytes
+
+    sizes = ", ".join(
+        f"{what} {human_bytes(n)}"
+        for what, n in (("changed", r.changed_bytes), ("read", r.read_bytes), ("uploaded", r.stored_bytes))
+    )
+    fallback = f"; fallback: {r.cbt_fallback}" if r.cbt_fallback else ""
+    took = f"in {r.duration_s:.1f} s, backup id {r.backup_id}"
+    return f"{volume}: {r.mode} done ({r.change_source}): {sizes} {took}{fallback}"
 
 
 @task(name="cleanup-run")

@@ -1,6 +1,6 @@
-"""What a maintenance run tells people and automations: artifact tables, the verify summary, events.
+"""What a maintenance run tells people: artifact tables and the verify summary (its events: ``tasks.events``).
 
-Pure functions over the plain results of ``tasks.maintenance`` (no Prefect calls except ``emit``).
+Pure functions over the plain results of ``tasks.maintenance`` (no Prefect calls).
 """
 
 from __future__ import annotations
@@ -9,10 +9,8 @@ import hashlib
 import re
 from typing import Any
 
-from tasks import events
 from tasks.tables import cell, markdown_table, seconds, size, table
 
-EVENT_PREFIX = "cbt-mover.maintenance"
 MAX_DAMAGE_ROWS = 200
 
 
@@ -135,13 +133,3 @@ def verify_markdown(url: str, report: dict[str, Any]) -> str:
     if r["warnings"]:
         lines += ["", "## Warnings (no backup affected)", ""] + [f"- {cell(w)}" for w in r["warnings"][:50]]
     return "\n".join(lines) + "\n"
-
-
-def emit(kind: str, url: str, payload: dict[str, Any]) -> None:
-    """Emit ``cbt-mover.maintenance.<kind>`` about the repository. Best effort: never fails the run."""
-    public = public_url(url)
-    events.emit(
-        f"{EVENT_PREFIX}.{kind}",
-        {"prefect.resource.id": f"cbt-mover.repository.{public}", "prefect.resource.name": public},
-        payload,
-    )

@@ -30,7 +30,13 @@ def check_repository(repo_url: str, key: KeySource | None = None) -> None:
         get_run_logger().info("repository %s: encrypted, opened with the key of %s", repo_url, describe(key))
 
 
-@task(name="choose-base", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
+@task(
+    name="choose-base",
+    task_run_name="base {volume_id}",
+    retries=2,
+    retry_delay_seconds=2,
+    retry_condition_fn=retry_if_retriable,
+)
 def choose_base(
     repo_url: str, volume_id: str, pv_handle: str | None, pv_uid: str | None, key: KeySource | None = None
 ) -> dict[str, Any]:
@@ -42,11 +48,25 @@ def choose_base(
     return {"handle": choice.handle, "reason": choice.reason}
 
 
-@task(name="plan-member")
+PLANNED = {
+    "cbt-delta": "incremental from the CBT delta",
+    "cbt-allocated": "full from the CBT allocated blocks",
+    "scan": "full by reading the whole volume (scan)",
+}
+
+
+@task(name="plan-member", task_run_name="plan {volume_id}")
 def plan_member(
-    volume_id: str, base: dict[str, Any], audience: str | None, no_cbt: str | None = None, max_results: int = 4096
+    volume_id: str,
+    base: dict[str, Any],
+    audience: str | None,
+    no_cbt: str | None = None,
+    max_results: int = 4096,
+    snapshot: str | None = None,
 ) -> VolumePlan:
-    """``movers.kube.backup.VolumePlan.of``, said in the run's log (a plan is never silent)."""
+    """``movers.kube.backup.VolumePlan.of``, said in one line of the run's log with its reason (a plan is never
+    silent): ``ns/pvc: plan incremental from the CBT delta of snapshot S: delta since backup B ...``."""
     plan = VolumePlan.of(base, audience, no_cbt, max_results)
-    get_run_logger().info("%s: planned %s (%s)", volume_id, plan.change_source, plan.why)
+    of = f" of snapshot {snapshot}" if snapshot else ""
+    get_run_logger().info("%s: plan %s%s: %s", volume_id, PLANNED[plan.change_source], of, plan.why)
     return plan

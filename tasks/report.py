@@ -1,4 +1,4 @@
-"""What a backup run tells people and automations: summary rows, Prefect artifacts and events.
+"""What a backup run tells people: summary rows and Prefect artifacts (its events: ``tasks.events``).
 
 A volume's byte counts (the mover's result, ``movers.pipeline.stats.BackupStats``) reconcile:
 
@@ -27,10 +27,8 @@ import math
 from typing import Any
 
 from movers.kube.backup import MoverResult, VolumePlan
-from tasks import events
 from tasks.tables import command, markdown_table, rate, seconds, size, table
 
-EVENT_PREFIX = "cbt-mover.backup"
 RESTORE_FLOW = "restore-app"
 # the Secret's keys the CLI needs, as (Secret key, how the CLI takes it): storage credentials, the repository key
 CLI_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_REGION")
@@ -258,21 +256,3 @@ def publish(run_id: str, policy: Any, snap: dict[str, Any], rows: list[dict[str,
         freeze_s=freeze,
     )
     create_markdown_artifact(key=f"backup-{policy.name}-restore", markdown=markdown)
-
-
-def emit(kind: str, namespace: str, app: str, run_id: str, payload: dict[str, Any], volumes: list[str] = ()) -> None:
-    """Emit ``cbt-mover.backup.<kind>`` (completed / failed) about the app, related to its volumes.
-
-    Best effort: an event that cannot be sent is logged, never fails the run.
-    """
-    events.emit(
-        f"{EVENT_PREFIX}.{kind}",
-        {
-            "prefect.resource.id": f"cbt-mover.app.{namespace}.{app}",
-            "prefect.resource.name": app,
-            "cbt-mover.namespace": namespace,
-            "cbt-mover.run": run_id,
-        },
-        payload,
-        [{"prefect.resource.id": f"cbt-mover.volume.{v}", "prefect.resource.role": "volume"} for v in volumes],
-    )

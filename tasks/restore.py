@@ -10,10 +10,12 @@ from prefect import get_run_logger, task
 
 from movers.kube import restore as r
 from movers.policy import MoverSettings
+from movers.units import human_bytes
 from tasks import retry_if_retriable
 from tasks.kube import api_client
 from tasks.progress import ProgressArtifact, progress_key
 from tasks.repository import KeySource, open_repository
+from tasks.runs import PodLog
 
 
 @task(name="select-backups", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
@@ -77,7 +79,13 @@ def plan_restore(
     return [t.to_dict() for t in targets]
 
 
-@task(name="write-volume", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
+@task(
+    name="write-volume",
+    task_run_name="restore {namespace}/{target[pvc]}",
+    retries=1,
+    retry_delay_seconds=2,
+    retry_condition_fn=retry_if_retriable,
+)
 def write_volume(
     kubeconfig: str | None,
     namespace: str,
@@ -87,22 +95,37 @@ def write_volume(
     repo_secret: str,
     timeout: float = 3600.0,
 ) -> dict[str, Any]:
-    """``movers.kube.restore.write_volume`` of one target with a progress artifact; its result plus ``wall_s``."""
+    """``movers.kube.restore.write_volume`` of one target with a progress artifact, the writer's log records
+    forwarded (``tasks.runs.PodLog``) and its outcome in one line; its result plus ``wall_s``."""
     t = r.Target.from_dict(target)
     what = f"restore of {t.volume} backup {t.backup_id} into {namespace}/{t.pvc} ({run_id})"
     progress = ProgressArtifact(
         "restore-" + progress_key(namespace, t.pvc), what, "written, then read back: the total counts the volume twice"
     )
+    log = get_run_logger()
+    pod_log = PodLog(log, f"{namespace}/{t.pvc}")
+
+    def on_log_line(line: str) -> None:
+        pod_log.on_line(line)
+        progress.on_line(line)
+
     started = time.monotonic()
     api = api_client(kubeconfig)
-    result = r.write_volume(
-        api, namespace, run_id, t, writer, repo_secret, timeout=timeout, on_log_line=progress.on_line
-    )
+    result = r.write_volume(api, namespace, run_id, t, writer, repo_secret, timeout=timeout, on_log_line=on_log_line)
     progress.finish()
+    log.info(
+        "%s/%s: restored backup %s of %s: wrote %s in %.1f s, read back identical",
+        namespace,
+        t.pvc,
+        t.backup_id,
+        t.volume,
+        human_bytes(result.get("written_bytes") or 0),
+        result.get("duration_s") or 0.0,
+    )
     return {**result, "wall_s": round(time.monotonic() - started, 3)}
 
 
-@task(name="finish-volume")
+@task(name="finish-volume", task_run_name="finish {namespace}/{target[pvc]}")
 def finish_volume(kubeconfig: str | None, namespace: str, run_id: str, target: dict[str, Any]) -> dict[str, Any]:
     """Hand the written volume to its final claim and mark it restored (``movers.kube.restore.finish_volume``);
     a volume restored elsewhere than its source was is logged as a warning."""

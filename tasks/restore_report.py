@@ -30,9 +30,16 @@ def display_rows(target: str, rows: list[dict[str, Any]]) -> list[dict[str, str]
 
 
 def report_markdown(
-    namespace: str, target: str, run_id: str, repo: str, selected: dict[str, Any], rows: list[dict[str, Any]]
+    namespace: str,
+    target: str,
+    run_id: str,
+    repo: str,
+    selected: dict[str, Any],
+    rows: list[dict[str, Any]],
+    backup_run: str = "",
 ) -> str:
-    """Where each volume came from and went, what was written, the selection's notes."""
+    """Where each volume came from and went, what was written, the selection's notes; ``backup_run``: the line
+    naming the backup run restored (and linking its flow run), if known."""
     lines = "\n".join(
         f"- `{target}/{r['pvc']}` ({r['volume_mode']}, class `{r['storage_class']}`, PV `{r['pv']}`"
         f"{', replaced the existing claim' if r['replaced'] else ''}): backup `{r['backup_id']}` of `{r['volume']}`,"
@@ -43,6 +50,7 @@ def report_markdown(
     notes = "".join(f"- {n}\n" for n in selected["notes"])
     return (
         f"# Restore {run_id}\n\nFrom `{repo}`, {selected['how']}, namespace `{namespace}` into `{target}`:\n\n"
+        + (f"{backup_run}\n\n" if backup_run else "")
         + (f"{notes}\n" if notes else "")
         + f"{lines}\n\n"
         "Each claim is annotated `cbt-mover.io/restored-from=<volume>@<backup id>`.\n"
@@ -50,8 +58,15 @@ def report_markdown(
 
 
 def publish(
-    namespace: str, target: str, run_id: str, repo: str, selected: dict[str, Any], rows: list[dict[str, Any]]
+    namespace: str,
+    target: str,
+    run_id: str,
+    repo: str,
+    selected: dict[str, Any],
+    rows: list[dict[str, Any]],
+    backup_run: str = "",
 ) -> None:
+    """The restore's table and markdown artifacts (``report_markdown``'s ``backup_run`` line)."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     create_table_artifact(
@@ -60,5 +75,6 @@ def publish(
         description=f"restore {run_id} of {namespace} into {target} from {repo}",
     )
     create_markdown_artifact(
-        key=f"restore-{target}-report", markdown=report_markdown(namespace, target, run_id, repo, selected, rows)
+        key=f"restore-{target}-report",
+        markdown=report_markdown(namespace, target, run_id, repo, selected, rows, backup_run),
     )

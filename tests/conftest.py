@@ -8,8 +8,8 @@
   ``tests/test_shipped_rbac.py`` (always run last) replays what the product's identities called
   against the shipped roles and validates every manifest they sent.
 * ``prefect_api`` (session scope): Prefect's local API (``prefect_test_harness``: a temporary
-  database and server) for the flow tests; yields its URL. One server for the whole session,
-  because each start costs 15-60 s on 2 cores; tests keep apart by namespace and artifact keys.
+  database and server) for the flow tests, results in a temporary directory; yields its URL. One server for the
+  whole session, because each start costs 15-60 s on 2 cores; tests keep apart by namespace and artifact keys.
 """
 
 import pytest
@@ -64,17 +64,23 @@ def make_local_cluster(tmp_path, audit_dir, request):
 
 
 @pytest.fixture(scope="session")
-def prefect_api():
+def prefect_api(tmp_path_factory):
     from prefect.settings import (
         PREFECT_API_URL,
+        PREFECT_LOCAL_STORAGE_PATH,
         PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW,
         PREFECT_SERVER_ANALYTICS_ENABLED,
         temporary_settings,
     )
     from prefect.testing.utilities import prefect_test_harness
 
-    # tasks called on their own (tests/test_maintenance.py) log without a flow run: not worth a warning
-    quiet = {PREFECT_SERVER_ANALYTICS_ENABLED: False, PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW: "ignore"}
+    # tasks called on their own (tests/test_maintenance.py) log without a flow run: not worth a warning; the
+    # results of failed runs go to the session's temporary directory, not ~/.prefect/storage
+    quiet = {
+        PREFECT_SERVER_ANALYTICS_ENABLED: False,
+        PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW: "ignore",
+        PREFECT_LOCAL_STORAGE_PATH: str(tmp_path_factory.mktemp("prefect-storage")),
+    }
     with temporary_settings(quiet):
         with prefect_test_harness(server_startup_timeout=120):
             yield PREFECT_API_URL.value()

@@ -267,3 +267,74 @@ def pvc_events(core, ns: str, pvc: str, reason: str) -> list:
     claim = core.read_namespaced_persistent_volume_claim(pvc, ns)
     selector = f"involvedObject.uid={claim.metadata.uid},reason={reason}"
     return sorted(core.list_namespaced_event(ns, field_selector=selector).items, key=lambda e: e.metadata.name)
+
+
+def flow_run_of(run_id: str):
+    """The flow run tagged ``run:<run_id>`` (exactly one), read back through the Prefect client."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+
+    with get_client(sync_client=True) as prefect:
+        found = prefect.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[f"run:{run_id}"])))
+    assert len(found) == 1, (run_id, found)
+    return found[0]
+
+
+def task_run_names(flow_run_id) -> list[str]:
+    """The names of a flow run's task runs."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as prefect:
+        found = prefect.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    return sorted(t.name for t in found)
+
+
+def run_logs(flow_run_id) -> list:
+    """Every log record of a flow run and its task runs (``level``, ``message``), oldest first."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+
+    found: list = []
+    with get_client(sync_client=True) as prefect:
+        while batch := prefect.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
+            sort=LogSort.TIMESTAMP_ASC,
+            limit=200,
+            offset=len(found),
+        ):
+            found += batch
+    return found
+
+
+def run_events(name: str, run_id: str) -> list:
+    """The events ``name`` of run ``run_id`` (its resource's ``cbt-mover.run`` label)."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter
+
+    with get_client(sync_client=True) as prefect:
+        page = prefect.read_events(EventFilter(event=EventNameFilter(name=[name])), limit=50)
+        found = list(page.events)
+        while page.next_page:
+            page = prefect.read_events_page(page.next_page)
+            found += page.events
+    return [e for e in found if e.resource.get("cbt-mover.run") == run_id]
+
+
+def artifact(key: str):
+    """The latest artifact of ``key`` (None when there is none)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as prefect:
+        found = prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+    return max(found, key=lambda a: a.created) if found else None
+
+
+def no_traceback_above_debug(logs) -> None:
+    """No log record above DEBUG carries a traceback."""
+    import logging
+
+    loud = [r.message for r in logs if r.level > logging.DEBUG and "Traceback (most recent call last)" in r.message]
+    assert loud == [], loud

@@ -35,3 +35,25 @@ def test_demo_runs_the_whole_story_and_says_ok(tmp_path):
     assert "demo: repository s3://cbt-mover-demo/demo: encrypted, its key file generated into Secret" in table
     assert sorted(p.name for p in tmp.iterdir()) == [], "the demo left files behind"
     assert [f for f in _loop_backing_files() if f.startswith(str(tmp))] == [], "the demo left loop devices attached"
+
+
+def test_the_demo_logs_at_info_to_a_ui_and_keeps_its_prefect_state_where_make_ui_does():
+    """Sent to a UI (PREFECT_API_URL), the runs log at INFO (their Logs tabs) while the terminal shows warnings,
+    and the Prefect state (failed runs' results included) goes to .prefect/ of the checkout, not ~/.prefect; without
+    one, to a temporary Prefect home the demo removes."""
+    import shutil
+
+    from localcluster.demo import prefect_environment
+
+    to_ui = {"PREFECT_API_URL": "http://127.0.0.1:4200/api"}
+    assert prefect_environment(to_ui) is None
+    assert (to_ui["PREFECT_LOGGING_LEVEL"], to_ui["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"]) == ("INFO", "WARNING")
+    assert to_ui["PREFECT_HOME"] == str(REPO_ROOT / ".prefect")
+    alone: dict[str, str] = {}
+    home = prefect_environment(alone)
+    try:
+        assert (
+            home and alone["PREFECT_HOME"] == home and Path(home).is_dir() and alone["PREFECT_LOGGING_LEVEL"] == "INFO"
+        )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

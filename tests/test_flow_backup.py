@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -31,11 +32,16 @@ from tests.flowapp import (
     backup_params,
     deploy_app,
     flow_kubeconfig,
+    flow_run_of,
     identities_sent,
+    no_traceback_above_debug,
     policy_file,
     prefect_record,
     pvc_events,
+    run_events,
+    run_logs,
     start_app_pod,
+    task_run_names,
 )
 from tests.test_no_secrets_in_logs import forms
 
@@ -101,6 +107,7 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
 
     _assert_progress_done(NS, ("data", "logs"), runs=2)
     _assert_backed_up_events(core, app["repo"], [first, second])
+    _assert_run_is_findable_and_says_why(second)
     assert all(r["why"].startswith("delta since backup") for r in second["volumes"]), second["volumes"]
     assert second["snapshots"]["path"] == "group" and second["snapshots"]["fallback"] is None, second["snapshots"]
 
@@ -170,6 +177,38 @@ def _assert_backed_up_events(core, repo, runs, pvcs=("data", "logs")):
             )
         assert [e.message for e in found] == expected, (pvc, [e.message for e in found])
         assert {(e.type, e.source.component, e.count) for e in found} == {("Normal", "cbt-mover", 1)}
+
+
+def _assert_run_is_findable_and_says_why(summary):
+    """The run, read back through the Prefect client: named and tagged by app, namespace, run id and kind, task
+    runs named by volume, one INFO line per volume for its plan and its outcome (with the mover's numbers), events
+    started and completed with every volume's complete numbers."""
+    run_id = summary["run_id"]
+    run = flow_run_of(run_id)
+    assert run.name == f"{run_id} {NS}/{NS}", run.name
+    assert {"cbt-mover", "kind:backup", f"run:{run_id}", f"namespace:{NS}", f"app:{NS}"} <= set(run.tags), run.tags
+    names = task_run_names(run.id)
+    assert {f"move {NS}/data", f"move {NS}/logs", f"plan {NS}/data", f"plan {NS}/logs"} <= set(names), names
+    logs = run_logs(run.id)
+    info = [r.message for r in logs if r.level == logging.INFO]
+    for row in summary["volumes"]:
+        plan = [m for m in info if m.startswith(f"{row['volume']}: plan incremental from the CBT delta of snapshot ")]
+        assert len(plan) == 1 and "delta since backup" in plan[0], info
+        done = [m for m in info if m.startswith(f"{row['volume']}: incremental-cbt done (cbt-delta): changed ")]
+        assert len(done) == 1 and done[0].endswith(f"backup id {row['backup_id']}"), info
+    no_traceback_above_debug(logs)
+    [started] = wait_until(lambda: run_events("cbt-mover.backup.started", run_id), 20, "started event")
+    [completed] = wait_until(lambda: run_events("cbt-mover.backup.completed", run_id), 20, "completed event")
+    for event in (started, completed):
+        assert event.resource.id == f"cbt-mover.app.{NS}.{NS}" and event.resource["cbt-mover.kind"] == "backup"
+    assert {r.id for r in completed.related if r.role == "volume"} == {
+        f"cbt-mover.volume.{NS}/{p}" for p in ("data", "logs")
+    }
+    for row in summary["volumes"]:
+        got = completed.payload["volumes"][row["volume"]]
+        want = ("backup_id", "change_source", "changed_bytes", "read_bytes", "uploaded_bytes", "duration_s", "why")
+        assert {k: got[k] for k in want} == {k: row[k] for k in want}, got
+        assert "cbt_fallback" in got, got
 
 
 def _assert_the_key_stayed_secret(cluster):

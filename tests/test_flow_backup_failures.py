@@ -28,13 +28,16 @@ from tests.flowapp import (
     SEL,
     any_run_objects,
     app_states,
+    artifact,
     audited_creations,
     backup_params,
     deploy_app,
     flow_kubeconfig,
     freeze_windows,
+    no_traceback_above_debug,
     policy_file,
     pvc_events,
+    run_logs,
 )
 
 KEPT = "cbt-mover.io/kept-for"
@@ -131,7 +134,7 @@ def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(
         finally:
             core.patch_namespaced_secret(REPO_SECRET, ns, {"stringData": local_cluster.s3.env})
     assert "exit 6" in message and "\n" not in message, message
-    moves = _task_runs(run, "move-volume")
+    moves = _task_runs(run, f"move {ns}/")
     failed_counts = [t.run_count for t in moves if t.state.is_failed()]
     assert failed_counts and set(failed_counts) == {1}, ("a permanent mover error is not retried", failed_counts)
     assert any_run_objects(api, ns) == {}
@@ -153,6 +156,28 @@ def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(
         ]
     done = wait_until(lambda: _events("cbt-mover.backup.completed", resource), 20, "completed events")
     assert {e.resource["cbt-mover.run"] for e in done} == {first["run_id"], second["run_id"]}
+    _assert_failure_said_once(run, ns, failed[0])
+
+
+def _assert_failure_said_once(flow_run_id, ns, event):
+    """A failed run, read back through the Prefect client: one ERROR line of the flow saying what failed, no
+    traceback above DEBUG, a failure artifact (what failed, what was committed and cleaned up, the app thawed),
+    the failed event with the same."""
+    import logging
+
+    logs = run_logs(flow_run_id)
+    no_traceback_above_debug(logs)
+    errors = [r.message for r in logs if r.level >= logging.ERROR and r.task_run_id is None]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("backup backup-") and "failed in step move: MoverPodFailed: " in errors[0], errors
+    assert "exit 6" in errors[0] and "\n" not in errors[0], errors
+    report = artifact(f"backup-{ns}-failure")
+    assert report is not None and report.flow_run_id == flow_run_id, report
+    for said in ("FAILED", "step `move`", "exit 6", "## Committed before the failure", "- nothing", "## Cleaned up"):
+        assert said in report.data, (said, report.data)
+    assert "PersistentVolumeClaim" in report.data and "thawed after the snapshots were cut" in report.data
+    assert event.payload["step"] == "move" and event.payload["committed"] == {}, event.payload
+    assert event.payload["thawed"].startswith("thawed") and event.payload["cleaned_up"]["Pod"], event.payload
 
 
 @contextlib.contextmanager
@@ -308,7 +333,7 @@ def test_mover_pod_killed_half_way_is_retried_and_reuses_the_upload(local_cluste
     result = state.result()
     [row] = result["volumes"]
     assert row["mode"] == "full" and row["read_bytes"] == SIZE, row
-    [move] = _task_runs(state.state_details.flow_run_id, "move-volume")
+    [move] = _task_runs(state.state_details.flow_run_id, f"move {ns}/")
     assert move.run_count == 2, move
     assert row["reused_packs"] > 0, ("the retry must reuse the packs the killed pod uploaded", killed, row)
     assert any_run_objects(api, ns) == {}

@@ -35,11 +35,17 @@ from tests.flowapp import (
     KEY_ENV,
     REPO_SECRET,
     SEL,
+    artifact,
     flow_kubeconfig,
+    flow_run_of,
     init_repo,
+    no_traceback_above_debug,
     open_repo,
     pvc_events,
     repo_secret,
+    run_events,
+    run_logs,
+    task_run_names,
 )
 
 SRC = "shop"
@@ -259,7 +265,44 @@ def test_whole_app_into_a_new_namespace_is_the_latest_complete_run_where_it_was(
             event
         )
         assert event.message.endswith(f" written, run {out['run_id']})"), event.message
-    _assert_events("cbt-mover.restore.completed", [f"cbt-mover.volume.shop-copy/{p}" for p in ("data", "logs")])
+    _assert_linked_to_its_backup_run(out, first)
+
+
+def _assert_linked_to_its_backup_run(out, backup_run):
+    """The restore, read back through the Prefect client: named and tagged (kind, run, namespaces, the backup run),
+    task runs named by volume, its report and events name the backup run and link its flow run (found by the
+    backup's run: tag), the writers' outcome in one INFO line per volume."""
+    import logging
+
+    run_id, backup_flow_run = out["run_id"], flow_run_of(backup_run)
+    assert out["backup_run"] == backup_run and out["backup_flow_run"]["id"] == str(backup_flow_run.id), out
+    run = flow_run_of(run_id)
+    assert run.name == f"{run_id} {SRC} from latest into shop-copy", run.name
+    tags = {"kind:restore", f"run:{run_id}", "namespace:shop-copy", f"source-namespace:{SRC}"}
+    assert tags | {f"backup-run:{backup_run}", f"app:{SRC}"} <= set(run.tags), run.tags
+    names = set(task_run_names(run.id))
+    assert {f"restore shop-copy/{p}" for p, _, _ in CLAIMS} <= names, names
+    logs = run_logs(run.id)
+    no_traceback_above_debug(logs)
+    info = [r.message for r in logs if r.level == logging.INFO]
+    for row in out["volumes"]:
+        said = [m for m in info if m.startswith(f"shop-copy/{row['pvc']}: restored backup {row['backup_id']} of ")]
+        assert len(said) == 1 and "read back identical" in said[0], info
+    link = f"(backup flow run {backup_flow_run.name}: {out['backup_flow_run']['url']})"
+    assert out["backup_flow_run"]["url"].endswith(f"/runs/flow-run/{backup_flow_run.id}"), out  # PREFECT_UI_URL
+    assert any(link in m for m in info), info
+    report = artifact("restore-shop-copy-report")
+    assert f"Backup run `{backup_run}` {link}" in report.data, report.data
+    [done] = wait_until(lambda: run_events("cbt-mover.restore.completed", run_id), 30, "completed event")
+    assert done.resource.id == "cbt-mover.namespace.shop-copy", done.resource
+    related = {(r.role, r.id) for r in done.related}
+    assert {
+        ("backup-run", f"cbt-mover.run.{backup_run}"),
+        ("backup-flow-run", f"prefect.flow-run.{backup_flow_run.id}"),
+    } <= related
+    assert {("volume", f"cbt-mover.volume.shop-copy/{p}") for p, _, _ in CLAIMS} <= related, related
+    assert set(done.payload["volumes"]) == {f"shop-copy/{p}" for p, _, _ in CLAIMS}, done.payload
+    assert wait_until(lambda: run_events("cbt-mover.restore.started", run_id), 30, "started event")
 
 
 def _refused_event_creations(cluster, service_account: str) -> list[str]:
@@ -353,7 +396,7 @@ def test_one_pvc_by_backup_id_and_refusal_when_the_claim_exists(local_cluster, b
     after = sorted(p["metadata"]["name"] for p in k.list_objects(local_cluster.client, "PersistentVolumeClaim", SRC))
     assert claims == after == sorted(pvc for pvc, _, _ in CLAIMS)
     _no_writer_pods(local_cluster, SRC, "logs-only")
-    _assert_events("cbt-mover.restore.failed", [f"cbt-mover.volume.{SRC}/*"])
+    _assert_events("cbt-mover.restore.failed", [f"cbt-mover.namespace.{SRC}"])
 
 
 def test_overwrite_replaces_the_claim_only_with_complete_data(local_cluster, backed_up):
@@ -421,7 +464,9 @@ def test_missing_backup_creates_nothing_and_a_failing_writer_leaves_nothing(loca
         "the volumes of the deleted claims are reclaimed",
     )
     _no_writer_pods(local_cluster, "broken", "shop-copy", "overwrite", "files-copy")
-    _assert_events("cbt-mover.restore.failed", ["cbt-mover.volume.broken/data", "cbt-mover.volume.broken/logs"])
+    _assert_events("cbt-mover.restore.failed", ["cbt-mover.namespace.broken"])
+    report = artifact("restore-broken-failure")
+    assert "step `write`" in report.data and "exit 3" in report.data and "PersistentVolumeClaim" in report.data
 
 
 def test_on_cancellation_deletes_what_the_run_created(local_cluster, backed_up):

@@ -5,6 +5,7 @@ prune lock, artifacts and events."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import pytest
@@ -16,6 +17,8 @@ from movers.repo.config import RepoConfig
 from movers.repo.manifest import VolumeIdentity
 from movers.repo.repository import Repository
 from movers.repo.store import open_store
+from tasks.maintenance_report import public_url
+from tests.flowapp import artifact, flow_run_of, no_traceback_above_debug, run_events, run_logs
 from tests.volumes import make_image, sha256_file, write_blocks
 
 MiB = 1 << 20
@@ -167,6 +170,11 @@ def test_policy_retention_then_prune_and_full_verify(repo_url, harness, tmp_path
     completed = wait_until(lambda: events("cbt-mover.maintenance.completed", repo_url), 20, "completed event")
     assert any(e.payload.get("forgotten") == 3 for e in completed), [e.payload for e in completed]
     assert all("AWS_SECRET" not in json.dumps(e.payload) for e in completed)
+    run = flow_run_of(done["run_id"])
+    public = public_url(repo_url)
+    assert run.name == f"{done['run_id']} {public}" and done["run_id"].startswith("maintain-"), run.name
+    assert {"kind:maintenance", f"run:{done['run_id']}", f"repository:{public}"} <= set(run.tags), run.tags
+    assert wait_until(lambda: run_events("cbt-mover.maintenance.started", done["run_id"]), 20, "started event")
 
 
 def test_sampled_verify_finds_a_flipped_byte_and_the_flow_fails_after_its_artifacts(repo_url, harness, tmp_path):
@@ -209,6 +217,12 @@ def test_sampled_verify_finds_a_flipped_byte_and_the_flow_fails_after_its_artifa
     assert "- mode sampled (fraction 1.0" in markdown.data and "referenced data in the packs (" in markdown.data
     failed = wait_until(lambda: events("cbt-mover.maintenance.failed", repo_url), 20, "failed event")
     assert failed[0].payload["verify"]["damage"][0]["offset"] == first[1]
+    logs = run_logs(state.state_details.flow_run_id)
+    no_traceback_above_debug(logs)
+    errors = [r.message for r in logs if r.level >= logging.ERROR and r.task_run_id is None]
+    assert len(errors) == 1 and "failed in step verify: IntegrityError: verify of" in errors[0], errors
+    report = artifact(artifact_key(repo_url, "failure"))
+    assert "FAILED" in report.data and "step `verify`" in report.data and "found damage" in report.data, report.data
     assert not artifacts(artifact_key(repo_url, "prune")), "prune=False runs no prune"
 
 

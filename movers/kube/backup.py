@@ -158,7 +158,7 @@ def move_volume(
     ``timeouts.pvc_bound`` (``pods.PodNotScheduled`` names FailedScheduling) and finished within ``timeouts.mover``;
     the mover's result. A Filesystem source's snapshot content is first marked for a Block claim
     (KEP-3141). A finished pod of an earlier attempt is deleted first, so that a retry runs anew. A failed
-    pod is ``MoverPodFailed`` (one line; its log tail goes to ``logger``)."""
+    pod is ``MoverPodFailed`` (one line; its log tail goes to ``logger`` at DEBUG)."""
     log = logger or logging.getLogger(__name__)
     if member.get("source_volume_mode") == "Filesystem":
         snapshots.patch_content_annotation(api, member["content"])
@@ -183,7 +183,8 @@ def move_volume(
             f"mover pod {namespace}/{name} disappeared while running (deleted or evicted)", None
         ) from None
     if not res.succeeded or not res.result:
-        log.error("mover pod %s/%s: the last lines of its log:\n%s", namespace, name, "\n".join(res.log_tail))
+        # its log records reached the caller's on_log_line already; the raw tail is for debugging
+        log.debug("mover pod %s/%s: the last lines of its log:\n%s", namespace, name, "\n".join(res.log_tail))
         why = " ".join(res.message.split()) or "no message"
         raise MoverPodFailed(
             f"mover pod {namespace}/{name} for {member['pvc']} failed (exit {res.exit_code}): {why}", res.exit_code
