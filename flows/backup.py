@@ -327,8 +327,7 @@ def _snapshot_and_move(
         done += [(member, plan, fut.result()) for member, plan, fut in wave]
     rows = []
     for member, plan, res in done:
-        row = report.volume_row(f"{ns}/{member['pvc']}", plan, res, report.snapshot_text(snap))
-        rows.append(row | {"cbt_fallback": res.cbt_fallback})
+        rows.append(report.volume_row(f"{ns}/{member['pvc']}", plan, res, report.snapshot_text(snap)))
         if res.change_source != plan.change_source:
             log.warning(
                 "%s: planned %s but the mover used %s (%s)",

@@ -44,7 +44,7 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 
 def volume_row(volume: str, plan: VolumePlan, result: MoverResult, snapshot: str | None = None) -> dict[str, Any]:
     """One volume's summary (plain numbers) from its plan and its mover's result; ``snapshot`` says how its
-    snapshot was taken (e.g. ``per-pvc (fallback: ...)``), ``why`` is the plan's reason, ``fallback`` the mover's
+    snapshot was taken (e.g. ``per-pvc (fallback: ...)``), ``why`` is the plan's reason, ``cbt_fallback`` the mover's
     when it used another change source, ``base_backup`` the backup an incremental built on."""
     read, new, stored = result.read_bytes, result.new_chunk_bytes, result.stored_bytes
     duration = result.duration_s
@@ -53,7 +53,7 @@ def volume_row(volume: str, plan: VolumePlan, result: MoverResult, snapshot: str
         "mode": result.mode,
         "planned": plan.change_source,
         "why": plan.why,
-        "fallback": result.cbt_fallback,
+        "cbt_fallback": result.cbt_fallback,
         "snapshot": snapshot,
         "change_source": result.change_source,
         "changed_bytes": result.changed_bytes,
@@ -87,7 +87,7 @@ def reason(row: dict[str, Any]) -> str:
     """Why the volume got its mode: the plan's reason, and the mover's fallback when it used another source."""
     if row["change_source"] == row["planned"]:
         return row["why"] or "-"
-    return f"planned {row['planned']} ({row['why']}); {row.get('fallback') or 'fell back'}"
+    return f"planned {row['planned']} ({row['why']}); {row.get('cbt_fallback') or 'fell back'}"
 
 
 def display_rows(rows: list[dict[str, Any]], freeze_s: float | None = None) -> list[dict[str, str]]:
