@@ -8,6 +8,7 @@ updated with it) says bytes done of the total in human units, the rate, the time
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import re
 import threading
@@ -76,7 +77,8 @@ class ProgressArtifact:
     """A Prefect progress artifact of one volume, fed ``on_line`` with its mover's log lines (from the log
     follower's thread) and updated (value and description) at most once per ``interval`` s; ``finish`` sets
     100 %. ``what`` names the move (``backup of ns/pvc (run)``), ``mode`` what was planned. Best effort: an
-    update that fails is logged."""
+    update that fails is logged. Updates run in the context the artifact was made in (the task's: its Prefect
+    settings and API), whichever thread feeds the lines."""
 
     def __init__(
         self,
@@ -91,6 +93,7 @@ class ProgressArtifact:
         self.what, self.mode, self.interval, self.clock = what, mode, interval, clock
         self.started, self.last, self.lock = clock(), float("-inf"), threading.Lock()
         self.reading: Reading | None = None
+        self.context = contextvars.copy_context()
         self.artifact_id = create_progress_artifact(progress=0.0, key=key, description=f"{what}: starting")
 
     def on_line(self, line: str) -> None:
@@ -115,6 +118,8 @@ class ProgressArtifact:
 
         text = describe(self.what, reading, now - self.started, self.mode)
         try:
-            update_progress_artifact(self.artifact_id, round(100.0 * reading.fraction(), 1), description=text)
+            self.context.copy().run(
+                update_progress_artifact, self.artifact_id, round(100.0 * reading.fraction(), 1), description=text
+            )
         except Exception as err:  # noqa: BLE001  (progress is informational)
             logging.getLogger(__name__).warning("progress artifact update failed: %s", err)

@@ -291,11 +291,14 @@ def task_run_names(flow_run_id) -> list[str]:
 
 
 def run_logs(flow_run_id) -> list:
-    """Every log record of a flow run and its task runs (``level``, ``message``), oldest first."""
+    """Every log record of a flow run and its task runs (``level``, ``message``), oldest first (the records this
+    process still queues are sent first)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.client.schemas.sorting import LogSort
+    from prefect.logging.handlers import APILogHandler
 
+    APILogHandler().flush()
     found: list = []
     with get_client(sync_client=True) as prefect:
         while batch := prefect.read_logs(

@@ -490,6 +490,9 @@ def test_disk_app_backed_up_per_pvc_on_a_tainted_backup_node_with_long_claim_nam
     assert app_states(core, ns) == ["frozen", "thawed"]
 
     created = audited_creations(local_cluster, ns)
+    notes = [o for o in created if o["kind"] == "Event"]  # no labels: an Event names its claim (involvedObject)
+    assert sorted((e["reason"], e["involvedObject"]["name"]) for e in notes) == [("BackedUp", p) for p in sorted(pvcs)]
+    created = [o for o in created if o["kind"] != "Event"]
     assert sorted(o["kind"] for o in created) == ["PersistentVolumeClaim"] * 3 + ["Pod"] * 3 + ["VolumeSnapshot"] * 3
     for obj in created:
         meta = obj["metadata"]

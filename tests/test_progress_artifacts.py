@@ -4,6 +4,8 @@ CBT stream is not known yet (by the position on the volume), and is updated at m
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tasks.progress import ProgressArtifact, Reading, describe
@@ -97,3 +99,33 @@ def test_the_restore_instructions_name_the_restore_app_deployments_the_api_has(h
             assert restore_deployments() == ["restore-app/restore-on-demand"]
         finally:
             prefect.delete_deployment(made)
+
+
+FEED_FROM_A_THREAD = """
+import sys, threading
+from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
+from tasks.progress import ProgressArtifact
+with temporary_settings({PREFECT_API_URL: sys.argv[1], PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
+    progress = ProgressArtifact("progress-test-thread", "backup of ns/data (run-3)", interval=0.0)
+    line = "progress done=1048576 total=2097152 position=1048576 capacity=2097152"
+    follower = threading.Thread(target=progress.on_line, args=(line,))
+    follower.start()
+    follower.join()
+    print(progress.artifact_id)
+"""
+
+
+def test_lines_fed_from_another_thread_reach_the_api_of_the_task(harness):
+    """The mover's lines come from a log follower's thread, which does not inherit the task's Prefect settings
+    (a worker may hold its API in them, not in the environment): the update still goes to that API."""
+    import subprocess
+    import sys
+    import uuid
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", FEED_FROM_A_THREAD, harness], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "progress artifact update failed" not in proc.stderr, proc.stderr
+    assert read_back(uuid.UUID(proc.stdout.split()[-1]))[0] == 50.0
