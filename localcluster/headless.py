@@ -44,6 +44,9 @@ document.addEventListener('DOMContentLoaded', () => {
 });
 """
 
+# resolves once the web fonts are loaded and two frames were painted after that
+PAINTED = "document.fonts.ready.then(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))))"
+
 
 class BrowserError(RuntimeError):
     """Chromium is missing, died, answered with an error, or a page never showed what was expected."""
@@ -96,10 +99,13 @@ class Browser:
         self._next_id = 0
         self._buffer = b""
         self._session = None
+        self._inflight: set[str] = set()
+        self._last_network = time.monotonic()
         try:
             target = self.send("Target.createTarget", url="about:blank")["targetId"]
             self._session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
             self.send("Page.enable")
+            self.send("Network.enable")  # its events tell when the page's requests are done
             self.send("Page.addScriptToEvaluateOnNewDocument", source=NO_MOTION)
             self.send(
                 "Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False
@@ -124,7 +130,9 @@ class Browser:
         deadline = time.monotonic() + self.timeout
         while True:
             reply = self._read(deadline)
-            if reply.get("id") == self._next_id:
+            if "method" in reply:
+                self._on_event(reply)
+            elif reply.get("id") == self._next_id:
                 if "error" in reply:
                     raise BrowserError(f"{method}: {reply['error'].get('message')}")
                 return reply.get("result", {})
@@ -155,6 +163,7 @@ class Browser:
     def open(self, url: str, expect: tuple[str, ...] = (), timeout: float | None = None) -> str:
         """Load ``url`` and wait until its text contains every string of ``expect`` and stops changing; that
         text. ``BrowserError`` naming the missing strings if the page does not get there within ``timeout``."""
+        self._inflight.clear()  # requests of the page before are never finished now
         self.send("Page.navigate", url=url)
         return self.wait_for(expect, timeout, what=url)
 
@@ -182,18 +191,50 @@ class Browser:
             raise BrowserError(f"nothing to click labelled {label!r}; the page shows: {self.text()[:2000]!r}")
         return self.wait_for(expect, timeout, what=f"the page after clicking {label!r}")
 
-    def screenshot(self, path: Path, full_height: bool = False) -> Path:
-        """Write the page as PNG to ``path``: the window, or with ``full_height`` the whole page's height."""
-        params: dict[str, Any] = {"format": "png"}
-        if full_height:
-            size = self.evaluate("[document.documentElement.clientWidth, document.documentElement.scrollHeight]")
-            params |= {
-                "captureBeyondViewport": True,
-                "clip": {"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1},
-            }
-        data = base64.b64decode(self.send("Page.captureScreenshot", **params)["data"])
-        path.write_bytes(data)
-        return path
+    def screenshot(self, path: Path, timeout: float | None = None) -> Path:
+        """Write the window as PNG to ``path`` once the page is quiet: no request in flight for 0.5 s and the same
+        image twice 0.3 s apart (graphs are drawn on a canvas after their data arrives, with no text to wait
+        for). After ``timeout`` it writes what it has: a page that never settles is not an error here."""
+        deadline = time.monotonic() + (timeout or self.timeout)
+        self.wait_network_idle(deadline)
+        before = None
+        while True:
+            self.evaluate(PAINTED)
+            data = base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"])
+            if data == before or time.monotonic() > deadline:
+                path.write_bytes(data)
+                return path
+            before = data
+            time.sleep(0.3)
+
+    def wait_network_idle(self, deadline: float, quiet: float = 0.5) -> None:
+        """Wait until no request of the page has been in flight for ``quiet`` seconds (or ``deadline`` passed)."""
+        while time.monotonic() < deadline:
+            self._pump(min(0.1, quiet))
+            if not self._inflight and time.monotonic() - self._last_network >= quiet:
+                return
+
+    def _pump(self, seconds: float) -> None:
+        """Read the events Chromium sends during ``seconds``."""
+        end = time.monotonic() + seconds
+        while True:
+            try:
+                self._on_event(self._read(end))
+            except BrowserError:
+                if self._proc.poll() is not None:
+                    raise
+                return
+
+    def _on_event(self, message: dict[str, Any]) -> None:
+        method, params = message.get("method"), message.get("params") or {}
+        if method == "Network.requestWillBeSent":
+            if params["request"]["url"].startswith(("http:", "https:")):  # blob: and data: never report finishing
+                self._inflight.add(params["requestId"])
+        elif method in ("Network.loadingFinished", "Network.loadingFailed"):
+            self._inflight.discard(params.get("requestId"))
+        else:
+            return
+        self._last_network = time.monotonic()
 
     def close(self) -> None:
         """Stop Chromium (its whole process group) and remove its profile directory."""
