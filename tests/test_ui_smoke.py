@@ -93,14 +93,16 @@ def _artifacts(server, flow_run_id) -> dict[str, list]:
 
 
 def _verbatim_lines(markdown: str) -> list[str]:
-    """The lines of ``markdown`` a renderer shows as written: headings' text and indented code lines."""
-    lines = []
+    """The lines of ``markdown`` a renderer shows as written: headings' text and code lines (indented or fenced)."""
+    lines, fenced = [], False
     for line in markdown.splitlines():
-        if line.startswith("#"):
-            lines.append(line.lstrip("#").replace("`", "").strip())
-        elif line.startswith("    ") and line.strip():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif fenced or (line.startswith("    ") and line.strip()):
             lines.append(line.strip())
-    return lines
+        elif line.startswith("#"):
+            lines.append(line.lstrip("#").replace("`", "").strip())
+    return [line for line in lines if line]
 
 
 def _flat(text: str) -> str:
@@ -108,33 +110,40 @@ def _flat(text: str) -> str:
 
 
 def test_pages_render_the_run_its_logs_and_artifacts(server, tmp_path):
+    """The run's page (name, flow, Logs tab), and every table and markdown artifact of the run on its own page:
+    the summary table with each volume and backup id, every cell, and each markdown's headings and code lines
+    (the restore instructions' commands)."""
     run, result = server.run, server.result
     volumes = [r["volume"] for r in result["volumes"]]
     backup_ids = [r["backup_id"] for r in result["volumes"]]
     assert volumes == [f"{NS}/data", f"{NS}/logs"], result
     artifacts = _artifacts(server, run.id)
-    assert sorted(artifacts) == ["markdown", "table"], artifacts
-    (table,) = artifacts["table"]
-    (instructions,) = artifacts["markdown"]
+    assert artifacts.get("table") and artifacts.get("markdown"), artifacts
     first_log = _logs(server, run.id)[0].message
 
     with Browser() as browser:
         # the run's page opens on its Logs tab
-        page = browser.open(f"{server.url}/runs/flow-run/{run.id}", expect=(run.name, "backup-app", first_log))
-        browser.screenshot(tmp_path / "run.png")
+        browser.open(f"{server.url}/runs/flow-run/{run.id}", expect=(run.name, "backup-app", first_log))
+        shots = [browser.screenshot(tmp_path / "run.png")]
 
-        page = browser.open(f"{server.url}/artifacts/artifact/{table.id}", expect=(*volumes, run.name))
-        cells = [str(v) for row in json.loads(table.data) for v in row.values() if v not in (None, "")]
-        assert [c for c in cells if c not in page] == [], (cells, page)
-        assert table.description and table.description in page, (table.description, page)
-        shot = browser.screenshot(tmp_path / "table.png")
+        for n, table in enumerate(artifacts["table"]):
+            page = browser.open(f"{server.url}/artifacts/artifact/{table.id}", expect=(run.name,))
+            cells = [str(v) for row in json.loads(table.data) for v in row.values() if v not in (None, "")]
+            assert [c for c in cells if c not in page] == [], (table.key, cells, page)
+            assert not table.description or table.description in page, (table.description, page)
+            if n == 0:  # the summary
+                assert [s for s in (*volumes, *backup_ids) if s not in page] == [], (table.key, page)
+                shots.append(browser.screenshot(tmp_path / "table.png"))
 
-        page = browser.open(f"{server.url}/artifacts/artifact/{instructions.id}", expect=tuple(backup_ids))
-        verbatim = _verbatim_lines(instructions.data)
-        assert len(verbatim) >= 3, instructions.data
-        assert [line for line in verbatim if _flat(line) not in _flat(page)] == [], (verbatim, page)
+        instructions = [a for a in artifacts["markdown"] if all(b in a.data for b in backup_ids)]
+        assert instructions, [a.data for a in artifacts["markdown"]]  # the restore instructions name each backup
+        for markdown in artifacts["markdown"]:
+            page = browser.open(f"{server.url}/artifacts/artifact/{markdown.id}", expect=(run.name,))
+            verbatim = _verbatim_lines(markdown.data)
+            assert len(verbatim) >= 2, markdown.data
+            assert [line for line in verbatim if _flat(line) not in _flat(page)] == [], (markdown.key, verbatim, page)
 
-    for png in (tmp_path / "run.png", shot):
+    for png in shots:
         stats = png_stats(png)
         assert (stats["width"], stats["height"]) == (1400, 1000), (png.name, stats)
         # the UI's frame alone (menu, an empty list) has ~300 colours; a page with a table or a graph many more
