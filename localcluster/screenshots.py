@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -77,6 +78,15 @@ def _pick(artifacts: list, kind: str, key_has: str = "", of_task: bool = False):
     return next((a for a in mine if key_has in (a.key or "")), mine[0])
 
 
+def _progress(artifacts: list, key_has: str):
+    """A volume's progress artifact: of a task, of type ``progress``, else of any type with "progress" in its key."""
+    of_tasks = [a for a in artifacts if a.task_run_id is not None]
+    found = [a for a in of_tasks if a.type == "progress"] or [a for a in of_tasks if "progress" in (a.key or "")]
+    if not found:
+        raise RuntimeError(f"no progress artifact among {[a.key for a in artifacts]}")
+    return next((a for a in found if key_has in (a.key or "")), found[0])
+
+
 def _first_text(artifact) -> str:
     """A string the artifact's page shows verbatim: a table's first cell, a markdown's first heading or line."""
     if artifact.type == "table":
@@ -85,7 +95,7 @@ def _first_text(artifact) -> str:
         return str(next(iter(first.values())))
     if artifact.type == "markdown":
         line = next(line for line in artifact.data.splitlines() if line.strip())
-        return line.lstrip("#").replace("`", "").strip()
+        return re.sub(r"[#`*]", "", line).strip()  # as rendered: without heading, code and emphasis marks
     return artifact.key
 
 
@@ -99,7 +109,7 @@ def plan(api_url: str) -> list[Shot]:
         of_backup, of_first = _artifacts(prefect, backup), _artifacts(prefect, backups[0])
         summary = _pick(of_backup, "table")
         instructions = _pick(of_backup, "markdown", "restore")
-        progress = _pick(of_first, "progress", "data", of_task=True)
+        progress = _progress(of_first, "data")
         of_restore, of_maint = _artifacts(prefect, restore), _artifacts(prefect, maint)
         restored = _pick(of_restore, "table")
         verify = _pick(of_maint, "markdown", "verify")
@@ -113,7 +123,7 @@ def plan(api_url: str) -> list[Shot]:
         Shot("backup-artifacts.png", f"/runs/flow-run/{backup.id}", (progress.key,), tab="Artifacts", height=1300),
         Shot("backup-summary.png", art(summary), (backup.name, _first_text(summary))),
         Shot("restore-instructions.png", art(instructions), (_first_text(instructions),)),
-        Shot("backup-progress.png", art(progress), (progress.key, "Progress")),
+        Shot("backup-progress.png", art(progress), (progress.key,)),
         Shot("restore-run.png", f"/runs/flow-run/{restore.id}", (restore.name, "Logs"), height=1300),
         Shot("restore-summary.png", art(restored), (restore.name, _first_text(restored))),
         Shot("maintenance-report.png", art(verify), (_first_text(verify),)),

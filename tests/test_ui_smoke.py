@@ -78,15 +78,19 @@ def _logs(server, flow_run_id) -> list:
         return prefect.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
 
 
-def _artifacts(server, flow_run_id) -> dict[str, list]:
-    """The run's own artifacts (not its tasks' progress artifacts) by type: ``table``, ``markdown``."""
+def _all_artifacts(server, flow_run_id) -> list:
+    """The artifacts of the run and of its tasks."""
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     of_run = ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
     with _api(server) as prefect:
-        found = prefect.read_artifacts(artifact_filter=of_run)
+        return prefect.read_artifacts(artifact_filter=of_run)
+
+
+def _artifacts(server, flow_run_id) -> dict[str, list]:
+    """The run's own artifacts (not its tasks' progress artifacts) by type: ``table``, ``markdown``."""
     by_type: dict[str, list] = {}
-    for artifact in found:
+    for artifact in _all_artifacts(server, flow_run_id):
         if artifact.task_run_id is None:
             by_type.setdefault(artifact.type, []).append(artifact)
     return by_type
@@ -109,10 +113,11 @@ def _flat(text: str) -> str:
     return re.sub(r"\s+", " ", text)
 
 
+@pytest.mark.slow
 def test_pages_render_the_run_its_logs_and_artifacts(server, tmp_path):
-    """The run's page (name, flow, Logs tab), and every table and markdown artifact of the run on its own page:
-    the summary table with each volume and backup id, every cell, and each markdown's headings and code lines
-    (the restore instructions' commands)."""
+    """The run's page (name, flow, Logs tab, Artifacts tab listing them all), and every table and markdown
+    artifact of the run on its own page: the summary table with each volume and backup id, every cell, and each
+    markdown's headings and code lines (the restore instructions' commands)."""
     run, result = server.run, server.result
     volumes = [r["volume"] for r in result["volumes"]]
     backup_ids = [r["backup_id"] for r in result["volumes"]]
@@ -125,6 +130,9 @@ def test_pages_render_the_run_its_logs_and_artifacts(server, tmp_path):
         # the run's page opens on its Logs tab
         browser.open(f"{server.url}/runs/flow-run/{run.id}", expect=(run.name, "backup-app", first_log))
         shots = [browser.screenshot(tmp_path / "run.png")]
+        keys = {a.key for a in _all_artifacts(server, run.id)}
+        assert len(keys) >= 4, keys  # table, restore instructions, a progress artifact per volume
+        browser.click("Artifacts", expect=tuple(keys))
 
         for n, table in enumerate(artifacts["table"]):
             page = browser.open(f"{server.url}/artifacts/artifact/{table.id}", expect=(run.name,))
