@@ -68,25 +68,22 @@ class Browser:
     def __init__(self, width: int = 1400, height: int = 1000, timeout: float = 30.0):
         self.timeout = timeout
         self._profile = tempfile.mkdtemp(prefix="cbt-mover-chromium-")
-        to_child_r, self._to_child = os.pipe()
-        self._from_child, from_child_w = os.pipe()
-        # the child's ends moved above 2..4 first, so that the dup2 calls below cannot overwrite one with the other
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_child_r, from_child_w)]
-        for fd in (to_child_r, from_child_w):
-            os.close(fd)
-
-        def pipes_on_3_and_4():
-            os.dup2(high[0], 3)
-            os.dup2(high[1], 4)
-
+        low_in, self._to_child = os.pipe()
+        self._from_child, low_out = os.pipe()
+        # Chromium reads commands on fd 3 and answers on fd 4. bash puts the pipes' child ends there and execs it
+        # (a preexec_fn is not safe in a process with threads); the ends are moved above 9 first, so that placing
+        # one cannot close the other (and dash cannot redirect fds above 9: bash, not sh)
+        to_child, from_child = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (low_in, low_out))
+        os.close(low_in)
+        os.close(low_out)
+        place = f'exec "$0" "$@" 3<&{to_child} 4>&{from_child} {to_child}<&- {from_child}>&-'
         try:
             self._proc = subprocess.Popen(
-                [chromium_path(), *FLAGS, f"--user-data-dir={self._profile}", "about:blank"],
+                ["/bin/bash", "-c", place, chromium_path(), *FLAGS, f"--user-data-dir={self._profile}", "about:blank"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,  # Chromium complains about the missing D-Bus on every start
-                pass_fds=(3, 4),  # kept open: the child's ends, moved there by the preexec_fn below
-                preexec_fn=pipes_on_3_and_4,  # noqa: PLW1509  (no threads are started between fork and exec here)
+                pass_fds=(to_child, from_child),
                 start_new_session=True,
             )
         except BaseException:
@@ -94,8 +91,8 @@ class Browser:
             shutil.rmtree(self._profile, ignore_errors=True)
             raise
         finally:
-            for fd in high:
-                os.close(fd)
+            os.close(to_child)
+            os.close(from_child)
         self._next_id = 0
         self._buffer = b""
         self._session = None
