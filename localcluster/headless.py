@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 CHROMIUM = "chromium"
+Strings = tuple[str, ...]
 # Running as root needs --no-sandbox; the background-networking flags keep Chromium from calling home (a
 # closed network refuses those connections and Chromium then delays the pages).
 FLAGS = (
@@ -157,28 +158,31 @@ class Browser:
         """The page's visible text (``document.body.innerText``)."""
         return self.evaluate("document.body ? document.body.innerText : ''") or ""
 
-    def open(self, url: str, expect: tuple[str, ...] = (), timeout: float | None = None) -> str:
-        """Load ``url`` and wait until its text contains every string of ``expect`` and stops changing; that
-        text. ``BrowserError`` naming the missing strings if the page does not get there within ``timeout``."""
+    def open(self, url: str, expect: Strings = (), timeout: float | None = None, absent: Strings = ()) -> str:
+        """Load ``url`` and wait as ``wait_for`` does; the page's text. ``BrowserError`` naming what is missing (or
+        still there) if the page does not get there within ``timeout``."""
         self._inflight.clear()  # requests of the page before are never finished now
         self.send("Page.navigate", url=url)
-        return self.wait_for(expect, timeout, what=url)
+        return self.wait_for(expect, timeout, what=url, absent=absent)
 
-    def wait_for(self, expect: tuple[str, ...] = (), timeout: float | None = None, what: str = "the page") -> str:
-        """Wait until the page's text contains every string of ``expect`` and is the same twice 0.3 s apart."""
+    def wait_for(
+        self, expect: Strings = (), timeout: float | None = None, what: str = "the page", absent: Strings = ()
+    ) -> str:
+        """Wait until the page's text contains every string of ``expect``, none of ``absent`` (placeholders such
+        as "Loading") and is the same twice 0.3 s apart."""
         deadline = time.monotonic() + (timeout or self.timeout)
         before = None
         while True:
             text = self.text()
-            missing = [s for s in expect if s not in text]
-            if not missing and text.strip() and text == before:
+            wrong = [s for s in expect if s not in text] + [f"no {s!r}" for s in absent if s in text]
+            if not wrong and text.strip() and text == before:
                 return text
             if time.monotonic() > deadline:
-                raise BrowserError(f"{what} never showed {missing or 'a settled page'}; it shows: {text[:2000]!r}")
-            before = text if not missing else None
+                raise BrowserError(f"{what} never showed {wrong or 'a settled page'}; it shows: {text[:2000]!r}")
+            before = text if not wrong else None
             time.sleep(0.3)
 
-    def click(self, label: str, expect: tuple[str, ...] = (), timeout: float | None = None) -> str:
+    def click(self, label: str, expect: Strings = (), timeout: float | None = None, absent: Strings = ()) -> str:
         """Click the first button, tab or link whose own text is ``label``, then wait as ``wait_for`` does."""
         clicked = self.evaluate(
             "(() => { const el = [...document.querySelectorAll('button, a, [role=tab], [tabindex]')]"
@@ -186,7 +190,7 @@ class Browser:
         )
         if not clicked:
             raise BrowserError(f"nothing to click labelled {label!r}; the page shows: {self.text()[:2000]!r}")
-        return self.wait_for(expect, timeout, what=f"the page after clicking {label!r}")
+        return self.wait_for(expect, timeout, what=f"the page after clicking {label!r}", absent=absent)
 
     def screenshot(self, path: Path, timeout: float | None = None) -> Path:
         """Write the window as PNG to ``path`` once the page is quiet: no request in flight for 0.5 s and the same

@@ -30,12 +30,14 @@ from localcluster.prefect_server import PrefectServer
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 1400
 MIN_COLOURS = 500  # the UI's frame alone (menu, an empty list) has ~300
+BUSY = ("Waiting for logs",)  # what the UI shows before it knows (a run page without logs says so after a while)
 
 
 @dataclasses.dataclass(frozen=True)
 class Shot:
     """One screenshot: ``file`` of ``path`` (under the UI's URL), once the page shows every string of ``expect``;
-    ``tab``: a tab to click first (``expect`` is then what the tab shows); ``height``: the window's."""
+    ``tab``: a tab to click first (``expect`` is then what the tab shows); ``height``: the window's. The page
+    must not show any of ``BUSY``."""
 
     file: str
     path: str
@@ -67,6 +69,14 @@ def _artifacts(prefect, run) -> list:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     return prefect.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
+
+
+def _first_log(prefect, run) -> tuple[str, ...]:
+    """The run's first log message (its Logs tab shows it), or nothing when it has no logs."""
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    logs = prefect.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])), limit=1)
+    return (logs[0].message.splitlines()[0],) if logs else ()
 
 
 def _pick(artifacts: list, kind: str, key_has: str = "", of_task: bool = False):
@@ -113,18 +123,19 @@ def plan(api_url: str) -> list[Shot]:
         of_restore, of_maint = _artifacts(prefect, restore), _artifacts(prefect, maint)
         restored = _pick(of_restore, "table")
         verify = _pick(of_maint, "markdown", "verify")
+        backup_log, restore_log = _first_log(prefect, backup), _first_log(prefect, restore)
 
     def art(artifact) -> str:
         return f"/artifacts/artifact/{artifact.id}"
 
     return [
         Shot("runs.png", "/runs", (backup.name, restore.name, maint.name), height=1150),
-        Shot("backup-run.png", f"/runs/flow-run/{backup.id}", (backup.name, "Logs"), height=1300),
+        Shot("backup-run.png", f"/runs/flow-run/{backup.id}", (backup.name, "Logs", *backup_log), height=1300),
         Shot("backup-artifacts.png", f"/runs/flow-run/{backup.id}", (progress.key,), tab="Artifacts", height=1300),
         Shot("backup-summary.png", art(summary), (backup.name, _first_text(summary))),
         Shot("restore-instructions.png", art(instructions), (_first_text(instructions),)),
         Shot("backup-progress.png", art(progress), (progress.key,)),
-        Shot("restore-run.png", f"/runs/flow-run/{restore.id}", (restore.name, "Logs"), height=1300),
+        Shot("restore-run.png", f"/runs/flow-run/{restore.id}", (restore.name, "Logs", *restore_log), height=1300),
         Shot("restore-summary.png", art(restored), (restore.name, _first_text(restored))),
         Shot("maintenance-report.png", art(verify), (_first_text(verify),)),
         Shot("events.png", "/events", ("cbt-mover",)),
@@ -139,9 +150,9 @@ def take(ui_url: str, shots: list[Shot], out: Path, say: Callable[[str], Any] = 
         with Browser(width=WIDTH, height=shot.height) as browser:
             if shot.tab:
                 browser.open(ui_url + shot.path, expect=(shot.tab,), timeout=60)
-                browser.click(shot.tab, expect=shot.expect, timeout=60)
+                browser.click(shot.tab, expect=shot.expect, timeout=60, absent=BUSY)
             else:
-                browser.open(ui_url + shot.path, expect=shot.expect, timeout=60)
+                browser.open(ui_url + shot.path, expect=shot.expect, timeout=60, absent=BUSY)
             path = browser.screenshot(out / shot.file)
         stats = png_stats(path)
         if stats["colours"] < MIN_COLOURS:
