@@ -5,7 +5,7 @@ VENV := .venv
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint lock bench bench-scaling proto clean ui pools
+.PHONY: demo test lint lock bench bench-scaling proto clean ui pools screenshots
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -69,3 +69,8 @@ ui: $(STAMP)
 # of PREFECT_API_URL, by default the one `make ui` runs. POOLS_ARGS: e.g. --image REGISTRY/cbt-mover:TAG.
 pools: $(STAMP)
 	PREFECT_API_URL=$${PREFECT_API_URL:-$(PREFECT_UI_API)} $(VENV)/bin/python -m flows.pools $(POOLS_ARGS)
+
+# PNG screenshots of the UI's main pages (docs/ui/, shown in docs/ui.md): the demo sent to a fresh temporary
+# Prefect server, its pages rendered by headless Chromium (Debian's `chromium`). Takes a few minutes.
+screenshots: $(STAMP)
+	$(VENV)/bin/python -m localcluster.screenshots --out docs/ui
