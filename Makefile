@@ -61,9 +61,7 @@ ui: $(STAMP)
 	@echo "Send a run to it:  PREFECT_API_URL=$(PREFECT_UI_API) make demo"
 	@echo "Deploy to it:      export PREFECT_API_URL=$(PREFECT_UI_API); make pools; $(VENV)/bin/prefect --no-prompt deploy --all"
 	@echo "(set PREFECT_API_URL per command rather than with 'prefect config set': tests and other runs stay off it)"
-	env -u PREFECT_API_URL -u PREFECT_API_KEY -u PREFECT_PROFILE PREFECT_HOME=$(CURDIR)/.prefect \
-		PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_SERVER_UI_ENABLED=true PREFECT_SERVER_UI_API_URL=$(PREFECT_UI_API) \
-		$(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_UI_PORT)
+	$(VENV)/bin/python -m localcluster.prefect_server --home .prefect --port $(PREFECT_UI_PORT)
 
 # Create or update the work pools of prefect.yaml (cbt-mover-local, cbt-mover-k8s) on the server
 # of PREFECT_API_URL, by default the one `make ui` runs. POOLS_ARGS: e.g. --image REGISTRY/cbt-mover:TAG.

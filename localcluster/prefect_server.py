@@ -1,12 +1,14 @@
 """A real Prefect server with its UI (``prefect server start``) on a free loopback port, with its own
 temporary ``PREFECT_HOME`` (sqlite database, profiles): for tests and screenshots of the UI.
 
-``make ui`` runs the same server on a fixed port with its state in ``.prefect/``; this one is thrown away
-with its home when it stops. Analytics are off; nothing of the user's ``~/.prefect`` is read or written.
+``make ui`` runs the same server in the foreground on a fixed port with its state in ``.prefect/``
+(``python -m localcluster.prefect_server --home .prefect --port 4200``); ``PrefectServer`` is thrown away with
+its home when it stops. Analytics are off; nothing of the user's ``~/.prefect`` is read or written.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
@@ -128,3 +130,18 @@ class PrefectServer:
             except ProcessLookupError:
                 pass
         shutil.rmtree(self._home, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``make ui``: the server in the foreground with its state in ``--home``, on loopback port ``--port``."""
+    parser = argparse.ArgumentParser(prog="python -m localcluster.prefect_server")
+    parser.add_argument("--home", type=Path, required=True)
+    parser.add_argument("--port", type=int, default=4200)
+    args = parser.parse_args(argv)
+    args.home.mkdir(parents=True, exist_ok=True)
+    command = [*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(args.port)]
+    os.execvpe(command[0], command, server_env(args.home.resolve(), args.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -92,13 +92,12 @@ def reason(row: dict[str, Any]) -> str:
 
 def display_rows(rows: list[dict[str, Any]], freeze_s: float | None = None) -> list[dict[str, str]]:
     """The rows as people read them (``tasks.tables``: sizes in KiB/MiB/GiB, ratios as ``1.25x``); ``freeze_s``
-    is the run's freeze window (every volume's snapshot was taken in it)."""
+    is the run's freeze window (every volume's snapshot was taken in it). The numbers come first and the long texts
+    (reason, snapshot) last: the UI shows as many columns as fit and scrolls the rest."""
     return table(
         {
             "volume": r["volume"],
             "mode": r["mode"],
-            "change source": r["change_source"],
-            "reason": reason(r),
             "changed": size(r["changed_bytes"]),
             "read": size(r["read_bytes"]),
             "zero": size(r.get("zero_bytes")),
@@ -111,8 +110,10 @@ def display_rows(rows: list[dict[str, Any]], freeze_s: float | None = None) -> l
             "duration": seconds(r["duration_s"]),
             "throughput": rate(r["throughput_bps"]),
             "freeze window": seconds(freeze_s),
-            "base backup": r.get("base_backup"),
             "backup id": r["backup_id"],
+            "base backup": r.get("base_backup"),
+            "change source": r["change_source"],
+            "reason": reason(r),
             "snapshot": r.get("snapshot"),
         }
         for r in rows
@@ -163,12 +164,18 @@ def restore_markdown(
     snapshots: str | None = None,
     freeze_s: float | None = None,
 ) -> str:
-    """The run (each volume's mode, base and full backup id) and what to run to restore it, as printed: the
-    ``restore-app`` deployments ``deployments`` (none: said so), and the CLI with the storage credentials and
+    """The run (each volume's mode, base and full backup id, the reason for its mode) and what to run to restore
+    it, as printed: the ``restore-app`` deployments ``deployments`` (none: said so), and the CLI with the storage credentials and
     key taken from Secret ``namespace/secret`` (its keys ``secret_keys``, by name: never a value). ``writer``:
     the writer pods' ``image`` and ``service_account`` (the backup's movers')."""
     volumes = [
-        {"volume": r["volume"], "mode": r["mode"], "base backup": r.get("base_backup"), "backup id": r["backup_id"]}
+        {
+            "volume": r["volume"],
+            "mode": r["mode"],
+            "base backup": r.get("base_backup"),
+            "backup id": r["backup_id"],
+            "reason": reason(r),
+        }
         for r in rows
     ]
     out = [
