@@ -165,9 +165,9 @@ def restore_markdown(
     freeze_s: float | None = None,
 ) -> str:
     """The run (each volume's mode, base and full backup id, the reason for its mode) and what to run to restore
-    it, as printed: the ``restore-app`` deployments ``deployments`` (none: said so), and the CLI with the storage credentials and
-    key taken from Secret ``namespace/secret`` (its keys ``secret_keys``, by name: never a value). ``writer``:
-    the writer pods' ``image`` and ``service_account`` (the backup's movers')."""
+    it, as printed: the ``restore-app`` deployments ``deployments`` (none: said so), and the CLI with the storage
+    credentials and key taken from Secret ``namespace/secret`` (its keys ``secret_keys``, by name: never a value).
+    ``writer``: the writer pods' ``image`` and ``service_account`` (the backup's movers')."""
     volumes = [
         {
             "volume": r["volume"],
