@@ -11,7 +11,9 @@ on loopback) and Prefect's local API it:
    writes, a CBT incremental;
 3. runs ``restore-app`` into a new namespace and checks every restored volume is byte-identical to
    the snapshot it was backed up from and that the app's records verify;
-4. runs ``maintain-repo`` (retention, prune, full verify).
+4. runs ``restore-app`` onto the app's own claims without ``overwrite``, which must be refused (that run shows
+   in the UI what a failure looks like: one error line, a failure report, the claims' RestoreFailed Events);
+5. runs ``maintain-repo`` (retention, prune, full verify).
 
 It prints a summary table and ends with ``demo: ok`` (exit 0) or ``demo: FAILED <why>`` (exit 1).
 With ``PREFECT_API_URL`` set (``make ui`` prints it) the runs go to that server, to be watched in
@@ -279,6 +281,21 @@ def run() -> None:
             kubeconfig=kubeconfig,
         )
         problems = _identical(cluster, policy, restored, key)
+        _say(f"a restore onto {policy.namespace}'s own claims, which exist, without overwrite: must be refused")
+        refused = restore_app(
+            repo=policy.repository.url,
+            namespace=policy.namespace,
+            repo_secret=policy.repository.credentials_secret,
+            target_namespace=policy.namespace,
+            image=policy.mover.image,
+            service_account=policy.mover.service_account,
+            kubeconfig=kubeconfig,
+            return_state=True,
+        )
+        if refused.is_failed() and "exists" in (refused.message or ""):
+            _say(f"refused as it must be (its run shows the failure report): {refused.message.splitlines()[0][:160]}")
+        else:
+            problems.append(("restore onto existing claims", f"not refused: {refused.type} {refused.message}"))
         _say("maintenance (retention, prune, full verify)")
         maint = maintain_repo(
             repo=policy.repository.url,

@@ -112,9 +112,9 @@ def _first_text(artifact) -> str:
 def plan(api_url: str) -> list[Shot]:
     """The screenshots of the demo's runs on the server at ``api_url``."""
     with _client(api_url) as prefect:
-        backups, (restore, *_), (maint, *_) = (
-            _runs(prefect, f) for f in ("backup-app", "restore-app", "maintain-repo")
-        )
+        backups, restores, (maint, *_) = (_runs(prefect, f) for f in ("backup-app", "restore-app", "maintain-repo"))
+        restore = next(r for r in restores if r.state_type.value == "COMPLETED")
+        refused = next(r for r in restores if r.state_type.value == "FAILED")  # the demo's refused restore
         backup = backups[-1]  # the CBT incremental: the one the demo restores
         of_backup, of_first = _artifacts(prefect, backup), _artifacts(prefect, backups[0])
         summary = _pick(of_backup, "table")
@@ -123,6 +123,7 @@ def plan(api_url: str) -> list[Shot]:
         of_restore, of_maint = _artifacts(prefect, restore), _artifacts(prefect, maint)
         restored = _pick(of_restore, "table")
         verify = _pick(of_maint, "markdown", "verify")
+        failure = _pick(_artifacts(prefect, refused), "markdown", "failure")
         backup_log, restore_log = _first_log(prefect, backup), _first_log(prefect, restore)
 
     def art(artifact) -> str:
@@ -137,6 +138,8 @@ def plan(api_url: str) -> list[Shot]:
         Shot("backup-progress.png", art(progress), (progress.key,)),
         Shot("restore-run.png", f"/runs/flow-run/{restore.id}", (restore.name, "Logs", *restore_log), height=1300),
         Shot("restore-summary.png", art(restored), (restore.name, _first_text(restored))),
+        Shot("restore-refused-run.png", f"/runs/flow-run/{refused.id}", (refused.name, "Logs", "failed in step")),
+        Shot("restore-refused-report.png", art(failure), (_first_text(failure),)),
         Shot("maintenance-report.png", art(verify), (_first_text(verify),)),
         Shot("events.png", "/events", ("cbt-mover",)),
     ]
