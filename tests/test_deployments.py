@@ -262,14 +262,20 @@ def test_dockerignore_keeps_the_context_small_and_secret_free():
     assert ".prefect/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
-def test_make_ui_serves_on_loopback_with_its_own_home():
+def test_make_ui_serves_on_loopback_with_its_own_home(monkeypatch):
+    from localcluster.prefect_server import server_env
+
     out = subprocess.run(
         ["make", "-n", "ui", "pools", "PREFECT_UI_PORT=4399"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    (server,) = [ln for ln in out.replace("\\\n", " ").splitlines() if "server start" in ln]
-    assert "--host 127.0.0.1 --port 4399" in server
-    assert f"PREFECT_HOME={ROOT}/.prefect" in server and "PREFECT_SERVER_ANALYTICS_ENABLED=false" in server
-    assert "-u PREFECT_API_URL" in server  # the UI must not follow a PREFECT_API_URL of the caller's shell
+    (server,) = [ln for ln in out.splitlines() if "localcluster.prefect_server" in ln]
+    assert server.endswith("-m localcluster.prefect_server --home .prefect --port 4399"), server
+    # the server's environment (it binds 127.0.0.1 itself): its own home, no analytics, and never a
+    # PREFECT_API_URL of the caller's shell
+    monkeypatch.setenv("PREFECT_API_URL", "http://elsewhere:4200/api")
+    env = server_env(ROOT / ".prefect", 4399)
+    assert env["PREFECT_HOME"] == str(ROOT / ".prefect") and env["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"
+    assert "PREFECT_API_URL" not in env and env["PREFECT_SERVER_UI_API_URL"] == "http://127.0.0.1:4399/api"
     assert "PREFECT_API_URL=http://127.0.0.1:4399/api make demo" in out
     assert "http://127.0.0.1:4399/api} .venv/bin/python -m flows.pools" in out
 
