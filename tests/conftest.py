@@ -6,17 +6,30 @@
   CBT, no group snapshots, older served versions) that is stopped when the test ends.
 * every cluster these fixtures start writes its API audit log into the session's ``audit_dir``;
   ``tests/test_shipped_rbac.py`` (always run last) replays what the product's identities called
-  against the shipped roles and validates every manifest they sent.
+  against the shipped roles and validates every manifest they sent. ``make test`` runs the suite on two
+  pytest-xdist workers with ``--audit-dir DIR`` (shared by the workers; the test files each run collected are
+  listed there too), then ``tests/test_shipped_rbac.py`` on its own with the same ``--audit-dir``.
 * ``prefect_api`` (session scope): Prefect's local API (``prefect_test_harness``: a temporary
   database and server) for the flow tests, results in a temporary directory; yields its URL. One server for the
   whole session, because each start costs 15-60 s on 2 cores; tests keep apart by namespace and artifact keys.
 """
 
+from pathlib import Path
+
 import pytest
 
+from tests.audit import RAN_MODULES
 from tests.s3server import moto_server, s3_bucket  # noqa: F401  (fixtures, re-exported for all tests)
 
 AUDITED_LAST = "test_shipped_rbac.py"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--audit-dir",
+        help="where the clusters' API audit logs go (default: a temporary directory of the session); shared by"
+        " pytest-xdist workers and a later run of tests/test_shipped_rbac.py",
+    )
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -24,8 +37,21 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: item.path.name == AUDITED_LAST)
 
 
+def pytest_collection_finish(session):
+    """With ``--audit-dir``: note the test files this run (or xdist worker) runs, for the replay's coverage."""
+    shared = session.config.getoption("--audit-dir")
+    if shared and session.items:
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        with open(Path(shared) / RAN_MODULES, "a", encoding="utf-8") as f:
+            f.write("".join(f"{name}\n" for name in sorted({item.path.name for item in session.items})))
+
+
 @pytest.fixture(scope="session")
-def audit_dir(tmp_path_factory):
+def audit_dir(tmp_path_factory, pytestconfig):
+    shared = pytestconfig.getoption("--audit-dir")
+    if shared:
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        return Path(shared)
     return tmp_path_factory.mktemp("audit")
 
 

@@ -1,8 +1,9 @@
 """What the product's own identities did in this session's clusters, replayed against the shipped roles.
 
 Every cluster the ``local_cluster`` / ``make_local_cluster`` fixtures start writes an API audit log
-(``conftest.audit_dir``); this module runs after all other tests (``conftest`` orders it last) and reads
-them. The product's identities are the flows' (``cbt-mover-system/cbt-mover-controller``, from
+(``conftest.audit_dir``); this module runs after all other tests (``conftest`` orders it last, ``make test``
+runs it after the others with the same ``--audit-dir``) and reads them. The product's identities are the
+flows' (``cbt-mover-system/cbt-mover-controller``, from
 ``cbt-mover install controller``) and the mover and writer pods' (``<namespace>/cbt-mover``, from
 ``cbt-mover install movers``). For them:
 
@@ -31,6 +32,7 @@ from localcluster.shipped_rbac import (
     mover_objects,
 )
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT as MOVER_SA
+from tests.audit import ran_modules
 
 CONTROLLER = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_SERVICE_ACCOUNT}"
 # the test modules whose runs exercise every code path of the flows: the unused-grant check needs them all
@@ -143,7 +145,7 @@ def _atom_allows(atom: tuple[str, str, str, str, str | None], attrs: Attributes)
 @pytest.fixture(scope="module")
 def audited(audit_dir, request):
     entries = list(_entries(audit_dir))
-    ran = {item.path.name for item in request.session.items}
+    ran = {item.path.name for item in request.session.items} | ran_modules(audit_dir)
     if not entries:
         if ran & FLOW_MODULES:
             pytest.fail("the flow tests ran but no call of the product's identities was audited")
