@@ -24,9 +24,9 @@ TEST_WORKERS ?= 2
 
 test: $(STAMP)
 	audit=$$(mktemp -d) && trap 'rm -rf "$$audit"' EXIT && \
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --audit-dir "$$audit" \
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --audit-dir="$$audit" \
 		--deselect tests/test_shipped_rbac.py && \
-	$(VENV)/bin/python -m pytest -q -p no:xdist --audit-dir "$$audit" tests/test_shipped_rbac.py
+	$(VENV)/bin/python -m pytest -q -p no:xdist --audit-dir="$$audit" tests/test_shipped_rbac.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
