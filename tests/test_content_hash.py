@@ -148,8 +148,8 @@ def test_a_flipped_byte_in_a_blake3_repository_fails_restore_verify_and_read_bac
     assert verify_device(repo, m, str(out)).checked_bytes == 4 * MiB  # read-back hashes with BLAKE3 too
     assert run_verify(repo, repo.list_backups()).ok
 
-    with open(out, "r+b") as f:
-        os.pwrite(f.fileno(), b"\x00", 9 * MiB)
+    with open(out, "r+b") as f:  # a byte flipped (a written zero was no change when the random byte was zero)
+        os.pwrite(f.fileno(), bytes([os.pread(f.fileno(), 1, 9 * MiB)[0] ^ 0xFF]), 9 * MiB)
     with pytest.raises(IntegrityError, match=f"volume offset {8 * MiB}"):
         verify_device(repo, m, str(out))
     (pack_path,) = list((root / "packs").glob("*/*"))
