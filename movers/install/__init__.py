@@ -18,7 +18,6 @@ from importlib.resources import files
 from typing import Any
 
 from movers.errors import UsageError
-from movers.policy_checks import DNS_LABEL
 
 PLACEHOLDER = "${NAMESPACE}"
 DEFAULT_CONTROLLER_NAMESPACE = "cbt-mover-system"
@@ -36,6 +35,8 @@ def template(name: str) -> str:
 def check_namespace(namespace: str) -> str:
     """``namespace`` when it is a DNS-1123 label (what Kubernetes requires of a namespace name), else
     ``UsageError``."""
+    from movers.policy_checks import DNS_LABEL  # here: the policy model (pydantic) stays out of the CLI's start
+
     if not DNS_LABEL.match(namespace):
         raise UsageError(
             f"invalid namespace {namespace!r}: a namespace name is a DNS-1123 label (at most 63 characters"
