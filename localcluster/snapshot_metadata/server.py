@@ -318,8 +318,10 @@ class SnapshotMetadataServer:
         if cut == 0:
             context.abort(plan.cut_code, "stream cut (injected)")
         for i, message in enumerate(self._messages(plan, runs, capacity, max_results, key)):
-            if i and plan.delay_between_messages:
-                self._stopping.wait(plan.delay_between_messages)
+            if i and plan.delay_between_messages and self._stopping.wait(plan.delay_between_messages):
+                # stopping: the stream ends in an error, as the server's stop would cancel it (not with the rest of
+                # its messages sent in the moment before the cancellation reaches this thread)
+                context.abort(grpc.StatusCode.UNAVAILABLE, "server stopping")
             yield message
             if cut is not None and i + 1 >= cut:
                 context.abort(plan.cut_code, f"stream cut after {i + 1} messages (injected)")
