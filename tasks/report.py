@@ -138,6 +138,7 @@ def restore_deployments() -> list[str]:
 def secret_keys(kubeconfig: str | None, namespace: str, name: str | None) -> list[str]:
     """The names (never the values) of the keys Secret ``namespace/name`` holds; none when it cannot be read."""
     from movers.kube import apply as k
+    from movers.kube import preflight
     from tasks.kube import api_client
 
     if not name:
@@ -147,7 +148,7 @@ def secret_keys(kubeconfig: str | None, namespace: str, name: str | None) -> lis
     except Exception as err:  # noqa: BLE001
         log.warning("cannot read the key names of Secret %s/%s: %s", namespace, name, err)
         return []
-    return sorted(set(secret.get("data") or {}) | set(secret.get("stringData") or {}))
+    return sorted(preflight.secret_keys(secret))
 
 
 def restore_markdown(

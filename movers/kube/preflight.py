@@ -220,7 +220,8 @@ def select_sources(api, namespace: str, selector: Mapping[str, Any]) -> list[Sou
     return sources
 
 
-def _secret_keys(secret: Mapping[str, Any]) -> set[str]:
+def secret_keys(secret: Mapping[str, Any]) -> set[str]:
+    """The names of the keys a Secret holds (``data`` and ``stringData``), never their values."""
     return set(secret.get("data") or {}) | set(secret.get("stringData") or {})
 
 
@@ -247,7 +248,7 @@ def check_mover_identity(api, policy: BackupPolicy) -> list[str]:
             f" with the keys {', '.join(k for _, k, optional in REPO_SECRET_KEYS if not optional)}",
             EXIT_NOT_FOUND,
         )
-    missing = [key for _, key, optional in REPO_SECRET_KEYS if not optional and key not in _secret_keys(secret)]
+    missing = [key for _, key, optional in REPO_SECRET_KEYS if not optional and key not in secret_keys(secret)]
     if missing:
         raise PreflightError(
             f"the credentials Secret {namespace}/{name} lacks the key(s) {', '.join(missing)}: the mover pods"
