@@ -251,7 +251,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("forget", help="delete the manifests of backups the retention policy expires")
     _add_repo(p)
-    p.add_argument("--volume", help="only this volume (default: every volume)")
+    p.add_argument(
+        "--volume",
+        help="only this volume's backups (default: every volume); its application runs are still judged whole",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="NAME",
+        help="only the backups this policy made (tag cbt-mover.io/policy; default: each policy's, separately)",
+    )
     for rule in ("last", "daily", "weekly", "monthly"):
         p.add_argument(f"--keep-{rule}", type=int, default=None, metavar="N")
     p.add_argument("--dry-run", action="store_true", help="only say what would be forgotten")
@@ -754,13 +762,23 @@ def cmd_forget(args: argparse.Namespace) -> int:
         keep_weekly=args.keep_weekly,
         keep_monthly=args.keep_monthly,
         dry_run=args.dry_run,
+        policy=args.policy,
     )
+    verb = "would forget" if report.dry_run else "forget"
     lines = []
+    for run in report.runs:  # application runs: kept or forgotten whole
+        why = ", ".join(run.reasons) if run.kept else run.why_forgotten
+        lines.append(f"{'keep' if run.kept else verb}\t{run.describe()}\t{why}")
+    run_of = {bid: run.run for run in report.runs for _vol, bid in run.backups}
     for vol in report.volumes:
         for k in vol.kept:
-            lines.append(f"keep\t{shown_volume_id(vol.volume)}\t{k.backup_id}\t{', '.join(k.reasons)}")
+            run = f"\trun {k.run}" if k.run else ""
+            lines.append(f"keep\t{shown_volume_id(vol.volume)}\t{k.backup_id}\t{', '.join(k.reasons)}{run}")
         for bid in vol.expired:
-            lines.append(f"{'would forget' if report.dry_run else 'forget'}\t{shown_volume_id(vol.volume)}\t{bid}")
+            run = f"\trun {run_of[bid]}" if bid in run_of else ""
+            lines.append(f"{verb}\t{shown_volume_id(vol.volume)}\t{bid}{run}")
+    for key in report.unreadable:
+        lines.append(f"keep\t{key}\tits manifest cannot be read")
     lines.append(f"{'would forget' if report.dry_run else 'forgot'} {len(report.deleted)} backup(s)")
     _emit(args, report.to_dict(), "\n".join(lines))
     return 0

@@ -44,6 +44,7 @@ MODES = ("full", "incremental-cbt", "incremental-scan")
 VOLUME_MODES = ("Block", "Filesystem")
 RUN_TAG = "cbt-mover.io/run"  # Manifest.tags key: the backup run (one flow run) the backup belongs to
 APP_TAG = "cbt-mover.io/app"  # Manifest.tags key: the application (policy name) backed up
+POLICY_TAG = "cbt-mover.io/policy"  # Manifest.tags key: the policy whose run made the backup (its retention's)
 
 
 def check_compatible(version: Any, mandatory: Any, what: str) -> None:

@@ -1,14 +1,29 @@
-"""Retention: which backups of a volume to keep, and ``forget`` to delete the manifests of the rest.
+"""Retention: which backups to keep, and ``forget`` to delete the manifests of the rest.
 
-Selection is restic-style and per volume (``select_kept`` is pure):
+The rules (``Policy``) are restic-style; ``select_kept`` applies them to one series of backups (pure):
 
 * ``keep_last N``: the N newest backups;
 * ``keep_daily N``: the newest backup of each of the last N calendar days *that have a backup*
   (UTC); likewise ``keep_weekly`` (ISO weeks) and ``keep_monthly`` (calendar months);
-* the newest backup of a volume is always kept (it is the base of the next incremental);
+* the newest backup of a series is always kept (it is the base of the next incremental);
 * a rule of 0 or None does nothing. With no rule at all, nothing is expired.
 
 Each kept backup carries the reasons it is kept (``"last"``, ``"daily 2024-05-01"``, ...).
+
+What a series is (``forget``; one owner of this rule for the CLI, the backup flow and the maintenance flow):
+
+* backups of an **application run** (tagged ``RUN_TAG``) are judged a whole run at a time: the runs of one
+  namespace made by one policy are one series, and ``movers.repo.runretention.select_runs`` keeps or
+  forgets each run with all its backups (the rules count complete runs; the newest complete run always
+  stays; a partial run stays only while newer than the newest complete one). A forget by rules thus never
+  splits a restore point, nor leaves an application that had a complete run without one;
+* backups made **outside a run** (the CLI without ``--tag cbt-mover.io/run=...``) are judged per volume
+  and policy, by ``select_kept``, as before runs existed;
+* the **policy** of a backup is its ``POLICY_TAG``; a backup written before that tag by the backup flow
+  records its policy's name as ``APP_TAG``, which then counts; a backup with neither has no policy. The
+  rules given apply to every policy's series separately (each counts its own backups), or, with
+  ``policy=NAME``, to that policy's backups only (``cbt-mover forget --policy NAME``: how the backups of a
+  policy that no longer exists are retired). A policy never expires another policy's backups.
 
 Every backup is a complete map (no chains), so expiring any backup never breaks another one.
 ``forget`` only deletes manifests (the commit points); the data they referenced is freed by
@@ -19,12 +34,14 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from movers.errors import NotFoundError, UsageError
-from movers.repo.repository import Repository
+from movers.errors import IncompatibleError, IntegrityError, NotFoundError, UsageError
+from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG, Manifest
+from movers.repo.repository import BackupRef, Repository
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +70,8 @@ class Kept:
     backup_id: str
     created: datetime
     reasons: list[str]
+    run: str | None = None  # the application run it belongs to (kept with it)
+    policy: str | None = None
 
 
 @dataclass
@@ -63,10 +82,51 @@ class VolumeRetention:
 
 
 @dataclass
+class RunRetention:
+    """The verdict on one application run: kept (``reasons``) or forgotten (``why_forgotten``), whole."""
+
+    namespace: str | None
+    policy: str | None
+    run: str
+    created: datetime  # its newest backup's time
+    complete: bool
+    missing: list[str]  # member PVCs without a backup in it (a partial run)
+    backups: list[tuple[str, str]]  # (volume, backup id)
+    reasons: list[str]
+    why_forgotten: str = ""
+
+    @property
+    def kept(self) -> bool:
+        return bool(self.reasons)
+
+    def describe(self) -> str:
+        """``run R of NS (policy P), complete|partial (no backup of X)``."""
+        policy = f" (policy {self.policy})" if self.policy else ""
+        state = "complete" if self.complete else f"partial (no backup of {', '.join(self.missing)})"
+        return f"run {self.run} of {self.namespace}{policy}, {state}"
+
+    def to_dict(self) -> dict:
+        return {
+            "run": self.run,
+            "namespace": self.namespace,
+            "policy": self.policy,
+            "created": self.created.isoformat(),
+            "complete": self.complete,
+            "missing": self.missing,
+            "backups": [{"volume": v, "backup_id": b} for v, b in self.backups],
+            "action": "keep" if self.kept else "forget",
+            "reasons": self.reasons,
+            "why_forgotten": self.why_forgotten,
+        }
+
+
+@dataclass
 class ForgetReport:
     dry_run: bool
     volumes: list[VolumeRetention] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)  # manifest keys deleted (or that would be)
+    runs: list[RunRetention] = field(default_factory=list)  # every run judged, newest first per series
+    unreadable: list[str] = field(default_factory=list)  # manifest keys that could not be read: kept
 
     def to_dict(self) -> dict:
         return {
@@ -76,13 +136,21 @@ class ForgetReport:
                 {
                     "volume": v.volume,
                     "kept": [
-                        {"backup_id": k.backup_id, "created": k.created.isoformat(), "reasons": k.reasons}
+                        {
+                            "backup_id": k.backup_id,
+                            "created": k.created.isoformat(),
+                            "reasons": k.reasons,
+                            "run": k.run,
+                            "policy": k.policy,
+                        }
                         for k in v.kept
                     ],
                     "expired": v.expired,
                 }
                 for v in self.volumes
             ],
+            "runs": [r.to_dict() for r in self.runs],
+            "unreadable": self.unreadable,
         }
 
 
@@ -160,6 +228,42 @@ def backup_time(backup_id: str) -> datetime | None:
     return datetime.strptime(m.group(1), "%Y%m%dT%H%M%S%f").replace(tzinfo=UTC)
 
 
+def policy_of(manifest: Manifest) -> str | None:
+    """The policy whose retention a backup is under: its ``POLICY_TAG``, else (written by the backup flow before
+    that tag existed) its ``APP_TAG``, which the flow sets to the policy's name; None when it has neither."""
+    return manifest.tags.get(POLICY_TAG) or manifest.tags.get(APP_TAG)
+
+
+@dataclass(frozen=True)
+class _Backup:
+    ref: BackupRef
+    created: datetime
+    manifest: Manifest
+
+    @property
+    def run(self) -> str | None:
+        return self.manifest.tags.get(RUN_TAG)
+
+    @property
+    def namespace(self) -> str | None:
+        return self.manifest.volume.namespace or self.ref.volume.rpartition("/")[0] or None
+
+    @property
+    def pvc(self) -> str:
+        return self.manifest.volume.pvc or self.ref.volume.rpartition("/")[2]
+
+    @property
+    def policy(self) -> str | None:
+        return policy_of(self.manifest)
+
+
+def _rules(**rules: int | None) -> Policy:
+    policy = Policy(**rules)
+    if policy.empty:
+        raise UsageError("forget needs at least one of --keep-last, --keep-daily, --keep-weekly, --keep-monthly")
+    return policy
+
+
 def forget(
     repo: Repository,
     volume: str | None = None,
@@ -170,55 +274,173 @@ def forget(
     keep_monthly: int | None = None,
     dry_run: bool = False,
     now: datetime | None = None,
+    policy: str | None = None,
 ) -> ForgetReport:
-    """Delete the manifests of the backups ``select_kept`` expires, per volume.
+    """Delete the manifests of the backups the rules expire (see the module doc for what they count).
 
-    With no rule at all this refuses (``UsageError``) rather than keep everything silently.
-    Only manifests are deleted; run ``prune`` to free the data. A backup's time is the one
-    encoded in its id (no manifest read needed); an id without one falls back to the
-    manifest's ``created`` field.
+    ``volume``: only that volume's backups are deleted; the runs they belong to are still judged whole, with
+    the backups of the other volumes of their namespace (``NotFoundError`` when it has none). ``policy``: only
+    that policy's backups are judged and deleted (None: each policy's, separately). With no rule at all this
+    refuses (``UsageError``) rather than keep everything silently. Every manifest in scope is read (its run,
+    members and policy); one that cannot be read is kept and listed in ``unreadable``. Only manifests are
+    deleted; run ``prune`` to free the data. A backup's time is the one encoded in its id (else the
+    manifest's ``created``).
     """
-    policy = Policy(keep_last, keep_daily, keep_weekly, keep_monthly)
-    if policy.empty:
-        raise UsageError("forget needs at least one of --keep-last, --keep-daily, --keep-weekly, --keep-monthly")
-    now = now or datetime.now(UTC)
-    report = ForgetReport(dry_run=dry_run)
-    by_volume: dict[str, list] = {}
-    for ref in repo.list_backups(volume):
-        by_volume.setdefault(ref.volume, []).append(ref)
-    if volume is not None and not by_volume:
+    rules = _rules(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly, keep_monthly=keep_monthly)
+    if volume is not None and not repo.list_backups(volume):
         raise NotFoundError(f"volume {volume} has no backups in {repo.describe()}")
-    for vol in sorted(by_volume):
-        refs = {ref.backup_id: ref for ref in by_volume[vol]}
-        pairs = []
-        for bid in refs:
-            t = backup_time(bid)
-            if t is None:
-                t = datetime.fromisoformat(repo.read_manifest(vol, bid).created)
-            pairs.append((bid, t))
-        kept, expired = select_kept(pairs, keep_last, keep_daily, keep_weekly, keep_monthly, now=now)
-        report.volumes.append(VolumeRetention(vol, kept, expired))
-        for bid in expired:
-            key = refs[bid].key
-            report.deleted.append(key)
-            if not dry_run:
-                repo.store.delete(key)
-                log.info("forgot %s", key)
-    return report
+    return _forget(repo, None if volume is None else [volume], rules, dry_run, now, policy)
 
 
 def forget_each(
-    repo: Repository, volumes: Sequence[str] | None, *, dry_run: bool = False, **rules: int | None
+    repo: Repository,
+    volumes: Sequence[str] | None,
+    *,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    policy: str | None = None,
+    **rules: int | None,
 ) -> tuple[ForgetReport, list[str]]:
-    """``forget`` of each of ``volumes`` (None: every volume of the repository) in one report, and the named
-    volumes that have no backups (not an error: nothing to expire)."""
-    result, missing = ForgetReport(dry_run=dry_run), []
-    for volume in [None] if volumes is None else volumes:
-        try:
-            report = forget(repo, volume, dry_run=dry_run, **rules)
-        except NotFoundError:
-            missing.append(volume)
+    """``forget`` of ``volumes`` (None: every volume of the repository) in one pass (the runs they share are
+    judged once), and the named volumes that have no backups (not an error: nothing to expire)."""
+    checked = _rules(**rules)
+    if volumes is None:
+        return _forget(repo, None, checked, dry_run, now, policy), []
+    missing = [v for v in dict.fromkeys(volumes) if not repo.list_backups(v)]
+    named = [v for v in dict.fromkeys(volumes) if v not in missing]
+    return (_forget(repo, named, checked, dry_run, now, policy) if named else ForgetReport(dry_run)), missing
+
+
+def _forget(
+    repo: Repository,
+    named: list[str] | None,
+    rules: Policy,
+    dry_run: bool,
+    now: datetime | None,
+    policy: str | None,
+) -> ForgetReport:
+    from movers.repo.runretention import RunPoint, select_runs
+    from movers.repo.selection import run_status
+
+    now = now or datetime.now(UTC)
+    report = ForgetReport(dry_run=dry_run)
+    backups = _in_scope(repo, named, report)
+    if policy is not None:
+        backups = [b for b in backups if b.policy == policy]
+    wanted = None if named is None else set(named)
+
+    def deletable(b: _Backup) -> bool:
+        return wanted is None or b.ref.volume in wanted
+
+    reasons: dict[str, list[str]] = {}  # manifest key -> why it is kept (empty: forgotten)
+    series: dict[tuple[str, str], dict[str, list[_Backup]]] = {}
+    for b in backups:
+        if b.run is not None:
+            series.setdefault((b.namespace or "", b.policy or ""), {}).setdefault(b.run, []).append(b)
+    for (ns, pol), runs in sorted(series.items()):
+        if not any(deletable(b) for members in runs.values() for b in members):
             continue
-        result.volumes += report.volumes
-        result.deleted += report.deleted
-    return result, missing
+        points = {}
+        for run, members in runs.items():
+            newest: dict[str, Manifest] = {}
+            for b in sorted(members, key=lambda b: b.ref.backup_id):
+                newest[b.pvc] = b.manifest
+            status = run_status(run, newest)
+            created = max(b.created for b in members)
+            volumes = tuple(sorted({b.ref.volume for b in members}))
+            points[run] = RunPoint(run, created, status.complete, volumes, status.missing)
+        for verdict in select_runs(list(points.values()), rules, now):
+            p, members = verdict.point, runs[verdict.point.run]
+            backed = sorted((b.ref.volume, b.ref.backup_id) for b in members)
+            report.runs.append(
+                RunRetention(
+                    ns or None,
+                    pol or None,
+                    p.run,
+                    p.created,
+                    p.complete,
+                    list(p.missing),
+                    backed,
+                    list(verdict.reasons),
+                    verdict.why_forgotten,
+                )
+            )
+            for b in members:
+                reasons[b.ref.key] = list(verdict.reasons)
+    singles: dict[tuple[str, str], list[_Backup]] = {}
+    for b in backups:
+        if b.run is None and deletable(b):
+            singles.setdefault((b.ref.volume, b.policy or ""), []).append(b)
+    for members in singles.values():
+        kept, _ = select_kept([(b.ref.backup_id, b.created) for b in members], now=now, **asdict(rules))
+        why = {k.backup_id: k.reasons for k in kept}
+        for b in members:
+            reasons[b.ref.key] = why.get(b.ref.backup_id, [])
+    by_volume: dict[str, list[_Backup]] = {}
+    for b in sorted(backups, key=lambda b: (b.created, b.ref.backup_id), reverse=True):
+        if deletable(b) and b.ref.key in reasons:
+            by_volume.setdefault(b.ref.volume, []).append(b)
+    for vol in sorted(by_volume):
+        judged = VolumeRetention(vol)
+        for b in by_volume[vol]:
+            if reasons[b.ref.key]:
+                judged.kept.append(Kept(b.ref.backup_id, b.created, reasons[b.ref.key], b.run, b.policy))
+            else:
+                judged.expired.append(b.ref.backup_id)
+                report.deleted.append(b.ref.key)
+        report.volumes.append(judged)
+    if not dry_run:
+        for key in report.deleted:
+            repo.store.delete(key)
+            log.info("forgot %s", key)
+    return report
+
+
+def _in_scope(repo: Repository, named: list[str] | None, report: ForgetReport) -> list[_Backup]:
+    """The backups to judge: every backup (``named`` None), else those of the named volumes and, where they
+    belong to runs, of every volume of the runs' namespaces (so that a run is judged whole). A volume id
+    ``<namespace>/<pvc>`` is taken at its word; another's namespace is the one its newest manifest records."""
+    if named is None:
+        return _read(repo, repo.list_backups(), report)
+    backups = _read(repo, [r for v in named for r in repo.list_backups(v)], report)
+    namespaces = {b.namespace for b in backups if b.run is not None} - {None}
+    if not namespaces:
+        return backups
+    others: dict[str, list[BackupRef]] = {}
+    for ref in repo.list_backups():
+        if ref.volume not in named:
+            others.setdefault(ref.volume, []).append(ref)
+    extra = []
+    for volume, refs in others.items():
+        ns, _, _pvc = volume.rpartition("/")
+        if ns and "/" not in ns:
+            if ns in namespaces:
+                extra += refs
+            continue
+        try:
+            newest = repo.read_manifest(volume, max(r.backup_id for r in refs))
+        except (NotFoundError, IntegrityError, IncompatibleError):
+            continue
+        if newest.volume.namespace in namespaces:
+            extra += refs
+    return backups + _read(repo, extra, report)
+
+
+def _read(repo: Repository, refs: Iterable[BackupRef], report: ForgetReport) -> list[_Backup]:
+    """The manifests of ``refs`` (8 reads at a time); gone ones are skipped, unreadable ones listed in the report
+    (and so kept)."""
+
+    def one(ref: BackupRef) -> _Backup | None:
+        try:
+            manifest = repo.read_manifest(ref.volume, ref.backup_id)
+            created = backup_time(ref.backup_id) or _utc(datetime.fromisoformat(manifest.created))
+        except NotFoundError:
+            return None  # forgotten since it was listed
+        except (IntegrityError, IncompatibleError, ValueError) as err:
+            log.warning("forget keeps %s: its manifest cannot be read (%s)", ref.key, err)
+            report.unreadable.append(ref.key)
+            return None
+        return _Backup(ref, created, manifest)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return [b for b in pool.map(one, list(refs)) if b is not None]
