@@ -38,7 +38,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.kube.backup import MoverResult, VolumePlan
 from movers.policy import BackupPolicy, Hooks, parse_policy
-from movers.repo.manifest import APP_TAG, RUN_TAG
+from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG
 from tasks import events, report, runs, state_hook_logger
 from tasks.kevents import record_backup_events, record_backup_failure
 from tasks.kube import check_permissions, cleanup_run, inspect_cluster, keep_base_snapshots, move_volume, take_snapshots
@@ -368,7 +368,7 @@ def _members(
         "run_pvcs": sorted(sources),
         "group_snapshot": snap["group"],
         "app": policy.name,
-        "tags": {RUN_TAG: run_id, APP_TAG: policy.name},
+        "tags": {RUN_TAG: run_id, APP_TAG: policy.name, POLICY_TAG: policy.name},
         "repo": policy.repository.url,
     }
     mine = ("storage_class", "size", "volume_mode", "identity", "labels")
@@ -378,9 +378,11 @@ def _members(
 def forget_backups_of(
     repo_url: str, volumes: list[str], policy: BackupPolicy, key: KeySource | None = None
 ) -> dict[str, Any] | None:
-    """Expire ``volumes``' backups by the policy's retention (None when the policy keeps everything)."""
+    """Expire the backups this policy made of ``volumes`` by its retention, whole runs at a time
+    (``movers.repo.retention``); another policy's backups of the same claims are not touched. None when the
+    policy keeps everything."""
     rules = policy.retention.rules()
     if not rules:
         get_run_logger().info("retention: the policy keeps every backup")
         return None
-    return forget_backups(repo_url, volumes, key=key, **rules)
+    return forget_backups(repo_url, volumes, key=key, policy=policy.name, **rules)

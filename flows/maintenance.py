@@ -1,10 +1,12 @@
 """The ``maintain-repo`` flow: expire backups by retention, prune what no kept backup references, verify.
 
-Retention comes from backup policies (each policy's ``retention`` applies to the volumes of its
-namespace: volume ids are ``<namespace>/<pvc>``) and/or explicit ``keep_*`` parameters, which
-override the policies' rules; without policies, explicit rules apply to every volume. A volume
-that several policies cover keeps what any of them keeps (the larger count per rule). Volumes no
-policy covers are left alone.
+Retention comes from backup policies (each policy's ``retention`` applies to the backups that policy made of
+the volumes of its namespace: volume ids are ``<namespace>/<pvc>``) and/or explicit ``keep_*`` parameters,
+which override the policies' rules; without policies, explicit rules apply to every backup (each policy's
+counted separately). Application backups are judged a whole run at a time (``movers.repo.retention``).
+Policies that cover the same claims each keep their own backups by their own rules. Backups of a policy
+not given (e.g. one that was deleted) and backups made outside a policy are left alone (retire them with
+``cbt-mover forget --policy NAME``, or a run without policies and with explicit rules).
 
 An encrypted repository's key comes from the repository Secret ``key_secret`` (``namespace/name``, e.g. the
 credentials Secret of a policy backing up into the repository), read through the API (``tasks.repository``);
@@ -35,7 +37,8 @@ from tasks.repository import KeySource, describe, key_source
 
 RULES = ("keep_last", "keep_daily", "keep_weekly", "keep_monthly")
 SHOWN = 20  # damage entries carried in the result and the events (all are in the verify artifact)
-Groups = list[tuple[dict[str, int], list[str] | None]]  # (keep rules, volumes; None: every volume)
+# (keep rules, volumes (None: every volume), the policy whose backups they judge (None: each policy's))
+Groups = list[tuple[dict[str, int], list[str] | None, str | None]]
 
 
 KIND = "maintenance"
@@ -60,35 +63,43 @@ def seconds(value: float | str) -> float:
 def retention_groups(
     repo_url: str, volumes: list[str], policies: list[BackupPolicy], overrides: dict[str, int | None]
 ) -> tuple[Groups, list[str]]:
-    """``[(rules, volumes or None for all)]`` to forget with, and notes on what was left out (pure).
+    """``[(rules, volumes or None for all, policy name or None for every policy)]`` to forget with, and notes on
+    what was left out (pure).
 
-    Each policy's rules, with the non-None ``overrides`` replacing them, apply to the volumes of
-    its namespace; a volume covered twice gets the larger count of each rule (what either keeps).
+    Each policy's rules, with the non-None ``overrides`` replacing them, apply to the backups that policy made
+    of the volumes of its namespace (``movers.repo.retention``: a backup records its policy): overlapping
+    policies each keep their own backups by their own rules. Without policies, the ``overrides`` apply to
+    every backup (each policy's counted separately). Backups of a policy not given, and backups made outside
+    any policy, are kept (``cbt-mover forget --policy NAME`` retires them).
     """
     notes: list[str] = []
     if not policies:
         rules = {k: v for k, v in overrides.items() if v}
-        return ([(rules, None)] if rules else []), ([] if rules else ["no retention rule given: nothing expired"])
-    merged: dict[str, dict[str, int]] = {}
+        return ([(rules, None, None)] if rules else []), ([] if rules else ["no retention rule given: nothing expired"])
+    groups: Groups = []
+    seen: set[tuple[str, str]] = set()
     for policy in policies:
         if policy.repository.url.rstrip("/") != repo_url.rstrip("/"):
             notes.append(f"policy {policy.name}: its repository is {policy.repository.url}, not this one; skipped")
             continue
+        if (policy.namespace, policy.name) in seen:
+            notes.append(f"policy {policy.name} of {policy.namespace} is given twice: the first one's rules apply")
+            continue
+        seen.add((policy.namespace, policy.name))
         rules = {
-            k: (overrides[k] if overrides.get(k) is not None else getattr(policy.retention, k)) or 0 for k in RULES
+            k: n
+            for k in RULES
+            if (n := (overrides[k] if overrides.get(k) is not None else getattr(policy.retention, k)) or 0)
         }
         covered = [v for v in volumes if v.startswith(f"{policy.namespace}/")]
         if not covered:
             notes.append(f"policy {policy.name}: no backups of namespace {policy.namespace}")
-        for v in covered:
-            merged[v] = {k: max(rules[k], merged.get(v, {}).get(k, 0)) for k in RULES}
-    groups: dict[tuple[int, ...], list[str]] = {}
-    for v, rules in sorted(merged.items()):
-        if not any(rules.values()):
-            notes.append(f"{v}: the rules keep every backup; skipped")
-            continue
-        groups.setdefault(tuple(rules[k] for k in RULES), []).append(v)
-    return [({k: n for k, n in zip(RULES, key, strict=True) if n}, vols) for key, vols in groups.items()], notes
+        elif not rules:
+            notes.append(f"policy {policy.name}: the rules keep every backup; skipped")
+        else:
+            groups.append((rules, covered, policy.name))
+    notes.append("backups of policies not given here, and made outside a policy, are kept")
+    return groups, notes
 
 
 def key_for(key_secret: str | None, kubeconfig: str | None) -> KeySource | None:
@@ -198,7 +209,10 @@ def _maintain(
     groups, notes = retention_groups(repo, repo_volumes(repo, key), policies, overrides)
     for note in notes:
         log.info("retention: %s", note)
-    results = [(rules, forget_backups(repo, vols, dry_run=dry_run, key=key, **rules)) for rules, vols in groups]
+    results = [
+        (rules, forget_backups(repo, vols, dry_run=dry_run, key=key, policy=name, **rules))
+        for rules, vols, name in groups
+    ]
     rows = report.retention_rows(results)
     create_table_artifact(
         key=report.artifact_key(repo, "retention"),

@@ -56,18 +56,29 @@ def forget_backups(
     keep_monthly: int | None = None,
     dry_run: bool = False,
     key: KeySource | None = None,
+    policy: str | None = None,
 ) -> dict[str, Any]:
-    """Expire backups by the keep rules, per volume (``volumes`` None: every volume of the repository).
+    """Expire backups by the keep rules (``movers.repo.retention.forget_each``: an application's runs whole, other
+    backups per volume) of ``volumes`` (None: every volume of the repository); ``policy``: only the backups that
+    policy made (None: each policy's backups, counted separately).
 
     Returns ``movers.repo.retention.ForgetReport.to_dict()`` (``dry_run``, ``deleted`` manifest keys,
-    ``volumes``: ``[{volume, kept: [{backup_id, created, reasons}], expired: [ids]}]``) plus
+    ``volumes``: ``[{volume, kept: [{backup_id, created, reasons, run, policy}], expired: [ids]}]``, ``runs``: each
+    application run judged, ``unreadable``: manifests kept because they cannot be read) plus
     ``missing``: named volumes without backups (logged, not an error). No rule at all: ``UsageError``.
     """
     from movers.repo.retention import forget_each
 
     repo = open_repository(repo_url, key)
     rules = {"keep_last": keep_last, "keep_daily": keep_daily, "keep_weekly": keep_weekly, "keep_monthly": keep_monthly}
-    result, missing = forget_each(repo, volumes, dry_run=dry_run, **rules)
+    result, missing = forget_each(repo, volumes, dry_run=dry_run, policy=policy, **rules)
+    for r in result.runs:
+        verdict = (
+            f"keep ({', '.join(r.reasons)})"
+            if r.kept
+            else f"{'would forget' if dry_run else 'forgot'} ({r.why_forgotten})"
+        )
+        get_run_logger().info("%s: %s", r.describe(), verdict)
     for v in result.volumes:
         get_run_logger().info(
             "%s: keep %d, %s %d", v.volume, len(v.kept), "would forget" if dry_run else "forgot", len(v.expired)

@@ -26,38 +26,52 @@ def artifact_key(url: str, what: str) -> str:
 
 
 def retention_rows(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, str]]:
-    """One row per backup: volume, backup id, created, keep / forget (or would forget), why, the rules."""
+    """One row per backup: volume, backup id, created, its application run and policy, keep / forget (or would
+    forget), why, the rules. A run's backups share its verdict (``movers.repo.retention``)."""
     from movers.repo.retention import backup_time
 
     rows: list[dict[str, str]] = []
     for rules, result in results:
         shown = ", ".join(f"{k.removeprefix('keep_')} {v}" for k, v in rules.items() if v) or "-"
         verb = "would forget" if result["dry_run"] else "forget"
+        run_of = {b["backup_id"]: r for r in result.get("runs", []) for b in r["backups"]}
         for vol in result["volumes"]:
             for k in vol["kept"]:
+                run = run_of.get(k["backup_id"])
                 rows.append(
                     {
                         "volume": vol["volume"],
                         "backup": k["backup_id"],
                         "created": k["created"],
+                        "run": _run_cell(run),
+                        "policy": k.get("policy") or "-",
                         "action": "keep",
                         "why": ", ".join(k["reasons"]),
                         "rules": shown,
                     }
                 )
             for bid in vol["expired"]:
-                created = backup_time(bid)
+                created, run = backup_time(bid), run_of.get(bid)
                 rows.append(
                     {
                         "volume": vol["volume"],
                         "backup": bid,
                         "created": created.isoformat() if created else "-",
+                        "run": _run_cell(run),
+                        "policy": (run or {}).get("policy") or "-",
                         "action": verb,
-                        "why": "no rule keeps it",
+                        "why": (run or {}).get("why_forgotten") or "no rule keeps it",
                         "rules": shown,
                     }
                 )
     return table(rows)
+
+
+def _run_cell(run: dict[str, Any] | None) -> str:
+    """``<run id> (complete)`` or ``<run id> (partial: no logs)``; ``-`` outside a run."""
+    if run is None:
+        return "-"
+    return f"{run['run']} ({'complete' if run['complete'] else 'partial: no ' + ', '.join(run['missing'])})"
 
 
 def prune_rows(report: dict[str, Any]) -> list[dict[str, str]]:

@@ -14,7 +14,7 @@ from movers.pipeline.backup import run_backup
 from movers.pipeline.restore import run_restore
 from movers.repo import pack
 from movers.repo.config import RepoConfig
-from movers.repo.manifest import VolumeIdentity
+from movers.repo.manifest import POLICY_TAG, VolumeIdentity
 from movers.repo.repository import Repository
 from movers.repo.store import open_store
 from tasks.maintenance_report import public_url
@@ -42,8 +42,8 @@ def repo_url(s3_bucket, moto_server, monkeypatch):
 
 
 def backups(url, tmp_path, plan: dict[str, int]) -> dict[str, tuple[str, str]]:
-    """``plan`` = {volume: number of backups}: a full then incrementals of changed blocks.
-    Returns {backup id: (volume, sha256 of the image it saved)}."""
+    """``plan`` = {volume: number of backups}: a full then incrementals of changed blocks, each recorded as made
+    by the policy named as the volume's namespace. Returns {backup id: (volume, sha256 of the image it saved)}."""
     repo, expected = Repository.open(open_store(url)), {}
     for n, (volume, count) in enumerate(plan.items()):
         image = tmp_path / f"{volume.replace('/', '-')}.img"
@@ -57,7 +57,8 @@ def backups(url, tmp_path, plan: dict[str, int]) -> dict[str, tuple[str, str]]:
                     image, [k * 509 % (SIZE // 4096) * 4096 for k in range(30)], seed=r + 10 * n, length=32768
                 )
             )
-            m = run_backup(repo, str(image), VolumeIdentity(volume), extents=changes, force_full=r == 0)
+            policy = {POLICY_TAG: volume.partition("/")[0]}
+            m = run_backup(repo, str(image), VolumeIdentity(volume), extents=changes, force_full=r == 0, tags=policy)
             expected[m.backup_id] = (volume, sha256_file(image))
     return expected
 
@@ -253,7 +254,7 @@ def test_prune_waits_for_the_repository_lock_then_skips_and_forget_reports_missi
     assert result["missing"] == ["ns/gone"] and [v["volume"] for v in result["volumes"]] == ["ns/a"]
 
 
-def test_retention_groups_merge_policies_apply_overrides_and_skip_other_repositories(tmp_path):
+def test_retention_groups_keep_each_policy_to_its_own_apply_overrides_and_skip_other_repositories(tmp_path):
     from flows.maintenance import retention_groups, seconds
     from movers.errors import UsageError
     from movers.policy import load_policy
@@ -264,16 +265,24 @@ def test_retention_groups_merge_policies_apply_overrides_and_skip_other_reposito
         (tmp_path / sub).mkdir()
     a = load_policy(policy_file(tmp_path / "a", url, "shop", keep_last=3))
     b = load_policy(policy_file(tmp_path / "b", url, "shop", keep_daily=7))
+    b = b.model_copy(update={"name": "shop-nightly"})
     other = load_policy(policy_file(tmp_path / "o", "s3://elsewhere/repo", "web", keep_last=1))
     no_overrides = dict.fromkeys(("keep_last", "keep_daily", "keep_weekly", "keep_monthly"))
     groups, notes = retention_groups(url, volumes, [a, b, other], no_overrides)
-    assert groups == [({"keep_last": 3, "keep_daily": 7}, ["shop/db", "shop/logs"])]
-    assert any("elsewhere" in n for n in notes)
+    # two policies over the same claims: each judges its own backups by its own rules (no merge)
+    assert groups == [
+        ({"keep_last": 3}, ["shop/db", "shop/logs"], "shop"),
+        ({"keep_daily": 7}, ["shop/db", "shop/logs"], "shop-nightly"),
+    ]
+    assert any("elsewhere" in n for n in notes) and any("policies not given here" in n for n in notes)
     groups, _ = retention_groups(
         url, volumes, [a], {"keep_last": 1, "keep_daily": None, "keep_weekly": 2, "keep_monthly": None}
     )
-    assert groups == [({"keep_last": 1, "keep_weekly": 2}, ["shop/db", "shop/logs"])]
-    assert retention_groups(url, volumes, [], {"keep_last": 2})[0] == [({"keep_last": 2}, None)]
+    assert groups == [({"keep_last": 1, "keep_weekly": 2}, ["shop/db", "shop/logs"], "shop")]
+    assert retention_groups(url, volumes, [a, a], no_overrides)[0] == [
+        ({"keep_last": 3}, ["shop/db", "shop/logs"], "shop")
+    ]
+    assert retention_groups(url, volumes, [], {"keep_last": 2})[0] == [({"keep_last": 2}, None, None)]
     assert retention_groups(url, volumes, [], {"keep_last": None})[0] == []
     assert [seconds(x) for x in (0, "90m", "24h", "7d", "1.5s")] == [0, 5400, 86400, 604800, 1.5]
     with pytest.raises(UsageError):
