@@ -262,6 +262,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for rule in ("last", "daily", "weekly", "monthly"):
         p.add_argument(f"--keep-{rule}", type=int, default=None, metavar="N")
+    p.add_argument(
+        "--backup",
+        action="append",
+        metavar="ID",
+        help="forget exactly this backup (repeatable; instead of the --keep rules): the only way to forget the newest"
+        " backup of a volume or an application's last complete run",
+    )
     p.add_argument("--dry-run", action="store_true", help="only say what would be forgotten")
 
     p = sub.add_parser("prune", help="delete data no backup references (after a grace period)")
@@ -753,7 +760,12 @@ def cmd_forget(args: argparse.Namespace) -> int:
     from movers.repo.manifest import shown_volume_id
     from movers.repo.retention import forget
 
+    rules = (args.keep_last, args.keep_daily, args.keep_weekly, args.keep_monthly)
+    if args.backup and (args.policy or any(n is not None for n in rules)):
+        raise UsageError("--backup names the backups to forget: give no --keep-* or --policy with it")
     repo = _open_repo(args)
+    if args.backup:
+        return _forget_named(args, repo)
     report = forget(
         repo,
         args.volume,
@@ -779,6 +791,18 @@ def cmd_forget(args: argparse.Namespace) -> int:
             lines.append(f"{verb}\t{shown_volume_id(vol.volume)}\t{bid}{run}")
     for key in report.unreadable:
         lines.append(f"keep\t{key}\tits manifest cannot be read")
+    lines.append(f"{'would forget' if report.dry_run else 'forgot'} {len(report.deleted)} backup(s)")
+    _emit(args, report.to_dict(), "\n".join(lines))
+    return 0
+
+
+def _forget_named(args: argparse.Namespace, repo) -> int:
+    from movers.repo.manifest import shown_volume_id
+    from movers.repo.retention import forget_named
+
+    report = forget_named(repo, args.backup, args.volume, dry_run=args.dry_run)
+    verb = "would forget" if report.dry_run else "forget"
+    lines = [f"{verb}\t{shown_volume_id(v.volume)}\t{bid}\tnamed" for v in report.volumes for bid in v.expired]
     lines.append(f"{'would forget' if report.dry_run else 'forgot'} {len(report.deleted)} backup(s)")
     _emit(args, report.to_dict(), "\n".join(lines))
     return 0

@@ -8,7 +8,7 @@ import json
 from movers.repo.repository import Repository
 from movers.repo.selection import select
 from movers.repo.store import open_store
-from tests.test_cli import run
+from tests.test_cli import assert_one_line_error, run
 from tests.volumes import make_image, sha256_file, write_blocks
 
 MiB = 1 << 20
@@ -119,3 +119,31 @@ def test_forget_of_one_volume_judges_its_runs_whole_and_a_policy_filter(repo, tm
     ]
     other = run("forget", "--repo", repo, "--policy", "nightly", "--keep-last", "1", "--json", check_rc=0)
     assert json.loads(other.stdout)["deleted"] == []  # no backup of policy nightly: nothing judged
+
+
+def test_retiring_a_policys_backups_rules_keep_its_last_complete_run_until_named(repo, tmp_path):
+    """A policy that no longer exists: ``forget --policy`` counts its backups (its newest complete run stays, as for
+    any rule); ``forget --backup ID`` deletes exactly what is named, and bad input deletes nothing."""
+    images = _images(tmp_path)
+    ids = {}
+    for n, run_id in enumerate(("r1", "r2"), 1):
+        _change(images, n)
+        ids[run_id] = [_backup(repo, pvc, images[pvc], run_id) for pvc in ("data", "logs")]
+    retired = json.loads(
+        run("forget", "--repo", repo, "--policy", "shop", "--keep-last", "1", "--json", check_rc=0).stdout
+    )
+    assert [(r["run"], r["action"]) for r in retired["runs"]] == [("r2", "keep"), ("r1", "forget")]
+    store = sorted((tmp_path / "repo").rglob("*"))
+    assert_one_line_error(
+        run("forget", "--repo", repo, "--backup", ids["r2"][0], "--backup", "20240101T000000000000Z-abcdef"),
+        3,
+        "no backup 20240101T000000000000Z-abcdef",
+        "nothing forgotten",
+    )
+    assert_one_line_error(
+        run("forget", "--repo", repo, "--backup", ids["r2"][0], "--keep-last", "1"), 2, "give no --keep-* or --policy"
+    )
+    assert sorted((tmp_path / "repo").rglob("*")) == store, "bad input changes nothing"
+    text = run("forget", "--repo", repo, *[x for b in ids["r2"] for x in ("--backup", b)], check_rc=0).stdout
+    assert f"forget\tshop/data\t{ids['r2'][0]}\tnamed" in text and "forgot 2 backup(s)" in text, text
+    assert json.loads(run("ls", "--repo", repo, "--json", check_rc=0).stdout)["backups"] == []

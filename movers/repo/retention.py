@@ -25,6 +25,9 @@ What a series is (``forget``; one owner of this rule for the CLI, the backup flo
   ``policy=NAME``, to that policy's backups only (``cbt-mover forget --policy NAME``: how the backups of a
   policy that no longer exists are retired). A policy never expires another policy's backups.
 
+``forget_named`` deletes exactly the backups named by id, no rule asked: the only way to forget a volume's
+newest backup or an application's last complete run.
+
 Every backup is a complete map (no chains), so expiring any backup never breaks another one.
 ``forget`` only deletes manifests (the commit points); the data they referenced is freed by
 ``movers.repo.prune``.
@@ -309,6 +312,41 @@ def forget_each(
     missing = [v for v in dict.fromkeys(volumes) if not repo.list_backups(v)]
     named = [v for v in dict.fromkeys(volumes) if v not in missing]
     return (_forget(repo, named, checked, dry_run, now, policy) if named else ForgetReport(dry_run)), missing
+
+
+def forget_named(
+    repo: Repository, backup_ids: Sequence[str], volume: str | None = None, *, dry_run: bool = False
+) -> ForgetReport:
+    """Delete exactly the named backups' manifests (``cbt-mover forget --backup ID``): no rule is asked, so this
+    is the one way to forget the newest backup of a volume or an application's last complete run.
+
+    ``volume``: look for the ids among that volume's backups only. An id that names no backup
+    (``NotFoundError``), or backups of several volumes (``UsageError``: give ``volume``), deletes nothing.
+    """
+    if not backup_ids:
+        raise UsageError("name at least one backup id to forget")
+    found: dict[str, list[BackupRef]] = {}
+    for ref in repo.list_backups(volume):
+        found.setdefault(ref.backup_id, []).append(ref)
+    where = f" of volume {volume}" if volume else ""
+    missing = [b for b in dict.fromkeys(backup_ids) if b not in found]
+    if missing:
+        raise NotFoundError(f"no backup {', '.join(missing)}{where} in {repo.describe()}: nothing forgotten")
+    twice = [b for b in dict.fromkeys(backup_ids) if len(found[b]) > 1]
+    if twice:
+        raise UsageError(f"backup id {twice[0]} names backups of {len(found[twice[0]])} volumes: add --volume")
+    report = ForgetReport(dry_run=dry_run)
+    by_volume: dict[str, VolumeRetention] = {}
+    for bid in dict.fromkeys(backup_ids):
+        ref = found[bid][0]
+        by_volume.setdefault(ref.volume, VolumeRetention(ref.volume)).expired.append(bid)
+        report.deleted.append(ref.key)
+    report.volumes = [by_volume[v] for v in sorted(by_volume)]
+    if not dry_run:
+        for key in report.deleted:
+            repo.store.delete(key)
+            log.info("forgot %s (named)", key)
+    return report
 
 
 def _forget(
