@@ -491,15 +491,16 @@ def test_a_process_worker_runs_the_maintenance_deployment(prefect_api, deployed,
     def backups() -> list[str]:
         return [b["backup_id"] for b in json.loads(cli("ls", "--volume", "demo/data", "--json"))["backups"]]
 
-    cli("init", "--insecure-no-encryption")
-    image = tmp_path / "data.img"
-    for i in range(2):
-        image.write_bytes(bytes([i]) * 4096 + os.urandom(60_000))
-        cli("backup", "--volume", "demo/data", "--device", str(image), "--scan")
-    before = backups()
-    assert len(before) == 2
     policy = yaml.safe_load((POLICIES / "demo.yaml").read_text())
     assert policy["namespace"] == "demo"
+    cli("init", "--insecure-no-encryption")
+    image = tmp_path / "data.img"
+    for i in range(2):  # as the policy's runs record it: its retention judges only its own backups
+        image.write_bytes(bytes([i]) * 4096 + os.urandom(60_000))
+        made_by = f"cbt-mover.io/policy={policy['name']}"
+        cli("backup", "--volume", "demo/data", "--device", str(image), "--scan", "--tag", made_by)
+    before = backups()
+    assert len(before) == 2
     policy["repository"]["url"] = repo
     policy["retention"] = {"keep_last": 1}
     policy_path = tmp_path / "policy.yaml"

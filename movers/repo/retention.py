@@ -36,19 +36,16 @@ Every backup is a complete map (no chains), so expiring any backup never breaks 
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from movers.errors import IncompatibleError, IntegrityError, NotFoundError, UsageError
-from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG, Manifest
+from movers.errors import NotFoundError, UsageError
+from movers.repo.manifest import Manifest
 from movers.repo.repository import BackupRef, Repository
+from movers.repo.retention_scope import Backup, backup_time, in_scope, policy_of  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
-
-_ID_TIME = re.compile(r"^(\d{8}T\d{6}\d{6})Z")
 
 
 @dataclass(frozen=True)
@@ -223,43 +220,6 @@ def select_kept(
     return kept, expired
 
 
-def backup_time(backup_id: str) -> datetime | None:
-    """The creation time encoded in a backup id (``YYYYMMDDTHHMMSSffffffZ-xxxxxx``)."""
-    m = _ID_TIME.match(backup_id)
-    if not m:
-        return None
-    return datetime.strptime(m.group(1), "%Y%m%dT%H%M%S%f").replace(tzinfo=UTC)
-
-
-def policy_of(manifest: Manifest) -> str | None:
-    """The policy whose retention a backup is under: its ``POLICY_TAG``, else (written by the backup flow before
-    that tag existed) its ``APP_TAG``, which the flow sets to the policy's name; None when it has neither."""
-    return manifest.tags.get(POLICY_TAG) or manifest.tags.get(APP_TAG)
-
-
-@dataclass(frozen=True)
-class _Backup:
-    ref: BackupRef
-    created: datetime
-    manifest: Manifest
-
-    @property
-    def run(self) -> str | None:
-        return self.manifest.tags.get(RUN_TAG)
-
-    @property
-    def namespace(self) -> str | None:
-        return self.manifest.volume.namespace or self.ref.volume.rpartition("/")[0] or None
-
-    @property
-    def pvc(self) -> str:
-        return self.manifest.volume.pvc or self.ref.volume.rpartition("/")[2]
-
-    @property
-    def policy(self) -> str | None:
-        return policy_of(self.manifest)
-
-
 def _rules(**rules: int | None) -> Policy:
     policy = Policy(**rules)
     if policy.empty:
@@ -362,16 +322,16 @@ def _forget(
 
     now = now or datetime.now(UTC)
     report = ForgetReport(dry_run=dry_run)
-    backups = _in_scope(repo, named, report)
+    backups = in_scope(repo, named, report.unreadable)
     if policy is not None:
         backups = [b for b in backups if b.policy == policy]
     wanted = None if named is None else set(named)
 
-    def deletable(b: _Backup) -> bool:
+    def deletable(b: Backup) -> bool:
         return wanted is None or b.ref.volume in wanted
 
     reasons: dict[str, list[str]] = {}  # manifest key -> why it is kept (empty: forgotten)
-    series: dict[tuple[str, str], dict[str, list[_Backup]]] = {}
+    series: dict[tuple[str, str], dict[str, list[Backup]]] = {}
     for b in backups:
         if b.run is not None:
             series.setdefault((b.namespace or "", b.policy or ""), {}).setdefault(b.run, []).append(b)
@@ -405,7 +365,7 @@ def _forget(
             )
             for b in members:
                 reasons[b.ref.key] = list(verdict.reasons)
-    singles: dict[tuple[str, str], list[_Backup]] = {}
+    singles: dict[tuple[str, str], list[Backup]] = {}
     for b in backups:
         if b.run is None and deletable(b):
             singles.setdefault((b.ref.volume, b.policy or ""), []).append(b)
@@ -414,7 +374,7 @@ def _forget(
         why = {k.backup_id: k.reasons for k in kept}
         for b in members:
             reasons[b.ref.key] = why.get(b.ref.backup_id, [])
-    by_volume: dict[str, list[_Backup]] = {}
+    by_volume: dict[str, list[Backup]] = {}
     for b in sorted(backups, key=lambda b: (b.created, b.ref.backup_id), reverse=True):
         if deletable(b) and b.ref.key in reasons:
             by_volume.setdefault(b.ref.volume, []).append(b)
@@ -432,53 +392,3 @@ def _forget(
             repo.store.delete(key)
             log.info("forgot %s", key)
     return report
-
-
-def _in_scope(repo: Repository, named: list[str] | None, report: ForgetReport) -> list[_Backup]:
-    """The backups to judge: every backup (``named`` None), else those of the named volumes and, where they
-    belong to runs, of every volume of the runs' namespaces (so that a run is judged whole). A volume id
-    ``<namespace>/<pvc>`` is taken at its word; another's namespace is the one its newest manifest records."""
-    if named is None:
-        return _read(repo, repo.list_backups(), report)
-    backups = _read(repo, [r for v in named for r in repo.list_backups(v)], report)
-    namespaces = {b.namespace for b in backups if b.run is not None} - {None}
-    if not namespaces:
-        return backups
-    others: dict[str, list[BackupRef]] = {}
-    for ref in repo.list_backups():
-        if ref.volume not in named:
-            others.setdefault(ref.volume, []).append(ref)
-    extra = []
-    for volume, refs in others.items():
-        ns, _, _pvc = volume.rpartition("/")
-        if ns and "/" not in ns:
-            if ns in namespaces:
-                extra += refs
-            continue
-        try:
-            newest = repo.read_manifest(volume, max(r.backup_id for r in refs))
-        except (NotFoundError, IntegrityError, IncompatibleError):
-            continue
-        if newest.volume.namespace in namespaces:
-            extra += refs
-    return backups + _read(repo, extra, report)
-
-
-def _read(repo: Repository, refs: Iterable[BackupRef], report: ForgetReport) -> list[_Backup]:
-    """The manifests of ``refs`` (8 reads at a time); gone ones are skipped, unreadable ones listed in the report
-    (and so kept)."""
-
-    def one(ref: BackupRef) -> _Backup | None:
-        try:
-            manifest = repo.read_manifest(ref.volume, ref.backup_id)
-            created = backup_time(ref.backup_id) or _utc(datetime.fromisoformat(manifest.created))
-        except NotFoundError:
-            return None  # forgotten since it was listed
-        except (IntegrityError, IncompatibleError, ValueError) as err:
-            log.warning("forget keeps %s: its manifest cannot be read (%s)", ref.key, err)
-            report.unreadable.append(ref.key)
-            return None
-        return _Backup(ref, created, manifest)
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return [b for b in pool.map(one, list(refs)) if b is not None]
