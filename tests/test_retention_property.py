@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG, Manifest, MapRef, SnapshotIdentity, VolumeIdentity
 from movers.repo.repository import Repository
-from movers.repo.retention import Policy, forget
+from movers.repo.retention import Policy, forget_each
 from movers.repo.runretention import RunPoint, select_runs
 from movers.repo.selection import select
 from movers.repo.store import MemoryStore
@@ -98,32 +98,43 @@ def _rule_keeps(facts: dict[str, dict], rules: dict[str, int]) -> set[str]:
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(run_st, min_size=1, max_size=14), st.integers(0, 3), rules_st, st.booleans())
-def test_forget_never_loses_a_complete_run_a_rule_keeps(runs, loose, rules, one_policy):
+@given(
+    st.lists(run_st, min_size=1, max_size=14),
+    st.integers(0, 3),
+    rules_st,
+    st.booleans(),
+    st.sampled_from((None, "shop/data")),
+)
+def test_forget_never_loses_a_complete_run_a_rule_keeps(runs, loose, rules, one_policy, volume):
     repo, facts = _history(runs, loose)
     ns_latest = _latest_complete(repo)
     before = set(repo.store.list())
     policy = "nightly" if one_policy else None
-    report = forget(repo, policy=policy, now=NOW, **rules)
+    report, _missing = forget_each(repo, None if volume is None else [volume], policy=policy, now=NOW, **rules)
     after = set(repo.store.list())
     assert before - after == set(report.deleted)
 
-    for judged in ("weekly", "nightly"):
-        mine = {run: f for run, f in facts.items() if f["policy"] == judged}
-        if policy is not None and judged != policy:  # another policy's backups: not even judged
+    def judged(keys) -> set[str]:
+        """What this forget may delete of ``keys``: with ``volume``, only that volume's backups."""
+        return {k for k in keys if volume is None or k.startswith(repo.volume_prefix(volume))}
+
+    assert set(report.deleted) <= judged(before)
+    for made_by in ("weekly", "nightly"):
+        mine = {run: f for run, f in facts.items() if f["policy"] == made_by}
+        if policy is not None and made_by != policy:  # another policy's backups: not even judged
             assert all(set(f["keys"]) <= after for f in mine.values())
             continue
         for run in _rule_keeps(mine, rules):  # every complete run a rule keeps, the newest complete among them
-            assert set(mine[run]["keys"]) <= after, (run, judged, rules)
+            assert set(mine[run]["keys"]) <= after, (run, made_by, rules)
         newest_complete = max((f["time"] for f in mine.values() if f["complete"]), default=None)
         for run, f in mine.items():
-            present = set(f["keys"]) & after
-            assert present in (set(), set(f["keys"])), f"run {run} split: {present} of {f['keys']}"
-            if f["complete"] or newest_complete is None:
+            present, mine_here = set(f["keys"]) & after, judged(f["keys"])
+            assert present in (set(f["keys"]) - mine_here, set(f["keys"])), f"run {run} split: {present} of {f['keys']}"
+            if f["complete"] or newest_complete is None or not mine_here:
                 continue
             # a partial run stays exactly while it is newer than the newest complete run (the members never
             # change here, so no partial run is some volume's newest but for that)
-            assert bool(present) == (f["time"] > newest_complete), (run, f, newest_complete)
+            assert (mine_here <= present) == (f["time"] > newest_complete), (run, f, newest_complete)
         kept_complete = {run for run, f in mine.items() if f["complete"] and set(f["keys"]) <= after}
         complete_kept_by_rules = _rule_keeps(mine, rules)
         # no partial run took a complete run's place: what is kept of the complete runs is what the rules say
