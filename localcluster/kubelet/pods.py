@@ -108,6 +108,7 @@ class PodWorker:
             owner=kubelet,
             node_os=kubelet.spec.os,
             plugins_dir=kubelet.workdir / "plugins",
+            mkfs_path=kubelet.mkfs_path,
         )
         spec = pod["spec"]
         inits = spec.get("initContainers") or []
@@ -221,7 +222,7 @@ class PodWorker:
                 if not isinstance(err, (VolumeNotReady, StorageError, OSError)):
                     log.warning("volumes of pod %s/%s: %r", self.ns, self.name, err)
                 if isinstance(err, VolumeError):
-                    self.k.cluster.event(self.pod, err.reason, err.message, "Warning")
+                    self.k.cluster.event(self.pod, err.reason, err.message, "Warning", component=err.component)
                 else:
                     self.k.cluster.event(self.pod, "FailedMount", f"MountVolume.SetUp failed: {err}", "Warning")
                 self.publish()
