@@ -176,8 +176,10 @@ class PodWorker:
             if not await self._run_inits():
                 return
             await asyncio.gather(*(self._container_loop(c) for c in self.containers))
-        except Exception:
+        except Exception as err:
             log.exception("pod %s/%s", self.ns, self.name)
+            # a fault of the double itself: the pod still says why it stopped (as the kubelet's FailedSync)
+            self.k.cluster.event(self.pod, "FailedSync", f"error syncing pod: {err!r}", "Warning")
             self.killing = True  # no restarts of what is stopped below
             self.wake()
         finally:
