@@ -283,7 +283,7 @@ def wait_started(
         if time.monotonic() >= deadline:
             waiting = _waiting_reason_of(current)
             raise error(
-                f"{what} {namespace}/{pod} not running after {timeout:g} s{f' ({waiting})' if waiting else ''}"
+                f"{what} {namespace}/{pod} not running after {timeout:.3g} s{f' ({waiting})' if waiting else ''}"
                 f"{last_warning(api, namespace, [('Pod', pod)])}{_claim_warning(api, namespace, claim)}"
             )
         time.sleep(interval)
