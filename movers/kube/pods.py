@@ -298,7 +298,7 @@ def _claim_warning(api, namespace: str, claim: str) -> str:
 
 
 def _waiting_reason_of(pod: Mapping[str, Any]) -> str:
-    """The first container's waiting reason of a pod as a dict (e.g. ContainerCreating), or ``""``."""
+    """The first waiting reason among the containers of ``pod`` (a dict; e.g. ContainerCreating), or ``""``."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting")
         if waiting:
