@@ -5,16 +5,24 @@ VENV := .venv
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint lock bench bench-scaling proto clean ui pools screenshots
+.PHONY: demo test deps-demo deps-test lint lock bench bench-scaling proto clean ui pools screenshots
 
-$(STAMP): requirements.lock pyproject.toml
+# The Debian packages each entry point needs (their one list is .ci/deps): installed when make runs as root
+# with apt-get, else make stops at once with one line naming them.
+deps-demo:
+	@PY=$(PY) .ci/deps demo
+
+deps-test:
+	@PY=$(PY) .ci/deps test
+
+$(STAMP): requirements.lock pyproject.toml | deps-demo
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 	$(VENV)/bin/uv pip sync -q --python $(VENV)/bin/python requirements.lock
 	$(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --no-deps -e .
 	touch $@
 
-demo: $(STAMP)
+demo: deps-demo $(STAMP)
 	$(VENV)/bin/python -m localcluster.demo
 
 # The suite on TEST_WORKERS pytest-xdist workers (a test file per worker at a time), then the replay of what the
@@ -22,7 +30,7 @@ demo: $(STAMP)
 # needs all of them to have run: both share a temporary --audit-dir, removed at the end.
 TEST_WORKERS ?= 2
 
-test: $(STAMP)
+test: deps-test $(STAMP)
 	audit=$$(mktemp -d) && trap 'rm -rf "$$audit"' EXIT && \
 	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --audit-dir="$$audit" \
 		--deselect tests/test_shipped_rbac.py && \

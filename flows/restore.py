@@ -162,7 +162,8 @@ def restore_app(
     restore may take a partial run (one whose mover failed for some PVCs; restored without them).
     ``repo_secret`` and ``service_account`` must exist in the target namespace (the flow opens the repository with
     the key in ``repo_secret``, the writers mount it). ``timeout``: seconds per
-    writer pod (which must be scheduled within ``min(timeout, 600)`` s).
+    writer pod (which must be scheduled within ``min(timeout, 600)`` s, then running within as long again: else it
+    fails naming the Warning that says why, e.g. FailedAttachVolume, and is not retried).
 
     Writer pods: ``image``, ``service_account``, ``node_selector`` (Linux nodes by default), ``tolerations``
     (e.g. for a tainted node pool) and ``affinity`` (nodeAffinity), each as in a policy's ``mover`` section;

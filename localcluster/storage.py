@@ -9,20 +9,32 @@ Pods get a volume as a block device: ``attach`` returns a loop device bound to t
 machine allows loop devices (root, /dev/loop-control), otherwise the image file path itself (the
 documented fallback: the reader gets a regular file, which cbt-mover handles like a device).
 ``detach`` undoes it. Everything is safe to call from several threads.
+
+``attach_fault(message, handles=None)`` is a test switch (a context manager): while it is on, attaching a
+volume that is not attached yet (one of ``handles``, or any) fails with ``AttachError(message)``, as a storage
+system that refuses ControllerPublishVolume (a fenced or lost disk, an array that is down); the kubelet reports
+it as the attach-detach controller does (a FailedAttachVolume Warning on the pod) and keeps retrying. It injects
+the storage fault only: everything around it behaves as usual.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 
 class StorageError(Exception):
     """A volume or snapshot operation failed (missing handle, no space, loop setup failure)."""
+
+
+class AttachError(StorageError):
+    """The storage refused to attach a volume (``VolumeStore.attach_fault``): the driver's message."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,7 @@ class VolumeStore:
         self.use_loop = loop_devices_available() if use_loop is None else use_loop
         self._lock = threading.Lock()
         self._attached: dict[str, Attachment] = {}
+        self._attach_faults: list[tuple[str, frozenset[str] | None]] = []
 
     # -- volumes ---------------------------------------------------------------------------
 
@@ -94,11 +107,30 @@ class VolumeStore:
 
     # -- attach ----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def attach_fault(self, message: str, handles: Collection[str] | None = None) -> Iterator[None]:
+        """While on: a new attachment of a volume (of ``handles``, or any) fails with ``AttachError(message)``."""
+        fault = (message, frozenset(handles) if handles is not None else None)
+        with self._lock:
+            self._attach_faults.append(fault)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._attach_faults.remove(fault)
+
+    def check_attach(self, handle: str) -> None:
+        """Raise ``AttachError`` when an ``attach_fault`` covers ``handle``."""
+        for message, handles in list(self._attach_faults):
+            if handles is None or handle in handles:
+                raise AttachError(message)
+
     def attach(self, handle: str) -> Attachment:
         """The device path a pod gets for volume ``handle`` (idempotent)."""
         with self._lock:
             if handle in self._attached:
                 return self._attached[handle]
+            self.check_attach(handle)
             image = self._existing(self.volume_path(handle), "volume", handle)
             if self.use_loop:
                 proc = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True)

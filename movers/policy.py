@@ -39,7 +39,7 @@ A policy is one YAML file (examples in ``configs/policies/``)::
       on_timeout: per-pvc              # not cut in time: thaw, delete the group, then one VolumeSnapshot
                                        # per PVC under one new freeze (per-pvc), or fail the run (fail)
     snapshot_class: null               # per-PVC fallback when the driver has no group snapshots
-    timeouts: {snapshot: 300, pvc_bound: 300, mover: 3600, hook: 60}
+    timeouts: {snapshot: 300, pvc_bound: 300, start: 300, mover: 3600, hook: 60}
 
 Durations are ``movers.durations``'s: seconds (a number) or a Go duration (``90s``, ``5m``, ``1h30m``,
 ``500ms``), days allowed (``7d``).
@@ -205,6 +205,7 @@ class GroupSnapshotSettings(Section):
 class Timeouts(Section):
     snapshot: Seconds = 300.0  # a VolumeSnapshot (per-PVC fallback) to be readyToUse
     pvc_bound: Seconds = 300.0  # the mover pod to be scheduled, its PVC from the snapshot bound with it
+    start: Seconds = 300.0  # the scheduled mover pod to be running: its volume attached and mounted, its image pulled
     mover: Seconds = 3600.0  # one mover pod, start to finish
     hook: Seconds = 60.0  # default for a hook without its own timeout
 

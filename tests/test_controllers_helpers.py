@@ -85,7 +85,10 @@ def wait_for(
     while not predicate(obj):
         left = deadline - time.monotonic()
         if left <= 0:
-            raise AssertionError(f"{res.kind} {namespace}/{name} never matched; last state: {obj}")
+            events = _events_of(kube, res, name, namespace)
+            raise AssertionError(
+                f"{res.kind} {namespace}/{name} never matched; its last events: {events}; last state: {obj}"
+            )
         fn, args = kube.watch_call(res)
         w = watch.Watch(return_type="object")
         for event in w.stream(
@@ -104,6 +107,15 @@ def wait_for(
                 w.stop()
                 break
     return obj
+
+
+def _events_of(kube: Kube, res: Res, name: str, namespace: str | None) -> list[tuple[str, str, str]]:
+    """The last five Events about object ``name`` of kind ``res`` (type, reason, message), oldest first."""
+    items, _ = kube.list(EVENT, namespace if res.namespaced else None)
+    mine = [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
+    mine = [e for e in mine if (e.get("involvedObject") or {}).get("kind") in (None, res.kind)]
+    mine.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return [(e.get("type"), e.get("reason"), e.get("message")) for e in mine[-5:]]
 
 
 def wait_event(kube: Kube, name: str, reason: str, namespace: str = NS, timeout: float = 10.0) -> dict:

@@ -451,6 +451,39 @@ def test_a_mover_no_node_takes_fails_within_timeouts_pvc_bound(local_cluster, ha
     assert any_run_objects(local_cluster.client, ns) == {}
 
 
+def test_a_mover_whose_volume_cannot_attach_fails_within_timeouts_start_naming_the_event_once(
+    local_cluster, harness, monkeypatch, tmp_path
+):
+    """A mover pod that is scheduled but whose volume the storage will not attach (the local storage's
+    ``attach_fault``: the attach-detach controller's FailedAttachVolume) fails the run once ``timeouts.start``
+    is over, in one line naming that Event, with one pod and one wait: not retried, never after
+    ``timeouts.mover``."""
+    from flows.backup import backup_app
+
+    ns = "fenced"
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-fenced", pvcs=("data",))
+    policy = policy_file(
+        tmp_path / "fenced.yaml", "fenced", ns, app["repo"], timeouts={"pvc_bound": "60s", "start": "3s", "mover": "1h"}
+    )
+    started = time.monotonic()
+    with local_cluster.store.attach_fault("the array fenced this disk off"):
+        state = backup_app(policy_path=policy, kubeconfig=flow_kubeconfig(local_cluster), return_state=True)
+    took = time.monotonic() - started
+    assert state.is_failed(), state
+    _one_line(
+        state.message,
+        f"mover pod {ns}/",
+        "not running after 3 s (ContainerCreating): FailedAttachVolume: AttachVolume.Attach failed for volume",
+        "rpc error: code = Internal desc = the array fenced this disk off",
+    )
+    assert took < 60, f"bounded by timeouts.start, not timeouts.mover: {took:.0f} s"
+    movers = [o for o in audited_creations(local_cluster, ns) if o.get("kind") == "Pod"]
+    assert len(movers) == 1, [o["metadata"]["name"] for o in movers]
+    (move,) = _task_runs(state.state_details.flow_run_id, "move ")
+    assert move.run_count == 1 and move.state.is_failed(), (move.run_count, move.state)
+    assert any_run_objects(local_cluster.client, ns) == {}
+
+
 def _one_line(message: str, *expected: str) -> None:
     assert "\n" not in message and all(e in message for e in expected), (expected, message)
 

@@ -15,6 +15,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -36,6 +37,7 @@ from tests.flowapp import (
     REPO_SECRET,
     SEL,
     artifact,
+    audited_creations,
     flow_kubeconfig,
     flow_run_of,
     init_repo,
@@ -589,6 +591,36 @@ def test_writer_settings_from_a_policy_place_the_writer_and_a_writer_nowhere_to_
         k.delete(api, "StorageClass", None, "two-fstypes")
     assert k.list_objects(api, "PersistentVolumeClaim", "nowhere") == []
     _no_writer_pods(local_cluster, "elsewhere", "nowhere")
+
+
+def test_a_writer_whose_volume_cannot_attach_fails_within_its_start_timeout_naming_the_event_once(
+    local_cluster, backed_up
+):
+    """A writer that is scheduled but whose new volume the storage will not attach (``attach_fault``: the
+    attach-detach controller's FailedAttachVolume) fails once its start timeout (bounded by the flow's
+    ``timeout``) is over, naming that Event: one writer pod, one wait, not retried; no writer pod is left."""
+    from movers.kube.pods import PodNotStarted
+
+    repo = backed_up["repo"]
+    _namespace(local_cluster, "fenced", repo)
+    started = time.monotonic()
+    with (
+        local_cluster.store.attach_fault("the array fenced this disk off"),
+        pytest.raises(PodNotStarted) as failed,
+    ):
+        _restore(local_cluster, repo, pvcs=["data"], target_namespace="fenced", timeout=6)
+    took = time.monotonic() - started
+    said = str(failed.value)
+    assert "\n" not in said and "writer pod fenced/" in said, said
+    # its start timeout is what is left of the writer's 6 s once it is scheduled
+    assert re.search(
+        r"not running after [\d.]+ s \(ContainerCreating\): FailedAttachVolume: AttachVolume\.Attach", said
+    )
+    assert "rpc error: code = Internal desc = the array fenced this disk off" in said, said
+    assert took < 45, f"one bounded wait, not retried: {took:.0f} s"
+    writers = [o for o in audited_creations(local_cluster, "fenced") if o.get("kind") == "Pod"]
+    assert len(writers) == 1, [o["metadata"]["name"] for o in writers]
+    _no_writer_pods(local_cluster, "fenced")
 
 
 def test_a_missing_permission_fails_the_restore_before_anything_is_created(local_cluster, backed_up):

@@ -320,3 +320,38 @@ def test_log_follower_reads_once_more_after_the_pod_finished():
     done.set()  # the pod finished while the first read was refused
     pods._follow_log(Core(), "ns", "mover", lines, None, done)
     assert lines == ["progress done=0 total=?", "cbt-mover: error: repository not found"]
+
+
+def test_a_retry_replaces_the_earlier_attempts_pod_finished_or_not(local_cluster, ns):
+    """``backup.move_volume``'s first step on a retry: the run's pod of the same name left by the failed attempt is
+    deleted even while it waits (here: Pending, no node takes it), so the retry waits on a fresh pod; a pod of that
+    name from another run is left alone (``apply.create`` then refuses it)."""
+    import logging
+
+    from movers.kube.backup import _replace_earlier_pod
+
+    api = local_cluster.client
+
+    def mover(run: str) -> dict:
+        return m.mover_pod(
+            "mover",
+            ns,
+            image="cbt-mover",
+            args=["--help"],
+            pvc="absent",
+            service_account=MOVER_SERVICE_ACCOUNT,
+            repo_secret="repo",
+            labels=_labels(run),
+            node_selector={"pool": "none"},
+        )
+
+    log = logging.getLogger("test")
+    k.create(api, mover("r5"))
+    _replace_earlier_pod(api, mover("r5"), log)
+    assert k.find(api, "Pod", ns, "mover") is None
+    k.create(api, mover("r6"))
+    _replace_earlier_pod(api, mover("r5"), log)
+    assert k.find(api, "Pod", ns, "mover")["metadata"]["labels"][m.RUN_LABEL] == "r6"
+    with pytest.raises(k.ConflictError):
+        k.create(api, mover("r5"))
+    k.delete_and_wait(api, "Pod", ns, "mover")

@@ -4,7 +4,8 @@ with SafeFormatAndMount semantics (xfs and ext4 formatted when blank, another fi
 FailedMount), and read-only devices and mounts.
 
 The Filesystem cases need loop devices and mount namespaces (root); mkfs.xfs and mkntfs/ntfs-3g are
-required (Debian xfsprogs and ntfs-3g, installed by .ci/run): a missing tool fails these tests."""
+required (Debian xfsprogs and ntfs-3g, installed by make test: .ci/deps): a missing tool fails these
+tests, with a FailedMount Warning naming it."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from kubernetes.stream import stream
 
 from localcluster.kubelet import DEVICE_MAP_ENV, LocalKubelet, namespaces_available
 from localcluster.kubelet.testing import container_running, local_node, phase_in, pod_manifest, wait_pod, wait_until
+from localcluster.storage import loop_devices_available
 
 FINISHED = phase_in("Succeeded", "Failed")
 NAMESPACES = namespaces_available()
@@ -411,3 +412,70 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def _warnings(core, pod: str, reason: str) -> list:
+    return [
+        e
+        for e in core.list_namespaced_event("default").items
+        if e.involved_object.name == pod and e.reason == reason and e.type == "Warning"
+    ]
+
+
+def test_a_volume_the_storage_will_not_attach_is_a_failed_attach_volume_event(tmp_path):
+    """As the attach-detach controller reports a failed ControllerPublishVolume: while the storage refuses
+    (``VolumeStore.attach_fault``) the pod waits in ContainerCreating with a FailedAttachVolume Warning naming
+    the PV and the driver's error, and a wait on it that times out prints that Event; once the storage
+    attaches again, the kubelet's retry starts the pod."""
+    with local_node(tmp_path, sync_interval=0.05) as node:
+        core = node.core
+        make_claim(node, "fenced", 1 << 20)
+        manifest = pod_manifest("blocked", ["true"], volumeDevices=[{"name": "d", "devicePath": "/dev/xvda"}])
+        manifest["spec"]["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "fenced"}}]
+        with node.store.attach_fault("volume vol-fenced is fenced by the array"):
+            core.create_namespaced_pod("default", manifest)
+            [event] = wait_until(lambda: _warnings(core, "blocked", "FailedAttachVolume"), 10, "FailedAttachVolume")
+            assert event.message == (
+                'AttachVolume.Attach failed for volume "pv-fenced" : rpc error: code = Internal desc ='
+                " volume vol-fenced is fenced by the array"
+            )
+            assert event.source.component == "attachdetach-controller"
+            with pytest.raises(TimeoutError) as timed_out:
+                wait_pod(core, "blocked", FINISHED, timeout=1)
+            said = str(timed_out.value)
+            assert "(phase Pending; main: ContainerCreating)" in said, said
+            assert "Warning FailedAttachVolume" in said and "fenced by the array" in said, said
+        assert wait_pod(core, "blocked", FINISHED).status.phase == "Succeeded"
+
+
+@pytest.mark.skipif(
+    not (NAMESPACES and loop_devices_available()), reason="Filesystem volumes need loop devices and mount namespaces"
+)
+def test_a_node_without_mkfs_fails_the_mount_naming_the_executable(tmp_path):
+    """A node whose PATH lacks ``mkfs.ext4`` (the kubelet's ``mkfs_path`` pointed at an empty directory): the
+    blank Filesystem volume cannot be formatted, the pod waits in ContainerCreating with FailedMount naming the
+    executable as Go's exec does (a real kubelet's mount-utils), never silently."""
+    empty = tmp_path / "no-tools"
+    empty.mkdir()
+    with local_node(tmp_path, mkfs_path=str(empty), sync_interval=0.05) as node:
+        core = node.core
+        handle = make_claim(node, "blank", 16 << 20, mode="Filesystem")
+        manifest = pod_manifest("unformatted", ["true"], volumeMounts=[{"name": "v", "mountPath": "/mnt/blank"}])
+        manifest["spec"]["volumes"] = [{"name": "v", "persistentVolumeClaim": {"claimName": "blank"}}]
+        core.create_namespaced_pod("default", manifest)
+        [event] = wait_until(lambda: _warnings(core, "unformatted", "FailedMount"), 10, "a FailedMount event")
+        assert event.message.startswith('MountVolume.MountDevice failed for volume "pv-blank" : rpc error: code'), (
+            event.message
+        )
+        assert 'errcode:(exec: "mkfs.ext4": executable file not found in $PATH)' in event.message, event.message
+        pod = core.read_namespaced_pod("unformatted", "default")
+        assert pod.status.phase == "Pending" and pod.status.container_statuses[0].state.waiting.reason == (
+            "ContainerCreating"
+        )
+        probe = subprocess.run(
+            ["blkid", "-p", "-o", "value", "-s", "TYPE", str(node.store.volume_path(handle))],
+            capture_output=True,
+            text=True,
+        )
+        assert probe.stdout.strip() == "", "nothing was formatted"
+        core.delete_namespaced_pod("unformatted", "default", grace_period_seconds=0)

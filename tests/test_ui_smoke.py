@@ -5,7 +5,7 @@ free loopback port), a ``backup-app`` run sent to it (``tests/ui_backup.py``, a 
 
 What a page must show is read from the server's API (the run's name, its logs, its artifacts' stored tables and
 markdown) and from the flow's result (volumes, backup ids), so the test follows whatever the flows report.
-Chromium missing is a failure naming the package, not a skip: CI installs it (.ci/run).
+Chromium missing is a failure naming the package, not a skip: make test installs it (.ci/deps).
 """
 
 from __future__ import annotations

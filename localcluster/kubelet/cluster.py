@@ -86,7 +86,17 @@ class Cluster:
                 log.warning("status of pod %s/%s: %s", namespace, name, err)
             return True
 
-    def event(self, pod: Obj, reason: str, message: str, type_: str = "Normal", field_path: str = "") -> None:
+    def event(
+        self,
+        pod: Obj,
+        reason: str,
+        message: str,
+        type_: str = "Normal",
+        field_path: str = "",
+        component: str = "kubelet",
+    ) -> None:
+        """A core/v1 Event about ``pod`` from ``component`` (the kubelet; ``attachdetach-controller`` for the
+        attach errors the kubelet double reports in its place), aggregated by count as the recorder does."""
         md = pod["metadata"]
         ns = md["namespace"]
         events = self.rt("events")
@@ -119,8 +129,8 @@ class Cluster:
                         "count": 1,
                         "firstTimestamp": now,
                         "lastTimestamp": now,
-                        "source": {"component": "kubelet", "host": self.node},
-                        "reportingComponent": "kubelet",
+                        "source": {"component": component, "host": self.node},
+                        "reportingComponent": component,
                         "reportingInstance": self.node,
                     },
                 )

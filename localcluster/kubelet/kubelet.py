@@ -21,6 +21,8 @@ Settings (keyword-only):
   KUBERNETES_SERVICE_HOST/PORT, so ``load_incluster_config()`` works in them (default True).
 - ``attachments``: the ``volumes.Attachments`` to share with the other kubelets on the same
   ``VolumeStore`` (a volume used on two nodes stays attached until both are done); its own otherwise.
+- ``mkfs_path``: the PATH in which it finds ``mkfs.*`` / ``mkntfs`` to format blank Filesystem volumes
+  (default: its process's PATH); a test points it at an empty directory to see what a node without them does.
 
 It watches pods (and wakes waiting pods on changes of claims, volumes, secrets, config maps and
 service accounts) through in-process subscriptions on ``api.store`` and writes status through
@@ -79,6 +81,7 @@ class LocalKubelet:
         automount_service_account_token: bool = True,
         in_cluster_endpoint: bool = True,
         attachments: Attachments | None = None,
+        mkfs_path: str | None = None,
     ) -> None:
         self.api = api
         self.store = store
@@ -97,6 +100,7 @@ class LocalKubelet:
         self.api_front: ApiTlsFront | None = None
         self.cluster = Cluster(api, self.spec)
         self.attachments = attachments if attachments is not None else Attachments(store)
+        self.mkfs_path = mkfs_path
         self.sandbox: Sandbox = None  # type: ignore[assignment]  (set by start)
         self.lock = threading.Lock()  # guards _workers/_names (read by the log and exec handlers)
         self._workers: dict[str, PodWorker] = {}

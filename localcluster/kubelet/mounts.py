@@ -16,11 +16,14 @@ before the filesystem is mounted (the shim then mounts it in each container's na
 NTFS is mounted with ntfs-3g (FUSE; ``ntfs`` is the fsType a Windows node uses). On a Windows node
 only NTFS exists: any other fsType fails as Format-Volume would. An empty fsType means ext4 on
 Linux and NTFS on Windows, as mount-utils defaults on each. ``MKFS`` names the tools (Debian
-packages e2fsprogs, xfsprogs, ntfs-3g); a missing one fails the format with mkfs's error, loudly.
+packages e2fsprogs, xfsprogs, ntfs-3g), looked up in ``mkfs_path`` (a PATH; default the process's, as
+Go's ``exec.Command`` looks them up in the kubelet's): a missing one fails the format with Go's own error
+(``exec: "mkfs.xfs": executable file not found in $PATH``), which the kubelet reports as FailedMount.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -60,8 +63,11 @@ def disk_format(device: str) -> str:
     return fields.get("TYPE", "")
 
 
-def prepare_filesystem(device: str, fstype: str, staging: Path, node_os: str = "linux") -> str:
-    """Format a blank ``device`` as ``fstype`` or check that it mounts as ``fstype``; the fsType to mount."""
+def prepare_filesystem(
+    device: str, fstype: str, staging: Path, node_os: str = "linux", mkfs_path: str | None = None
+) -> str:
+    """Format a blank ``device`` as ``fstype`` (``mkfs.*`` found in ``mkfs_path``, default the process's PATH) or
+    check that it mounts as ``fstype``; the fsType to mount."""
     fstype = default_fstype(fstype, node_os)
     if node_os == "windows" and fstype != "ntfs":
         raise MountDeviceError(
@@ -71,20 +77,21 @@ def prepare_filesystem(device: str, fstype: str, staging: Path, node_os: str = "
         )
     existing = disk_format(device)
     if not existing:
-        _format(device, fstype, staging)
+        _format(device, fstype, staging, mkfs_path)
         return fstype
     if existing != fstype:
         _trial_mount(device, fstype, staging)
     return fstype
 
 
-def _format(device: str, fstype: str, staging: Path) -> None:
-    argv = [*MKFS.get(fstype, [f"mkfs.{fstype}"]), device]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True)
+def _format(device: str, fstype: str, staging: Path, mkfs_path: str | None) -> None:
+    name, *args = MKFS.get(fstype, [f"mkfs.{fstype}"])
+    tool = shutil.which(name, path=mkfs_path)
+    if tool is None:
+        proc, code, output = None, f'exec: "{name}": executable file not found in $PATH', ""
+    else:
+        proc = subprocess.run([tool, *args, device], capture_output=True, text=True)
         code, output = f"exit status {proc.returncode}", proc.stdout + proc.stderr
-    except FileNotFoundError:
-        proc, code, output = None, f'exec: "{argv[0]}": executable file not found in $PATH', ""
     if proc is None or proc.returncode != 0:
         raise MountDeviceError(
             f'format of disk "{device}" failed: type:("{fstype}") target:("{staging}")'

@@ -108,6 +108,7 @@ class PodWorker:
             owner=kubelet,
             node_os=kubelet.spec.os,
             plugins_dir=kubelet.workdir / "plugins",
+            mkfs_path=kubelet.mkfs_path,
         )
         spec = pod["spec"]
         inits = spec.get("initContainers") or []
@@ -175,8 +176,10 @@ class PodWorker:
             if not await self._run_inits():
                 return
             await asyncio.gather(*(self._container_loop(c) for c in self.containers))
-        except Exception:
+        except Exception as err:
             log.exception("pod %s/%s", self.ns, self.name)
+            # a fault of the double itself: the pod still says why it stopped (as the kubelet's FailedSync)
+            self.k.cluster.event(self.pod, "FailedSync", f"error syncing pod: {err!r}", "Warning")
             self.killing = True  # no restarts of what is stopped below
             self.wake()
         finally:
@@ -221,7 +224,7 @@ class PodWorker:
                 if not isinstance(err, (VolumeNotReady, StorageError, OSError)):
                     log.warning("volumes of pod %s/%s: %r", self.ns, self.name, err)
                 if isinstance(err, VolumeError):
-                    self.k.cluster.event(self.pod, err.reason, err.message, "Warning")
+                    self.k.cluster.event(self.pod, err.reason, err.message, "Warning", component=err.component)
                 else:
                     self.k.cluster.event(self.pod, "FailedMount", f"MountVolume.SetUp failed: {err}", "Warning")
                 self.publish()

@@ -10,6 +10,8 @@ created with ``spec.nodeName``) and one kubelet (``node``: a ``NodeSpec`` or a n
 ``local-node``). ``local_nodes`` starts one kubelet per node (default: the strict cluster's
 ``DEFAULT_NODES``) on one VolumeStore; ``start_scheduler`` starts a scheduler on any API.
 Everything is stopped (every process, attachment and mount point undone) in every outcome.
+A ``wait_pod`` that times out names the pod's phase, its containers' waiting reasons and its last Events
+(``recent_events``: FailedMount, FailedAttachVolume, ...), so that a pod left Pending says why.
 """
 
 from __future__ import annotations
@@ -129,7 +131,8 @@ def wait_until(condition: Callable[[], Any], timeout: float = 20.0, what: str = 
 
 
 def wait_pod(core, name: str, condition: Callable[[Any], bool], namespace: str = "default", timeout: float = 20.0):
-    """Watch pod ``name`` until ``condition(pod)`` (a V1Pod) holds; the pod."""
+    """Watch pod ``name`` until ``condition(pod)`` (a V1Pod) holds; the pod. On timeout a ``TimeoutError`` names
+    the pod's phase, its containers' waiting reasons and its last Events (``recent_events``), then its status."""
     from kubernetes import watch
 
     pod = core.read_namespaced_pod(name, namespace)
@@ -153,7 +156,29 @@ def wait_pod(core, name: str, condition: Callable[[Any], bool], namespace: str =
                 w.stop()
                 return obj
             pod = obj
-    raise TimeoutError(f"pod {namespace}/{name}: condition not met in {timeout}s; last status: {pod.status}")
+    waiting = [
+        f"{s.name}: {s.state.waiting.reason}"
+        for s in (pod.status and pod.status.container_statuses) or []
+        if s.state and s.state.waiting
+    ]
+    raise TimeoutError(
+        f"pod {namespace}/{name}: condition not met in {timeout}s (phase {pod.status and pod.status.phase}"
+        f"{'; ' + ', '.join(waiting) if waiting else ''}); its last events:\n"
+        f"{recent_events(core, namespace, name)}\nlast status: {pod.status}"
+    )
+
+
+def recent_events(core, namespace: str, name: str, kind: str = "Pod", limit: int = 5) -> str:
+    """The last ``limit`` Events about object ``kind`` ``name`` in ``namespace``, one per line
+    (``Warning FailedMount (x3): message``), oldest first; ``"  (none)"`` when there is none."""
+    try:
+        items = core.list_namespaced_event(namespace).items
+    except Exception as err:  # noqa: BLE001  (the API is gone: say so rather than hide the timeout)
+        return f"  (events not readable: {err})"
+    mine = [e for e in items if e.involved_object.name == name and e.involved_object.kind == kind]
+    mine.sort(key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp or ""))
+    lines = [f"  {e.type} {e.reason} (x{e.count or 1}): {e.message}" for e in mine[-limit:]]
+    return "\n".join(lines) or "  (none)"
 
 
 def phase_in(*phases: str) -> Callable[[Any], bool]:

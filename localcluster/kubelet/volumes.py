@@ -60,12 +60,25 @@ class VolumeNotReady(Exception):
 
 
 class VolumeError(VolumeNotReady):
-    """A volume cannot be set up (the pod waits): the event ``reason`` and its whole ``message``."""
+    """A volume cannot be set up (the pod waits): the event ``reason``, its whole ``message`` and the
+    ``component`` that reports it (the kubelet, or the attach-detach controller for FailedAttachVolume)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, component: str = "kubelet") -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.component = component
+
+
+def attach_failed(pv_name: str, err: StorageError) -> VolumeError:
+    """The attach-detach controller's Warning when ControllerPublishVolume fails (upstream's
+    ``AttachVolume.Attach failed for volume "<pv>" : <error>``, the error being the external-attacher's
+    VolumeAttachment attachError: the driver's gRPC status)."""
+    return VolumeError(
+        "FailedAttachVolume",
+        f'AttachVolume.Attach failed for volume "{pv_name}" : rpc error: code = Internal desc = {err}',
+        "attachdetach-controller",
+    )
 
 
 @dataclass
@@ -100,6 +113,7 @@ class Attachments:
     def _attach_readonly(self, handle: str) -> Attachment:
         if handle in self._readonly:
             return self._readonly[handle]
+        self.store.check_attach(handle)
         image = self.store.volume_path(handle)
         if not image.exists():
             raise StorageError(f"volume {handle} does not exist")
@@ -174,12 +188,14 @@ class PodVolumes:
         owner: object = None,
         node_os: str = "linux",
         plugins_dir: Path | None = None,
+        mkfs_path: str | None = None,
     ) -> None:
         self.cluster = cluster
         self.attachments = attachments
         self.owner = owner
         self.node_os = node_os
         self.plugins_dir = plugins_dir or root / "plugins"
+        self.mkfs_path = mkfs_path
         self.pod = pod
         self.root = root
         self.mount_fs = mount_fs
@@ -300,17 +316,17 @@ class PodVolumes:
                     " kubernetes.io/csi: blockMapper.stageVolumeForBlock failed: rpc error: code ="
                     " InvalidArgument desc = raw block volumes are not supported on Windows",
                 )
-            att = self.attachments.acquire(handle, self.owner, readonly)
+            att = self._acquire(pv_name, handle, readonly)
             self._handles.append((handle, readonly))
             return Volume(name, "block", att.path, readonly=readonly)
-        att = self.attachments.acquire(handle, self.owner)  # read-only is the mount's (as NodePublish's ro bind)
+        att = self._acquire(pv_name, handle, False)  # read-only is the mount's (as NodePublish's ro bind)
         if att.loop and self.mount_fs:
             digest = hashlib.sha256(handle.encode()).hexdigest()
             staging = (
                 self.plugins_dir / "kubernetes.io" / "csi" / (csi.get("driver") or "unknown") / digest / "globalmount"
             )
             try:
-                fstype = prepare_filesystem(att.path, csi.get("fsType") or "", staging, self.node_os)
+                fstype = prepare_filesystem(att.path, csi.get("fsType") or "", staging, self.node_os, self.mkfs_path)
             except BaseException as err:
                 self.attachments.release(handle, self.owner)
                 if isinstance(err, MountDeviceError):
@@ -327,6 +343,12 @@ class PodVolumes:
         fallback = self.attachments.store.root / "fs" / handle
         fallback.mkdir(parents=True, exist_ok=True)
         return Volume(name, "dir", str(fallback), readonly=readonly)
+
+    def _acquire(self, pv_name: str, handle: str, readonly: bool) -> Attachment:
+        try:
+            return self.attachments.acquire(handle, self.owner, readonly)
+        except StorageError as err:
+            raise attach_failed(pv_name, err) from None
 
     # ---- files -----------------------------------------------------------------------------------
 

@@ -4,9 +4,9 @@ mover pod that backs it up, as ``restore.py`` is the restore's.
 * ``VolumePlan.of``: what a member's mover does (the change source and why), decided once, rendered whole into
   the mover's argv;
 * ``mover_objects``: the reader claim and the mover pod of a member (pure: checked without a cluster);
-* ``move_volume``: creates them, waits for the pod to be scheduled (``timeouts.pvc_bound``) and to finish
-  (``timeouts.mover``); the mover's result (``MoverResult``: what it did and why), or ``MoverPodFailed`` (one
-  line; ``pods.PodFailed``'s retry rule).
+* ``move_volume``: creates them, waits for the pod to be scheduled (``timeouts.pvc_bound``), running
+  (``timeouts.start``) and finished (``timeouts.mover``); the mover's result (``MoverResult``: what it did and
+  why), or ``MoverPodFailed`` (one line; ``pods.PodFailed``'s retry rule).
 
 A member is plain data (``tasks.kube.Member``: the snapshot set's member with the claim's class, size,
 mode, labels, PV identity, the run's claims, tags, app and repository); ``policy`` is the
@@ -155,9 +155,11 @@ def move_volume(
 ) -> MoverResult:
     """Back up one member: its claim and mover pod (``mover_objects``, with the key files the credentials Secret
     holds now: ``repokey.key_names``), the pod scheduled within the policy's
-    ``timeouts.pvc_bound`` (``pods.PodNotScheduled`` names FailedScheduling) and finished within ``timeouts.mover``;
-    the mover's result. A Filesystem source's snapshot content is first marked for a Block claim
-    (KEP-3141). A finished pod of an earlier attempt is deleted first, so that a retry runs anew. A failed
+    ``timeouts.pvc_bound`` (``pods.PodNotScheduled`` names FailedScheduling), running within ``timeouts.start``
+    (``pods.PodNotStarted`` names the Warning that says why: FailedAttachVolume, FailedMount, an image pull) and
+    finished within ``timeouts.mover`` (``pods.PodTimeoutError``); none of these is retried. The mover's result.
+    A Filesystem source's snapshot content is first marked for a Block claim (KEP-3141). The pod of an earlier
+    attempt of the run, finished or not, is deleted first, so that a retry runs in a fresh pod. A failed
     pod is ``MoverPodFailed`` (one line; its log tail goes to ``logger`` at DEBUG)."""
     log = logger or logging.getLogger(__name__)
     if member.get("source_volume_mode") == "Filesystem":
@@ -167,13 +169,14 @@ def move_volume(
     claim, pod = mover_objects(run_id, member, plan, policy, repo_keys)
     name, timeouts = pod["metadata"]["name"], policy.timeouts
     k.create(api, claim)
-    _clear_finished_pod(api, namespace, name, log)
+    _replace_earlier_pod(api, pod, log)
     try:
         res = pods.run_scheduled(
             api,
             pod,
             name,
             start_timeout=timeouts.pvc_bound,
+            running_timeout=timeouts.start,
             timeout=timeouts.mover,
             what="mover pod",
             on_log_line=on_log_line,
@@ -199,10 +202,17 @@ def move_volume(
         ) from None
 
 
-def _clear_finished_pod(api, namespace: str, name: str, log, timeout: float = 60.0) -> None:
-    """Delete pod ``name`` if it exists and has finished, and wait until it is gone."""
-    pod = k.find(api, "Pod", namespace, name)
-    if pod is None or (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+def _replace_earlier_pod(api, pod: Mapping[str, Any], log, timeout: float = 60.0) -> None:
+    """Delete the pod of ``pod``'s name left by an earlier attempt of the same run (finished, still waiting or
+    running) and wait until it is gone: a retry never waits again on the pod that failed it. A pod of that name
+    from elsewhere is left for ``apply.create`` to refuse."""
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    earlier = k.find(api, "Pod", namespace, name)
+    if earlier is None:
         return
-    log.info("deleting the finished pod %s/%s of an earlier attempt", namespace, name)
+    run = pod["metadata"]["labels"].get(m.RUN_LABEL)
+    if ((earlier.get("metadata") or {}).get("labels") or {}).get(m.RUN_LABEL) != run:
+        return
+    phase = (earlier.get("status") or {}).get("phase") or "Pending"
+    log.info("deleting the pod %s/%s of an earlier attempt (%s)", namespace, name, phase)
     k.delete_and_wait(api, "Pod", namespace, name, timeout)

@@ -5,6 +5,9 @@
   ``cleanup.delete_by_label``.
 * ``wait_scheduled``: a pod bound to a node (its claims bound with it, also WaitForFirstConsumer ones) in
   time, else ``PodNotScheduled`` naming the scheduler's and the provisioner's last Warning.
+* ``wait_started``: a scheduled pod running (or finished) in time, else ``PodNotStarted`` naming its waiting
+  reason and the last Warning about it (FailedAttachVolume, FailedMount, image pull) and about its claim.
+* ``run_scheduled``: the three in a row, for the movers and writers (one pod, one wait each).
 * ``pods_using_claim``: the unfinished pods that mount a claim.
 
 Errors are ``apply.KubeError`` subclasses, as in ``movers.kube.apply``.
@@ -25,7 +28,12 @@ from movers.kube.apply import KubeError, api_error, create, get, list_objects
 
 
 class PodTimeoutError(KubeError):
-    """A pod did not finish in time (it is left for ``delete_by_label``)."""
+    """A pod did not finish in time (it is left for ``delete_by_label``). Not retriable: a new pod would be
+    given as long again, and no run waits a mover's timeout twice."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.retriable = False
 
 
 class PodFailed(KubeError):
@@ -59,6 +67,12 @@ class PodNotScheduled(KubeError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.retriable = False
+
+
+class PodNotStarted(PodNotScheduled):
+    """A pod was scheduled but not running in time (its volume not attached or mounted, its image not pulled);
+    the message names its waiting reason and the last Warning about the pod and about its claim. Not
+    retriable: a new pod would wait as long for the same cause."""
 
 
 @dataclass
@@ -239,12 +253,57 @@ def wait_scheduled(
             if not why:
                 cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
                 why = f": {cond.get('reason')}: {cond.get('message')}" if cond.get("message") else ""
-            claim_why = last_warning(api, namespace, [("PersistentVolumeClaim", claim)])
+            claim_why = _claim_warning(api, namespace, claim)
+            raise error(f"{what} {namespace}/{pod} not scheduled after {timeout:g} s{why}{claim_why}")
+        time.sleep(interval)
+
+
+def wait_started(
+    api,
+    namespace: str,
+    pod: str,
+    claim: str,
+    timeout: float,
+    *,
+    what: str = "pod",
+    error: type[PodNotScheduled] = PodNotStarted,
+    interval: float = 0.5,
+) -> dict:
+    """Wait until the scheduled ``pod`` is running (phase Running: a container has started) or has finished; the
+    pod. After ``timeout`` s ``error`` (``"<what> <ns>/<pod> not running after N s (<waiting reason>): ..."``)
+    names the last Warning about the pod (the kubelet's FailedMount, FailedMapVolume, image pull errors, the
+    attach-detach controller's FailedAttachVolume) and the last one about its claim ``claim``."""
+    from movers.kube.volumes import last_warning
+
+    deadline = time.monotonic() + timeout
+    while True:
+        current = get(api, "Pod", namespace, pod)
+        if (current.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+            return current
+        if time.monotonic() >= deadline:
+            waiting = _waiting_reason_of(current)
             raise error(
-                f"{what} {namespace}/{pod} not scheduled after {timeout:g} s{why}"
-                + (f"; its claim {claim}{claim_why}" if claim_why else "")
+                f"{what} {namespace}/{pod} not running after {timeout:.3g} s{f' ({waiting})' if waiting else ''}"
+                f"{last_warning(api, namespace, [('Pod', pod)])}{_claim_warning(api, namespace, claim)}"
             )
         time.sleep(interval)
+
+
+def _claim_warning(api, namespace: str, claim: str) -> str:
+    """``"; its claim <claim>: <reason>: <message>"`` of the last Warning about ``claim``, or ``""``."""
+    from movers.kube.volumes import last_warning
+
+    why = last_warning(api, namespace, [("PersistentVolumeClaim", claim)])
+    return f"; its claim {claim}{why}" if why else ""
+
+
+def _waiting_reason_of(pod: Mapping[str, Any]) -> str:
+    """The first waiting reason among the containers of ``pod`` (a dict; e.g. ContainerCreating), or ``""``."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting:
+            return waiting.get("reason") or ""
+    return ""
 
 
 def run_scheduled(
@@ -254,16 +313,30 @@ def run_scheduled(
     *,
     start_timeout: float,
     timeout: float,
+    running_timeout: float | None = None,
     what: str = "pod",
     error: type[PodNotScheduled] = PodNotScheduled,
+    not_started: type[PodNotScheduled] = PodNotStarted,
     on_log_line: Callable[[str], None] | None = None,
 ) -> PodResult:
     """Create ``pod`` (its claim ``claim``), wait until it is scheduled (``wait_scheduled``, at most
-    ``start_timeout`` s) and run it to completion (``run_pod_to_completion``): ``timeout`` s in all, start
-    to finish. The pod is left for the caller to delete."""
+    ``start_timeout`` s), then running (``wait_started``, at most ``running_timeout`` s, default
+    ``start_timeout``: ``not_started`` names the Warning that says why, e.g. FailedAttachVolume), and run it to
+    completion (``run_pod_to_completion``): ``timeout`` s in all, start to finish; a ``PodTimeoutError`` names the
+    last Warning about the pod or its claim. Every wait is bounded once: nothing here waits again on the same
+    pod. The pod is left for the caller to delete."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     started = time.monotonic()
     create(api, pod)
     wait_scheduled(api, namespace, name, claim, min(start_timeout, timeout), what=what, error=error)
     left = max(1.0, timeout - (time.monotonic() - started))
-    return run_pod_to_completion(api, pod, timeout=left, on_log_line=on_log_line)
+    running = start_timeout if running_timeout is None else running_timeout
+    wait_started(api, namespace, name, claim, min(running, left), what=what, error=not_started)
+    left = max(1.0, timeout - (time.monotonic() - started))
+    try:
+        return run_pod_to_completion(api, pod, timeout=left, on_log_line=on_log_line)
+    except PodTimeoutError as err:
+        from movers.kube.volumes import last_warning
+
+        why = last_warning(api, namespace, [("Pod", name)])
+        raise PodTimeoutError(f"{err}{why}{_claim_warning(api, namespace, claim)}") from None

@@ -41,11 +41,10 @@ from movers.kube.access import Check, denied
 from movers.kube.pods import (
     PodFailed,
     PodNotScheduled,
-    PodTimeoutError,
     pods_using_claim,
     run_scheduled,
 )
-from movers.kube.volumes import default_storage_class, last_warning, rebind_volume
+from movers.kube.volumes import default_storage_class, rebind_volume
 
 if TYPE_CHECKING:
     from movers.policy import MoverSettings
@@ -368,11 +367,12 @@ def write_volume(
     backup onto it (and reading it back with ``verify_device``); the mover's
     result JSON.
 
-    The claim and the pod are created together and the pod is waited for (``wait_scheduled``, at most
-    ``start_timeout`` s, then to completion within ``timeout`` s): a WaitForFirstConsumer claim binds
-    when the pod is scheduled. The pod is deleted in every outcome (a retry starts a fresh one); the
-    claim stays for ``finish_volume`` or ``discard_run``. ``WriterError`` names the exit code and the
-    log tail; ``WriterNotScheduled`` / ``PodTimeoutError`` the last Warning about the pod or its claim.
+    The claim and the pod are created together and the pod is waited for (``pods.run_scheduled``: scheduled
+    within ``start_timeout`` s, running within ``start_timeout`` s more, finished within ``timeout`` s in all):
+    a WaitForFirstConsumer claim binds when the pod is scheduled. The pod is deleted in every outcome (a retry
+    starts a fresh one); the claim stays for ``finish_volume`` or ``discard_run``. ``WriterError`` names the
+    exit code and the log tail; ``WriterNotScheduled`` / ``pods.PodNotStarted`` (not retried) /
+    ``PodTimeoutError`` (not retried) the last Warning about the pod and about its claim.
     """
     labels = labels_of(run_id, target.pvc, target.app)
     k.create(
@@ -405,9 +405,6 @@ def write_volume(
             error=WriterNotScheduled,
             on_log_line=on_log_line,
         )
-    except PodTimeoutError as err:
-        why = last_warning(api, namespace, [("Pod", name), ("PersistentVolumeClaim", target.write_claim)])
-        raise PodTimeoutError(f"{err}{why}") from None
     finally:
         k.delete_and_wait(api, "Pod", namespace, name)
     if not res.succeeded or not isinstance(res.result, dict):
