@@ -298,7 +298,7 @@ def _snapshot_and_move(
     check_repository(url, key)
     sources = {s["pvc"]: s for s in found["sources"]}
     bases = {
-        pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"], key)
+        pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"], key, kubeconfig)
         for pvc, s in sources.items()
     }
     progress.step, progress.thawed = "snapshot", "the freeze ended with the snapshot step (its post hooks always run)"
