@@ -315,8 +315,9 @@ def _snapshot_and_move(
         for member in members[start : start + policy.parallelism]:
             audience, no_cbt = _cbt(found, snap, member["driver"])
             volume = f"{ns}/{member['pvc']}"
+            by_name = found["cbt"][member["driver"]]["base_by_name"]  # a v1alpha1 service: the base by name
             plan = plan_member(
-                volume, bases[member["pvc"]], audience, no_cbt, policy.cbt.max_results, member["snapshot"]
+                volume, bases[member["pvc"]], audience, no_cbt, policy.cbt.max_results, member["snapshot"], by_name
             )
             fut = move_volume.submit(kubeconfig, run_id, member, plan, policy)
             wave.append((member, plan, fut))

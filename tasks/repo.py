@@ -73,10 +73,11 @@ def plan_member(
     no_cbt: str | None = None,
     max_results: int = 4096,
     snapshot: str | None = None,
+    by_name: bool = False,
 ) -> VolumePlan:
     """``movers.kube.backup.VolumePlan.of``, said in one line of the run's log with its reason (a plan is never
     silent): ``ns/pvc: plan incremental from the CBT delta of snapshot S: delta since backup B ...``."""
-    plan = VolumePlan.of(base, audience, no_cbt, max_results)
+    plan = VolumePlan.of(base, audience, no_cbt, max_results, by_name)
     of = f" of snapshot {snapshot}" if snapshot else ""
     get_run_logger().info("%s: plan %s%s: %s", volume_id, PLANNED[plan.change_source], of, plan.why)
     return plan

@@ -202,6 +202,41 @@ def test_after_a_partial_run_the_next_delta_is_since_the_previous_kept_base(
         _restore_verifies(app["env"], app["repo"], volume, tmp_path)
 
 
+def test_a_v1alpha1_service_gets_the_delta_by_the_base_snapshot_name_while_it_exists(
+    make_local_cluster, harness, monkeypatch, tmp_path
+):
+    """The v0.1.0 sidecar (a v1alpha1 SnapshotMetadataService; GetMetadataDelta field 3 is base_snapshot_name):
+    the delta names the base by its VolumeSnapshot (the handle would be looked up as a name and refused); once
+    that snapshot is gone the plan says so and no delta is asked for at all."""
+    cluster = make_local_cluster(metadata_sidecar="v0.1.0")
+    ns, api, server = "legacy", cluster.client, cluster.controllers.metadata.server
+    app = deploy_app(cluster, monkeypatch.setenv, ns, "flow-legacy")
+    first = _backup(cluster, app["repo"], ns)
+    base = {r["volume"]: r["backup_id"] for r in first["volumes"]}
+    names = {f"{ns}/{x['pvc']}": x["snapshot"] for x in _members(api, ns, first["run_id"])}
+    second = _backup(cluster, app["repo"], ns)
+    for row in second["volumes"]:
+        assert (row["planned"], row["change_source"], row["mode"]) == ("cbt-delta", "cbt-delta", "incremental-cbt")
+        assert row["base_backup"] == base[row["volume"]] and row["cbt_fallback"] is None, row
+        assert f"asked by its VolumeSnapshot name {names[row['volume']]} (a v1alpha1" in row["why"], row["why"]
+    deltas = [r for r in server.requests if r.method == "GetMetadataDelta"]
+    assert sorted(r.base_snapshot_id for r in deltas) == sorted(names.values()), "names, not handles"
+    for volume in names:
+        _restore_verifies(app["env"], app["repo"], volume, tmp_path)
+
+    [kept] = _kept(api, ns)
+    k.delete(api, "VolumeGroupSnapshot", ns, kept, k.served_group_snapshot_version(api))
+    wait_until(lambda: not k.list_objects(api, "VolumeSnapshot", ns), 30, "the kept base's snapshots gone")
+    asked = len(server.requests)
+    third = _backup(cluster, app["repo"], ns)
+    for row in third["volumes"]:
+        assert (row["planned"], row["change_source"], row["mode"]) == ("cbt-allocated", "cbt-allocated", "full")
+        last = next(r["backup_id"] for r in second["volumes"] if r["volume"] == row["volume"])
+        assert f"has its snapshot in the cluster any more (backup {last}: VolumeSnapshot {ns}/" in row["why"]
+        assert row["why"].endswith(" no longer exists; 1 older one(s) likewise): full backup"), row["why"]
+    assert [r.method for r in server.requests[asked:]] == ["GetMetadataAllocated"] * 2
+
+
 @contextlib.contextmanager
 def _deleting_movers(api, ns: str, pvc: str):
     """Delete every mover pod of ``pvc`` as soon as the API has it (before it can run); yields the deleted names."""
