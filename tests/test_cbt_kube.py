@@ -231,6 +231,12 @@ def test_a_v1alpha1_service_is_asked_for_the_delta_by_the_base_snapshot_name(tmp
             assert why in doc["cbt_fallback"] and "v1alpha1" in doc["cbt_fallback"], doc["cbt_fallback"]
         assert [r.method for r in server.requests[asked:]] == ["GetMetadataAllocated"] * 3
 
+        # extents: the lister's -p names the base, which is what this service reads; a handle alone is refused
+        summary = json.loads(cli(kube, "extents", *kube_args(kube, "snap-2"), "-p", "snap-1").stdout.splitlines()[-1])
+        assert summary["summary"]["extents"] == 3 and server.last_request.base_snapshot_id == "snap-1"
+        bad = cli(kube, "extents", *kube_args(kube, "snap-2"), "--base-handle", "handle-1", check=9)
+        assert "none was given for base handle-1 (--base-snapshot)" in bad.stderr, bad.stderr
+
 
 def test_kube_extents_and_token_audience(cluster):
     kube, server, *_ = cluster
