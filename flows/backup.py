@@ -298,7 +298,7 @@ def _snapshot_and_move(
     check_repository(url, key)
     sources = {s["pvc"]: s for s in found["sources"]}
     bases = {
-        pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"], key)
+        pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"], key, kubeconfig)
         for pvc, s in sources.items()
     }
     progress.step, progress.thawed = "snapshot", "the freeze ended with the snapshot step (its post hooks always run)"
@@ -315,8 +315,9 @@ def _snapshot_and_move(
         for member in members[start : start + policy.parallelism]:
             audience, no_cbt = _cbt(found, snap, member["driver"])
             volume = f"{ns}/{member['pvc']}"
+            by_name = found["cbt"][member["driver"]]["base_by_name"]  # a v1alpha1 service: the base by name
             plan = plan_member(
-                volume, bases[member["pvc"]], audience, no_cbt, policy.cbt.max_results, member["snapshot"]
+                volume, bases[member["pvc"]], audience, no_cbt, policy.cbt.max_results, member["snapshot"], by_name
             )
             fut = move_volume.submit(kubeconfig, run_id, member, plan, policy)
             wave.append((member, plan, fut))

@@ -17,7 +17,9 @@ SnapshotMetadata service), ``group_snapshots="unprocessed"`` (or ``False``: the 
 VolumeGroupSnapshots), ``group_snapshot_versions`` (which groupsnapshot.storage.k8s.io versions are served, () =
 none), ``restore_size=False`` (snapshot contents without restoreSize), ``default_snapshot_class="none"|"two"``
 (no default VolumeSnapshotClass, or two per driver), ``hostpath_group_capability=False`` (the hostpath driver
-lacks the GroupController capability); ``drivers`` replaces the driver table.
+lacks the GroupController capability), ``metadata_sidecar="v0.1.0"`` (the Kubernetes 1.33 alpha CBT sidecar: only
+``cbt.storage.k8s.io/v1alpha1`` served, the delta's base named by VolumeSnapshot name); ``drivers`` replaces the
+driver table.
 ``nodes`` (default ``localcluster.nodes.DEFAULT_NODES``: node-a, node-b, the tainted Windows win-a)
 are registered by one kubelet each (``cluster.kubelets[name]``; ``cluster.kubelet`` is the first);
 ``cluster.scheduler`` binds pods to them.
@@ -59,6 +61,7 @@ class LocalCluster:
         default_snapshot_class: str = "one",
         hostpath_group_capability: bool = True,
         nodes: Sequence[NodeSpec] | None = None,
+        metadata_sidecar: str = "v1",
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="localcluster-"))
@@ -67,6 +70,7 @@ class LocalCluster:
             restore_size=restore_size,
             default_snapshot_class=default_snapshot_class,
             hostpath_group_capability=hostpath_group_capability,
+            metadata_sidecar=metadata_sidecar,
         )
         self.group_snapshot_versions = group_snapshot_versions
         self.audit_log = audit_log
@@ -93,6 +97,8 @@ class LocalCluster:
             api_settings: dict[str, Any] = {}
             if self.group_snapshot_versions is not None:
                 api_settings["group_snapshot_versions"] = self.group_snapshot_versions
+            if self.storage_settings["metadata_sidecar"] == "v0.1.0":  # its CRD served v1alpha1 only
+                api_settings["served_versions"] = {"cbt.storage.k8s.io": ("v1alpha1",)}
             if self.audit_log:
                 api_settings["audit_log"] = str(self.audit_log)
             self.api = stack.enter_context(KubeAPI(**api_settings))

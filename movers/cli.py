@@ -93,6 +93,11 @@ def _add_cbt(p: argparse.ArgumentParser, lister: bool = False) -> None:
         dest="base_handle",
         help="CSI snapshot handle of the base: a delta instead of allocated ranges",
     )
+    g.add_argument(
+        "--base-snapshot",
+        help="the base's VolumeSnapshot name (with --kube and --base-handle): what a v1alpha1"
+        " SnapshotMetadataService (sidecar v0.1.0) is asked for instead of the handle",
+    )
     g.add_argument("--kube", action="store_true", help="look up the VolumeSnapshot, its driver's service and CA")
     g.add_argument(
         *flags("--kubeconfig"), help="kubeconfig file (default: in-cluster, then KUBECONFIG / ~/.kube/config)"
@@ -107,6 +112,7 @@ def _cbt_options(args: argparse.Namespace):
         namespace=args.namespace,
         snapshot=args.snapshot,
         base_handle=args.base_handle,
+        base_snapshot=args.base_snapshot,
         address=args.cbt_address,
         ca_file=args.cbt_ca_file,
         token_file=args.cbt_token_file,
@@ -521,6 +527,8 @@ def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
         if not snapshot.snapshot_handle:
             log.warning("no --snapshot-handle: the next backup cannot ask for a delta since this one")
         base, stream = cbt.base_handle, session.stream
+        if base and session.base_rejected:  # a v1alpha1 service and no base VolumeSnapshot that is the base
+            base, stream = None, _allocated(session, cbt, size, extra, session.base_rejected)
         if base and run["force_full"]:  # --full: a delta's ranges are not the whole volume
             log.info("--full: the allocated blocks, not the changes since %s", base)
             base, stream = None, session.client.allocated(cbt.namespace, cbt.snapshot, clamp_to=size)

@@ -116,8 +116,13 @@ def cmd_extents(args: argparse.Namespace, cbt_options: Callable) -> int:
         args.kube = True
     if args.previous_snapshot and not args.base_handle:
         args.base_handle = _previous_handle(args)
+        args.base_snapshot = args.base_snapshot or args.previous_snapshot
     session = open_session(cbt_options(args))
     try:
+        if session.base_rejected:
+            from movers.errors import CbtBaseRejectedError
+
+            raise CbtBaseRejectedError(session.base_rejected)
         stream = session.stream
         if args.output_format == "jsonl":
             _write_jsonl(args, stream, sys.stdout)

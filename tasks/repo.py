@@ -38,14 +38,24 @@ def check_repository(repo_url: str, key: KeySource | None = None) -> None:
     retry_condition_fn=retry_if_retriable,
 )
 def choose_base(
-    repo_url: str, volume_id: str, pv_handle: str | None, pv_uid: str | None, key: KeySource | None = None
+    repo_url: str,
+    volume_id: str,
+    pv_handle: str | None,
+    pv_uid: str | None,
+    key: KeySource | None = None,
+    kubeconfig: str | None = None,
 ) -> dict[str, Any]:
-    """The next CBT delta's base of ``volume_id``, whose source is now volume ``pv_handle`` (PV ``pv_uid``):
-    ``{"handle", "reason"}``, handle None for a full backup (``movers.repo.lineage.choose_base``)."""
+    """The next CBT delta's base of ``volume_id``, whose source is now volume ``pv_handle`` (PV ``pv_uid``): the
+    newest backup of that volume whose snapshot still exists in the cluster of ``kubeconfig``
+    (``movers.repo.lineage.choose_base`` with ``movers.kube.bases.SnapshotCheck``): ``{"handle", "reason",
+    "snapshot"}``, handle None for a full backup, snapshot the base's VolumeSnapshot name."""
+    from movers.kube.bases import SnapshotCheck
     from movers.repo.lineage import choose_base as choose
+    from tasks.kube import api_client
 
-    choice = choose(open_repository(repo_url, key), volume_id, pv_handle, pv_uid)
-    return {"handle": choice.handle, "reason": choice.reason}
+    check = SnapshotCheck(api_client(kubeconfig))
+    choice = choose(open_repository(repo_url, key), volume_id, pv_handle, pv_uid, check.missing)
+    return {"handle": choice.handle, "reason": choice.reason, "snapshot": choice.snapshot}
 
 
 PLANNED = {
@@ -63,10 +73,11 @@ def plan_member(
     no_cbt: str | None = None,
     max_results: int = 4096,
     snapshot: str | None = None,
+    by_name: bool = False,
 ) -> VolumePlan:
     """``movers.kube.backup.VolumePlan.of``, said in one line of the run's log with its reason (a plan is never
     silent): ``ns/pvc: plan incremental from the CBT delta of snapshot S: delta since backup B ...``."""
-    plan = VolumePlan.of(base, audience, no_cbt, max_results)
+    plan = VolumePlan.of(base, audience, no_cbt, max_results, by_name)
     of = f" of snapshot {snapshot}" if snapshot else ""
     get_run_logger().info("%s: plan %s%s: %s", volume_id, PLANNED[plan.change_source], of, plan.why)
     return plan

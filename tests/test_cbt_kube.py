@@ -8,6 +8,7 @@ validates the token by a TokenReview against the same emulator.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -80,7 +81,17 @@ def set_ready(kube, name: str, handle: str, ready: bool, error: str | None = Non
 
 @pytest.fixture
 def cluster(tmp_path):
-    with serve(tmp_path) as kube:
+    with _cluster(tmp_path) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def _cluster(tmp_path, sidecar: str = "v1"):
+    """The emulator with two snapshots of one volume and a SnapshotMetadata server for them; ``sidecar="v0.1.0"``:
+    the Kubernetes 1.33 alpha one (a v1alpha1 service, the delta's base named by VolumeSnapshot name)."""
+    legacy = sidecar == "v0.1.0"
+    cbt_version = "v1alpha1" if legacy else "v1beta1"
+    with serve(tmp_path, served_versions={"cbt.storage.k8s.io": (cbt_version,)}) as kube:
         kube.core.create_namespace({"metadata": {"name": NS}})
         kube.core.create_namespace({"metadata": {"name": "backup"}})
         kube.core.create_namespaced_service_account("backup", {"metadata": {"name": "mover"}})
@@ -97,14 +108,14 @@ def cluster(tmp_path):
         catalog = InMemoryCatalog()
         catalog.add(ImageSnapshot(base_img, namespace=NS, name="snap-1", handle="handle-1", volume_id="v"))
         catalog.add(ImageSnapshot(target_img, namespace=NS, name="snap-2", handle="handle-2", volume_id="v"))
-        server = SnapshotMetadataServer(catalog, TokenReviewValidator(kube.client, AUDIENCE))
+        server = SnapshotMetadataServer(catalog, TokenReviewValidator(kube.client, AUDIENCE), base_by_name=legacy)
         with server:
             kube.custom.create_cluster_custom_object(
                 "cbt.storage.k8s.io",
-                "v1beta1",
+                cbt_version,
                 "snapshotmetadataservices",
                 {
-                    "apiVersion": "cbt.storage.k8s.io/v1beta1",
+                    "apiVersion": f"cbt.storage.k8s.io/{cbt_version}",
                     "kind": "SnapshotMetadataService",
                     "metadata": {"name": DRIVER},
                     "spec": {
@@ -194,6 +205,37 @@ def test_kube_backup_full_then_delta_restores_byte_identical(cluster, tmp_path):
     listing = json.loads(cli(kube, "ls", "--repo", repo, "--json").stdout)["backups"]
     assert [b["snapshot_handle"] for b in listing] == ["handle-1", "handle-2"]
     assert server.calls["GetMetadataAllocated"] == 1 and server.calls["GetMetadataDelta"] == 1
+
+
+def test_a_v1alpha1_service_is_asked_for_the_delta_by_the_base_snapshot_name(tmp_path):
+    """The v0.1.0 sidecar reads GetMetadataDelta field 3 as the base's VolumeSnapshot name: the mover sends
+    --base-snapshot once that snapshot is checked to hold --base-handle; without a name, or when the name is another
+    snapshot now, no delta is asked for and the backup is full from the allocated blocks, saying why."""
+    with _cluster(tmp_path, "v0.1.0") as (kube, server, base_img, target_img):
+        repo = f"file://{tmp_path}/repo"
+        cli(kube, "init", "--insecure-no-encryption", "--repo", repo)
+        common = ["backup", "--repo", repo, "--volume", "apps/data", "--json", "--device"]
+        cli(kube, *common, base_img, *kube_args(kube, "snap-1"))
+        since = [*common, target_img, *kube_args(kube, "snap-2"), "--base-handle", "handle-1"]
+        inc = json.loads(cli(kube, *since, "--base-snapshot", "snap-1").stdout)
+        assert (inc["mode"], inc["changed_bytes"], inc.get("cbt_fallback")) == ("incremental-cbt", 3 * 4096, None), inc
+        assert server.last_request.base_snapshot_id == "snap-1", "the name, not the handle"
+        asked = len(server.requests)
+        for extra, why in (
+            ([], "names a delta's base by VolumeSnapshot and none was given for base handle-1 (--base-snapshot)"),
+            (["--base-snapshot", "snap-2"], f"VolumeSnapshot {NS}/snap-2 is another snapshot now (handle handle-2"),
+            (["--base-snapshot", "gone"], f"the base VolumeSnapshot {NS}/gone no longer exists"),
+        ):
+            doc = json.loads(cli(kube, *since, *extra).stdout)
+            assert (doc["mode"], doc["change_source"]) == ("full", "cbt-allocated"), doc
+            assert why in doc["cbt_fallback"] and "v1alpha1" in doc["cbt_fallback"], doc["cbt_fallback"]
+        assert [r.method for r in server.requests[asked:]] == ["GetMetadataAllocated"] * 3
+
+        # extents: the lister's -p names the base, which is what this service reads; a handle alone is refused
+        summary = json.loads(cli(kube, "extents", *kube_args(kube, "snap-2"), "-p", "snap-1").stdout.splitlines()[-1])
+        assert summary["summary"]["extents"] == 3 and server.last_request.base_snapshot_id == "snap-1"
+        bad = cli(kube, "extents", *kube_args(kube, "snap-2"), "--base-handle", "handle-1", check=9)
+        assert "none was given for base handle-1 (--base-snapshot)" in bad.stderr, bad.stderr
 
 
 def test_kube_extents_and_token_audience(cluster):

@@ -35,6 +35,7 @@ from tests.flowapp import (
     flow_kubeconfig,
     freeze_windows,
     no_traceback_above_debug,
+    open_repo,
     policy_file,
     pvc_events,
     run_logs,
@@ -115,10 +116,11 @@ def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(
     [kept] = _kept(api, ns)
     assert kept == first["run_id"]
 
-    # the base snapshot disappears behind the flow's back: the service rejects the recorded handle
-    contents = [x["content"] for x in _members(api, ns, kept)]
-    k.delete(api, "VolumeGroupSnapshot", ns, kept)
-    wait_until(lambda: not any(_exists(api, "VolumeSnapshotContent", c) for c in contents), 30, "base contents gone")
+    # the storage loses the base snapshots behind the cluster's back (their objects still name them): the plan asks
+    # for a delta, the service rejects the recorded handle (a base whose VolumeSnapshot is gone is not planned:
+    # test_after_a_partial_run_the_next_delta_is_since_the_previous_kept_base)
+    for x in _members(api, ns, kept):
+        local_cluster.store.delete_snapshot(x["handle"])
     second = _backup(local_cluster, app["repo"], ns)
     got = [(r["planned"], r["change_source"], r["mode"]) for r in second["volumes"]]
     assert got == [("cbt-delta", "cbt-allocated", "full")] * 2, second  # a refused base: full from allocated
@@ -157,6 +159,112 @@ def test_rejected_base_falls_back_to_scan_then_a_failing_mover_keeps_the_base(
     done = wait_until(lambda: _events("cbt-mover.backup.completed", resource), 20, "completed events")
     assert {e.resource["cbt-mover.run"] for e in done} == {first["run_id"], second["run_id"]}
     _assert_failure_said_once(run, ns, failed[0])
+
+
+def test_after_a_partial_run_the_next_delta_is_since_the_previous_kept_base(
+    local_cluster, harness, monkeypatch, tmp_path
+):
+    """A run whose logs mover fails (its pods deleted, the retry's too) commits data and deletes its group snapshot;
+    the previous kept base stays, and the next run's deltas of both volumes are since that base's backups (the
+    partial run's data backup, whose snapshot is gone, is passed over and said so), not full reads."""
+    from flows.backup import run_id_for
+    from movers.repo.manifest import RUN_TAG
+
+    ns, api = "partial", local_cluster.client
+    app = deploy_app(local_cluster, monkeypatch.setenv, ns, "flow-partial")
+    first = _backup(local_cluster, app["repo"], ns)
+    base = {r["volume"]: r["backup_id"] for r in first["volumes"]}
+    assert _kept(api, ns) == [first["run_id"]]
+    with _deleting_movers(api, ns, "logs") as deleted:
+        message, run = _failed_run(local_cluster, app["repo"], ns)
+    assert len(deleted) == 2, ("the mover and its retry", deleted)
+    assert "disappeared" in message and "\n" not in message, message
+    repo = open_repo(app["repo"])
+    [partial] = [
+        ref.backup_id
+        for ref in repo.list_backups(f"{ns}/data")
+        if repo.read_manifest(f"{ns}/data", ref.backup_id).tags.get(RUN_TAG) == run_id_for(run)
+    ]
+    assert [r.backup_id for r in repo.list_backups(f"{ns}/logs")] == [base[f"{ns}/logs"]]
+    assert _kept(api, ns) == [first["run_id"]] and any_run_objects(api, ns) == {}
+
+    third = _backup(local_cluster, app["repo"], ns)
+    rows = {r["volume"]: r for r in third["volumes"]}
+    for volume, row in rows.items():
+        assert (row["planned"], row["change_source"], row["mode"]) == ("cbt-delta", "cbt-delta", "incremental-cbt")
+        assert row["base_backup"] == base[volume] and row["cbt_fallback"] is None, row
+        assert row["why"].startswith(f"delta since backup {base[volume]} "), row["why"]
+    assert f"the newer backup {partial} is no base: VolumeSnapshot {ns}/" in rows[f"{ns}/data"]["why"]
+    assert rows[f"{ns}/data"]["why"].endswith(" no longer exists"), rows[f"{ns}/data"]["why"]
+    assert rows[f"{ns}/data"]["read_bytes"] < 16 << 20, "a delta reads the changes, not every allocated block"
+    assert _kept(api, ns) == [third["run_id"]]
+    for volume in rows:
+        _restore_verifies(app["env"], app["repo"], volume, tmp_path)
+
+
+def test_a_v1alpha1_service_gets_the_delta_by_the_base_snapshot_name_while_it_exists(
+    make_local_cluster, harness, monkeypatch, tmp_path
+):
+    """The v0.1.0 sidecar (a v1alpha1 SnapshotMetadataService; GetMetadataDelta field 3 is base_snapshot_name):
+    the delta names the base by its VolumeSnapshot (the handle would be looked up as a name and refused); once
+    that snapshot is gone the plan says so and no delta is asked for at all."""
+    cluster = make_local_cluster(metadata_sidecar="v0.1.0")
+    ns, api, server = "legacy", cluster.client, cluster.controllers.metadata.server
+    app = deploy_app(cluster, monkeypatch.setenv, ns, "flow-legacy")
+    first = _backup(cluster, app["repo"], ns)
+    base = {r["volume"]: r["backup_id"] for r in first["volumes"]}
+    names = {f"{ns}/{x['pvc']}": x["snapshot"] for x in _members(api, ns, first["run_id"])}
+    second = _backup(cluster, app["repo"], ns)
+    for row in second["volumes"]:
+        assert (row["planned"], row["change_source"], row["mode"]) == ("cbt-delta", "cbt-delta", "incremental-cbt")
+        assert row["base_backup"] == base[row["volume"]] and row["cbt_fallback"] is None, row
+        assert f"asked by its VolumeSnapshot name {names[row['volume']]} (a v1alpha1" in row["why"], row["why"]
+    deltas = [r for r in server.requests if r.method == "GetMetadataDelta"]
+    assert sorted(r.base_snapshot_id for r in deltas) == sorted(names.values()), "names, not handles"
+    for volume in names:
+        _restore_verifies(app["env"], app["repo"], volume, tmp_path)
+
+    [kept] = _kept(api, ns)
+    k.delete(api, "VolumeGroupSnapshot", ns, kept, k.served_group_snapshot_version(api))
+    wait_until(lambda: not k.list_objects(api, "VolumeSnapshot", ns), 30, "the kept base's snapshots gone")
+    asked = len(server.requests)
+    third = _backup(cluster, app["repo"], ns)
+    for row in third["volumes"]:
+        assert (row["planned"], row["change_source"], row["mode"]) == ("cbt-allocated", "cbt-allocated", "full")
+        last = next(r["backup_id"] for r in second["volumes"] if r["volume"] == row["volume"])
+        assert f"has its snapshot in the cluster any more (backup {last}: VolumeSnapshot {ns}/" in row["why"]
+        assert row["why"].endswith(" no longer exists; 1 older one(s) likewise): full backup"), row["why"]
+    assert [r.method for r in server.requests[asked:]] == ["GetMetadataAllocated"] * 2
+
+
+@contextlib.contextmanager
+def _deleting_movers(api, ns: str, pvc: str):
+    """Delete every mover pod of ``pvc`` as soon as the API has it (before it can run); yields the deleted names."""
+    from kubernetes import watch
+
+    core, deleted, seen, stop = client.CoreV1Api(api), [], set(), threading.Event()
+
+    def run():
+        while not stop.is_set():
+            w = watch.Watch()
+            for event in w.stream(
+                core.list_namespaced_pod, ns, label_selector=f"{m.PVC_LABEL}={pvc}", timeout_seconds=1
+            ):
+                pod = event["object"]
+                if event["type"] == "ADDED" and pod.metadata.uid not in seen:  # a retry's pod has the same name
+                    seen.add(pod.metadata.uid)
+                    core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
+                    deleted.append(pod.metadata.name)
+                if stop.is_set():
+                    w.stop()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield deleted
+    finally:
+        stop.set()
+        thread.join(10)
 
 
 def _assert_failure_said_once(flow_run_id, ns, event):
@@ -220,16 +328,6 @@ def _members(api, ns, group):
 
     vgs = k.get(api, "VolumeGroupSnapshot", ns, group, k.served_group_snapshot_version(api))
     return [member(api, ns, x.snapshot) for x in snapshots.group_members(api, vgs)]
-
-
-def _exists(api, kind, name):
-    from movers.errors import NotFoundError
-
-    try:
-        k.get(api, kind, None, name)
-        return True
-    except NotFoundError:
-        return False
 
 
 def test_failing_pre_hook_thaws_and_snapshots_nothing(local_cluster, harness, monkeypatch):

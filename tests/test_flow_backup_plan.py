@@ -164,6 +164,20 @@ def test_mover_objects_are_built_without_a_cluster():
     scan_args = scan_pod["spec"]["containers"][0]["args"]
     assert "--scan" in scan_args and "--cbt-max-results" not in scan_args
     assert not any("projected" in v for v in scan_pod["spec"]["volumes"])
+    assert "--base-snapshot" not in args, "a v1beta1 service gets the handle only"
+
+    # a v1alpha1 service (sidecar v0.1.0) names the base by its VolumeSnapshot; a base without one is no base
+    base = {"handle": "h0", "reason": "delta since b0", "snapshot": "snap-b0"}
+    by_name = VolumePlan.of(base, "aud", by_name=True)
+    assert (by_name.change_source, by_name.base_handle, by_name.base_snapshot) == ("cbt-delta", "h0", "snap-b0")
+    assert (
+        by_name.why == "delta since b0; asked by its VolumeSnapshot name snap-b0 (a v1alpha1 SnapshotMetadataService)"
+    )
+    args = mover_objects("run-1", member, by_name, policy)[1]["spec"]["containers"][0]["args"]
+    assert args[args.index("--base-snapshot") + 1] == "snap-b0" and args[args.index("--base-handle") + 1] == "h0"
+    nameless = VolumePlan.of({**base, "snapshot": None}, "aud", by_name=True)
+    assert (nameless.change_source, nameless.base_handle, nameless.base_snapshot) == ("cbt-allocated", None, None)
+    assert nameless.why.endswith("names the base by VolumeSnapshot name and that backup recorded none"), nameless.why
 
 
 def test_the_movers_result_is_typed_and_keeps_what_it_does_not_name():

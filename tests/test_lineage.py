@@ -27,9 +27,10 @@ def image(tmp_path):
     return str(path)
 
 
-def _backup(repo, image, snap_handle, pv_handle=None, pv_uid=None):
+def _backup(repo, image, snap_handle, pv_handle=None, pv_uid=None, name=None):
     volume = VolumeIdentity(VOL, namespace="shop", pvc="data", pv_volume_handle=pv_handle, pv_uid=pv_uid)
-    return run_backup(repo, image, volume, snapshot=SnapshotIdentity(snapshot_handle=snap_handle))
+    snapshot = SnapshotIdentity(volume_snapshot=name, namespace="shop" if name else None, snapshot_handle=snap_handle)
+    return run_backup(repo, image, volume, snapshot=snapshot)
 
 
 def test_same_volume():
@@ -46,7 +47,7 @@ def test_same_volume():
 def test_choose_base(repo, image):
     assert choose_base(repo, VOL, "vol-1") == BaseChoice(None, f"no earlier backup of {VOL}: full backup")
     legacy = _backup(repo, image, "snap-0")  # written before volume identities were recorded
-    handle, why = choose_base(repo, VOL, "vol-1", "u1")
+    handle, why, _ = choose_base(repo, VOL, "vol-1", "u1")
     assert handle is None and "records no source volume" in why and legacy.backup_id in why
     first = _backup(repo, image, "snap-1", "vol-1", "u1")
     assert choose_base(repo, VOL, "vol-1", "u1").handle == "snap-1"
@@ -54,13 +55,13 @@ def test_choose_base(repo, image):
     assert choose_base(repo, VOL, "vol-1", None).handle == "snap-1", "the uid is compared only where both are known"
 
     # the PVC bound to another volume (a restore into a new claim, a re-created PVC): no base
-    handle, why = choose_base(repo, VOL, "vol-2", "u9")
+    handle, why, _ = choose_base(repo, VOL, "vol-2", "u9")
     assert handle is None
     assert why == (
         "the PVC is bound to another volume than the last backup's (volume handle vol-2, the last"
         " backup's vol-1): full backup"
     )
-    handle, why = choose_base(repo, VOL, "vol-1", "u2")
+    handle, why, _ = choose_base(repo, VOL, "vol-1", "u2")
     assert handle is None and why.startswith("the source PV was re-created (uid u2, the last backup's u1)")
     assert choose_base(repo, VOL, None, None).handle is None, "an unknown source cannot be verified"
 
@@ -69,6 +70,46 @@ def test_choose_base(repo, image):
     _backup(repo, image, None, "vol-2", "u9")  # a backup without a snapshot handle is no base
     assert choose_base(repo, VOL, "vol-2", "u9").handle == "snap-2"
     assert choose_base(repo, VOL, "vol-1", "u1").handle == "snap-1", "the newest backup of that volume"
+
+
+def test_the_base_is_the_newest_backup_whose_snapshot_still_exists(repo, image):
+    """After a partial run (its cleanup deleted its snapshots) the delta is since the previous kept base, and the
+    reason says which backup was passed over and why; the base's VolumeSnapshot name comes with it."""
+    kept = _backup(repo, image, "snap-1", "vol-1", "u1", name="run1-data")
+    partial = _backup(repo, image, "snap-2", "vol-1", "u1", name="run2-data")
+    exists = {"run1-data": "snap-1", "run2-data": "snap-2"}
+    asked: list[str] = []
+
+    def missing(snapshot):
+        asked.append(snapshot.volume_snapshot)
+        if exists.get(snapshot.volume_snapshot) != snapshot.snapshot_handle:
+            return f"VolumeSnapshot shop/{snapshot.volume_snapshot} no longer exists"
+        return None
+
+    assert choose_base(repo, VOL, "vol-1", "u1", missing) == BaseChoice(
+        "snap-2",
+        f"delta since backup {partial.backup_id} (snapshot snap-2) of the same volume vol-1",
+        "run2-data",
+    )
+    assert asked == ["run2-data"], "newest first, stopping at the first that exists"
+    del exists["run2-data"]
+    handle, why, name = choose_base(repo, VOL, "vol-1", "u1", missing)
+    assert (handle, name) == ("snap-1", "run1-data")
+    assert why == (
+        f"delta since backup {kept.backup_id} (snapshot snap-1) of the same volume vol-1; the newer backup"
+        f" {partial.backup_id} is no base: VolumeSnapshot shop/run2-data no longer exists"
+    )
+    exists["run1-data"] = "snap-9"  # a snapshot of that name made since: not the one the backup recorded
+    handle, why, name = choose_base(repo, VOL, "vol-1", "u1", missing)
+    assert handle is None and name is None
+    assert why == (
+        f"no backup of {VOL} has its snapshot in the cluster any more (backup {partial.backup_id}: VolumeSnapshot"
+        " shop/run2-data no longer exists; 1 older one(s) likewise): full backup"
+    )
+    assert choose_base(repo, VOL, "vol-2", "u1", missing).reason.startswith("the PVC is bound to another volume"), (
+        "another volume's backups are not asked about"
+    )
+    assert choose_base(repo, VOL, "vol-1", "u1").handle == "snap-2", "without a check every snapshot counts"
 
 
 def test_backup_with_handle(repo, image):

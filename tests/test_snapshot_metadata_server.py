@@ -313,6 +313,20 @@ def test_snapshot_lookups(env, target):
         env.catalog.by_handle("no-such-handle")
 
 
+def test_the_v010_sidecar_names_the_delta_base_by_volumesnapshot(env, target):
+    """``base_by_name``: the v0.1.0 sidecar (external-snapshot-metadata v0.1.0, field 3 ``base_snapshot_name``):
+    the base is a VolumeSnapshot of the request's namespace, looked up first; a handle there is a missing name."""
+    env.serve(base_by_name=True)
+    assert tuples(ok(env.delta("a", "b"))) == fixed([3, 6, 30])
+    failed(env.delta(env.a.handle, "b"), CODE.UNAVAILABLE, f"failed to get VolumeSnapshot '{NS}/{env.a.handle}'")
+    failed(env.delta("", "b"), CODE.INVALID_ARGUMENT, "baseSnapshotName cannot be empty")
+    env.a.ready = False
+    failed(env.delta("a", "missing"), CODE.UNAVAILABLE, "the VolumeSnapshot is not yet ready, name: a")
+    env.a.ready = True
+    env.catalog.add(ImageSnapshot(target.path, namespace=NS, name="elsewhere", volume_id="other-volume"))
+    failed(env.delta("a", "elsewhere"), CODE.INVALID_ARGUMENT, "baseSnapshot and targetSnapshot does not belong")
+
+
 # --- transport ---
 
 

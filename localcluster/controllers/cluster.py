@@ -23,7 +23,9 @@ Settings (each off by default; each makes the cluster poorer or older in one poi
 - ``drivers``: the ``DriverSpec`` tuple (default ``DEFAULT_DRIVERS``); ``ready_delay``: seconds from taking a
   snapshot to ``readyToUse: true`` (default 0.2);
 - ``cbt=False``: no SnapshotMetadata server and no SnapshotMetadataService CR (the product falls back to scans);
-  ``audience`` / ``block_type`` configure the service otherwise;
+  ``audience`` / ``block_type`` configure the service otherwise; ``metadata_sidecar="v0.1.0"``: the Kubernetes
+  1.33 alpha sidecar (a ``v1alpha1`` CR, the delta's base named by VolumeSnapshot name; the API must serve
+  ``cbt.storage.k8s.io/v1alpha1``, as ``LocalCluster`` arranges);
 - ``group_snapshots="unprocessed"`` (``False`` is an alias): the group snapshot CRDs are served and the classes
   exist, but nothing processes VolumeGroupSnapshots (no status at all), as with the snapshot-controller's
   CSIVolumeGroupSnapshot feature gate off. A cluster without the CRDs is ``KubeAPI(group_snapshot_versions=())``:
@@ -97,6 +99,7 @@ class LocalControllers:
         hostpath_group_capability: bool = True,
         audience: str = n.DEFAULT_AUDIENCE,
         block_type: str = "FIXED_LENGTH",
+        metadata_sidecar: str = "v1",
     ) -> None:
         if group_snapshots not in (True, False, "unprocessed"):
             raise ValueError(f"group_snapshots must be True, False or 'unprocessed', not {group_snapshots!r}")
@@ -120,6 +123,7 @@ class LocalControllers:
         self.ready_delay = ready_delay
         self.audience = audience
         self.block_type = block_type
+        self.metadata_sidecar = metadata_sidecar
         self.group_version: str | None = None
         self.volumes: dict[str, VolumeController] = {}
         self.snapshots: SnapshotController | None = None
@@ -168,6 +172,7 @@ class LocalControllers:
                         plugin,
                         audience=self.audience,
                         block_type=self.block_type,
+                        sidecar=self.metadata_sidecar,
                     )
                     self.metadata = self.metadata or service
                     parts.append(service)

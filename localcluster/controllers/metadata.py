@@ -21,7 +21,9 @@ external-snapshot-metadata sidecar resolves it, through the API on every call:
 ``audience`` against the same API (``TokenReviewValidator``), then creates (or replaces) the cluster-scoped
 ``cbt.storage.k8s.io/v1beta1`` SnapshotMetadataService named after the driver with ``spec.address``,
 ``spec.audience`` and ``spec.caCert`` (base64 of the CA PEM). ``stop()`` deletes the CR (best effort) and
-stops the server.
+stops the server. ``sidecar="v0.1.0"``: the Kubernetes 1.33 alpha sidecar instead: its CR is ``v1alpha1`` (the
+only version that release's CRD served) and its delta names the base by VolumeSnapshot name
+(``SnapshotMetadataServer(base_by_name=True)``).
 
 Simplified: the hostpath driver answers INVALID_ARGUMENT for snapshots of Filesystem-mode volumes; this one
 serves their image files like any other.
@@ -39,6 +41,7 @@ from localcluster.snapshot_metadata import ImageSnapshot, SnapshotMetadataServer
 from localcluster.snapshot_metadata.kube_auth import TokenReviewValidator
 
 log = logging.getLogger(__name__)
+SIDECARS = ("v1", "v0.1.0")  # the external-snapshot-metadata releases served: v1.x, or the 1.33 alpha one
 
 
 class KubeSnapshotCatalog:
@@ -124,14 +127,28 @@ class KubeSnapshotCatalog:
 
 class MetadataService:
     def __init__(
-        self, kube: Kube, plugin: CsiPlugin, *, audience: str, host: str = "127.0.0.1", block_type: str = "FIXED_LENGTH"
+        self,
+        kube: Kube,
+        plugin: CsiPlugin,
+        *,
+        audience: str,
+        host: str = "127.0.0.1",
+        block_type: str = "FIXED_LENGTH",
+        sidecar: str = "v1",
     ) -> None:
+        if sidecar not in SIDECARS:
+            raise ValueError(f"sidecar must be one of {SIDECARS}, not {sidecar!r}")
         self.kube = kube
         self.plugin = plugin
         self.audience = audience
+        self.sms = SMS.at("v1alpha1") if sidecar == "v0.1.0" else SMS
         self.catalog = KubeSnapshotCatalog(kube, plugin)
         self.server = SnapshotMetadataServer(
-            self.catalog, TokenReviewValidator(kube.api_client, audience), host=host, block_type=block_type
+            self.catalog,
+            TokenReviewValidator(kube.api_client, audience),
+            host=host,
+            block_type=block_type,
+            base_by_name=sidecar == "v0.1.0",
         )
 
     @property
@@ -153,11 +170,11 @@ class MetadataService:
                     "caCert": base64.b64encode(self.server.ca_pem).decode(),
                 },
             }
-            old = self.kube.get(SMS, self.plugin.driver)
+            old = self.kube.get(self.sms, self.plugin.driver)
             if old is None:
-                self.kube.create(SMS, body)
+                self.kube.create(self.sms, body)
             else:
-                self.kube.patch(SMS, self.plugin.driver, {"spec": body["spec"]})
+                self.kube.patch(self.sms, self.plugin.driver, {"spec": body["spec"]})
         except BaseException:
             self.server.stop()
             raise
@@ -165,7 +182,7 @@ class MetadataService:
 
     def stop(self) -> None:
         try:
-            self.kube.delete(SMS, self.plugin.driver)
+            self.kube.delete(self.sms, self.plugin.driver)
         except Exception as exc:  # the API may be gone already
             log.debug("deleting SnapshotMetadataService %s failed: %s", self.plugin.driver, exc)
         finally:

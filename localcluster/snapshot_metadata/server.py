@@ -14,6 +14,12 @@ Each RPC, in the sidecar's order:
 4. target VolumeSnapshot missing or not ready: UNAVAILABLE; refused by the catalog (``SnapshotRefused``, e.g. its
    VolumeSnapshotClass cannot be resolved): the catalog's code and message; delta base handle unknown: NOT_FOUND,
    not ready: UNAVAILABLE; different volumes: INVALID_ARGUMENT "snapshots don't belong to the same Volume";
+   with ``base_by_name`` (the v0.1.0 sidecar, whose field 3 is ``base_snapshot_name``): the base is the
+   VolumeSnapshot of that name in the request's namespace, looked up before the target: empty INVALID_ARGUMENT
+   "baseSnapshotName cannot be empty", missing UNAVAILABLE "failed to get VolumeSnapshot '<ns>/<name>': ...",
+   not ready UNAVAILABLE "the VolumeSnapshot is not yet ready, name: <name>", refused as a target is, different
+   volumes INVALID_ARGUMENT "baseSnapshot and targetSnapshot does not belong to the same volume" (v0.1.0
+   compared the snapshots' source PVC names; this double compares their volumes);
 5. ``starting_offset`` < 0 or > capacity: OUT_OF_RANGE (== capacity is an empty, successful stream);
 6. the stream: from block ``starting_offset // block_size``, FIXED_LENGTH sends one ``block_size`` tuple per
    allocated/changed block (the last one runs past a capacity that is not a multiple of ``block_size``),
@@ -70,6 +76,7 @@ class SnapshotMetadataServer:
     """The server; ``port=0`` picks a free port (see ``.address`` after ``start()``), ``tls=None`` makes a CA.
 
     ``faults`` may be shared with the test and changed while serving; ``max_workers`` bounds concurrent RPCs.
+    ``base_by_name``: the v0.1.0 sidecar's delta (its base named by VolumeSnapshot name, see the module doc).
     """
 
     def __init__(
@@ -84,6 +91,7 @@ class SnapshotMetadataServer:
         tls: TlsMaterial | None = None,
         faults: Faults | None = None,
         max_workers: int = 16,
+        base_by_name: bool = False,
     ):
         if block_type not in BLOCK_TYPES:
             raise ValueError(f"block_type must be one of {sorted(BLOCK_TYPES)}")
@@ -95,6 +103,7 @@ class SnapshotMetadataServer:
         self.tls = tls or make_ca_and_cert()
         self.faults = faults if faults is not None else Faults()
         self.max_workers = max_workers
+        self.base_by_name = base_by_name
         self._lock = threading.Lock()
         self._calls: Counter[str] = Counter()
         self._requests: list[RequestRecord] = []
@@ -215,20 +224,30 @@ class SnapshotMetadataServer:
             request.max_results,
             request.security_token,
         )
+        base_field = "baseSnapshotName" if self.base_by_name else "baseSnapshotId"
         required = [
-            (request.base_snapshot_id, "baseSnapshotId cannot be empty"),
+            (request.base_snapshot_id, f"{base_field} cannot be empty"),
             (request.target_snapshot_name, "targetSnapshotName cannot be empty"),
         ]
         plan = self._begin(record, context, required)
-        target = self._target(request.namespace, request.target_snapshot_name, context)
-        try:
-            base = self.catalog.by_handle(request.base_snapshot_id)
-        except SnapshotNotFound:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"snapshot {request.base_snapshot_id} not found")
-        if not base.ready:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"snapshot {request.base_snapshot_id} is not ready")
-        if base.volume_id != target.volume_id:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshots don't belong to the same Volume")
+        if self.base_by_name:
+            base = self._base_by_name(request.namespace, request.base_snapshot_id, context)
+            target = self._target(request.namespace, request.target_snapshot_name, context)
+            if base.volume_id != target.volume_id:
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "baseSnapshot and targetSnapshot does not belong to the same volume",
+                )
+        else:
+            target = self._target(request.namespace, request.target_snapshot_name, context)
+            try:
+                base = self.catalog.by_handle(request.base_snapshot_id)
+            except SnapshotNotFound:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"snapshot {request.base_snapshot_id} not found")
+            if not base.ready:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"snapshot {request.base_snapshot_id} is not ready")
+            if base.volume_id != target.volume_id:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshots don't belong to the same Volume")
         start_block, max_results = self._window(record, plan, target, context)
         runs = target.changed_runs(base, self.block_size, start_block)
         key = None
@@ -279,6 +298,18 @@ class SnapshotMetadataServer:
             snap = None
         if snap is None or not snap.ready:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"VolumeSnapshot {namespace}/{name} is not ready")
+        return snap
+
+    def _base_by_name(self, namespace: str, name: str, context) -> Snapshot:
+        """The v0.1.0 sidecar's base: the VolumeSnapshot ``namespace/name`` (see the module doc)."""
+        try:
+            snap = self.catalog.by_name(namespace, name)
+        except SnapshotRefused as exc:
+            context.abort(grpc.StatusCode[exc.code], str(exc))
+        except SnapshotNotFound as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"failed to get VolumeSnapshot '{namespace}/{name}': {exc}")
+        if not snap.ready:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"the VolumeSnapshot is not yet ready, name: {name}")
         return snap
 
     def _window(self, record: RequestRecord, plan: CallPlan, target: Snapshot, context) -> tuple[int, int]:

@@ -127,7 +127,9 @@ class SnapshotMetadataClient:
         self, namespace: str, base_handle: str, snapshot: str, clamp_to: int | None = None, starting_offset: int = 0
     ) -> ExtentStream:
         """The ranges changed between the snapshot with CSI handle ``base_handle`` and the
-        VolumeSnapshot ``namespace/snapshot`` (from the block holding ``starting_offset``)."""
+        VolumeSnapshot ``namespace/snapshot`` (from the block holding ``starting_offset``). For a v1alpha1
+        service (sidecar v0.1.0: field 3 is ``base_snapshot_name``) ``base_handle`` is the base's VolumeSnapshot
+        name instead (``movers.cbt.source``)."""
 
         def call(token: str, offset: int):
             req = pb.GetMetadataDeltaRequest(

@@ -4,6 +4,12 @@ Either everything is explicit (``address``, ``ca_file``, ``token_file`` or ``aud
 ``namespace``, ``snapshot``) or ``kube`` is set and the VolumeSnapshot is looked up: its
 content gives the driver and snapshot handle, the driver's SnapshotMetadataService gives the
 address, audience and CA, and the token comes from the TokenRequest API (or ``token_file``).
+
+A delta since ``base_handle`` from a v1alpha1 service (found with ``kube``: the v0.1.0 sidecar, whose
+``GetMetadataDelta`` field 3 is ``base_snapshot_name``) names the base by its VolumeSnapshot, ``base_snapshot``,
+after checking that this VolumeSnapshot (in ``namespace``) still holds the handle ``base_handle``. When it
+cannot (no name given, the snapshot gone or another one now) the session's stream is the allocated blocks and
+``base_rejected`` says why: the caller backs up in full (or refuses) with that reason.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ class CbtOptions:
     namespace: str | None = None
     snapshot: str | None = None
     base_handle: str | None = None
+    base_snapshot: str | None = None  # the base's VolumeSnapshot name, for a v1alpha1 service (see the module doc)
     address: str | None = None
     ca_file: str | None = None
     token_file: str | None = None
@@ -49,6 +56,7 @@ class CbtSession:
     client: SnapshotMetadataClient
     stream: ExtentStream
     snapshot: discovery.SnapshotRef | None
+    base_rejected: str | None = None  # why no delta since base_handle could be asked (the stream is allocated)
 
     def close(self) -> None:
         self.client.close()
@@ -58,7 +66,7 @@ def open_session(opts: CbtOptions, clamp_to: int | None = None) -> CbtSession:
     if not opts.namespace or not opts.snapshot:
         raise UsageError("CBT needs --namespace and --snapshot (the VolumeSnapshot to read)")
     api = api_client(opts.kubeconfig) if (opts.kube or opts.audience) else None
-    ref = None
+    ref = service = None
     address, audience, ca_pem = opts.address, opts.audience, None
     if opts.kube:
         ref = discovery.wait_snapshot_ready(api, opts.namespace, opts.snapshot, opts.wait_timeout)
@@ -87,11 +95,33 @@ def open_session(opts: CbtOptions, clamp_to: int | None = None) -> CbtSession:
         raise UsageError("CBT needs --cbt-token-file or --cbt-audience (a TokenRequest for that audience)")
     client = SnapshotMetadataClient(address, ca_pem, tokens, max_results=opts.max_results)
     start = opts.starting_offset
-    if opts.base_handle:
-        stream = client.delta(opts.namespace, opts.base_handle, opts.snapshot, clamp_to, starting_offset=start)
+    base, rejected = opts.base_handle, None
+    if base and service is not None and service.legacy:
+        base, rejected = _base_by_name(api, opts, service.driver)
+    if base:
+        stream = client.delta(opts.namespace, base, opts.snapshot, clamp_to, starting_offset=start)
     else:
         stream = client.allocated(opts.namespace, opts.snapshot, clamp_to, starting_offset=start)
-    return CbtSession(client, stream, ref)
+    return CbtSession(client, stream, ref, rejected)
+
+
+def _base_by_name(api, opts: CbtOptions, driver: str) -> tuple[str | None, str | None]:
+    """``(the VolumeSnapshot name to send, None)`` for a v1alpha1 service's delta since ``opts.base_handle``, or
+    ``(None, why not)`` (see the module doc)."""
+    from movers.errors import NotFoundError
+
+    old = f"the v1alpha1 SnapshotMetadataService of {driver} (sidecar v0.x) names a delta's base by VolumeSnapshot"
+    name = opts.base_snapshot
+    if not name:
+        return None, f"{old} and none was given for base {opts.base_handle} (--base-snapshot)"
+    what = f"the base VolumeSnapshot {opts.namespace}/{name}"
+    try:
+        base = discovery.resolve_snapshot(api, opts.namespace, name)
+    except NotFoundError:
+        return None, f"{old}, and {what} no longer exists"
+    if base.handle != opts.base_handle:
+        return None, f"{old}, and {what} is another snapshot now (handle {base.handle}, not {opts.base_handle})"
+    return name, None
 
 
 def _core(api):

@@ -44,23 +44,41 @@ class VolumePlan:
     """What one member's mover does, decided once (``of``) and rendered whole into its argv: ``scan`` reads the
     whole device (``--scan``: no CBT service is asked), a CBT source asks the driver's SnapshotMetadataService
     (token ``audience``, pages of ``max_results``) for the changes since ``base_handle`` (cbt-delta) or for the
-    allocated blocks (cbt-allocated). ``why`` is the reason, for the logs and the run's table."""
+    allocated blocks (cbt-allocated). ``why`` is the reason, for the logs and the run's table. ``base_snapshot``: the
+    base's VolumeSnapshot name, which a v1alpha1 service (sidecar v0.1.0) is asked for instead of the handle
+    (``base_handle`` still names the backup the delta builds on)."""
 
     change_source: ChangeSource
     why: str
     base_handle: str | None = None
     audience: str | None = None
     max_results: int | None = None
+    base_snapshot: str | None = None
 
     @classmethod
     def of(
-        cls, base: Mapping[str, Any], audience: str | None, no_cbt: str | None = None, max_results: int = 4096
+        cls,
+        base: Mapping[str, Any],
+        audience: str | None,
+        no_cbt: str | None = None,
+        max_results: int = 4096,
+        by_name: bool = False,
     ) -> VolumePlan:
-        """cbt-delta (CBT and a base of the same volume: ``base``, ``lineage.choose_base``'s handle and reason),
-        cbt-allocated (CBT, no such base) or scan (no CBT ``audience``; ``no_cbt`` says why)."""
+        """cbt-delta (CBT and a base of the same volume: ``base``, ``lineage.choose_base``'s handle, reason and
+        VolumeSnapshot name), cbt-allocated (CBT, no such base) or scan (no CBT ``audience``; ``no_cbt`` says why).
+        ``by_name``: the driver's service is v1alpha1 (``preflight.DriverCbt.base_by_name``): the delta names its
+        base by VolumeSnapshot name, so a base without one is no base."""
         if audience is None:
             return cls("scan", no_cbt or "no SnapshotMetadataService")
-        handle = base.get("handle")
+        handle, name = base.get("handle"), base.get("snapshot")
+        if handle and by_name and not name:
+            why = f"{base['reason']}, but a v1alpha1 SnapshotMetadataService (sidecar v0.x) names the base by"
+            return cls(
+                "cbt-allocated", f"{why} VolumeSnapshot name and that backup recorded none", None, audience, max_results
+            )
+        if handle and by_name:
+            why = f"{base['reason']}; asked by its VolumeSnapshot name {name} (a v1alpha1 SnapshotMetadataService)"
+            return cls("cbt-delta", why, handle, audience, max_results, name)
         source = "cbt-delta" if handle else "cbt-allocated"
         return cls(source, base["reason"], handle, audience, max_results)
 
@@ -111,6 +129,7 @@ def mover_objects(
         pvc=pvc,
         repo=member.get("repo"),
         base_handle=plan.base_handle,
+        base_snapshot=plan.base_snapshot,
         scan=plan.change_source == "scan",
         snapshot_handle=member.get("handle"),
         group_snapshot=member.get("group_snapshot"),

@@ -24,7 +24,8 @@ missing, 2: a setting). A run calls, in this order (the repository is opened in 
      and the fix; on the group path they serve the fallback after a group not cut in time, and
      ``fallback_problem`` says why there can be none;
    - per driver (``cbt``): its SnapshotMetadataService's audience (none: the movers scan, with the
-     reason) and whether a group member's changed blocks can be asked for: the metadata sidecar reads the
+     reason), whether it is a v1alpha1 one (``base_by_name``: the v0.1.0 sidecar's delta names its base by
+     VolumeSnapshot name) and whether a group member's changed blocks can be asked for: the metadata sidecar reads the
      snapshot's VolumeSnapshotClass and a group member names none, so it needs exactly one default
      VolumeSnapshotClass of the driver (else group members are scanned, with that reason);
    - the permissions the chosen path adds (``path_checks``): the group snapshot calls, the per-claim
@@ -76,6 +77,7 @@ class DriverCbt:
     audience: str | None  # the SnapshotMetadataService's audience; None: no CBT for this driver
     unavailable: str | None  # why there is no CBT (None: there is)
     group_members: str | None  # why a group member gets no CBT (None: it does)
+    base_by_name: bool = False  # a v1alpha1 service (sidecar v0.x): a delta names its base by VolumeSnapshot name
 
 
 @dataclass(frozen=True)
@@ -372,10 +374,10 @@ def driver_cbt(api, driver: str, enabled: str, classes: list[dict]) -> DriverCbt
     if enabled == "off":
         return DriverCbt(None, "CBT disabled by the policy (cbt.enabled: off)", None)
     try:
-        audience = snapshot_metadata_service(api, driver).audience
+        service = snapshot_metadata_service(api, driver)
     except (CbtUnavailableError, NotFoundError):
         return DriverCbt(None, f"CSI driver {driver} has no SnapshotMetadataService", None)
-    return DriverCbt(audience, None, member_cbt_problem(classes, driver))
+    return DriverCbt(service.audience, None, member_cbt_problem(classes, driver), service.legacy)
 
 
 def _check_policy_class(classes: list[dict], policy_class: str | None, drivers: list[str]) -> None:

@@ -22,7 +22,10 @@ finds whatever is left. ``member(api, namespace, snapshot)`` describes one membe
 
 ``keep(api, namespace, app, kind, version, names)``: a successful run's snapshots become the next delta's
 bases (run label off, ``KEPT_LABEL=<app>`` on) and the ones kept before for ``app`` are deleted, of either kind
-(a run that fell back to per-claim snapshots replaces a kept group, and the reverse).
+(a run that fell back to per-claim snapshots replaces a kept group, and the reverse). This is the one rule of
+which snapshots outlive a run: only a run whose every member committed calls ``keep``; any other run's
+snapshots still carry its run label and its cleanup deletes them, so the bases kept before stay. The next
+run's base choice does not restate the rule: it reads which recorded snapshots exist (``movers.kube.bases``).
 """
 
 from __future__ import annotations

@@ -9,27 +9,34 @@ pv_volume_handle``, the CSI volume handle, and ``volume.pv_uid``) and compared b
 
 * ``same_volume(recorded, current)``: None when nothing recorded says they differ, else the reason
   (the volume handles differ, or the PV uids differ where both are recorded).
-* ``choose_base(repo, volume_id, pv_handle, pv_uid)``: ``(base_handle, reason)``: the snapshot handle
-  of the newest backup of ``volume_id`` whose recorded handle (and PV uid, where both are known) is the
-  current source's, or ``(None, reason)`` for a full backup, e.g. "the PVC is bound to another volume
-  than the last backup's ...: full backup". A backup that records no volume handle (written before the
-  identity was recorded) never serves as a base here: the first backup after the upgrade is full.
+* ``choose_base(repo, volume_id, pv_handle, pv_uid, missing)``: ``BaseChoice(handle, reason, snapshot)``: the
+  snapshot handle (and VolumeSnapshot name) of the newest backup of ``volume_id`` whose recorded volume handle
+  (and PV uid, where both are known) is the current source's and whose snapshot still exists, or ``(None,
+  reason)`` for a full backup, e.g. "the PVC is bound to another volume than the last backup's ...: full
+  backup". ``missing(snapshot)`` says why a backup's recorded snapshot cannot serve as the base any more
+  (``movers.kube.bases.SnapshotCheck.missing``: deleted, replaced), None when it can; such backups are skipped
+  and the reason names them, e.g. after a partial run (whose snapshots its cleanup deleted) the delta is since
+  the backup of the previous kept base. Without ``missing`` every recorded snapshot counts as existing. A
+  backup that records no volume handle (written before the identity was recorded) never serves as a base
+  here: the first backup after the upgrade is full.
 * ``backup_with_handle(repo, volume_id, handle)``: the newest backup that recorded snapshot ``handle``
   (the parent of a delta since it), ``UsageError`` when none did.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from movers.errors import UsageError
-from movers.repo.manifest import Manifest, VolumeIdentity
+from movers.repo.manifest import Manifest, SnapshotIdentity, VolumeIdentity
 from movers.repo.repository import Repository
 
 
 class BaseChoice(NamedTuple):
     handle: str | None  # the base snapshot's CSI handle for GetMetadataDelta; None: a full backup
     reason: str  # one line: why this base, or why none
+    snapshot: str | None = None  # the base's VolumeSnapshot name (a v1alpha1 service asks for it by name)
 
 
 def same_volume(recorded: VolumeIdentity, current: VolumeIdentity) -> str | None:
@@ -56,7 +63,13 @@ def backup_with_handle(repo: Repository, volume_id: str, handle: str) -> Manifes
     )
 
 
-def choose_base(repo: Repository, volume_id: str, pv_handle: str | None, pv_uid: str | None = None) -> BaseChoice:
+def choose_base(
+    repo: Repository,
+    volume_id: str,
+    pv_handle: str | None,
+    pv_uid: str | None = None,
+    missing: Callable[[SnapshotIdentity], str | None] | None = None,
+) -> BaseChoice:
     """The base of the next CBT delta of ``volume_id`` whose source is now volume ``pv_handle`` (PV
     ``pv_uid``), or None and why a full backup is needed (see the module doc). Reads manifests newest
     first and stops at the first match."""
@@ -69,17 +82,30 @@ def choose_base(repo: Repository, volume_id: str, pv_handle: str | None, pv_uid:
         )
     current = VolumeIdentity(volume_id, pv_volume_handle=pv_handle, pv_uid=pv_uid)
     newest: Manifest | None = None
+    gone: list[tuple[str, str]] = []  # (backup id, why its snapshot cannot be the base), newest first
     for ref in reversed(refs):
         manifest = repo.read_manifest(volume_id, ref.backup_id)
         if not manifest.snapshot.snapshot_handle:
             continue
         newest = newest or manifest
         if manifest.volume.pv_volume_handle and same_volume(manifest.volume, current) is None:
+            why_not = missing(manifest.snapshot) if missing else None
+            if why_not:
+                gone.append((manifest.backup_id, why_not))
+                continue
             return BaseChoice(
                 manifest.snapshot.snapshot_handle,
                 f"delta since backup {manifest.backup_id} (snapshot {manifest.snapshot.snapshot_handle})"
-                f" of the same volume {pv_handle}",
+                f" of the same volume {pv_handle}{_skipped(gone)}",
+                manifest.snapshot.volume_snapshot,
             )
+    if gone:
+        backup_id, why = gone[0]
+        return BaseChoice(
+            None,
+            f"no backup of {volume_id} has its snapshot in the cluster any more (backup {backup_id}: {why}"
+            f"{_likewise(gone)}): full backup",
+        )
     if newest is None:
         return BaseChoice(None, f"no earlier backup of {volume_id} recorded a snapshot handle: full backup")
     if not newest.volume.pv_volume_handle:
@@ -91,3 +117,15 @@ def choose_base(repo: Repository, volume_id: str, pv_handle: str | None, pv_uid:
     why = same_volume(newest.volume, current) or "no earlier backup is of this volume"
     why = why.replace("the base backup's", "the last backup's").replace("the base's", "the last backup's")
     return BaseChoice(None, f"{why}: full backup")
+
+
+def _skipped(gone: list[tuple[str, str]]) -> str:
+    """The newer backups passed over for the base, for its reason."""
+    if not gone:
+        return ""
+    backup_id, why = gone[0]
+    return f"; the newer backup {backup_id} is no base: {why}{_likewise(gone)}"
+
+
+def _likewise(gone: list[tuple[str, str]]) -> str:
+    return f"; {len(gone) - 1} older one(s) likewise" if len(gone) > 1 else ""
