@@ -41,11 +41,15 @@ def choose_base(
     repo_url: str, volume_id: str, pv_handle: str | None, pv_uid: str | None, key: KeySource | None = None
 ) -> dict[str, Any]:
     """The next CBT delta's base of ``volume_id``, whose source is now volume ``pv_handle`` (PV ``pv_uid``):
-    ``{"handle", "reason"}``, handle None for a full backup (``movers.repo.lineage.choose_base``)."""
+    ``{"handle", "reason", "parent"}``, handle None for a full backup (``movers.repo.lineage.choose_base``);
+    ``parent``: the backup of that handle the delta is to build on (the newest that recorded it)."""
+    from movers.repo.lineage import backup_with_handle
     from movers.repo.lineage import choose_base as choose
 
-    choice = choose(open_repository(repo_url, key), volume_id, pv_handle, pv_uid)
-    return {"handle": choice.handle, "reason": choice.reason}
+    repo = open_repository(repo_url, key)
+    choice = choose(repo, volume_id, pv_handle, pv_uid)
+    parent = backup_with_handle(repo, volume_id, choice.handle).backup_id if choice.handle else None
+    return {"handle": choice.handle, "reason": choice.reason, "parent": parent}
 
 
 PLANNED = {

@@ -44,13 +44,15 @@ class VolumePlan:
     """What one member's mover does, decided once (``of``) and rendered whole into its argv: ``scan`` reads the
     whole device (``--scan``: no CBT service is asked), a CBT source asks the driver's SnapshotMetadataService
     (token ``audience``, pages of ``max_results``) for the changes since ``base_handle`` (cbt-delta) or for the
-    allocated blocks (cbt-allocated). ``why`` is the reason, for the logs and the run's table."""
+    allocated blocks (cbt-allocated). ``why`` is the reason, for the logs and the run's table. ``parent``: the
+    backup (id) of ``base_handle`` the delta builds on, as planned (``--parent``: never whichever is newest)."""
 
     change_source: ChangeSource
     why: str
     base_handle: str | None = None
     audience: str | None = None
     max_results: int | None = None
+    parent: str | None = None
 
     @classmethod
     def of(
@@ -62,7 +64,7 @@ class VolumePlan:
             return cls("scan", no_cbt or "no SnapshotMetadataService")
         handle = base.get("handle")
         source = "cbt-delta" if handle else "cbt-allocated"
-        return cls(source, base["reason"], handle, audience, max_results)
+        return cls(source, base["reason"], handle, audience, max_results, base.get("parent") if handle else None)
 
 
 class MoverResult(BaseModel):
@@ -111,6 +113,7 @@ def mover_objects(
         pvc=pvc,
         repo=member.get("repo"),
         base_handle=plan.base_handle,
+        parent=plan.parent if plan.change_source == "cbt-delta" else None,
         scan=plan.change_source == "scan",
         snapshot_handle=member.get("handle"),
         group_snapshot=member.get("group_snapshot"),

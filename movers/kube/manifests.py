@@ -265,6 +265,7 @@ def backup_args(
     device: str = "/dev/xvda",
     repo: str | None = None,
     base_handle: str | None = None,
+    parent: str | None = None,
     cluster: str | None = None,
     pvc: str | None = None,
     group_snapshot: str | None = None,
@@ -294,7 +295,8 @@ def backup_args(
 
         ``--kube`` looks the snapshot, its driver's SnapshotMetadataService and CA up in-cluster; the
         JSON result goes to stdout and to the termination log. ``repo`` None: the pod's
-        ``CBT_MOVER_REPO`` (from the repository Secret). ``base_handle``: a delta since that snapshot.
+        ``CBT_MOVER_REPO`` (from the repository Secret). ``base_handle``: a delta since that snapshot,
+        built on backup ``parent`` (its id).
         ``storage_class`` / ``volume_mode`` (the source PVC's) and ``tags`` (e.g. ``cbt-mover.io/run``,
         ``cbt-mover.io/app``; sorted by key) are recorded in the manifest for restores.
 
@@ -317,6 +319,7 @@ def backup_args(
     for flag, value in (
         ("--repo", repo),
         ("--base-handle", base_handle),
+        ("--parent", parent),
         ("--cluster", cluster),
         ("--pvc", pvc),
         ("--snapshot-handle", snapshot_handle),
