@@ -677,6 +677,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
                 f"restore target {args.device} has no room for backup {manifest.backup_id}"
                 f" ({_mib(manifest.capacity_bytes)}): {err}; the target is incomplete"
             ) from None
+        except device.ReadOnly as err:
+            raise device.ReadOnly(f"restore target {args.device}: {err}; the target is incomplete") from None
         check = None
         if args.verify_device:
             from movers.pipeline.readback import verify_device
