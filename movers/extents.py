@@ -2,8 +2,10 @@
 
 The interchange format is JSON lines ``{"offset": N, "length": N}``, ascending and
 non-overlapping (what ``cbt-mover extents`` prints and what ``backup --extents`` reads).
-Lines with other shapes (for example a trailing ``{"summary": ...}`` line) are rejected,
-except that a line holding an object with a ``summary`` key is skipped.
+Lines with other shapes are rejected, except that a line holding an object with a ``summary`` key is
+skipped as an extent. ``cbt-mover extents`` ends with one: ``mode`` ``delta`` with the ``base_handle`` of
+the snapshot the extents are changes since, or ``allocated``; ``check_stream`` reads it (what a backup
+builds the extents on, ``movers.repo.deltabase``), a listing from a ``starting_offset`` says neither.
 """
 
 from __future__ import annotations
@@ -118,8 +120,10 @@ def _summary(line: str) -> dict | None:
 
 def _base_of(summary: dict) -> tuple[str | None, bool]:
     """``(base handle, allocated)`` of a summary: a ``mode`` delta with its ``base_handle``, or allocated blocks;
-    ``(None, False)`` for a summary that says neither."""
+    ``(None, False)`` for a summary that says neither, or of a listing from a ``starting_offset`` (a part)."""
     mode, handle = summary.get("mode"), summary.get("base_handle")
+    if summary.get("starting_offset"):
+        return None, False
     if mode == "delta" and isinstance(handle, str) and handle:
         return handle, False
     return None, mode == "allocated" and not handle

@@ -214,3 +214,25 @@ def cbt_env(tmp_path):
         yield e
     finally:
         e.server.stop()
+
+
+def test_what_cbt_mover_extents_prints_names_the_base_for_backup_extents(cbt_env, tmp_path):
+    """``cbt-mover extents --base-handle H | cbt-mover backup --extents -`` builds on the backup of H, though a
+    full backup of the volume committed in between; a listing from a starting offset names nothing."""
+    from tests.test_cbt_client import cbt_args
+
+    env = cbt_env
+    repo = f"file://{tmp_path}/repo"
+    run("init", "--insecure-no-encryption", "--repo", repo, check_rc=0)
+    base = ["backup", "--repo", repo, "--volume", "apps/data", "--json"]
+    b1 = json.loads(run(*base, "--device", env.base_img, "--scan", "--snapshot-handle", env.base.handle).stdout)
+    listing = run("extents", *cbt_args(env), "--base-handle", env.base.handle, check_rc=0).stdout
+    run(*base, "--device", env.target_img, "--scan", "--full", check_rc=0)  # the newest is not the extents' base
+    doc = json.loads(run(*base, "--device", env.target_img, "--extents", "-", stdin=listing, check_rc=0).stdout)
+    assert (doc["mode"], doc["parent"]) == ("incremental-cbt", b1["backup_id"])
+    out = tmp_path / "restored.img"
+    run("restore", "--repo", repo, "--volume", "apps/data", "--backup", doc["backup_id"], "--device", out, check_rc=0)
+    assert sha256_file(out) == sha256_file(env.target_img)
+    part = run("extents", *cbt_args(env), "--base-handle", env.base.handle, "--starting-offset", "4096").stdout
+    proc = run(*base, "--device", env.target_img, "--extents", "-", stdin=part)
+    assert_one_line_error(proc, 2, "do not say which backup")
