@@ -97,7 +97,10 @@ def is_read_only(fd: int) -> bool:
     refuses every write (EPERM)."""
     if not is_block_device(fd):
         return False
-    return struct.unpack("i", fcntl.ioctl(fd, BLKROGET, b"\0" * 4))[0] != 0
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, BLKROGET, b"\0" * 4))[0] != 0
+    except OSError:  # a device that cannot tell: its first write says
+        return False
 
 
 def is_block_device(fd: int) -> bool:
