@@ -724,7 +724,7 @@ def run_bench(b: Bench) -> None:
         file_url(cbt_repo),
         cbt_repo,
         image.path,
-        ["--extents", str(incr_ext)],
+        ["--extents", str(incr_ext), "--parent", b.results["full_cbt"]["backup_id"]],
         size,
         rate=False,
     )

@@ -175,7 +175,10 @@ def run_bench(b: Bench) -> None:
     log(f"read limit: {b.read_limit.wall:.2f} s, {args.extents / b.read_limit.wall:,.0f} blocks/s")
     for v in scalelib.in_order(args.versions, 0):
         r = b.results[v]
-        p, res = r.incremental = b.cli.backup(r.url, VOLUME, image, extents, f"incremental v{v}", cold=True)
+        parent = r.parent[1]["backup_id"]
+        p, res = r.incremental = b.cli.backup(
+            r.url, VOLUME, image, extents, f"incremental v{v}", cold=True, parent=parent
+        )
         if res["mode"] != "incremental-cbt" or res["changed_bytes"] != args.extents * BLOCK:
             b.failures.append(f"v{v}: the incremental ran as {res['mode']} of {res['changed_bytes']} bytes")
         log(

@@ -171,7 +171,9 @@ def run_bench(b: Bench) -> None:
             b.cold.add(i)
         for v in scalelib.in_order(args.versions, i):
             chain = b.chains[v]
-            p, res = b.cli.backup(chain.url, VOLUME, b.image, extents, f"incremental {i} v{v}", cold=cold)
+            parent = (chain.incrementals[i - 1] if i > 1 else chain.full).result["backup_id"]
+            label = f"incremental {i} v{v}"
+            p, res = b.cli.backup(chain.url, VOLUME, b.image, extents, label, cold=cold, parent=parent)
             if res["mode"] != "incremental-cbt":
                 b.failures.append(f"v{v}: incremental #{i} ran as {res['mode']}")
             chain.incrementals[i] = Run(p, res)

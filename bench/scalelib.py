@@ -133,13 +133,19 @@ class Cli:
         return url
 
     def backup(
-        self, url: str, volume: str, device: Path, extents: Path, label: str, *, cold: bool = False
+        self,
+        url: str,
+        volume: str,
+        device: Path,
+        extents: Path,
+        label: str,
+        *,
+        cold: bool = False,
+        parent: str | None = None,
     ) -> tuple[Proc, dict]:
-        return self.run(
-            ["backup", "--repo", url, "--volume", volume, "--device", str(device), "--extents", str(extents)],
-            label,
-            cold=cold,
-        )
+        """``backup --extents``: changes since backup ``parent`` (None: a volume's first backup)."""
+        args = ["backup", "--repo", url, "--volume", volume, "--device", str(device), "--extents", str(extents)]
+        return self.run([*args, *(["--parent", parent] if parent else [])], label, cold=cold)
 
     def restore(
         self, url: str, volume: str, target: Path, label: str, *, backup: str = "latest", cold: bool = False

@@ -91,7 +91,8 @@ def _add_cbt(p: argparse.ArgumentParser, lister: bool = False) -> None:
     g.add_argument(
         *flags("--base-handle"),
         dest="base_handle",
-        help="CSI snapshot handle of the base: a delta instead of allocated ranges",
+        help="CSI snapshot handle of the base: a delta instead of allocated ranges (backup --extents: the snapshot"
+        " the extents are changes since)",
     )
     g.add_argument(
         "--base-snapshot",
@@ -170,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--extents", help="JSON lines of changed extents {offset, length}; - for stdin")
     src.add_argument("--scan", action="store_true", help="read the whole device, store what the repo lacks")
     p.add_argument("--full", action="store_true", help="do not build on the latest backup")
+    p.add_argument(
+        "--parent",
+        metavar="BACKUP_ID",
+        help="the backup the --extents (or the CBT delta since --base-handle) are changes since; with --extents,"
+        " needed unless --base-handle or the extents' summary line names the snapshot they are changes since",
+    )
     p.add_argument(
         "--cbt-fallback",
         choices=("scan", "fail"),
@@ -406,7 +413,11 @@ def cmd_backup(args: argparse.Namespace) -> int:
     cbt = _cbt_options(args)
     if sum(map(bool, (args.extents, args.scan, cbt.wanted))) != 1:
         raise UsageError("choose one change source: --extents FILE, --scan, or CBT (--cbt-address ... or --kube)")
+    if args.parent is not None and args.full:
+        raise UsageError("--parent names the backup to build on, --full builds on none: give one of them")
     device.check_source(args.device)
+    # all of the input is checked before the repository is opened: bad input writes nothing
+    checked = _checked_extents(args.extents, _device_size(args.device)) if args.extents else None
     repo = _open_repo(args)
     volume = VolumeIdentity(
         args.volume,
@@ -439,13 +450,15 @@ def cmd_backup(args: argparse.Namespace) -> int:
     with reporter:
         if cbt.wanted:
             manifest = _cbt_backup(args, cbt, repo, volume, snapshot, run, extra)
-        elif args.extents:
-            _check_extents_parent(repo, volume, args.full)
-            source, name = _extent_source(args.extents)
-            with source as stream:
-                manifest = run_backup(repo, args.device, volume, extents=parse_jsonl(stream, name), **run)
+        elif checked is not None:
+            stream, name, check = checked
+            with stream:
+                parent = _extents_parent(repo, volume, args, check)
+                run["force_full"] = parent is None
+                extents = parse_jsonl(stream, name)
+                manifest = run_backup(repo, args.device, volume, extents=extents, parent=parent, **run)
         else:
-            manifest = run_backup(repo, args.device, volume, **run)
+            manifest = run_backup(repo, args.device, volume, parent=args.parent, **run)
     result = {
         "backup_id": manifest.backup_id,
         "volume": volume.id,
@@ -468,18 +481,88 @@ def cmd_backup(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_extents_parent(repo, volume, full: bool) -> None:
-    """Extents from a file are changes since the volume's latest backup: refuse them when that backup
-    records another source volume (a full backup with --full needs the extents of the whole volume)."""
+def _device_size(path: str) -> int:
+    fd = device.open_device(path)
+    try:
+        return device.device_size(fd)
+    finally:
+        os.close(fd)
+
+
+def _checked_extents(path: str, capacity: int):
+    """``(stream, name, ExtentsCheck)``: the extents of ``path`` (``-``: stdin) read whole and checked
+    (``movers.extents.check_stream``), then the same lines again from the start for the backup (a file is read
+    twice, stdin or a pipe is kept in a temporary file meanwhile)."""
+    import tempfile
+
+    from movers.extents import check_stream
+
+    source, name = _extent_source(path)
+    if path != "-" and source.seekable():
+        try:
+            check = check_stream(source, capacity, name)
+            source.seek(0)
+        except UnicodeDecodeError:
+            source.close()
+            raise UsageError(f"{name} is not UTF-8 text (JSON lines of extents)") from None
+        except BaseException:
+            source.close()
+            raise
+        return source, name, check
+    copy = tempfile.SpooledTemporaryFile(max_size=16 << 20, mode="w+", encoding="utf-8")
+    try:
+        with source as f:
+            check = check_stream(_copied(f, copy), capacity, name)
+        copy.seek(0)
+    except UnicodeDecodeError:
+        copy.close()
+        raise UsageError(f"{name} is not UTF-8 text (JSON lines of extents)") from None
+    except BaseException:
+        copy.close()
+        raise
+    return copy, name, check
+
+
+def _copied(lines, copy):
+    for line in lines:
+        copy.write(line)
+        yield line
+
+
+def _extents_parent(repo, volume, args, check) -> str | None:
+    """The backup id the extents are changes since (``movers.repo.deltabase``), or None for a full backup:
+    ``--full``, ``--parent``, else the one backup that recorded ``--base-handle`` or the handle the extents'
+    summary line names; allocated extents (their summary says so) or a volume without backups: a full backup.
+    Otherwise which backup they are changes since is not known: ``AmbiguousParent`` (exit 2). A parent of
+    another source volume is refused too."""
+    from movers.repo.deltabase import AmbiguousParent, delta_parent
     from movers.repo.lineage import same_volume
 
-    latest = None if full else repo.latest(volume.id)
-    why = same_volume(latest.volume, volume) if latest is not None else None
+    if args.full:
+        return None
+    if args.base_handle and check.base_handle and args.base_handle != check.base_handle:
+        raise UsageError(
+            f"--base-handle {args.base_handle} is not the snapshot the extents' summary line names"
+            f" ({check.base_handle})"
+        )
+    handle = args.base_handle or check.base_handle
+    if args.parent is None and handle is None:
+        newest = repo.latest(volume.id)
+        if check.allocated or newest is None:
+            return None
+        raise AmbiguousParent(
+            f"the extents do not say which backup of {volume.id} they are changes since (its newest is"
+            f" {newest.backup_id}): name it with --parent BACKUP_ID or --base-handle (the snapshot handle it"
+            " recorded), or back up with --full (and the extents of the whole volume) or --scan"
+        )
+    parent = delta_parent(repo, volume.id, parent_id=args.parent, base_handle=handle)
+    why = same_volume(parent.volume, volume)
     if why:
         raise UsageError(
-            f"{why}: the extents cannot be changes since backup {latest.backup_id}; back up with"
+            f"{why}: the extents cannot be changes since backup {parent.backup_id}; back up with"
             " --full (and the extents of the whole volume) or --scan"
         )
+    return parent.backup_id
 
 
 def _record_snapshot(ref, volume, snapshot) -> None:
@@ -510,13 +593,12 @@ def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
     from movers.cbt.source import open_session
     from movers.errors import CbtBaseRejectedError, CbtUnavailableError
     from movers.pipeline.backup import run_backup
-    from movers.repo.lineage import backup_with_handle, same_volume
+    from movers.repo.deltabase import AmbiguousParent, delta_parent
+    from movers.repo.lineage import same_volume
 
-    fd = device.open_device(args.device)
-    try:
-        size = device.device_size(fd)
-    finally:
-        os.close(fd)
+    if args.parent is not None and not cbt.base_handle:
+        raise UsageError("--parent with CBT needs --base-handle: the allocated blocks build on no backup")
+    size = _device_size(args.device)
     try:
         session = open_session(cbt, clamp_to=size)
     except CbtUnavailableError as err:
@@ -532,10 +614,15 @@ def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
         if base and run["force_full"]:  # --full: a delta's ranges are not the whole volume
             log.info("--full: the allocated blocks, not the changes since %s", base)
             base, stream = None, session.client.allocated(cbt.namespace, cbt.snapshot, clamp_to=size)
+        parent = None
         if base:
-            why = same_volume(backup_with_handle(repo, volume.id, base).volume, volume)
+            try:
+                parent = delta_parent(repo, volume.id, parent_id=args.parent, base_handle=base)
+                why = same_volume(parent.volume, volume)
+            except AmbiguousParent as err:
+                why = str(err)
             if why:  # never a delta across two volumes: the changes would be overlaid on another volume's data
-                base, stream = None, _allocated(session, cbt, size, extra, why)
+                base, parent, stream = None, None, _allocated(session, cbt, size, extra, why)
         extra["change_source"] = "cbt-delta" if base else "cbt-allocated"
         try:
             try:
@@ -545,6 +632,7 @@ def _cbt_backup(args, cbt, repo, volume, snapshot, run, extra):
                     volume,
                     extents=stream,
                     base_handle=base,
+                    parent=parent.backup_id if parent else None,
                     **{**run, "force_full": run["force_full"] or not base},
                 )
             except CbtBaseRejectedError as err:
@@ -612,6 +700,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
                 f"restore target {args.device} has no room for backup {manifest.backup_id}"
                 f" ({_mib(manifest.capacity_bytes)}): {err}; the target is incomplete"
             ) from None
+        except device.ReadOnly as err:
+            raise device.ReadOnly(f"restore target {args.device}: {err}; the target is incomplete") from None
         check = None
         if args.verify_device:
             from movers.pipeline.readback import verify_device

@@ -172,6 +172,7 @@ def _write_jsonl(args: argparse.Namespace, stream, out: IO[str]) -> None:
         "messages": stream.messages,
         "tuples": stream.tuples,
         "resumes": stream.resumes,
+        "starting_offset": args.starting_offset,
     }
     out.write(json.dumps({"summary": summary}, sort_keys=True) + "\n")
 

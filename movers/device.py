@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from movers.errors import NotFoundError, UsageError
 
 BLKGETSIZE64 = 0x80081272
+BLKROGET = 0x125E
 BLKZEROOUT = 0x127F
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
@@ -83,7 +84,23 @@ def check_target(path: str) -> None:
         return
     except OSError as err:
         raise UsageError(f"cannot use restore target {path}: {err.strerror}") from None
-    os.close(open_device(path, write=True))
+    fd = open_device(path, write=True)
+    try:
+        if is_read_only(fd):
+            raise ReadOnly(f"restore target {path} is a read-only block device")
+    finally:
+        os.close(fd)
+
+
+def is_read_only(fd: int) -> bool:
+    """Whether ``fd`` is a block device set read-only (``BLKROGET``): Linux opens one for writing, and then
+    refuses every write (EPERM)."""
+    if not is_block_device(fd):
+        return False
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, BLKROGET, b"\0" * 4))[0] != 0
+    except OSError:  # a device that cannot tell: its first write says
+        return False
 
 
 def is_block_device(fd: int) -> bool:
@@ -143,10 +160,19 @@ class NoRoom(UsageError):
     target device smaller than the backup: retrying does not help, more room or another target does."""
 
 
+class ReadOnly(UsageError):
+    """The target refuses writes: a read-only block device (EPERM), a read-only filesystem (EROFS), or no
+    permission (EACCES). Bad input (exit 2): another target, or one made writable, does."""
+
+
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_READ_ONLY = (errno.EPERM, errno.EROFS, errno.EACCES)
 
 
-def _no_room(err: OSError, what: str) -> NoRoom | OSError:
+def _no_room(err: OSError, what: str) -> UsageError | OSError:
+    """The ``UsageError`` for a write the target refused (``NoRoom``, ``ReadOnly``), else ``err`` itself."""
+    if err.errno in _READ_ONLY:
+        return ReadOnly(f"the target refuses writes ({err.strerror}) {what}")
     return NoRoom(f"{err.strerror} {what}") if err.errno in _NO_ROOM else err
 
 
@@ -224,7 +250,7 @@ def zero_range(fd: int, offset: int, length: int) -> None:
             return
     except OSError as err:
         if err.errno not in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL):
-            raise
+            raise _no_room(err, f"zeroing {length} bytes at offset {offset}") from None
     end = offset + length
     while offset < end:
         n = min(len(ZERO_BLOCK), end - offset)

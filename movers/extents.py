@@ -2,14 +2,17 @@
 
 The interchange format is JSON lines ``{"offset": N, "length": N}``, ascending and
 non-overlapping (what ``cbt-mover extents`` prints and what ``backup --extents`` reads).
-Lines with other shapes (for example a trailing ``{"summary": ...}`` line) are rejected,
-except that a line holding an object with a ``summary`` key is skipped.
+Lines with other shapes are rejected, except that a line holding an object with a ``summary`` key is
+skipped as an extent. ``cbt-mover extents`` ends with one: ``mode`` ``delta`` with the ``base_handle`` of
+the snapshot the extents are changes since, or ``allocated``; ``check_stream`` reads it (what a backup
+builds the extents on, ``movers.repo.deltabase``), a listing from a ``starting_offset`` says neither.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import IO
 
 from movers.errors import UsageError
@@ -69,3 +72,58 @@ def write_jsonl(extents: Iterable[Extent], out: IO[str]) -> tuple[int, int]:
         count += 1
         total += length
     return count, total
+
+
+@dataclass(frozen=True)
+class ExtentsCheck:
+    """What a whole extents stream said, checked before a backup writes anything (``check_stream``): its
+    extents' count and bytes, and what its ``summary`` line (``cbt-mover extents`` writes one last) says they
+    are: ``base_handle``, the CSI handle of the snapshot they are changes since (a delta), ``allocated`` when
+    they are every allocated block of the snapshot (no base), both None when no summary said."""
+
+    extents: int
+    bytes: int
+    base_handle: str | None = None
+    allocated: bool = False
+
+
+def check_stream(lines: Iterable[str], capacity: int, source: str = "extents") -> ExtentsCheck:
+    """Read ``lines`` to the end and check every extent as ``parse_jsonl`` and ``validated`` do (``UsageError``
+    naming the first bad line or extent), and the summary lines: several must agree."""
+    count = total = 0
+    summaries: list[tuple[str | None, bool]] = []
+
+    def lines_noting_summaries() -> Iterator[str]:
+        for line in lines:
+            if '"summary"' in line:
+                doc = _summary(line)
+                if doc is not None:
+                    summaries.append(_base_of(doc))
+            yield line
+
+    for _off, length in validated(parse_jsonl(lines_noting_summaries(), source), capacity, source):
+        count += 1
+        total += length
+    if len(set(summaries)) > 1:
+        raise UsageError(f"{source}: its summary lines disagree on the snapshot the extents are changes since")
+    base, allocated = summaries[0] if summaries else (None, False)
+    return ExtentsCheck(count, total, base, allocated)
+
+
+def _summary(line: str) -> dict | None:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None  # parse_jsonl names the line
+    return doc.get("summary") if isinstance(doc, dict) and isinstance(doc.get("summary"), dict) else None
+
+
+def _base_of(summary: dict) -> tuple[str | None, bool]:
+    """``(base handle, allocated)`` of a summary: a ``mode`` delta with its ``base_handle``, or allocated blocks;
+    ``(None, False)`` for a summary that says neither, or of a listing from a ``starting_offset`` (a part)."""
+    mode, handle = summary.get("mode"), summary.get("base_handle")
+    if summary.get("starting_offset"):
+        return None, False
+    if mode == "delta" and isinstance(handle, str) and handle:
+        return handle, False
+    return None, mode == "allocated" and not handle

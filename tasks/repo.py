@@ -48,14 +48,15 @@ def choose_base(
     """The next CBT delta's base of ``volume_id``, whose source is now volume ``pv_handle`` (PV ``pv_uid``): the
     newest backup of that volume whose snapshot still exists in the cluster of ``kubeconfig``
     (``movers.repo.lineage.choose_base`` with ``movers.kube.bases.SnapshotCheck``): ``{"handle", "reason",
-    "snapshot"}``, handle None for a full backup, snapshot the base's VolumeSnapshot name."""
+    "snapshot", "parent"}``, handle None for a full backup, snapshot the base's VolumeSnapshot name, parent the
+    backup (id) the delta builds on."""
     from movers.kube.bases import SnapshotCheck
     from movers.repo.lineage import choose_base as choose
     from tasks.kube import api_client
 
     check = SnapshotCheck(api_client(kubeconfig))
     choice = choose(open_repository(repo_url, key), volume_id, pv_handle, pv_uid, check.missing)
-    return {"handle": choice.handle, "reason": choice.reason, "snapshot": choice.snapshot}
+    return {"handle": choice.handle, "reason": choice.reason, "snapshot": choice.snapshot, "parent": choice.backup_id}
 
 
 PLANNED = {

@@ -72,6 +72,8 @@ def test_backup_incremental_restore_via_cli(repo, image, tmp_path):
         image,
         "--extents",
         "-",
+        "--parent",
+        doc["backup_id"],
         "--json",
         "--snapshot-handle",
         "snap-h2",
@@ -263,9 +265,9 @@ def test_backup_opens_the_device_read_only(repo, read_only_dir, tmp_path):
     with pytest.raises(OSError):
         os.open(ro / "vol.img", os.O_RDWR)
     args = ["backup", "--repo", repo, "--volume", "ro", "--device", ro / "vol.img", "--json"]
-    for extra in (["--scan"], ["--extents", "-"]):
-        proc = run(*args, *extra, stdin='{"offset": 0, "length": 4096}\n')
-        assert proc.returncode == 0, proc.stderr
+    scan = run(*args, "--scan", check_rc=0)
+    extents = ["--extents", "-", "--parent", json.loads(scan.stdout)["backup_id"]]
+    run(*args, *extents, stdin='{"offset": 0, "length": 4096}\n', check_rc=0)
     out = tmp_path / "restored.img"
     run("restore", "--repo", repo, "--volume", "ro", "--backup", "latest", "--device", out, check_rc=0)
     assert sha256_file(out) == sha256_file(src / "vol.img")

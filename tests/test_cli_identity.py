@@ -269,10 +269,12 @@ def test_extents_on_a_parent_of_another_volume_are_refused(repo, tmp_path):
     image = tmp_path / "vol.img"
     make_image(image, 4 * MiB, seed=5)
     base = ["backup", "--repo", repo, "--volume", "ns/data", "--device", image]
-    run(*base, "--scan", "--pv-handle", "vol-1", check_rc=0)
+    first = json.loads(run(*base, "--scan", "--pv-handle", "vol-1", "--json", check_rc=0).stdout)["backup_id"]
     extents = tmp_path / "changes.jsonl"
     extents.write_text(json.dumps({"offset": 0, "length": 4096}) + "\n")
-    proc = run(*base, "--extents", extents, "--pv-handle", "vol-2")
+    proc = run(*base, "--extents", extents, "--parent", first, "--pv-handle", "vol-2")
     assert_one_line_error(proc, 2, "bound to another volume", "--full")
-    doc = json.loads(run(*base, "--extents", extents, "--pv-handle", "vol-1", "--json", check_rc=0).stdout)
+    doc = json.loads(
+        run(*base, "--extents", extents, "--parent", first, "--pv-handle", "vol-1", "--json", check_rc=0).stdout
+    )
     assert doc["mode"] == "incremental-cbt"

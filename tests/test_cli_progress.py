@@ -142,9 +142,9 @@ def test_json_lines_per_phase_and_a_final_event(repo, image, tmp_path):
 
 
 def test_a_failed_command_ends_its_json_progress_before_the_error_line(repo, image):
-    extents = '{"offset": 0, "length": 4096}\n{"offset": 0, "length": 4096}\n'  # overlapping: bad input
+    extents = '{"offset": 0, "length": 4096}\n'
     args = ("backup", "--repo", repo, "--volume", "v", "--device", image, "--extents", "-", "--progress", "json")
-    proc = run(*args, stdin=extents, rc=2)
+    proc = run(*args, "--parent", "20260101T000000000000Z-000000", stdin=extents, rc=3)  # no such backup
     *lines, error = proc.stderr.splitlines()
     assert error.startswith("cbt-mover: error: ") and "Traceback" not in proc.stderr
     end = json.loads(lines[-1])

@@ -78,6 +78,23 @@ def leaks(objects: dict[str, bytes], windows: set[bytes], names=NAMES, width: in
     return found
 
 
+def _fail_a_backup(url: str, env: dict[str, str]) -> None:
+    """Leave what a backup failing inside leaves (its lease, marked failed), as ``run_backup`` holds it."""
+    import contextlib
+
+    from localcluster.s3 import REGION
+    from movers.repo.keys import Credentials
+    from movers.repo.leases import Lease
+    from movers.repo.repository import Repository
+    from movers.repo.store import open_store
+
+    s3 = {"endpoint_url": env.get("AWS_ENDPOINT_URL"), "region": REGION}
+    s3 |= {"access_key": env.get("AWS_ACCESS_KEY_ID"), "secret_key": env.get("AWS_SECRET_ACCESS_KEY")}
+    repo = Repository.open(open_store(url, **s3), Credentials.gather(environ=env))
+    with contextlib.suppress(RuntimeError), Lease(repo.store, f"backup of volume {VOLUME}", keep_failed=True):
+        raise RuntimeError("a backup failing after it took its lease")
+
+
 def _fill(tmp_path: Path, request, scheme: str):
     """(repo URL, extra env, objects()) of a fresh repository location on ``scheme``."""
     if scheme == "file":
@@ -101,15 +118,16 @@ def test_no_volume_data_and_no_name_in_any_object(tmp_path, request, scheme, enc
     run(*init, env=env, check_rc=0)
     image = tmp_path / "vol.img"
     make_image(image, 1 * MiB, seed=13, data_fraction=0.7)
-    backup(url, image, env, "--scan", *identity())
+    first = backup(url, image, env, "--scan", *identity())["backup_id"]
     changes = write_blocks(image, [64 * 1024, 300 * 1024], seed=5)
     extents = tmp_path / "changes.jsonl"
     extents.write_text("".join(json.dumps({"offset": o, "length": n}) + "\n" for o, n in changes))
-    backup(url, image, env, "--extents", extents, *identity())
+    backup(url, image, env, "--extents", extents, "--parent", first, *identity())
     backup(url, image, env, "--scan", *identity(pvc="other-ledger-db-q9"), volume=f"{NAMESPACE}/other-{PVC}")
-    past_end = tmp_path / "past-end.jsonl"  # fails inside the backup: its lease stays, marked failed
+    past_end = tmp_path / "past-end.jsonl"  # refused before anything is written
     past_end.write_text(json.dumps({"offset": 1 * MiB - 4096, "length": 8192}) + "\n")
-    backup(url, image, env, "--extents", past_end, *identity(), check_rc=2)
+    backup(url, image, env, "--extents", past_end, "--full", *identity(), check_rc=2)
+    _fail_a_backup(url, env)
     run("forget", "--repo", url, "--keep-last", "1", env=env, check_rc=0)
     run("prune", "--repo", url, "--grace", "0", env=env, check_rc=0)
 
@@ -322,11 +340,11 @@ def test_prune_repacks_an_encrypted_repository_over_s3(s3_bucket, moto_server, t
     run("init", "--repo", url, env=env, check_rc=0)
     image = tmp_path / "vol.img"
     make_image(image, 32 * MiB, seed=3, data_fraction=1.0)
-    backup(url, image, env, "--scan")
+    first = backup(url, image, env, "--scan")["backup_id"]
     changed = write_blocks(image, range(0, 24 * MiB, 64 * 1024), seed=8, length=64 * 1024)
     extents = tmp_path / "extents.jsonl"
     extents.write_text("".join(json.dumps({"offset": o, "length": n}) + "\n" for o, n in changed))
-    backup(url, image, env, "--extents", extents)
+    backup(url, image, env, "--extents", extents, "--parent", first)
     run("forget", "--repo", url, "--keep-last", "1", env=env, check_rc=0)
     text = run("prune", "--repo", url, "--grace", "0", env=env, check_rc=0).stdout
     assert "repacked 1 (" in text, text

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from movers.errors import UsageError
 from movers.pipeline.backup import run_backup
-from movers.repo.lineage import BaseChoice, backup_with_handle, choose_base, same_volume
+from movers.repo.lineage import BaseChoice, choose_base, same_volume
 from movers.repo.manifest import SnapshotIdentity, VolumeIdentity
 from movers.repo.repository import Repository
 from movers.repo.store import MemoryStore
@@ -47,7 +46,7 @@ def test_same_volume():
 def test_choose_base(repo, image):
     assert choose_base(repo, VOL, "vol-1") == BaseChoice(None, f"no earlier backup of {VOL}: full backup")
     legacy = _backup(repo, image, "snap-0")  # written before volume identities were recorded
-    handle, why, _ = choose_base(repo, VOL, "vol-1", "u1")
+    handle, why, *_ = choose_base(repo, VOL, "vol-1", "u1")
     assert handle is None and "records no source volume" in why and legacy.backup_id in why
     first = _backup(repo, image, "snap-1", "vol-1", "u1")
     assert choose_base(repo, VOL, "vol-1", "u1").handle == "snap-1"
@@ -55,13 +54,13 @@ def test_choose_base(repo, image):
     assert choose_base(repo, VOL, "vol-1", None).handle == "snap-1", "the uid is compared only where both are known"
 
     # the PVC bound to another volume (a restore into a new claim, a re-created PVC): no base
-    handle, why, _ = choose_base(repo, VOL, "vol-2", "u9")
+    handle, why, *_ = choose_base(repo, VOL, "vol-2", "u9")
     assert handle is None
     assert why == (
         "the PVC is bound to another volume than the last backup's (volume handle vol-2, the last"
         " backup's vol-1): full backup"
     )
-    handle, why, _ = choose_base(repo, VOL, "vol-1", "u2")
+    handle, why, *_ = choose_base(repo, VOL, "vol-1", "u2")
     assert handle is None and why.startswith("the source PV was re-created (uid u2, the last backup's u1)")
     assert choose_base(repo, VOL, None, None).handle is None, "an unknown source cannot be verified"
 
@@ -90,18 +89,19 @@ def test_the_base_is_the_newest_backup_whose_snapshot_still_exists(repo, image):
         "snap-2",
         f"delta since backup {partial.backup_id} (snapshot snap-2) of the same volume vol-1",
         "run2-data",
+        partial.backup_id,
     )
     assert asked == ["run2-data"], "newest first, stopping at the first that exists"
     del exists["run2-data"]
-    handle, why, name = choose_base(repo, VOL, "vol-1", "u1", missing)
-    assert (handle, name) == ("snap-1", "run1-data")
+    handle, why, name, parent = choose_base(repo, VOL, "vol-1", "u1", missing)
+    assert (handle, name, parent) == ("snap-1", "run1-data", kept.backup_id), "the parent is the base's backup"
     assert why == (
         f"delta since backup {kept.backup_id} (snapshot snap-1) of the same volume vol-1; the newer backup"
         f" {partial.backup_id} is no base: VolumeSnapshot shop/run2-data no longer exists"
     )
     exists["run1-data"] = "snap-9"  # a snapshot of that name made since: not the one the backup recorded
-    handle, why, name = choose_base(repo, VOL, "vol-1", "u1", missing)
-    assert handle is None and name is None
+    handle, why, name, parent = choose_base(repo, VOL, "vol-1", "u1", missing)
+    assert handle is None and name is None and parent is None
     assert why == (
         f"no backup of {VOL} has its snapshot in the cluster any more (backup {partial.backup_id}: VolumeSnapshot"
         " shop/run2-data no longer exists; 1 older one(s) likewise): full backup"
@@ -110,10 +110,3 @@ def test_the_base_is_the_newest_backup_whose_snapshot_still_exists(repo, image):
         "another volume's backups are not asked about"
     )
     assert choose_base(repo, VOL, "vol-1", "u1").handle == "snap-2", "without a check every snapshot counts"
-
-
-def test_backup_with_handle(repo, image):
-    first = _backup(repo, image, "snap-1", "vol-1")
-    assert backup_with_handle(repo, VOL, "snap-1").backup_id == first.backup_id
-    with pytest.raises(UsageError, match="recorded snapshot handle snap-x"):
-        backup_with_handle(repo, VOL, "snap-x")

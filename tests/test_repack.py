@@ -187,11 +187,27 @@ def test_prune_repacks_over_s3_and_the_cli_restore_follows(s3_bucket, tmp_path):
     url = f"s3://{bucket}/repo"
     run("init", "--insecure-no-encryption", "--repo", url, env=env, check_rc=0)
     image = _image(tmp_path, 32 * MiB)
-    run("backup", "--repo", url, "--volume", VOLUME.id, "--device", image, "--scan", env=env, check_rc=0)
+    first = run(
+        "backup", "--repo", url, "--volume", VOLUME.id, "--device", image, "--scan", "--json", env=env, check_rc=0
+    )
     changed = write_blocks(image, range(0, 24 * MiB, 64 * KiB), seed=8, length=64 * KiB)
     extents = tmp_path / "extents.jsonl"
     extents.write_text("".join(json.dumps({"offset": o, "length": n}) + "\n" for o, n in changed))
-    run("backup", "--repo", url, "--volume", VOLUME.id, "--device", image, "--extents", extents, env=env, check_rc=0)
+    parent = ["--parent", json.loads(first.stdout)["backup_id"]]
+    run(
+        "backup",
+        "--repo",
+        url,
+        "--volume",
+        VOLUME.id,
+        "--device",
+        image,
+        "--extents",
+        extents,
+        *parent,
+        env=env,
+        check_rc=0,
+    )
     run("forget", "--repo", url, "--keep-last", "1", env=env, check_rc=0)
 
     text = run("prune", "--repo", url, "--grace", "0", env=env, check_rc=0).stdout

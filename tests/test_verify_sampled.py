@@ -114,11 +114,12 @@ def test_missing_pack_damaged_page_and_damaged_trailer(tmp_path):
     repo = build(store, tmp_path)
     cid, loc, key = referenced_chunk(repo)
     volume, backup_id, offset = first_use(repo, cid)
-    # a damaged trailer (restores read through the index): a warning, not an error
+    # a damaged trailer (restores read through the index, it cannot be indexed again): the pack's damage
     size = store.size(key)
     flip(store, key, size - pack.FOOTER_LEN - 3)
     report = run_verify_sampled(Repository.open(store), repo.list_backups(), sample=1.0)
-    assert report.ok and any("trailer damaged" in w for w in report.warnings), report.warnings
+    assert not report.ok and [(d["object"], d["offset"]) for d in report.damage] == [(key, None)], report.damage
+    assert "pack trailer" in report.damage[0]["error"] and "restores read its chunks" in report.damage[0]["error"]
     # the pack is gone: found by the map check alone, at every backup's first use
     store.delete(key)
     report = run_verify_sampled(Repository.open(store), repo.list_backups(), sample=0.0)

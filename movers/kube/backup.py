@@ -46,7 +46,8 @@ class VolumePlan:
     (token ``audience``, pages of ``max_results``) for the changes since ``base_handle`` (cbt-delta) or for the
     allocated blocks (cbt-allocated). ``why`` is the reason, for the logs and the run's table. ``base_snapshot``: the
     base's VolumeSnapshot name, which a v1alpha1 service (sidecar v0.1.0) is asked for instead of the handle
-    (``base_handle`` still names the backup the delta builds on)."""
+    (``base_handle`` still names the backup the delta builds on). ``parent``: the backup (id) of ``base_handle``
+    the delta builds on, as planned (``--parent``: never whichever is newest)."""
 
     change_source: ChangeSource
     why: str
@@ -54,6 +55,7 @@ class VolumePlan:
     audience: str | None = None
     max_results: int | None = None
     base_snapshot: str | None = None
+    parent: str | None = None
 
     @classmethod
     def of(
@@ -78,9 +80,9 @@ class VolumePlan:
             )
         if handle and by_name:
             why = f"{base['reason']}; asked by its VolumeSnapshot name {name} (a v1alpha1 SnapshotMetadataService)"
-            return cls("cbt-delta", why, handle, audience, max_results, name)
+            return cls("cbt-delta", why, handle, audience, max_results, base_snapshot=name, parent=base.get("parent"))
         source = "cbt-delta" if handle else "cbt-allocated"
-        return cls(source, base["reason"], handle, audience, max_results)
+        return cls(source, base["reason"], handle, audience, max_results, parent=base.get("parent") if handle else None)
 
 
 class MoverResult(BaseModel):
@@ -130,6 +132,7 @@ def mover_objects(
         repo=member.get("repo"),
         base_handle=plan.base_handle,
         base_snapshot=plan.base_snapshot,
+        parent=plan.parent if plan.change_source == "cbt-delta" else None,
         scan=plan.change_source == "scan",
         snapshot_handle=member.get("handle"),
         group_snapshot=member.get("group_snapshot"),

@@ -266,6 +266,7 @@ def backup_args(
     repo: str | None = None,
     base_handle: str | None = None,
     base_snapshot: str | None = None,
+    parent: str | None = None,
     cluster: str | None = None,
     pvc: str | None = None,
     group_snapshot: str | None = None,
@@ -295,8 +296,9 @@ def backup_args(
 
         ``--kube`` looks the snapshot, its driver's SnapshotMetadataService and CA up in-cluster; the
         JSON result goes to stdout and to the termination log. ``repo`` None: the pod's
-        ``CBT_MOVER_REPO`` (from the repository Secret). ``base_handle``: a delta since that snapshot;
-        ``base_snapshot``: its VolumeSnapshot name, for a v1alpha1 SnapshotMetadataService (sidecar v0.1.0).
+        ``CBT_MOVER_REPO`` (from the repository Secret). ``base_handle``: a delta since that snapshot,
+        built on backup ``parent`` (its id); ``base_snapshot``: its VolumeSnapshot name, for a v1alpha1
+        SnapshotMetadataService (sidecar v0.1.0).
         ``storage_class`` / ``volume_mode`` (the source PVC's) and ``tags`` (e.g. ``cbt-mover.io/run``,
         ``cbt-mover.io/app``; sorted by key) are recorded in the manifest for restores.
 
@@ -320,6 +322,7 @@ def backup_args(
         ("--repo", repo),
         ("--base-handle", base_handle),
         ("--base-snapshot", base_snapshot),
+        ("--parent", parent),
         ("--cluster", cluster),
         ("--pvc", pvc),
         ("--snapshot-handle", snapshot_handle),

@@ -38,9 +38,9 @@ from movers.repo import digests as dg
 from movers.repo import pack as packfmt
 from movers.repo import volmap
 from movers.repo.chunks import encode_chunk
+from movers.repo.deltabase import delta_parent
 from movers.repo.index import ChunkIndex, ChunkLocation, EitherIndex
 from movers.repo.leases import Lease, other_attempts
-from movers.repo.lineage import backup_with_handle
 from movers.repo.manifest import Manifest, MapRef, SnapshotIdentity, VolumeIdentity, check_volume_id, new_backup_id
 from movers.repo.mapwriter import DigestUpdate, MapWriter
 from movers.repo.prunestate import read_state
@@ -136,6 +136,7 @@ def run_backup(
     progress: ProgressFn | None = None,
     force_full: bool = False,
     base_handle: str | None = None,
+    parent: str | None = None,
     tags: Mapping[str, str] | None = None,
     run_pvcs: Sequence[str] | None = None,
 ) -> Manifest:
@@ -146,8 +147,11 @@ def run_backup(
     when there is none or ``force_full``. Without ``extents`` the whole device is scanned and
     only content the repository lacks is uploaded.
 
-    ``base_handle``: the extents are a CBT delta since the snapshot with that CSI handle, so
-    the parent is the volume's latest backup that recorded it (``UsageError`` if none did).
+    ``parent`` (a backup id) and ``base_handle`` (the extents are a CBT delta since the snapshot with that CSI
+    handle): the backup the extents build on, as ``movers.repo.deltabase.delta_parent`` finds it (the named one,
+    which must have recorded ``base_handle`` when both are given; else the one backup that recorded it); it is
+    found before anything is written (bad input changes nothing). With neither, the parent is the volume's
+    newest backup: only a caller that knows the extents are changes since it may leave both out.
     ``tags`` are recorded in the manifest as given, ``run_pvcs`` (every PVC of the application run)
     sorted.
 
@@ -156,6 +160,8 @@ def run_backup(
     read until the commit makes a concurrent prune wait for this backup (see ``movers.repo.prune``).
     """
     check_volume_id(volume.id)  # before anything is written
+    if not force_full and (parent is not None or base_handle is not None):
+        parent = delta_parent(repo, volume.id, parent_id=parent, base_handle=base_handle).backup_id
     with Lease(repo.store, f"backup of volume {volume.id}", keep_failed=True) as lease:
         return _backup(
             repo,
@@ -167,7 +173,7 @@ def run_backup(
             options=options,
             progress=progress,
             force_full=force_full,
-            base_handle=base_handle,
+            parent_id=parent,
             tags=tags,
             run_pvcs=run_pvcs,
         )
@@ -184,7 +190,7 @@ def _backup(
     options: BackupOptions | None,
     progress: ProgressFn | None,
     force_full: bool,
-    base_handle: str | None,
+    parent_id: str | None,
     tags: Mapping[str, str] | None,
     run_pvcs: Sequence[str] | None,
 ) -> Manifest:
@@ -199,7 +205,7 @@ def _backup(
         capacity = device.device_size(fd)
         if capacity <= 0:
             raise UsageError(f"device {device_path} is empty")
-        parent = None if force_full else _parent(repo, volume.id, base_handle)
+        parent = None if force_full else _parent(repo, volume.id, parent_id)
         parent_slots = repo.page_slots(parent) if parent else None
         if extents is None:
             mode = "incremental-scan" if parent else "full"
@@ -255,10 +261,10 @@ def _backup(
     return manifest
 
 
-def _parent(repo: Repository, volume_id: str, base_handle: str | None) -> Manifest | None:
-    if base_handle is None:
-        return repo.latest(volume_id)
-    return backup_with_handle(repo, volume_id, base_handle)
+def _parent(repo: Repository, volume_id: str, parent_id: str | None) -> Manifest | None:
+    """Backup ``parent_id`` (found before the lease), read again now that the lease keeps prunes from deleting
+    what it uses; the newest backup when none was named."""
+    return repo.latest(volume_id) if parent_id is None else repo.read_manifest(volume_id, parent_id)
 
 
 def _packs_of_attempts(

@@ -2,14 +2,20 @@
 
 * ``run_verify`` (full): reads every chunk the given backups reference and checks it against its
   hash, and checks that manifests, directories and map pages decode, match their ids and hold
-  ordered, in-range entries. A chunk shared by several backups is read once.
+  ordered, in-range entries. A chunk shared by several backups is read once. Then the framing of every
+  pack holding their chunks (``pack.read_framing``: header, footer, trailer, entries within the data).
 * ``run_verify_sampled``: the same metadata checks for every backup (cheap: manifests, directories
   and pages are small) plus "every referenced chunk is in a pack the index knows", then reads a
   random sample of the packs holding referenced chunks, about ``sample`` of their bytes, *whole*:
   every referenced chunk is decoded at the location restores read it from, every other chunk
-  named by the pack's trailer is decoded too, and the pack's bytes are checked against its id.
-  Damage no backup would meet (a dead chunk, a trailer) is a warning. The seed is reported, so a
+  named by the pack's trailer is decoded too, its framing checked, and the pack's bytes are checked
+  against its id. Damage no backup would meet (a dead chunk) is a warning. The seed is reported, so a
   sample can be re-read.
+
+Damaged framing (a header, footer or trailer, also one whose footer claims more than the pack holds: read
+no further than the pack's size) is damage of the first backup using the pack, with no volume range:
+restores read chunks through the index and still work, but the pack cannot be indexed again from its
+trailer (a lost index, an interrupted backup's packs, a re-index).
 
 Damage a restore would meet is a line of ``errors`` and an entry of ``damage`` with the same facts as
 fields: ``volume``, ``backup_id``, ``object`` (the key of the manifest, map directory, map page or pack
@@ -118,13 +124,14 @@ def run_verify(repo: Repository, refs: list[BackupRef], workers: int = 4, progre
     verified = _Verified(lambda: None if repo.config.located else repo.index().table)
     damaged_pages: dict[bytes, str] = {}
     pages_ok = IdSet()  # pages of backups read to the end: every chunk verified, no entry to look up again
+    packs: dict[bytes, int] = {}  # the packs holding the backups' chunks -> the first backup using it (its number)
     for n, ref in enumerate(refs, 1):
         manifest = _read_manifest(repo, ref, report)
         if manifest is not None:
             report.backups_checked += 1
             reader = MapReader(repo, workers=workers)
             read: list[bytes] = []
-            pages = _unverified(_map_pages(repo, ref, manifest, report, damaged_pages), pages_ok, read)
+            pages = _unverified(_map_pages(repo, ref, manifest, report, damaged_pages), pages_ok, read, packs, n - 1)
             try:
                 reader.run(manifest, lambda raw, uses: verified.add(uses[0][2]), skip=verified, pages=pages)
             except DamagedData as err:
@@ -140,17 +147,58 @@ def run_verify(repo: Repository, refs: list[BackupRef], workers: int = 4, progre
             report.fetched_bytes += reader.fetched_bytes
         if progress:
             progress(n, len(refs))
+    report.packs_total = len(packs)
+    _check_framing(repo, packs, refs, report, workers)
     report.duration_s = round(time.monotonic() - started, 3)
     return report
 
 
 def _unverified(
-    pages: Iterator[tuple[int, bytes, list[volmap.Entry], Locator]], pages_ok: IdSet, read: list[bytes]
+    pages: Iterator[tuple[int, bytes, list[volmap.Entry], Locator]],
+    pages_ok: IdSet,
+    read: list[bytes],
+    packs: dict[bytes, int],
+    ref_number: int,
 ) -> Iterator[tuple[int, list[volmap.Entry], Locator]]:
-    """``pages`` for the reader, without the entries of pages in ``pages_ok``; the page ids go to ``read``."""
+    """``pages`` for the reader, without the entries of pages in ``pages_ok``; the page ids go to ``read``, the
+    packs their chunks are in to ``packs`` (with ``ref_number`` when first met)."""
     for page_index, page_id, entries, locator in pages:
         read.append(page_id)
-        yield page_index, [] if page_id in pages_ok else entries, locator
+        if page_id in pages_ok:
+            yield page_index, [], locator
+            continue
+        for _voff, _length, cid, _coff in entries:
+            location = locator.get(cid)
+            if location is not None and location.pack_id not in packs:
+                packs[location.pack_id] = ref_number
+        yield page_index, entries, locator
+
+
+def _check_framing(
+    repo: Repository, packs: dict[bytes, int], refs: list[BackupRef], report: VerifyReport, workers: int
+) -> None:
+    """Check the framing of ``packs`` (pack id -> the number of the first backup using it) on ``workers`` threads;
+    damage is the first using backup's. A pack that is not there was reported by the chunk reads (or moved)."""
+
+    def check(pack_id: bytes) -> str | None:
+        try:
+            repo.check_pack_framing(packfmt.pack_key(pack_id))
+        except ObjectNotFound:
+            return None
+        except IntegrityError as err:
+            return str(err)
+        return None
+
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="framing") as pool:
+        ordered = sorted(packs)
+        for pack_id, error in zip(ordered, pool.map(check, ordered), strict=True):
+            if error is not None:
+                key = packfmt.pack_key(pack_id)
+                report.add_damage(refs[packs[pack_id]], _framing_damage(key, error), key)
+
+
+def _framing_damage(key: str, error: str) -> str:
+    return f"pack {key}: {error} (restores read its chunks through the index; its trailer cannot index it again)"
 
 
 class _Verified:
@@ -324,6 +372,8 @@ def run_verify_sampled(
         for cid, error in found.damaged:
             ref, offset, length = used.first_use(used.ids.index(cid))
             report.add_damage(ref, error, packfmt.pack_key(used.packs.id(p)), offset, length)
+        if found.framing is not None:
+            report.add_damage(by_pack.first_ref(p), found.framing, packfmt.pack_key(used.packs.id(p)))
         done += weight[p]
         if progress:
             progress(done, total)
@@ -416,6 +466,10 @@ class _ByPack:
     def count(self, p: int) -> int:
         return self.start[p + 1] - self.start[p]
 
+    def first_ref(self, p: int) -> BackupRef:
+        """The first backup using a chunk of pack ``p`` (it holds some)."""
+        return self.used.refs[min(self.used.ref[u] for u in self.order[self.start[p] : self.start[p + 1]])]
+
     def chunks(self, p: int) -> dict[bytes, ChunkLocation]:
         """Pack ``p``'s referenced chunk ids and where restores read them."""
         used = self.used
@@ -471,6 +525,7 @@ class _PackResult:
     fetched: int = 0
     chunks: int = 0
     damaged: list[tuple[bytes, str]] = field(default_factory=list)  # referenced chunk, error
+    framing: str | None = None  # the pack's damaged framing
     warnings: list[str] = field(default_factory=list)
 
 
@@ -513,10 +568,9 @@ def _check_pack(repo: Repository, pack_id: bytes, referenced: dict[bytes, ChunkL
         result.chunks += 1
         checked.add((cid, loc.offset))
     try:
-        offset, length = packfmt.trailer_location(data[-packfmt.FOOTER_LEN :], len(data))
-        trailer = repo.parse_pack_trailer(pack_id, data[offset : offset + length])
+        trailer = packfmt.read_framing(lambda offset, n: view[offset : offset + n], len(data), repo.pack_seal(pack_id))
     except IntegrityError as err:
-        result.warnings.append(f"pack {key}: trailer damaged ({err}); restores use the index, a re-index would fail")
+        result.framing = _framing_damage(key, str(err))
         trailer = []
     for e in trailer:
         if (e.chunk_id, e.offset) in checked:
@@ -527,6 +581,7 @@ def _check_pack(repo: Repository, pack_id: bytes, referenced: dict[bytes, ChunkL
             result.warnings.append(f"pack {key}: unreferenced chunk at offset {e.offset} damaged ({err})")
         result.chunks += 1
     addressed = not repo.config.located  # version 2 names packs at random
-    if addressed and hashlib.sha256(data).digest() != pack_id and not result.damaged and not result.warnings:
+    intact = not (result.damaged or result.warnings or result.framing)
+    if addressed and intact and hashlib.sha256(data).digest() != pack_id:
         result.warnings.append(f"pack {key} does not match its id (damage outside every chunk)")
     return result

@@ -9,18 +9,16 @@ pv_volume_handle``, the CSI volume handle, and ``volume.pv_uid``) and compared b
 
 * ``same_volume(recorded, current)``: None when nothing recorded says they differ, else the reason
   (the volume handles differ, or the PV uids differ where both are recorded).
-* ``choose_base(repo, volume_id, pv_handle, pv_uid, missing)``: ``BaseChoice(handle, reason, snapshot)``: the
-  snapshot handle (and VolumeSnapshot name) of the newest backup of ``volume_id`` whose recorded volume handle
-  (and PV uid, where both are known) is the current source's and whose snapshot still exists, or ``(None,
-  reason)`` for a full backup, e.g. "the PVC is bound to another volume than the last backup's ...: full
+* ``choose_base(repo, volume_id, pv_handle, pv_uid, missing)``: ``BaseChoice(handle, reason, snapshot, backup_id)``:
+  the snapshot handle (VolumeSnapshot name and backup id) of the newest backup of ``volume_id`` whose recorded
+  volume handle (and PV uid, where both are known) is the current source's and whose snapshot still exists, or
+  ``(None, reason)`` for a full backup, e.g. "the PVC is bound to another volume than the last backup's ...: full
   backup". ``missing(snapshot)`` says why a backup's recorded snapshot cannot serve as the base any more
-  (``movers.kube.bases.SnapshotCheck.missing``: deleted, replaced), None when it can; such backups are skipped
-  and the reason names them, e.g. after a partial run (whose snapshots its cleanup deleted) the delta is since
-  the backup of the previous kept base. Without ``missing`` every recorded snapshot counts as existing. A
-  backup that records no volume handle (written before the identity was recorded) never serves as a base
-  here: the first backup after the upgrade is full.
-* ``backup_with_handle(repo, volume_id, handle)``: the newest backup that recorded snapshot ``handle``
-  (the parent of a delta since it), ``UsageError`` when none did.
+  (``movers.kube.bases.SnapshotCheck.missing``: deleted, replaced), None when it can; such backups are skipped and
+  the reason names them, e.g. after a partial run (whose snapshots its cleanup deleted) the delta is since the
+  backup of the previous kept base. Without ``missing`` every recorded snapshot counts as existing. A backup that
+  records no volume handle (written before the identity was recorded) never serves as a base here: the first backup
+  after the upgrade is full.
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from movers.errors import UsageError
 from movers.repo.manifest import Manifest, SnapshotIdentity, VolumeIdentity
 from movers.repo.repository import Repository
 
@@ -37,6 +34,7 @@ class BaseChoice(NamedTuple):
     handle: str | None  # the base snapshot's CSI handle for GetMetadataDelta; None: a full backup
     reason: str  # one line: why this base, or why none
     snapshot: str | None = None  # the base's VolumeSnapshot name (a v1alpha1 service asks for it by name)
+    backup_id: str | None = None  # the backup of that snapshot: the delta's parent (never whichever is newest)
 
 
 def same_volume(recorded: VolumeIdentity, current: VolumeIdentity) -> str | None:
@@ -49,18 +47,6 @@ def same_volume(recorded: VolumeIdentity, current: VolumeIdentity) -> str | None
     if recorded.pv_uid and current.pv_uid and recorded.pv_uid != current.pv_uid:
         return f"the source PV was re-created (uid {current.pv_uid}, the base's {recorded.pv_uid})"
     return None
-
-
-def backup_with_handle(repo: Repository, volume_id: str, handle: str) -> Manifest:
-    """The newest backup of ``volume_id`` that recorded snapshot ``handle``."""
-    for ref in reversed(repo.list_backups(volume_id)):
-        manifest = repo.read_manifest(volume_id, ref.backup_id)
-        if manifest.snapshot.snapshot_handle == handle:
-            return manifest
-    raise UsageError(
-        f"no backup of volume {volume_id} recorded snapshot handle {handle}: a delta since it has nothing"
-        " to build on (back up without a base for a full)"
-    )
 
 
 def choose_base(
@@ -98,6 +84,7 @@ def choose_base(
                 f"delta since backup {manifest.backup_id} (snapshot {manifest.snapshot.snapshot_handle})"
                 f" of the same volume {pv_handle}{_skipped(gone)}",
                 manifest.snapshot.volume_snapshot,
+                manifest.backup_id,
             )
     if gone:
         backup_id, why = gone[0]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import zstandard
@@ -124,13 +124,55 @@ def encode_entries(entries: Iterable[PackEntry]) -> bytes:
 
 
 def trailer_location(footer: bytes, pack_size: int) -> tuple[int, int]:
-    """From the last ``FOOTER_LEN`` bytes of a pack, return ``(trailer offset, length)``."""
+    """From the last ``FOOTER_LEN`` bytes of a pack, return ``(trailer offset, length)``; a footer whose trailer
+    would not fit between the header and the footer of a pack of ``pack_size`` bytes is damaged (so what a
+    footer claims is never read or allocated beyond the pack's own size)."""
     if len(footer) != FOOTER_LEN:
         raise IntegrityError("pack footer is truncated")
     length, magic = _FOOTER.unpack(footer)
     if magic != FOOTER_MAGIC or length + FOOTER_LEN + len(HEADER) > pack_size:
         raise IntegrityError("pack footer is damaged")
     return pack_size - FOOTER_LEN - length, length
+
+
+FRAMING_TAIL = 64 * 1024  # read_framing reads this much of a pack's end at once: the footer and most trailers
+
+
+def read_framing(read: Callable[[int, int], bytes], size: int, seal: PackSeal | None = None) -> list[PackEntry]:
+    """Check the framing of a pack of ``size`` bytes read through ``read(offset, length)``: its header, its footer,
+    its trailer (decompressed, and opened with ``seal`` for a sealed pack) and that the trailer's entries lie
+    within its data; return the entries. ``IntegrityError`` naming the first damaged part. Reads the header and
+    at most ``FRAMING_TAIL`` bytes of the end, then what more of the trailer the footer claims (bounded by
+    ``size``)."""
+    if size < len(HEADER) + FOOTER_LEN:
+        raise IntegrityError(f"pack is truncated ({size} bytes)")
+    check_header(read(0, len(HEADER)), seal is not None)
+    tail_start = max(len(HEADER), size - FRAMING_TAIL)
+    tail = read(tail_start, size - tail_start)
+    offset, length = trailer_location(tail[-FOOTER_LEN:], size)
+    at = offset - tail_start
+    trailer = tail[at : at + length] if at >= 0 else read(offset, length)
+    entries = parse_trailer(trailer, seal)
+    check_entries(entries, offset)
+    return entries
+
+
+def check_header(header: bytes, sealed: bool) -> None:
+    """``IntegrityError`` unless ``header`` (a pack's first ``len(HEADER)`` bytes) is the one a pack of its
+    repository starts with (``SEALED_HEADER`` when its chunks are ``sealed``)."""
+    expected = SEALED_HEADER if sealed else HEADER
+    if header != expected:
+        raise IntegrityError(f"pack header is damaged ({bytes(header)!r}, not {expected!r})")
+
+
+def check_entries(entries: Iterable[PackEntry], trailer_offset: int) -> None:
+    """``IntegrityError`` unless every entry lies between the header and the trailer (at ``trailer_offset``)."""
+    for e in entries:
+        if e.offset < len(HEADER) or e.offset + e.stored_len > trailer_offset:
+            raise IntegrityError(
+                f"pack trailer is damaged: chunk {e.chunk_id.hex()[:16]} at {e.offset}+{e.stored_len} lies outside"
+                f" the pack's data ({len(HEADER)}..{trailer_offset})"
+            )
 
 
 def parse_trailer(trailer: bytes, seal: PackSeal | None = None) -> list[PackEntry]:

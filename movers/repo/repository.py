@@ -278,6 +278,16 @@ class Repository:
         offset, length = pack.trailer_location(self.store.get_range(key, size - pack.FOOTER_LEN, pack.FOOTER_LEN), size)
         return self.parse_pack_trailer(pack.pack_id_from_key(key), self.store.get_range(key, offset, length))
 
+    def check_pack_framing(self, key: str) -> list[PackEntry]:
+        """Check pack ``key``'s header, footer and trailer (``pack.read_framing``); its entries. ``IntegrityError``
+        when damaged, ``ObjectNotFound`` when it is not there."""
+        size = self.store.size(key)
+        return pack.read_framing(
+            lambda offset, length: self.store.get_range(key, offset, length),
+            size,
+            self.pack_seal(pack.pack_id_from_key(key)),
+        )
+
     def indexed(self, packs: dict[bytes, list[PackEntry]]) -> None:
         """Record that an index object now lists ``packs`` (they are no longer unindexed)."""
         for pack_id, entries in packs.items():
