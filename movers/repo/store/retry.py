@@ -21,6 +21,8 @@ Contract:
   and resumes after the last key it yielded (keys come in ascending order), so it never yields a key
   twice or misses one; its budget runs from the last key yielded. A ``put_new`` whose first attempt
   wrote the object but lost the answer returns False from the retry: the object is there either way.
+  A ``create`` that was retried and then found the key reads it back: True when it holds the bytes given
+  (the lost answer was ours: configs, key slots and manifests are unique), else False.
 * The clock and the sleep are constructor arguments, so tests can run an outage of minutes at once.
 """
 
@@ -33,7 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from movers.durations import parse_duration
-from movers.errors import TransientStoreError
+from movers.errors import ObjectNotFound, TransientStoreError
 from movers.repo.store.base import TEMPORARY_MAX_AGE_S, Store, StoreWrapper
 
 T = TypeVar("T")
@@ -103,6 +105,25 @@ class RetryingStore(StoreWrapper):
 
     def put_new(self, key: str, data: bytes) -> bool:
         return self._call(self.inner.put_new, key, data)
+
+    def create(self, key: str, data: bytes) -> bool:
+        attempts = 0
+
+        def attempt() -> bool:
+            nonlocal attempts
+            attempts += 1
+            return self.inner.create(key, data)
+
+        created = self._call(attempt)
+        if created or attempts == 1:
+            return created
+        return self._holds(key, data)
+
+    def _holds(self, key: str, data: bytes) -> bool:
+        try:
+            return self._call(self.inner.get, key) == bytes(data)
+        except ObjectNotFound:
+            return False
 
     def get(self, key: str) -> bytes:
         return self._call(self.inner.get, key)
