@@ -866,6 +866,39 @@ def test_retrying_store_retries_transient_errors_then_succeeds():
     assert len(clock.sleeps) == 5 and all(0 <= s <= cap for s, cap in zip(clock.sleeps, caps, strict=True))
 
 
+def test_retrying_store_budget_is_the_outages_not_each_calls():
+    """Calls made during an outage share its budget; once it is spent every call fails at once, without an
+    attempt, until the store answers again (a success ends the outage)."""
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+    faulty.put("k", b"v")
+    down = [True]
+    faulty.fail_while(lambda: down[0], TransientStoreError("endpoint down"))
+    store = RetryingStore(faulty, retry_for=60, **fake_time(clock))
+    with pytest.raises(TransientStoreError, match="gave up"):
+        store.get("k")
+    assert 60 <= clock.now < 61
+    for call in (lambda: store.put("lease", b"x"), lambda: store.delete("lease"), lambda: list(store.list())):
+        before = sum(faulty.calls.values())
+        with pytest.raises(TransientStoreError, match="longer than the retry budget") as info:
+            call()
+        assert sum(faulty.calls.values()) == before and info.value.retriable is False  # not even one attempt
+    assert clock.now < 61
+
+    store2 = RetryingStore(faulty, retry_for=60, **fake_time(clock))
+    clock.now += 1000
+    faulty.fail("get", TransientStoreError, times=1)
+    down[0] = False
+    assert store2.get("k") == b"v"  # an outage that has ended leaves no trace
+    down[0] = True
+    started = clock.now
+    with pytest.raises(TransientStoreError, match="gave up"):
+        store2.get("k")
+    assert 60 <= clock.now - started < 61
+    down[0] = False  # back: the first call that answers ends the outage
+    with pytest.raises(TransientStoreError, match="not tried again"):
+        store2.size("k")  # (no call tries while the budget is spent: the command it serves has failed)
+
+
 def test_retrying_store_rides_out_an_outage_of_minutes(caplog):
     faulty, clock = FaultyStore(MemoryStore()), FakeClock()
     faulty.put("k", b"v")
