@@ -40,6 +40,7 @@ from movers.errors import UsageError
 _KEY_SEGMENT = re.compile(r"^[A-Za-z0-9._%-]+$")
 TEMPORARY_PREFIX = ".tmp-"  # a segment starting with it is never a key (local stores' temporary files)
 TEMPORARY_MAX_AGE_S = 3600.0  # a temporary file untouched this long was left by a killed writer
+TEMPORARY_MIN_AGE_S = 60.0  # a temporary file is renamed moments after its last byte: younger ones may be live
 
 
 def validate_key(key: str) -> str:
