@@ -234,7 +234,7 @@ def test_racing_completions_leave_one_key_slot(tmp_path):
 def test_cli_init_completes_an_interrupted_init(tmp_path):
     url = f"file://{tmp_path}/repo"
     _stuck(LocalStore(tmp_path / "repo"))
-    assert_one_line_error(run("ls", "--repo", url, env=KEY), 4, "has no key slot")
+    assert_one_line_error(run("ls", "--repo", url, env=KEY), 4, "has no key slot", "run cbt-mover init on it again")
     proc = run("init", "--repo", url, env=KEY, check_rc=0)
     assert "initialized" in proc.stdout
     image = tmp_path / "vol.img"

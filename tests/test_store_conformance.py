@@ -280,7 +280,14 @@ def test_create_never_rewrites_a_key(store):
 
 
 @pytest.mark.parametrize(
-    "kind", ["memory", "local", "local-retrying", pytest.param("s3-no-conditional", marks=pytest.mark.s3)]
+    "kind",
+    [
+        "memory",
+        "local",
+        "local-retrying",
+        "local-without-hard-links",
+        pytest.param("s3-no-conditional", marks=pytest.mark.s3),
+    ],
 )
 def test_create_of_racing_writers_writes_once(request, tmp_path, kind):
     """Of 6 writers creating one key at once, one wins and the key holds its bytes (20 rounds)."""
@@ -290,6 +297,9 @@ def test_create_of_racing_writers_writes_once(request, tmp_path, kind):
         store = LocalStore(tmp_path)
     elif kind == "local-retrying":
         store = open_store(f"file://{tmp_path}")
+    elif kind == "local-without-hard-links":
+        store = LocalStore(tmp_path)
+        store._hard_links = False  # as on a filesystem that refused a link: creating takes a lock file
     else:
         store = make_s3(*request.getfixturevalue("unconditional_s3"))
         assert store.conditional_writes is False
@@ -308,6 +318,7 @@ def test_create_of_racing_writers_writes_once(request, tmp_path, kind):
             t.join()
         assert len(won) == 1 and store.get(key) == b"%d" % won[0] * 1000
     assert [k for k in store.list() if not k.startswith("k/")] == []
+    assert [p.name for p in tmp_path.rglob(".tmp-*")] == []  # no temporary or lock file stays behind
 
 
 @pytest.mark.s3

@@ -365,7 +365,10 @@ def unlock(store: Store, repo_id: str, credentials: Credentials, where: str) -> 
             f" {', '.join(key for key, _why in damaged)}"
         )
     if not slots:
-        raise IntegrityError(f"{where} is encrypted but has no key slot ({SLOT_PREFIX}): its init did not finish")
+        raise IntegrityError(
+            f"{where} is encrypted but has no key slot ({SLOT_PREFIX}): its init did not finish;"
+            " run cbt-mover init on it again to complete it"
+        )
     given = {secret.kind for secret in credentials.secrets}
     if not given & {slot.kind for slot in slots}:
         why = f": it has no {' or '.join(sorted(given))} slot"
