@@ -53,6 +53,7 @@ import logging
 import math
 import random
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -202,6 +203,7 @@ class S3Store:
         self._redactor = Redactor(access_key, secret_key, session_token)
         KNOWN.add(access_key, secret_key, session_token)
         self._conditional_writes: bool | None = None  # None: not proven either way yet (see the module doc)
+        self._probe_lock = threading.Lock()
         self._content_md5 = False  # True once the bucket asked for Content-MD5 (object lock)
         self.endpoint_url = endpoint_url or "(default AWS endpoint)"
         if (access_key is None) != (secret_key is None):
@@ -382,7 +384,9 @@ class S3Store:
     def conditional_writes(self) -> bool:
         """Whether the endpoint proved it honours ``If-None-Match: *`` (probed on first use, see the module doc)."""
         if self._conditional_writes is None:
-            self._probe_conditional_writes()
+            with self._probe_lock:  # one probe, whichever thread writes first
+                if self._conditional_writes is None:
+                    self._probe_conditional_writes()
         return bool(self._conditional_writes)
 
     def create(self, key: str, data: bytes) -> bool:
