@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,7 +19,6 @@ from movers.repo.keys import Credentials
 from movers.repo.repository import Repository
 from movers.repo.store import FaultyStore, LocalStore, MemoryStore, SimulatedCrash, Store
 from movers.repo.store.s3 import S3Store
-from tests.s3proxy import S3Proxy
 from tests.test_cli import CLI, assert_one_line_error, run
 from tests.test_encryption import KEY, VOLUME, backup
 from tests.volumes import make_image
@@ -34,14 +32,6 @@ def passphrase(n: int | str) -> Credentials:
 
 def init(store: Store, n: int | str) -> Repository:
     return Repository.init(store, RepoConfig.new(encrypted=True), passphrase(n), kdf_cost=10)
-
-
-@pytest.fixture
-def unconditional_s3(s3_bucket) -> Iterator[str]:
-    """The endpoint of an S3 without conditional writes (it ignores If-None-Match, as s3rver does)."""
-    endpoint, bucket = s3_bucket
-    with S3Proxy(endpoint, ignore_conditions=True) as proxy:
-        yield proxy.endpoint_url
 
 
 @pytest.fixture(
@@ -60,7 +50,7 @@ def clients(request, tmp_path) -> list[Store]:
         return [LocalStore(tmp_path / "repo") for _ in range(5)]
     endpoint, bucket = request.getfixturevalue("s3_bucket")
     if request.param == "s3-unconditional":
-        endpoint = request.getfixturevalue("unconditional_s3")
+        endpoint = request.getfixturevalue("unconditional_s3")[0]
     return [S3Store(bucket, "repo", endpoint_url=endpoint, **FAKE) for _ in range(5)]
 
 
@@ -111,11 +101,11 @@ def test_racing_inits_leave_one_repository_that_its_creators_key_opens(clients):
 
 
 @pytest.mark.s3
-def test_cli_second_init_on_an_s3_without_conditional_writes_is_refused(s3_bucket, unconditional_s3, tmp_path):
+def test_cli_second_init_on_an_s3_without_conditional_writes_is_refused(unconditional_s3, tmp_path):
     """The fault as found: on s3rver a second init replaced the config, and the real key no longer opened it."""
-    _endpoint, bucket = s3_bucket
+    endpoint, bucket = unconditional_s3
     env = {**KEY, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
-    env["AWS_ENDPOINT_URL"] = unconditional_s3
+    env["AWS_ENDPOINT_URL"] = endpoint
     url = f"s3://{bucket}/team/repo"
     run("init", "--repo", url, env=env, check_rc=0)
     image = tmp_path / "vol.img"
@@ -138,7 +128,7 @@ def test_cli_racing_init_processes(request, tmp_path, where):
         store = LocalStore(tmp_path / "repo")
     else:
         _endpoint, bucket = request.getfixturevalue("s3_bucket")
-        endpoint = request.getfixturevalue("unconditional_s3")
+        endpoint = request.getfixturevalue("unconditional_s3")[0]
         url = f"s3://{bucket}/repo"
         env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
         env["AWS_ENDPOINT_URL"] = endpoint

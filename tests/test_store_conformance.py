@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import botocore.exceptions as bce
 import pytest
@@ -62,14 +62,6 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]  # nothing listens here once the socket is closed
-
-
-@pytest.fixture
-def unconditional_s3(s3_bucket) -> Iterator[tuple[str, str]]:
-    """``(endpoint, bucket)`` of an S3 without conditional writes: it ignores ``If-None-Match`` (as s3rver does)."""
-    endpoint, bucket = s3_bucket
-    with S3Proxy(endpoint, ignore_conditions=True) as proxy:
-        yield proxy.endpoint_url, bucket
 
 
 STORES = [
