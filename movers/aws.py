@@ -24,6 +24,22 @@ CREDENTIALS_HINT = (
 )
 
 
+CONNECT_TIMEOUT_S = 10.0  # an attempt's longest wait for a connection, with a budget of minutes or none
+READ_TIMEOUT_S = 60.0  # an attempt's longest wait for an answer, likewise
+
+
+def timeouts_within(
+    retry_for: float, connect: float = CONNECT_TIMEOUT_S, read: float = READ_TIMEOUT_S
+) -> tuple[float, float]:
+    """``(connect, read)`` timeouts of one attempt under the retry budget ``retry_for``: a quarter of the budget (at
+    least 1 s), at most ``connect`` and ``read``; ``retry_for=0`` (no retries): ``connect`` and ``read``. An attempt
+    begun as the budget ends then overruns it by a quarter at most (``movers.repo.store.retry``)."""
+    if retry_for <= 0:
+        return connect, read
+    share = max(1.0, retry_for / 4)
+    return min(connect, share), min(read, share)
+
+
 def client_config(connect_timeout: float, read_timeout: float, **options: Any) -> Config:
     """A botocore ``Config`` with botocore's own retries off (one attempt per call) and these timeouts."""
     return Config(

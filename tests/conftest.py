@@ -1,6 +1,6 @@
 """Shared pytest fixtures.
 
-* ``moto_server`` / ``s3_bucket``: the S3 test server (``tests/s3server.py``).
+* ``moto_server`` / ``s3_bucket`` / ``unconditional_s3``: the S3 test server (``tests/s3server.py``).
 * ``local_cluster`` (module scope): the whole local cluster (``localcluster.cluster.LocalCluster``)
   with default settings; ``make_local_cluster(**settings)`` starts one with other settings (no
   CBT, no group snapshots, older served versions) that is stopped when the test ends.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.audit import RAN_MODULES
-from tests.s3server import moto_server, s3_bucket  # noqa: F401  (fixtures, re-exported for all tests)
+from tests.s3server import moto_server, s3_bucket, unconditional_s3  # noqa: F401  (fixtures, re-exported for all tests)
 
 AUDITED_LAST = "test_shipped_rbac.py"
 

@@ -5,6 +5,8 @@ copes with answers moto never gives.
   it in ``requests``; ``answer(request)`` may instead return ``(status, error code)``, which the
   proxy sends as an S3 XML error without forwarding (as a JSON protocol error to a request naming its
   operation in ``X-Amz-Target``, such as AWS KMS's ``TrentService.Decrypt``: ``Request.target``).
+  ``ignore_conditions=True`` makes it an S3 without conditional writes (as s3rver is): it drops the
+  ``If-None-Match`` header before forwarding, so a conditional write overwrites like a plain one.
 * ``SilentServer()``: accepts connections and never answers a byte (a hung endpoint); ``accepted``
   counts the connections.
 
@@ -42,9 +44,15 @@ class Request:
 
 
 class S3Proxy:
-    def __init__(self, upstream: str, answer: Callable[[Request], tuple[int, str] | None] = lambda _r: None) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        answer: Callable[[Request], tuple[int, str] | None] = lambda _r: None,
+        ignore_conditions: bool = False,
+    ) -> None:
         self.upstream = urlsplit(upstream)
         self.answer = answer
+        self.dropped = _HOP_BY_HOP | ({"if-none-match"} if ignore_conditions else set())
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -91,7 +99,7 @@ class S3Proxy:
                     return
                 conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=60)
                 try:
-                    headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in proxy.dropped}
                     conn.request(self.command, self.path, body=body, headers=headers)
                     resp = conn.getresponse()
                     data = resp.read()

@@ -4,6 +4,8 @@
   stopped in every outcome.
 * ``s3_bucket`` (function): a fresh, uniquely named bucket; yields ``(endpoint_url, bucket)``
   and empties and deletes it afterwards.
+* ``unconditional_s3`` (function): ``(endpoint_url, bucket)`` of that bucket behind an S3 without conditional
+  writes (``tests.s3proxy.S3Proxy(ignore_conditions=True)``: it ignores ``If-None-Match``, as s3rver does).
 
 Nothing global is changed: credentials (``CREDENTIALS``, region ``REGION``) are passed explicitly.
 """
@@ -16,10 +18,11 @@ from collections.abc import Iterator
 import pytest
 
 from localcluster.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server, moto_s3
+from tests.s3proxy import S3Proxy
 
 CREDENTIALS = {"aws_access_key_id": ACCESS_KEY, "aws_secret_access_key": SECRET_KEY}
 MotoServer = S3Server
-__all__ = ["CREDENTIALS", "REGION", "MotoServer", "moto_server", "s3_bucket"]
+__all__ = ["CREDENTIALS", "REGION", "MotoServer", "moto_server", "s3_bucket", "unconditional_s3"]
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +45,10 @@ def s3_bucket(moto_server: S3Server) -> Iterator[tuple[str, str]]:
             for obj in page.get("Contents", []):
                 client.delete_object(Bucket=bucket, Key=obj["Key"])
         client.delete_bucket(Bucket=bucket)
+
+
+@pytest.fixture
+def unconditional_s3(s3_bucket: tuple[str, str]) -> Iterator[tuple[str, str]]:
+    endpoint, bucket = s3_bucket
+    with S3Proxy(endpoint, ignore_conditions=True) as proxy:
+        yield proxy.endpoint_url, bucket

@@ -3,6 +3,7 @@ S3 error translation, multipart abort, RetryingStore, FaultyStore and ``open_sto
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -63,7 +64,16 @@ def closed_port() -> int:
         return sock.getsockname()[1]  # nothing listens here once the socket is closed
 
 
-@pytest.fixture(params=["memory", "local", "local-retrying", pytest.param("s3", marks=pytest.mark.s3)])
+STORES = [
+    "memory",
+    "local",
+    "local-retrying",
+    pytest.param("s3", marks=pytest.mark.s3),
+    pytest.param("s3-without-conditional-writes", marks=pytest.mark.s3),
+]
+
+
+@pytest.fixture(params=STORES)
 def store(request, tmp_path) -> Store:
     if request.param == "memory":
         return MemoryStore()
@@ -71,7 +81,10 @@ def store(request, tmp_path) -> Store:
         return LocalStore(tmp_path / "store")
     if request.param == "local-retrying":
         return open_store(f"file://{tmp_path}/store")
-    endpoint, bucket = request.getfixturevalue("s3_bucket")
+    if request.param == "s3":
+        endpoint, bucket = request.getfixturevalue("s3_bucket")
+    else:
+        endpoint, bucket = request.getfixturevalue("unconditional_s3")
     return make_s3(endpoint, bucket)
 
 
@@ -243,7 +256,98 @@ def test_put_new_of_racing_writers_writes_once(tmp_path, kind):
         assert [p.name for p in tmp_path.rglob(".tmp-*")] == []  # no temporary file stays behind
 
 
+def test_create_never_rewrites_a_key(store):
+    """Configs, key slots and manifests are created: never rewritten, whatever the store (S3 without conditional
+    writes included), and a key that exists is left as it was."""
+    assert store.create("config", b"first") is True
+    assert store.create("config", b"second") is False
+    assert store.get("config") == b"first"
+    store.put("backups/v/1", b"put")
+    assert store.create("backups/v/1", b"other") is False and store.get("backups/v/1") == b"put"
+    store.delete("config")
+    assert store.create("config", b"again") is True and store.get("config") == b"again"
+    with pytest.raises(UsageError):
+        store.create("a//b", b"x")
+    assert list(store.list()) == ["backups/v/1", "config"]  # no claim or probe stays behind
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "memory",
+        "local",
+        "local-retrying",
+        "local-without-hard-links",
+        pytest.param("s3-no-conditional", marks=pytest.mark.s3),
+    ],
+)
+def test_create_of_racing_writers_writes_once(request, tmp_path, kind):
+    """Of 6 writers creating one key at once, one wins and the key holds its bytes (20 rounds)."""
+    if kind == "memory":
+        store = MemoryStore()
+    elif kind == "local":
+        store = LocalStore(tmp_path)
+    elif kind == "local-retrying":
+        store = open_store(f"file://{tmp_path}")
+    elif kind == "local-without-hard-links":
+        store = LocalStore(tmp_path)
+        store._hard_links = False  # as on a filesystem that refused a link: creating takes a lock file
+    else:
+        store = make_s3(*request.getfixturevalue("unconditional_s3"))
+        assert store.conditional_writes is False
+    for round_ in range(20):
+        key, start, won = f"k/{round_}", threading.Barrier(6), []
+
+        def writer(n: int, key=key, start=start, won=won) -> None:
+            start.wait()
+            if store.create(key, b"%d" % n * 1000):
+                won.append(n)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(won) == 1 and store.get(key) == b"%d" % won[0] * 1000
+    assert [k for k in store.list() if not k.startswith("k/")] == []
+    assert [p.name for p in tmp_path.rglob(".tmp-*")] == []  # no temporary or lock file stays behind
+
+
+@pytest.mark.s3
+def test_s3_conditional_writes_are_trusted_only_once_proven(s3_bucket, caplog):
+    """An endpoint that ignores If-None-Match answers 200 to a conditional write of a key that exists: the probe
+    sees that, and neither put_new nor create sends a conditional write there again."""
+    endpoint, bucket = s3_bucket
+    with S3Proxy(endpoint) as proxy:
+        store = make_s3(proxy.endpoint_url, bucket)
+        assert store.create("config", b"c") is True
+        assert [(r.method, r.conditional) for r in proxy.requests] == [
+            ("PUT", False),  # the probe object
+            ("PUT", True),  # again, conditionally: moto answers 412
+            ("DELETE", False),
+            ("PUT", True),  # the config
+        ]
+        assert store.conditional_writes is True and store.create("config", b"d") is False
+    with S3Proxy(endpoint, ignore_conditions=True) as proxy:
+        store = make_s3(proxy.endpoint_url, bucket)
+        with caplog.at_level(logging.WARNING, logger="movers"):
+            assert store.create("config", b"e") is False  # the probe: HEAD finds it before any claim
+        assert store.conditional_writes is False and "does not support conditional writes" in caplog.text
+        assert [r.method for r in proxy.requests] == ["PUT", "PUT", "DELETE", "HEAD"]
+        del proxy.requests[:]
+        assert store.create("keys/1", b"slot") is True
+        methods = [r.method for r in proxy.requests]
+        assert methods == ["HEAD", "PUT", "GET", "HEAD", "PUT", "GET", "DELETE"]  # claim, list, check, write, read
+        assert not any(r.conditional for r in proxy.requests)
+    assert store.get("config") == b"c" and store.get("keys/1") == b"slot"
+
+
 def test_requests_are_counted_by_kind(store):
+    if isinstance(store, S3Store):
+        assert store.conditional_writes in (True, False)  # its probe is counted too: not in the figures below
+        counted = store.requests.as_dict()
+        store.requests = type(store.requests)()
+        assert counted["put"] == 2 and counted["delete"] == 1
     store.put("c/a", b"abc")
     assert store.put_new("c/b", b"x") is True
     assert store.put_new("c/b", b"y") is False
@@ -254,6 +358,8 @@ def test_requests_are_counted_by_kind(store):
     assert list(store.list("c/")) == ["c/a", "c/b"]
     store.delete("c/a")
     expected = {"put": 3, "get": 1, "range_get": 1, "head": 2, "list_pages": 1, "delete": 1}
+    if not getattr(store, "conditional_writes", True):  # put_new is HEAD then PUT there
+        expected.update(put=2, head=4)
     assert store.requests.as_dict() == expected
 
 
@@ -292,10 +398,10 @@ def test_s3_counts_every_http_request(s3_bucket, random_70mib):
         store.delete("small")
         store.check()
         by_method = Counter(r.method for r in proxy.requests)
-    counts = store.requests.as_dict()
-    assert counts == {"put": 7, "get": 2, "range_get": 1, "head": 1, "list_pages": 1, "delete": 1}
+    counts = store.requests.as_dict()  # put_new's probe: PUT, PUT, DELETE
+    assert counts == {"put": 9, "get": 2, "range_get": 1, "head": 1, "list_pages": 1, "delete": 2}
     assert sum(counts.values()) == len(proxy.requests)
-    assert by_method == {"PUT": 5, "POST": 2, "GET": 4, "HEAD": 1, "DELETE": 1}
+    assert by_method == {"PUT": 7, "POST": 2, "GET": 4, "HEAD": 1, "DELETE": 2}
 
 
 def test_local_put_new_of_a_key_that_names_a_folder_fails_like_put(tmp_path):
@@ -406,6 +512,8 @@ def test_s3_put_once_is_one_conditional_put_without_head(s3_bucket):
     endpoint, bucket = s3_bucket
     with S3Proxy(endpoint) as proxy:
         repo = Repository(make_s3(proxy.endpoint_url, bucket), RepoConfig())
+        assert repo.store.conditional_writes  # the probe, once per store: PUT, PUT, DELETE
+        del proxy.requests[:]
         assert repo.put_once("packs/aa/1", b"pack") == 4
         assert repo.put_once("packs/aa/1", b"pack") == 0  # moto answered 412 PreconditionFailed
     assert [r.method for r in proxy.requests] == ["PUT", "PUT"] and _conditional_puts(proxy) == [True, True]
@@ -448,7 +556,8 @@ def test_s3_put_new_without_conditional_writes_falls_back_to_head_then_put(s3_bu
         store = make_s3(proxy.endpoint_url, bucket)
         with caplog.at_level(logging.WARNING, logger="movers"):
             assert store.put_new("a", b"1") is True
-        assert [(r.method, r.conditional) for r in proxy.requests] == [("PUT", True), ("HEAD", False), ("PUT", False)]
+        probe = [("PUT", False), ("PUT", True), ("DELETE", False)]  # the second PUT answered 501
+        assert [(r.method, r.conditional) for r in proxy.requests] == [*probe, ("HEAD", False), ("PUT", False)]
         assert "does not support conditional writes" in caplog.text
         del proxy.requests[:]
         assert store.put_new("b", b"2") is True and store.put_new("a", b"x") is False  # remembered: no 501 again
@@ -465,7 +574,7 @@ def test_s3_conditional_write_conflict_is_retried(s3_bucket, exists):
     conflicts = []
 
     def conflict_once(request: Request):
-        if request.conditional and not conflicts:
+        if request.conditional and request.path.endswith("/k") and not conflicts:
             conflicts.append(request)
             return 409, "ConditionalRequestConflict"
         return None
@@ -635,9 +744,10 @@ def test_s3_a_hung_endpoint_fails_in_bounded_time():
         with pytest.raises(TransientStoreError, match="Read timeout"):
             store.get("k")
         assert time.monotonic() - started < 2.0 and hung.accepted == 1
-        retrying = RetryingStore(store, retry_for=2, base_delay=0.1, max_delay=0.2)
         # a PUT waits up to 1 s for "100 Continue" (botocore's Expect header), then for its read timeout
-        for call, attempt_s in ((lambda: list(retrying.list()), 0.5), (lambda: retrying.put_new("k", b"v"), 1.5)):
+        for call, attempt_s in ((lambda r: list(r.list()), 0.5), (lambda r: r.put_new("k", b"v"), 1.5)):
+            retrying = RetryingStore(store, retry_for=2, base_delay=0.1, max_delay=0.2)
+            call = functools.partial(call, retrying)
             accepted, started = hung.accepted, time.monotonic()
             with pytest.raises(TransientStoreError, match=r"gave up after \d+ attempts in [23] s"):
                 call()
@@ -757,6 +867,39 @@ def test_retrying_store_retries_transient_errors_then_succeeds():
     assert faulty.puts == ["k"]
     caps = [0.2, 0.4, 0.2, 0.4, 0.8]
     assert len(clock.sleeps) == 5 and all(0 <= s <= cap for s, cap in zip(clock.sleeps, caps, strict=True))
+
+
+def test_retrying_store_budget_is_the_outages_not_each_calls():
+    """Calls made during an outage share its budget; once it is spent every call fails at once, without an
+    attempt, until the store answers again (a success ends the outage)."""
+    faulty, clock = FaultyStore(MemoryStore()), FakeClock()
+    faulty.put("k", b"v")
+    down = [True]
+    faulty.fail_while(lambda: down[0], TransientStoreError("endpoint down"))
+    store = RetryingStore(faulty, retry_for=60, **fake_time(clock))
+    with pytest.raises(TransientStoreError, match="gave up"):
+        store.get("k")
+    assert 60 <= clock.now < 61
+    for call in (lambda: store.put("lease", b"x"), lambda: store.delete("lease"), lambda: list(store.list())):
+        before = sum(faulty.calls.values())
+        with pytest.raises(TransientStoreError, match="longer than the retry budget") as info:
+            call()
+        assert sum(faulty.calls.values()) == before and info.value.retriable is False  # not even one attempt
+    assert clock.now < 61
+
+    store2 = RetryingStore(faulty, retry_for=60, **fake_time(clock))
+    clock.now += 1000
+    faulty.fail("get", TransientStoreError, times=1)
+    down[0] = False
+    assert store2.get("k") == b"v"  # an outage that has ended leaves no trace
+    down[0] = True
+    started = clock.now
+    with pytest.raises(TransientStoreError, match="gave up"):
+        store2.get("k")
+    assert 60 <= clock.now - started < 61
+    down[0] = False  # back: the first call that answers ends the outage
+    with pytest.raises(TransientStoreError, match="not tried again"):
+        store2.size("k")  # (no call tries while the budget is spent: the command it serves has failed)
 
 
 def test_retrying_store_rides_out_an_outage_of_minutes(caplog):

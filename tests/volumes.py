@@ -80,6 +80,14 @@ class RecordingStore:
                 self.bytes_written += len(data)
         return written
 
+    def create(self, key, data):
+        written = self.inner.create(key, data)
+        if written:
+            with self._lock:
+                self.written.append(key)
+                self.bytes_written += len(data)
+        return written
+
     def get(self, key):
         with self._lock:
             self.reads[key] += 1

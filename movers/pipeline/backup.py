@@ -252,7 +252,8 @@ def _backup(
     manifest.stats = stats.as_dict()
     data = manifest.encode()
     lease.check()
-    repo.store.put(repo.manifest_key(manifest), data)  # the commit point
+    if not repo.store.create(repo.manifest_key(manifest), data):  # the commit point, never rewriting a manifest
+        raise IntegrityError(f"backup {manifest.backup_id} of volume {volume.id} exists already in {repo.describe()}")
     stats.stored_bytes += len(data)
     stats.metadata_bytes += len(data)
     stats.objects_written += 1

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import logging
 import os
@@ -238,11 +239,19 @@ def _ad(repo_id: str, slot_id: str) -> bytes:
     return f"{repo_id}\0{slot_id}".encode()
 
 
-def new_slot(repo_id: str, master: bytes, secret: Secret | KmsKey, cost: int = DEFAULT_KDF_COST) -> tuple[str, bytes]:
+def first_slot_id(repo_id: str) -> str:
+    """The id of a repository's first key slot, which ``init`` writes: one per repository id, so that two writers
+    of a first slot (an ``init`` and one completing it) cannot both write one."""
+    return hashlib.sha256(f"cbt-mover first key slot\0{repo_id}".encode()).hexdigest()[:16]
+
+
+def new_slot(
+    repo_id: str, master: bytes, secret: Secret | KmsKey, cost: int = DEFAULT_KDF_COST, slot_id: str | None = None
+) -> tuple[str, bytes]:
     """``(slot id, slot object)`` wrapping ``master`` for ``secret``, checked to open with it: a KMS key that
     encrypts but does not decrypt for this identity fails here (``RepositoryKeyError``), before anything is
-    written."""
-    slot_id = os.urandom(8).hex()
+    written. ``slot_id``: 64 random bits unless given (``first_slot_id``)."""
+    slot_id = slot_id or os.urandom(8).hex()
     doc: dict = {"format": SLOT_FORMAT, "slot": slot_id, "kind": secret.kind, "created": datetime.now(UTC).isoformat()}
     if isinstance(secret, KmsKey):
         wrapped, arn = secret.wrap(master, kms.context(repo_id, slot_id))
@@ -356,7 +365,10 @@ def unlock(store: Store, repo_id: str, credentials: Credentials, where: str) -> 
             f" {', '.join(key for key, _why in damaged)}"
         )
     if not slots:
-        raise IntegrityError(f"{where} is encrypted but has no key slot ({SLOT_PREFIX}): its init did not finish")
+        raise IntegrityError(
+            f"{where} is encrypted but has no key slot ({SLOT_PREFIX}): its init did not finish;"
+            " run cbt-mover init on it again to complete it"
+        )
     given = {secret.kind for secret in credentials.secrets}
     if not given & {slot.kind for slot in slots}:
         why = f": it has no {' or '.join(sorted(given))} slot"
@@ -374,7 +386,7 @@ def add_slot(store: Store, repo_id: str, master: bytes, secret: Secret | KmsKey,
 
 def write_slot(store: Store, slot_id: str, data: bytes) -> None:
     """Store a slot ``new_slot`` made and check it reads back unchanged."""
-    if not store.put_new(SLOT_PREFIX + slot_id, data):  # 64 random bits taken: never in practice
+    if not store.create(SLOT_PREFIX + slot_id, data):  # random: never in practice; a first slot: a racing init
         raise IntegrityError(f"key slot {SLOT_PREFIX}{slot_id} exists already")
     if store.get(SLOT_PREFIX + slot_id) != data:
         raise IntegrityError(f"the new key slot {SLOT_PREFIX}{slot_id} reads back changed after writing it")

@@ -95,7 +95,7 @@ class KmsKey:
         self.source = f"{source} {key}"
         self._profile = profile
         self._retry_for = retry_for
-        self._timeouts = (connect_timeout, read_timeout)
+        self._timeouts = (connect_timeout, read_timeout)  # at most: timeouts_within the retry budget
         self._lock = threading.Lock()
         self._session: Any = None
         self._clients: dict[str | None, Any] = {}
@@ -160,14 +160,18 @@ class KmsKey:
             return self._session
 
     def _client(self, region: str | None):
-        from movers.aws import client_config
+        from movers.aws import client_config, timeouts_within
 
         session = self._boto_session()
         with self._lock:
             client = self._clients.get(region)
             if client is None:
                 try:
-                    client = session.client("kms", region_name=region, config=client_config(*self._timeouts))
+                    client = session.client(
+                        "kms",
+                        region_name=region,
+                        config=client_config(*timeouts_within(self._retry_for, *self._timeouts)),
+                    )
                 except ValueError as err:  # a malformed endpoint URL
                     raise UsageError(f"cannot set up an AWS KMS client for {self.source}: {err}") from None
                 if has_userinfo(client.meta.endpoint_url):

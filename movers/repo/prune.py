@@ -151,6 +151,7 @@ from movers.repo.prunelock import LOCK_PREFIX, PruneLock
 from movers.repo.prunestate import STATE_PREFIX, PruneState, encode_state, read_state
 from movers.repo.references import CANDIDATE, HOME, NAMED, NEW_NAMED, NEW_REF, NO_HOME, PINNED, REF, References
 from movers.repo.repository import Repository
+from movers.repo.store.base import TEMPORARY_MAX_AGE_S, TEMPORARY_MIN_AGE_S
 
 _LEASES = (LEASE_PREFIX, LOCK_PREFIX)
 _MAP_ID = struct.Struct(f"{ID_LEN}s")
@@ -301,6 +302,18 @@ def _split_homes(refs: References) -> None:
         for n in copies_of[cid]:
             if table.pack_id(table.pack_of[n]) == pid:
                 entry[n] |= HOME
+
+
+def _sweep_temporaries(store, grace_s: float, lease_ttl_s: float) -> None:
+    """Delete the temporary files (``file://`` stores: ``.tmp-*``) that killed writers left: those untouched for the
+    grace (an hour at most), and never younger than ``TEMPORARY_MIN_AGE_S`` (a write renames its file moments after
+    its last byte) or, while a backup runs, its lease's ``lease_ttl_s``: a backup that has not touched its file for
+    that long cannot commit any more (``movers.repo.leases``), so deleting the file loses nothing."""
+    sweep = getattr(store, "sweep_temporaries", None)
+    if sweep is None:
+        return
+    floor = max(TEMPORARY_MIN_AGE_S, lease_ttl_s) if live_leases(store, lease_ttl_s) else TEMPORARY_MIN_AGE_S
+    sweep(max(floor, min(grace_s, TEMPORARY_MAX_AGE_S)))
 
 
 def _wait_for_backups(
@@ -537,9 +550,7 @@ def _prune(
         report.leases_deleted = sum(sweep_expired(store, EXPIRED_AFTER_S, prefix=p, delete=False) for p in _LEASES)
         report.duration_s = round(time.monotonic() - started, 3)
         return report
-    sweep = getattr(store, "sweep_temporaries", None)  # file:// stores: temporary files of killed writers
-    if sweep is not None:
-        sweep()
+    _sweep_temporaries(store, grace_s, lease_ttl_s)
     new_packs_index: list[tuple[str, bytes]] = []  # index objects of the packs repacking wrote
     if thin:  # copy, then forward; each old pack is then unreferenced and goes the way of any other
         repacked = repacking.repack(repo, thin, alive)

@@ -42,6 +42,7 @@ from movers.repo.contenthash import ContentHash
 from movers.repo.crypto import PackSeal, RepoKeys
 from movers.repo.index import (
     FIRST,
+    INDEX_PREFIX,
     LAST,
     ChunkLocation,
     TableIndex,
@@ -113,16 +114,50 @@ class Repository:
             )
         if not config.encrypted and credentials is not None:
             raise UsageError(f"a key was given ({credentials.sources}) for an unencrypted repository")
-        master = slot = slot_data = None
-        if credentials is not None:  # wrapped and checked before the config: a key that cannot open writes nothing
-            master = os.urandom(32)
-            slot, slot_data = keys.new_slot(config.repo_id, master, credentials.secrets[0], kdf_cost)
-        if not store.put_new(CONFIG_KEY, config.encode()):  # atomic: of two inits racing, one wins
-            raise UsageError(f"{store.describe()} is already a cbt-mover repository")
-        if master is None:
+        if store.exists(CONFIG_KEY):
+            return cls._complete_init(store, config, credentials, kdf_cost)
+        if credentials is None:
+            if not store.create(CONFIG_KEY, config.encode()):  # create-only: of two inits racing, one wins
+                raise UsageError(f"{store.describe()} is already a cbt-mover repository")
             return cls(store, config)
+        # The first key slot is wrapped, checked and written before the config: a key that cannot open writes
+        # nothing, and an init killed in between leaves no repository (a slot no config names), never a
+        # config without a key slot.
+        master = os.urandom(32)
+        slot_id = keys.first_slot_id(config.repo_id)
+        slot, slot_data = keys.new_slot(config.repo_id, master, credentials.secrets[0], kdf_cost, slot_id)
         keys.write_slot(store, slot, slot_data)
+        if not store.create(CONFIG_KEY, config.encode()):  # another init won: our slot opens nothing of it
+            store.delete(keys.SLOT_PREFIX + slot)
+            raise UsageError(f"{store.describe()} is already a cbt-mover repository")
         return cls(store, config, RepoKeys(master, config.repo_id), slot)
+
+    @classmethod
+    def _complete_init(
+        cls, store: Store, config: RepoConfig, credentials: keys.Credentials | None, kdf_cost: int
+    ) -> Repository:
+        """``init`` where a config exists: complete an init that was killed after writing an encrypted config and
+        before its first key slot (as versions before the slot came first did), else refuse (``UsageError``).
+        Completing gives that config a first key slot with a new master key: nothing was ever sealed with the
+        lost one, since nothing could open the repository. Only a repository with no key slot and no object
+        besides the config is completed; the slot's key is the config's ``first_slot_id``, so of two inits
+        completing it at once one wins."""
+        existing = RepoConfig.decode(store.get(CONFIG_KEY))
+        where = store.describe()
+        if not (existing.encrypted and config.encrypted and credentials is not None) or any(
+            next(iter(store.list(prefix)), None)
+            for prefix in (keys.SLOT_PREFIX, BACKUP_PREFIX, pack.PACK_PREFIX, INDEX_PREFIX, volmap.MAP_PREFIX)
+        ):
+            raise UsageError(f"{where} is already a cbt-mover repository")
+        master = os.urandom(32)
+        slot_id = keys.first_slot_id(existing.repo_id)
+        slot, data = keys.new_slot(existing.repo_id, master, credentials.secrets[0], kdf_cost, slot_id)
+        if not store.create(keys.SLOT_PREFIX + slot, data):
+            raise UsageError(f"{where} is already a cbt-mover repository (another init completed it just now)")
+        if store.get(keys.SLOT_PREFIX + slot) != data:
+            raise IntegrityError(f"the new key slot {keys.SLOT_PREFIX}{slot} reads back changed after writing it")
+        log.warning("%s: completed an init that was interrupted before its first key slot", where)
+        return cls(store, existing, RepoKeys(master, existing.repo_id), slot)
 
     @classmethod
     def open(cls, store: Store, credentials: keys.Credentials | None = None) -> Repository:

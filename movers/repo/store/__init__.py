@@ -58,7 +58,8 @@ def open_store(url: str, *, retry_for: float = DEFAULT_RETRY_FOR, **s3_options: 
     * ``file:///abs/path`` -> ``RetryingStore(LocalStore(path), retry_for)``
     * ``memory://`` -> a fresh, empty ``MemoryStore`` (for tests)
 
-    ``s3_options`` are ``S3Store`` keyword options; they are ignored for the other schemes.
+    ``s3_options`` are ``S3Store`` keyword options; they are ignored for the other schemes. S3's connect and read
+    timeouts default to what ``movers.aws.timeouts_within(retry_for)`` gives, so one attempt fits the budget.
     Anything else raises ``UsageError`` with a one-line message showing the accepted forms.
     """
     try:
@@ -94,8 +95,11 @@ def open_store(url: str, *, retry_for: float = DEFAULT_RETRY_FOR, **s3_options: 
                 validate_key(prefix)
             except UsageError:
                 raise _bad(url, f"invalid prefix {prefix!r}") from None
+        from movers.aws import timeouts_within
         from movers.repo.store.s3 import S3Store
 
+        connect, read = timeouts_within(retry_for)
+        s3_options = {"connect_timeout": connect, "read_timeout": read, **s3_options}
         return RetryingStore(S3Store(bucket, prefix, **s3_options), retry_for)
     if not scheme:
         raise _bad(url, "missing scheme")

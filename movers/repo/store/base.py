@@ -13,7 +13,12 @@ Guarantees every implementation gives (checked by ``tests/test_store_conformance
   ``False`` when the key already existed (that object is left as it was, never rewritten, as
   object-locked buckets need). Of concurrent ``put_new`` calls of one key at most one returns
   ``True``, except on an S3 endpoint without conditional writes, where ``S3Store`` falls back to
-  HEAD then PUT (racing writers of a content-addressed key write the same bytes).
+  HEAD then PUT and may rewrite a key a racing writer created: ``put_new`` is for keys whose racing
+  writers write the same bytes (content-addressed or random ids: packs, index and map objects).
+* ``create`` writes like ``put_new`` and never rewrites an object, on every store (S3 endpoints
+  without conditional writes included, see ``s3.py``): of concurrent ``create`` calls of one key at
+  most one returns ``True``, and the key then holds its bytes. It is how configs, key slots and
+  manifests are written: one of them replaced would lose every backup it stands for.
 * ``get`` / ``get_range`` raise ``ObjectNotFound`` for a missing key. ``get_range`` returns
   exactly ``length`` bytes unless the object ends earlier (then the available bytes).
 * ``list(prefix)`` yields every key starting with ``prefix``, in ascending byte order,
@@ -35,6 +40,7 @@ from movers.errors import UsageError
 _KEY_SEGMENT = re.compile(r"^[A-Za-z0-9._%-]+$")
 TEMPORARY_PREFIX = ".tmp-"  # a segment starting with it is never a key (local stores' temporary files)
 TEMPORARY_MAX_AGE_S = 3600.0  # a temporary file untouched this long was left by a killed writer
+TEMPORARY_MIN_AGE_S = 60.0  # a temporary file is renamed moments after its last byte: younger ones may be live
 
 
 def validate_key(key: str) -> str:
@@ -52,6 +58,8 @@ class Store(Protocol):
     def put(self, key: str, data: bytes) -> None: ...
 
     def put_new(self, key: str, data: bytes) -> bool: ...
+
+    def create(self, key: str, data: bytes) -> bool: ...
 
     def get(self, key: str) -> bytes: ...
 

@@ -14,11 +14,11 @@ Contract:
   ``BaseException``, so ``except Exception`` does not swallow it) and its object is NOT written.
   From then on the store behaves like a dead process: every call raises ``SimulatedCrash``
   until ``recover()``.
-* ``put_new`` is a write like ``put``: faults scripted for ``"put"`` and ``crash_after_puts`` hit
-  both (``fail("put_new", ...)`` only the conditional ones), and ``calls["put"]`` counts both
-  (``calls["put_new"]`` the conditional ones).
+* ``put_new`` and ``create`` are writes like ``put``: faults scripted for ``"put"`` and
+  ``crash_after_puts`` hit all three (``fail("put_new", ...)`` or ``fail("create", ...)`` only those),
+  and ``calls["put"]`` counts all three (``calls["put_new"]``, ``calls["create"]`` their own).
 * ``calls[method]`` counts every call, faulted or not; ``puts`` (keys) and ``bytes_put`` count
-  only writes that reached the inner store and wrote (``put_new`` returning True).
+  only writes that reached the inner store and wrote (``put_new`` or ``create`` returning True).
 * Thread-safe: bookkeeping happens under a lock, inner calls run outside it.
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from movers.repo.store.base import Store, StoreWrapper
 
-METHODS = ("put", "put_new", "get", "get_range", "size", "exists", "list", "delete")
+METHODS = ("put", "put_new", "create", "get", "get_range", "size", "exists", "list", "delete")
 
 
 class SimulatedCrash(BaseException):
@@ -102,10 +102,10 @@ class FaultyStore(StoreWrapper):
             return sum(f.remaining for f in self._faults)
 
     def _before(self, method: str, key: str) -> None:
-        write = method in ("put", "put_new")
+        write = method in ("put", "put_new", "create")
         with self._lock:
             self.calls[method] += 1
-            if method == "put_new":
+            if method != "put" and write:
                 self.calls["put"] += 1
             if self._crashed:
                 raise SimulatedCrash(f"store is crashed ({method} {key})")
@@ -139,6 +139,15 @@ class FaultyStore(StoreWrapper):
     def put_new(self, key: str, data: bytes) -> bool:
         self._before("put_new", key)
         written = self.inner.put_new(key, data)
+        if written:
+            with self._lock:
+                self.puts.append(key)
+                self.bytes_put += len(data)
+        return written
+
+    def create(self, key: str, data: bytes) -> bool:
+        self._before("create", key)
+        written = self.inner.create(key, data)
         if written:
             with self._lock:
                 self.puts.append(key)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from movers.errors import AccessDeniedError, ObjectNotFound, PermanentStoreError, TransientStoreError
@@ -15,6 +17,7 @@ from movers.repo.store.base import TEMPORARY_MAX_AGE_S, TEMPORARY_PREFIX, valida
 from movers.repo.store.counting import LIST_PAGE_KEYS, RequestCounts
 
 log = logging.getLogger(__name__)
+CREATE_LOCK_STALE_S = 60.0  # a create lock this old was left by a killed writer
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP}  # what link(2) says on filesystems without them
 
 
@@ -38,11 +41,40 @@ def _sync_directory(path: Path) -> None:
         os.close(fd)
 
 
+@contextmanager
+def _create_lock(path: Path, wait_s: float = 10.0) -> Iterator[None]:
+    """Hold the lock file that serialises creating ``path`` where hard links are missing."""
+    name = hashlib.sha256(path.name.encode()).hexdigest()[:32]
+    lock = path.parent / f"{TEMPORARY_PREFIX}create-{name}"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            break
+        except FileExistsError:
+            try:
+                if time.time() - lock.stat().st_mtime > CREATE_LOCK_STALE_S:
+                    lock.unlink(missing_ok=True)  # its holder was killed: it renames in milliseconds
+                    continue
+            except FileNotFoundError:
+                continue
+            if time.monotonic() > deadline:
+                raise TransientStoreError(
+                    f"{path.name} is being created by another writer (lock {lock.name})"
+                ) from None
+            time.sleep(0.01)
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
 class LocalStore:
     """Objects are files under ``root``. A write goes to a temporary file (``.tmp-*`` beside the
-    object, fsynced) that ``put`` renames into place and ``put_new`` hard-links into place: the
-    link fails if the key exists, so creating a key is atomic and happens at most once. On a
-    filesystem without hard links ``put_new`` checks then renames (a race may rewrite a key).
+    object, fsynced) that ``put`` renames into place and ``put_new`` (and ``create``, the same) hard-links
+    into place: the link fails if the key exists, so creating a key is atomic and happens at most once. On
+    a filesystem without hard links they take a lock file beside the key (``.tmp-create-*``, created with
+    O_EXCL; one older than ``CREATE_LOCK_STALE_S`` is a killed writer's and is broken), check, then rename.
     A writer killed mid-write leaves its temporary file: ``list`` never shows it and
     ``sweep_temporaries`` (called by prune) deletes it once it is old."""
 
@@ -110,13 +142,20 @@ class LocalStore:
             except OSError as err:
                 if err.errno not in _NO_HARD_LINKS:
                     raise
-                log.info("%s: no hard links on this filesystem (%s): put_new checks, then renames", self, err.strerror)
+                log.info(
+                    "%s: no hard links on this filesystem (%s): creating a key takes a lock file", self, err.strerror
+                )
                 self._hard_links = False
-        if path.is_file():
-            return False
-        os.replace(tmp, path)
-        _sync_directory(path.parent)
+        with _create_lock(path):
+            if path.is_file():
+                return False
+            os.replace(tmp, path)
+            _sync_directory(path.parent)
         return True
+
+    def create(self, key: str, data: bytes) -> bool:
+        """``put_new``: it never rewrites a key (see the class docstring)."""
+        return self.put_new(key, data)
 
     def get(self, key: str) -> bytes:
         path = self._path(key)

@@ -40,6 +40,10 @@ class MemoryStore:
             self._objects[key] = data
         return True
 
+    def create(self, key: str, data: bytes) -> bool:
+        """``put_new``: under the lock, it never rewrites a key."""
+        return self.put_new(key, data)
+
     def get(self, key: str) -> bytes:
         self.requests.add("get")
         return self._get(key)

@@ -9,6 +9,13 @@ Contract:
   short at the budget's end: the last attempt starts at most ``retry_for`` seconds after the first.
   A call therefore ends within ``retry_for`` plus one attempt (on S3 an attempt is bounded by the
   connect and read timeouts, botocore's own retries being off). ``retry_for=0``: one attempt.
+* The budget is the store's, not each call's: an outage (from the first transient failure after a success to the
+  next success) is ridden out for ``retry_for`` seconds in all. A call made during an outage has what is left of
+  the budget (its retries stop when the outage is ``retry_for`` old); one made once the outage is older than
+  that fails at once, without an attempt (a lease refresh, an end mark and a delete after a backup gave up do
+  not each wait out a hung endpoint). With attempts bounded by timeouts within the budget
+  (``movers.aws.timeouts_within`` for S3), a command ends about ``retry_for`` plus one attempt after its store
+  stopped answering.
 * Every retry is logged at WARNING with the error's message (stores keep secrets out of it).
 * When the budget is spent the last error is raised again (same type, the original as
   ``__cause__``) with a message that says how many attempts were made over how long, marked not
@@ -21,6 +28,8 @@ Contract:
   and resumes after the last key it yielded (keys come in ascending order), so it never yields a key
   twice or misses one; its budget runs from the last key yielded. A ``put_new`` whose first attempt
   wrote the object but lost the answer returns False from the retry: the object is there either way.
+  A ``create`` that was retried and then found the key reads it back: True when it holds the bytes given
+  (the lost answer was ours: configs, key slots and manifests are unique), else False.
 * The clock and the sleep are constructor arguments, so tests can run an outage of minutes at once.
 """
 
@@ -28,12 +37,13 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from movers.durations import parse_duration
-from movers.errors import TransientStoreError
+from movers.errors import ObjectNotFound, TransientStoreError
 from movers.repo.store.base import TEMPORARY_MAX_AGE_S, Store, StoreWrapper
 
 T = TypeVar("T")
@@ -73,17 +83,47 @@ class RetryingStore(StoreWrapper):
         self._sleep = sleep
         self._clock = clock
         self._random = random.Random()
+        self._outage_lock = threading.Lock()
+        self._outage: float | None = None  # clock of the first transient failure since the last success
+
+    def _budget_start(self) -> float:
+        """When the budget of a call starting now began: now, or the start of the outage under way; raise when that
+        outage has outlasted the budget (the module docstring)."""
+        now = self._clock()
+        with self._outage_lock:
+            outage = self._outage
+        if outage is None:
+            return now
+        if now - outage >= self.retry_for:
+            err = TransientStoreError(
+                f"{self.describe()} has failed for {now - outage:.0f} s, longer than the retry budget"
+                f" ({self.retry_for:g} s): not tried again"
+            )
+            err.retriable = False
+            raise err
+        return min(now, outage)
+
+    def _failed(self) -> None:
+        with self._outage_lock:
+            if self._outage is None:
+                self._outage = self._clock()
+
+    def _succeeded(self) -> None:
+        with self._outage_lock:
+            self._outage = None
 
     def _call(self, fn: Callable[..., T], *args: object) -> T:
-        return retrying(
-            lambda: fn(*args),
-            self.retry_for,
-            base_delay=self.base_delay,
-            max_delay=self.max_delay,
-            sleep=self._sleep,
-            clock=self._clock,
-            rng=self._random,
-        )
+        started, attempt = self._budget_start(), 0
+        while True:
+            attempt += 1
+            try:
+                result = fn(*args)
+            except TransientStoreError as err:
+                self._failed()
+                self._back_off(err, started, attempt)
+                continue
+            self._succeeded()
+            return result
 
     def _back_off(self, err: TransientStoreError, started: float, attempt: int) -> None:
         back_off(
@@ -104,6 +144,25 @@ class RetryingStore(StoreWrapper):
     def put_new(self, key: str, data: bytes) -> bool:
         return self._call(self.inner.put_new, key, data)
 
+    def create(self, key: str, data: bytes) -> bool:
+        attempts = 0
+
+        def attempt() -> bool:
+            nonlocal attempts
+            attempts += 1
+            return self.inner.create(key, data)
+
+        created = self._call(attempt)
+        if created or attempts == 1:
+            return created
+        return self._holds(key, data)
+
+    def _holds(self, key: str, data: bytes) -> bool:
+        try:
+            return self._call(self.inner.get, key) == bytes(data)
+        except ObjectNotFound:
+            return False
+
     def get(self, key: str) -> bytes:
         return self._call(self.inner.get, key)
 
@@ -118,17 +177,20 @@ class RetryingStore(StoreWrapper):
 
     def list(self, prefix: str = "") -> Iterator[str]:
         last: str | None = None  # the last key yielded: a listing again resumes after it
-        started, attempt = self._clock(), 0
+        started, attempt = self._budget_start(), 0
         while True:
             attempt += 1
             try:
                 for key in self.inner.list(prefix):
                     if last is not None and key <= last:
                         continue
+                    self._succeeded()
                     yield key
                     last, started, attempt = key, self._clock(), 1
+                self._succeeded()
                 return
             except TransientStoreError as err:
+                self._failed()
                 self._back_off(err, started, attempt)
 
     def delete(self, key: str) -> None:

@@ -9,10 +9,30 @@ Contract, on top of the Store protocol in ``base.py``:
 * A custom (non-AWS) endpoint gets path-style addressing unless ``path_style`` says otherwise.
 * botocore's own retries are off (one attempt per call): wrap the store in ``RetryingStore``.
 * ``put_new`` is one conditional PutObject (``If-None-Match: *``; 412 PreconditionFailed means the
-  key exists). An endpoint that answers 501 NotImplemented gets HEAD then PUT instead, for the
-  rest of the store's life. 409 ConditionalRequestConflict (a concurrent write or delete of the
-  same key) is transient: the retry gets 412 if the other write won, or writes if it failed or
-  was a delete (taking 409 for "exists" could leave a key deleted that the caller counts on).
+  key exists). An endpoint that has not proven conditional writes (below) gets HEAD then PUT instead,
+  for the rest of the store's life (a racing writer's object may be rewritten: ``put_new`` is only for
+  keys whose racing writers write the same bytes). 409 ConditionalRequestConflict (a concurrent
+  write or delete of the same key) is transient: the retry gets 412 if the other write won, or
+  writes if it failed or was a delete (taking 409 for "exists" could leave a key deleted that the
+  caller counts on).
+* Conditional writes are trusted only once proven, by a probe before the first ``put_new`` or
+  ``create`` (PUT ``claims/probe-<random>``, PUT it again
+  with ``If-None-Match: *``, which must answer 412; then DELETE it). An endpoint that ignores the
+  header (such as s3rver) or answers 501 is never trusted again by this store object.
+* ``create`` (configs, key slots, manifests) is one conditional PutObject where conditional writes are
+  proven. Elsewhere (and for objects above ``multipart_threshold``) it follows a claim protocol: HEAD the
+  key (exists: False); PUT the claim ``claims/<key>/<random>``; LIST ``claims/<key>/``; any other
+  claim there that is not ``CLAIM_STALE_S`` older than ours (by the store's LastModified clock) means a
+  racing writer: withdraw (DELETE the claim), back off at random and start again (a few times, then a
+  ``TransientStoreError``); alone: HEAD the key again (a winner that finished has deleted its claim),
+  PUT it, GET it back and compare (False if it holds other bytes), DELETE the claim. Two writers never
+  both see themselves alone (S3's listings are strongly consistent: the later claim's LIST sees the
+  earlier claim). A claimant that is not ready to PUT within ``CLAIM_ACT_S`` of sending its claim
+  withdraws (a ``TransientStoreError``: the retry starts again). Residual window: a writer whose PUT
+  request is delayed in flight more than ``CLAIM_STALE_S - CLAIM_ACT_S`` after a check passed, or one
+  that does not follow the protocol (another tool, a mover older than it), can still rewrite a key; the
+  read-back then reports the loss to whichever writer reads last, never to both as a success unless the
+  late PUT lands after the other's read-back.
 * A bucket that refuses writes without an integrity header (object lock with a default retention)
   gets Content-MD5 on every write from its first refusal on; other buckets never pay the MD5.
 * ``put`` of more than ``multipart_threshold`` bytes is a multipart upload that is aborted on
@@ -31,6 +51,10 @@ import base64
 import hashlib
 import logging
 import math
+import random
+import secrets
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -60,6 +84,11 @@ log = logging.getLogger(__name__)
 MiB = 1024 * 1024
 MIN_PART_SIZE = 5 * MiB  # S3 rejects smaller parts (except the last one)
 MAX_PARTS = 10_000
+
+CLAIM_PREFIX = "claims/"  # claims of keys being created without conditional writes, and probes
+CLAIM_STALE_S = 120.0  # a claim this much older than ours (store clock) is a dead writer's: ignored
+CLAIM_ACT_S = 30.0  # a claimant PUTs within this of sending its claim, or withdraws
+CLAIM_ROUNDS = 8  # rounds lost to racing claims before a create gives up (transient)
 
 _NOT_FOUND_CODES = {"NoSuchKey", "NotFound", "404"}
 _ACCESS_CODES = {
@@ -173,7 +202,8 @@ class S3Store:
         self.part_size = part_size
         self._redactor = Redactor(access_key, secret_key, session_token)
         KNOWN.add(access_key, secret_key, session_token)
-        self._conditional_writes = True  # False once the endpoint said it has no If-None-Match writes
+        self._conditional_writes: bool | None = None  # None: not proven either way yet (see the module doc)
+        self._probe_lock = threading.Lock()
         self._content_md5 = False  # True once the bucket asked for Content-MD5 (object lock)
         self.endpoint_url = endpoint_url or "(default AWS endpoint)"
         if (access_key is None) != (secret_key is None):
@@ -317,8 +347,9 @@ class S3Store:
 
     def put_new(self, key: str, data: bytes) -> bool:
         """Store ``data`` unless ``key`` exists: one PutObject with ``If-None-Match: *`` (412: it
-        exists). An endpoint that answers 501 NotImplemented gets HEAD then PUT from then on."""
-        if self._conditional_writes:
+        exists) once the endpoint proved it honours that header (a probe first, see the module doc), else HEAD
+        then PUT."""
+        if self.conditional_writes:
             try:
                 return self._put(key, data, conditional=True)
             except _NoConditionalWrites:
@@ -348,6 +379,112 @@ class S3Store:
                     raise _NoConditionalWrites from None
                 raise
         return True
+
+    @property
+    def conditional_writes(self) -> bool:
+        """Whether the endpoint proved it honours ``If-None-Match: *`` (probed on first use, see the module doc)."""
+        if self._conditional_writes is None:
+            with self._probe_lock:  # one probe, whichever thread writes first
+                if self._conditional_writes is None:
+                    self._probe_conditional_writes()
+        return bool(self._conditional_writes)
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Store ``data`` unless ``key`` exists, never rewriting it (the module doc: a conditional PutObject where
+        the endpoint proved it honours ``If-None-Match``, else the claim protocol)."""
+        self._full(key)  # validates it
+        if self.conditional_writes and len(data) <= self.multipart_threshold:
+            try:
+                return self._put(key, data, conditional=True)
+            except _NoConditionalWrites:
+                pass
+        rng = random.Random()
+        for round_ in range(CLAIM_ROUNDS):
+            if self.exists(key):
+                return False
+            created = self._claim_and_create(key, data)
+            if created is not None:
+                return created
+            time.sleep(rng.uniform(0, min(2.0, 0.05 * 2**round_)))
+        raise TransientStoreError(f"S3 create {self._url(key)} at {self.endpoint_url}: racing writers kept claiming it")
+
+    def _claim_and_create(self, key: str, data: bytes) -> bool | None:
+        """One round of the claim protocol: True (created), False (the key exists, or holds another writer's bytes
+        after ours were written), None (a racing claim: withdrawn, try again)."""
+        prefix = f"{CLAIM_PREFIX}{key}/"
+        claim = prefix + secrets.token_hex(16)
+        started = time.monotonic()
+        self._put(claim, b"", conditional=False)
+        try:
+            claims = self._claims(prefix)
+            mine = claims.get(claim)
+            if mine is None:
+                raise TransientStoreError(f"S3 create {self._url(key)}: the listing lacks the claim just written")
+            for other, when in claims.items():
+                if other == claim:
+                    continue
+                if (mine - when).total_seconds() < CLAIM_STALE_S:
+                    return None
+                self._forget(other)  # a dead writer's
+            if self.exists(key):
+                return False
+            if time.monotonic() - started > CLAIM_ACT_S:
+                raise TransientStoreError(f"S3 create {self._url(key)}: too slow to write within its claim")
+            self._put(key, data, conditional=False)
+            if self.get(key) != data:
+                log.warning("%s was written by another writer at once: ours is not what it holds", self._url(key))
+                return False
+            return True
+        finally:
+            self._forget(claim)
+
+    def _claims(self, prefix: str) -> dict[str, object]:
+        """The claims directly under ``prefix`` (keys relative to the store) and their LastModified times."""
+        full, strip, found = self._key_prefix + prefix, len(self._key_prefix), {}
+        with self._errors("list", prefix):
+            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
+                for obj in page.get("Contents", ()):
+                    if "/" not in obj["Key"][len(full) :]:
+                        found[obj["Key"][strip:]] = obj["LastModified"]
+        return found
+
+    def _forget(self, key: str) -> None:
+        """Delete a claim or probe; a failure is logged (a leftover claim is stale after ``CLAIM_STALE_S``)."""
+        try:
+            self.delete(key)
+        except MoverError as err:
+            log.warning("%s; it is ignored once stale", err)
+
+    def _probe_conditional_writes(self) -> None:
+        """Learn whether the endpoint honours ``If-None-Match: *`` (the module doc): the answer to a conditional
+        PUT of a key that exists."""
+        probe = f"{CLAIM_PREFIX}probe-{secrets.token_hex(8)}"
+        self._put(probe, b"", conditional=False)
+        try:
+            with self._errors("put", probe):
+                try:
+                    self._write(
+                        self._client.put_object, b"", Bucket=self.bucket, Key=self._full(probe), IfNoneMatch="*"
+                    )
+                    honoured, answer = False, "it rewrote an existing object"
+                except bce.ClientError as err:
+                    if _exists_already(err):
+                        honoured, answer = True, ""
+                    elif _no_conditional_writes(err):
+                        honoured, answer = False, self._scrub(_error_code(err)[0] or "501")
+                    else:
+                        raise
+        finally:
+            self._forget(probe)
+        self._conditional_writes = honoured
+        if not honoured:
+            log.warning(
+                "%s at %s does not support conditional writes (%s): a config, key slot or manifest is created"
+                " under a claim, other new objects are checked with HEAD before writing",
+                self.describe(),
+                self.endpoint_url,
+                answer,
+            )
 
     def _disable_conditional_writes(self, err: bce.ClientError) -> None:
         self._conditional_writes = False
@@ -398,7 +535,7 @@ class S3Store:
             "MultipartUpload": {"Parts": parts},
         }
         with self._errors("put", key):
-            if conditional and self._conditional_writes:
+            if conditional and self._conditional_writes is not False:
                 try:
                     self._client.complete_multipart_upload(IfNoneMatch="*", **params)
                     return True

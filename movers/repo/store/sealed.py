@@ -44,6 +44,9 @@ class SealedStore(StoreWrapper):
     def put_new(self, key: str, data: bytes) -> bool:
         return self.inner.put_new(key, self._seal(key, data))
 
+    def create(self, key: str, data: bytes) -> bool:
+        return self.inner.create(key, self._seal(key, data))
+
     def get(self, key: str) -> bytes:
         data = self.inner.get(key)
         return self._keys.open_object(key, data) if sealed(key) else data
