@@ -20,9 +20,11 @@ Per-claim snapshots not cut in time fail the same way (no further fallback). The
 ``names.derived_name(run_id, pvc)`` and labelled ``request.labels`` (the run's), so that the run's cleanup
 finds whatever is left. ``member(api, namespace, snapshot)`` describes one member VolumeSnapshot as plain data.
 
-``keep(api, namespace, app, kind, version, names)``: a successful run's snapshots become the next delta's
-bases (run label off, ``KEPT_LABEL=<app>`` on) and the ones kept before for ``app`` are deleted, of either kind
-(a run that fell back to per-claim snapshots replaces a kept group, and the reverse).
+``keep(api, namespace, app, kind, version, names, keep_retained)``: a successful run's snapshots become the next
+delta's bases (run label off, ``KEPT_LABEL=<app>`` on) and the ones kept before for ``app`` are deleted, of either
+kind (a run that fell back to per-claim snapshots replaces a kept group, and the reverse); the contents of a Retain
+class go with them, or with ``keep_retained`` stay and are returned (``Retired``, ``movers.kube.retained``). A group
+deleted because it was not cut in time goes with its Retain contents always.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from movers.errors import EXIT_UNAVAILABLE, MoverError
 from movers.kube import apply as k
 from movers.kube import manifests as m
-from movers.kube import snapshots
+from movers.kube import retained, snapshots
 from movers.kube.names import derived_name
 from movers.kube.preflight import GROUP, PER_PVC
 
@@ -210,6 +212,7 @@ def _remove_group(api, namespace: str, name: str, version: str, timeout: float) 
     """Delete the group and wait until it and its content are gone."""
     group = k.find(api, "VolumeGroupSnapshot", namespace, name, version)
     content = ((group or {}).get("status") or {}).get("boundVolumeGroupSnapshotContentName")
+    retained.delete(api, namespace, "VolumeGroupSnapshot", name, version)  # a Retain content must go too
     k.delete_and_wait(api, "VolumeGroupSnapshot", namespace, name, timeout, version)
     deadline = time.monotonic() + timeout
     while content and k.find(api, "VolumeGroupSnapshotContent", None, content, version) is not None:
@@ -257,10 +260,18 @@ def take(api, namespace: str, request: Request, hookset, logger: Any = None) -> 
     return done
 
 
-def keep(api, namespace: str, app: str, kind: str, version: str | None, names: list[str]) -> list[str]:
-    """Keep ``names`` (of ``kind``) as the next bases and delete the others kept for ``app``; returns the
-    deleted ones as ``kind/name`` (see the module doc)."""
+@dataclass(frozen=True)
+class Retired:
+    deleted: list[str]  # the bases kept before, deleted: ``kind/name``
+    retained: list[retained.RetainedContent]  # their contents left behind (``keep_retained``)
+
+
+def keep(
+    api, namespace: str, app: str, kind: str, version: str | None, names: list[str], keep_retained: bool = False
+) -> Retired:
+    """Keep ``names`` (of ``kind``) as the next bases and delete the others kept for ``app`` (see the module doc)."""
     version = version or "v1"
+    left: list[retained.RetainedContent] = []
     for name in names:
         k.patch_labels(api, kind, namespace, name, {m.RUN_LABEL: None, KEPT_LABEL: app}, version)
     gone = []
@@ -274,6 +285,6 @@ def keep(api, namespace: str, app: str, kind: str, version: str | None, names: l
             name = obj["metadata"]["name"]
             if old_kind == kind and name in names:
                 continue
-            k.delete(api, old_kind, namespace, name, old_version)
+            left += retained.delete(api, namespace, old_kind, name, old_version, keep_retained)
             gone.append(f"{old_kind}/{name}")
-    return gone
+    return Retired(gone, left)
