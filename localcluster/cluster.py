@@ -17,7 +17,8 @@ SnapshotMetadata service), ``group_snapshots="unprocessed"`` (or ``False``: the 
 VolumeGroupSnapshots), ``group_snapshot_versions`` (which groupsnapshot.storage.k8s.io versions are served, () =
 none), ``restore_size=False`` (snapshot contents without restoreSize), ``default_snapshot_class="none"|"two"``
 (no default VolumeSnapshotClass, or two per driver), ``hostpath_group_capability=False`` (the hostpath driver
-lacks the GroupController capability); ``drivers`` replaces the driver table.
+lacks the GroupController capability), ``stale_deletion_policy=True`` (the snapshot-controller decides deletions by
+a content's deletionPolicy as first seen); ``drivers`` replaces the driver table.
 ``nodes`` (default ``localcluster.nodes.DEFAULT_NODES``: node-a, node-b, the tainted Windows win-a)
 are registered by one kubelet each (``cluster.kubelets[name]``; ``cluster.kubelet`` is the first);
 ``cluster.scheduler`` binds pods to them.
@@ -58,6 +59,7 @@ class LocalCluster:
         restore_size: bool = True,
         default_snapshot_class: str = "one",
         hostpath_group_capability: bool = True,
+        stale_deletion_policy: bool = False,
         nodes: Sequence[NodeSpec] | None = None,
     ) -> None:
         self._own_workdir = workdir is None
@@ -67,6 +69,7 @@ class LocalCluster:
             restore_size=restore_size,
             default_snapshot_class=default_snapshot_class,
             hostpath_group_capability=hostpath_group_capability,
+            stale_deletion_policy=stale_deletion_policy,
         )
         self.group_snapshot_versions = group_snapshot_versions
         self.audit_log = audit_log

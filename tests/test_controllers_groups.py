@@ -225,6 +225,32 @@ def test_retain_group_patched_to_delete_before_deletion_leaves_nothing(tmp_path)
         assert c.kube.get(VGSC, vgsc["metadata"]["name"]) is not None
 
 
+def test_stale_deletion_policy_keeps_contents_patched_right_before_the_deletion(tmp_path):
+    """The switch: the controller decides by the policy it first saw (upstream's informer cache missing the patch),
+    so the patched contents stay (marked being-deleted); deleting them then removes them and the snapshots."""
+    with local_cluster(tmp_path, stale_deletion_policy=True) as c:
+        vgsc, members, contents = _retain_group(c)
+        c.kube.patch(VGSC, vgsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+        for vsc in contents:
+            c.kube.patch(VSC, vsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+        c.kube.delete(VGS, "kept", NS)
+        wait_for(c.kube, VGS, "kept", gone)
+        for vs in members:
+            wait_for(c.kube, VS, vs["metadata"]["name"], gone)
+        kept = c.kube.get(VGSC, vgsc["metadata"]["name"])
+        assert (
+            kept["metadata"]["annotations"][n.ANN_VGS_BEING_DELETED] == "yes"
+            and "deletionTimestamp" not in kept["metadata"]
+        )
+        assert all(c.store.snapshot_path(v["status"]["snapshotHandle"]).exists() for v in contents)
+        c.kube.delete(VGSC, vgsc["metadata"]["name"])
+        for vsc in contents:
+            c.kube.delete(VSC, vsc["metadata"]["name"])
+            wait_for(c.kube, VSC, vsc["metadata"]["name"], gone, namespace=None)
+        wait_for(c.kube, VGSC, vgsc["metadata"]["name"], gone, namespace=None)
+        assert not any(c.store.snapshot_path(v["status"]["snapshotHandle"]).exists() for v in contents)
+
+
 def test_group_selecting_nothing_reports_then_recovers(tmp_path):
     with local_cluster(tmp_path) as c:
         c.kube.create(VGS, group("waiting", app="late"), NS)

@@ -606,16 +606,20 @@ def _group_contents(api, ns: str, group: str, version: str) -> list[tuple[str, s
     return found + [("VolumeSnapshotContent", m.content, m.handle) for m in members]
 
 
-@pytest.mark.parametrize("setting", ["remove", "keep"])
+@pytest.mark.parametrize("setting", ["remove", "remove-stale", "keep"])
 def test_retired_base_group_of_a_retain_class_leaves_nothing_behind_or_is_reported(
-    local_cluster, harness, monkeypatch, tmp_path, setting
+    local_cluster, make_local_cluster, harness, monkeypatch, tmp_path, setting
 ):
     """KEP-3476's Retain: deleting the group the next run replaces as the base would leave its group content, the
     members' contents and the storage snapshots; the run removes them with it (retained_snapshots: remove, the
-    default) or leaves them and reports them (keep)."""
+    default), also when the snapshot-controller decided on a copy that had not seen the patch to Delete
+    (remove-stale: the run deletes the contents left), or leaves them and reports them (keep)."""
     from flows.backup import backup_app
     from movers.kube import retained
 
+    if setting == "remove-stale":
+        local_cluster = make_local_cluster(stale_deletion_policy=True)
+        setting = "remove"
     api, ns = local_cluster.client, f"retain-{setting}"
     version = _retain_group_class(api)
     deployed = deploy_app(local_cluster, monkeypatch.setenv, ns, f"flow-retain-{setting}")

@@ -57,6 +57,9 @@ Unimplemented desc = unknown service csi.v1.GroupController"" with a Warning Eve
 on the content (retried; status and Event written when the message changes); the VGS copies the error and stays not
 ready.
 
+``stale_deletion_policy=True`` (a test's switch): as the snapshot controller's, a group's deletion decides by the
+policy its content had when first seen.
+
 Simplified: no pre-provisioned group snapshots (``volumeGroupSnapshotContentName`` gets an error status), no
 secrets.
 """
@@ -78,9 +81,11 @@ log = logging.getLogger(__name__)
 class GroupSnapshotController(Controller):
     name = "group-snapshot-controller"
 
-    def __init__(self, kube: Kube, *, version: str = "v1") -> None:
+    def __init__(self, kube: Kube, *, version: str = "v1", stale_deletion_policy: bool = False) -> None:
         super().__init__(kube)
         self.version = version
+        self.stale_deletion_policy = stale_deletion_policy  # as the snapshot controller's
+        self.policy_seen: dict[str, str] = {}
         self.vgs, self.vgsc, self.vgs_class = VGS.at(version), VGSC.at(version), VGS_CLASS.at(version)
         self.list_field = _list_field(version)
 
@@ -121,6 +126,7 @@ class GroupSnapshotController(Controller):
         vgsc = self.kube.get(self.vgsc, name)
         if vgsc is None or vgsc["metadata"].get("deletionTimestamp"):
             return None
+        self.policy_seen.setdefault(name, vgsc["spec"].get("deletionPolicy"))
         finalizers = list(vgsc["metadata"].get("finalizers") or [])
         if (vgsc["spec"].get("volumeGroupSnapshotRef") or {}).get("uid") and n.FIN_VGSC_BOUND not in finalizers:
             self.kube.set_finalizers(self.vgsc, vgsc, [*finalizers, n.FIN_VGSC_BOUND])
@@ -399,7 +405,10 @@ class GroupSnapshotController(Controller):
                     f" {namespace}/{md['name']} is being used to restore a PVC",
                 )
                 return None
-        delete_content = vgsc is not None and vgsc["spec"].get("deletionPolicy") == "Delete"
+        policy = (vgsc or {}).get("spec", {}).get("deletionPolicy")
+        if vgsc is not None and self.stale_deletion_policy:
+            policy = self.policy_seen.get(content_name, policy)
+        delete_content = vgsc is not None and policy == "Delete"
         if vgsc is not None:
             if (vgsc["metadata"].get("annotations") or {}).get(n.ANN_VGS_BEING_DELETED) != "yes":
                 vgsc = self.kube.patch(

@@ -30,6 +30,10 @@ VolumeGroupSnapshot resource when the group snapshot feature runs) VolumeGroupSn
   gone is never deleted by the controller, also when its policy is patched to Delete afterwards: whoever deletes
   it then decides by its policy at that moment whether the storage snapshot goes.
 
+``stale_deletion_policy=True`` (a test's switch): deletions decide by the policy a content had when the controller
+first saw it, as upstream's does when its informer cache has not yet seen a patch of the policy (then a content
+patched from Retain to Delete right before its snapshot's deletion is kept all the same).
+
 Error statuses and their Events are written only when the message changes (upstream's
 ``updateSnapshotErrorStatusWithEvent``).
 
@@ -76,9 +80,11 @@ log = logging.getLogger(__name__)
 class SnapshotController(Controller):
     name = "snapshot-controller"
 
-    def __init__(self, kube: Kube, *, vgs: Res | None = None) -> None:
+    def __init__(self, kube: Kube, *, vgs: Res | None = None, stale_deletion_policy: bool = False) -> None:
         super().__init__(kube)
         self.vgs = vgs  # the VolumeGroupSnapshot resource at the served version, None when groups are not processed
+        self.stale_deletion_policy = stale_deletion_policy
+        self.policy_seen: dict[str, str] = {}  # content -> the deletionPolicy it had when first seen
 
     def watches(self) -> list[WatchSpec]:
         def vs_keys(_type, obj):
@@ -130,9 +136,16 @@ class SnapshotController(Controller):
         vsc = self.kube.get(VSC, name)
         if vsc is None or vsc["metadata"].get("deletionTimestamp"):
             return None
+        self.policy_seen.setdefault(name, vsc["spec"].get("deletionPolicy"))
         if (vsc["spec"].get("volumeSnapshotRef") or {}).get("uid"):
             self._add_finalizers(vsc, [n.FIN_VSC_BOUND], VSC)
         return None
+
+    def _deletion_policy(self, vsc: Obj) -> str | None:
+        """The content's deletionPolicy as the deletion sees it: with ``stale_deletion_policy`` the one it had when
+        the controller first saw it (an informer cache that missed a later patch), else the current one."""
+        policy = vsc["spec"].get("deletionPolicy")
+        return self.policy_seen.get(vsc["metadata"]["name"], policy) if self.stale_deletion_policy else policy
 
     # ---- VolumeSnapshot ---------------------------------------------------------------------------
 
@@ -372,7 +385,7 @@ class SnapshotController(Controller):
                 vsc = self.kube.patch(
                     VSC, vsc["metadata"]["name"], {"metadata": {"annotations": {n.ANN_VS_BEING_DELETED: "yes"}}}
                 )
-            if vsc["spec"].get("deletionPolicy") == "Delete":
+            if self._deletion_policy(vsc) == "Delete":
                 if not vsc["metadata"].get("deletionTimestamp"):
                     self.kube.delete(VSC, vsc["metadata"]["name"])
                 return None  # the content's removal requeues this snapshot

@@ -10,13 +10,15 @@ member content deleted as Delete leaves its storage snapshot to the group conten
 
 ``delete(api, namespace, kind, name, version, keep)``: deletes a VolumeSnapshot or VolumeGroupSnapshot the product
 made. ``keep`` False (the policy's ``retained_snapshots: remove``, the default): its Retain contents are patched to
-Delete first, so that they and their storage snapshots go with it; returns []. ``keep`` True (``retained_snapshots:
+Delete first, so that they and their storage snapshots go with it, and any of them still there once the snapshot is
+gone is deleted (the controller may have decided on a stale copy); returns []. ``keep`` True (``retained_snapshots:
 keep``): nothing is patched, and the contents left behind are returned (``RetainedContent``) for the run's report.
 Contents whose policy is Delete are never touched. A snapshot already gone is fine.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from movers.kube import apply as k
@@ -61,15 +63,37 @@ def retain_contents(api, namespace: str, kind: str, name: str, version: str = "v
     return found
 
 
-def delete(api, namespace: str, kind: str, name: str, version: str = "v1", keep: bool = False) -> list[RetainedContent]:
+def delete(
+    api, namespace: str, kind: str, name: str, version: str = "v1", keep: bool = False, timeout: float = 60.0
+) -> list[RetainedContent]:
     """Delete ``kind`` ``namespace/name``, removing its Retain contents with it unless ``keep`` (see the module doc);
-    the contents left behind."""
+    the contents left behind.
+
+    The snapshot-controller decides from its informer cache, which may not have seen the patch yet when the deletion
+    arrives: then it keeps the contents. So once the snapshot is gone (waited for up to ``timeout`` seconds; longer
+    is left to the controller) the patched contents still there and not yet being deleted are deleted: being Delete
+    and marked being-deleted by then, they go with their storage snapshots."""
     found = retain_contents(api, namespace, kind, name, version)
-    if not keep:
-        for content in found:
-            content_version = version if content.kind == "VolumeGroupSnapshotContent" else "v1"
-            k.merge_patch(
-                api, content.kind, None, content.name, {"spec": {"deletionPolicy": "Delete"}}, content_version
-            )
+    if keep or not found:
+        k.delete(api, kind, namespace, name, version)
+        return found
+    for content in found:
+        k.merge_patch(api, content.kind, None, content.name, DELETE_POLICY, _version(content, version))
     k.delete(api, kind, namespace, name, version)
-    return found if keep else []
+    deadline = time.monotonic() + timeout
+    while k.find(api, kind, namespace, name, version) is not None:
+        if time.monotonic() >= deadline:
+            return []
+        time.sleep(0.2)
+    for content in found:
+        left = k.find(api, content.kind, None, content.name, _version(content, version))
+        if left is not None and not left["metadata"].get("deletionTimestamp"):
+            k.delete(api, content.kind, None, content.name, _version(content, version))
+    return []
+
+
+DELETE_POLICY = {"spec": {"deletionPolicy": "Delete"}}
+
+
+def _version(content: RetainedContent, group_version: str) -> str:
+    return group_version if content.kind == "VolumeGroupSnapshotContent" else "v1"
