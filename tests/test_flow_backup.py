@@ -663,6 +663,9 @@ def test_retired_base_group_of_a_retain_class_leaves_nothing_behind_or_is_report
                 for r in run_logs(flow_run_of(second["run_id"]).id)
                 if r.level == logging.WARNING and "left behind (retained_snapshots: keep)" in r.message
             ]
+            table = _artifacts(f"backup-{ns}")[-1]
+            assert "; left behind (retained_snapshots: keep): " in table.description, table.description
+            assert all(f"{kind} {name} ({handle})" in table.description for kind, name, handle in old)
             said = [retained.RetainedContent(kind, name, handle, left_by).describe() for kind, name, handle in old]
             assert sorted(warnings) == sorted(f"left behind (retained_snapshots: keep): {x}" for x in said), warnings
     finally:  # undo: what is left of the Retain class goes as Delete (the new base with its contents, the kept ones)
