@@ -399,3 +399,29 @@ def _retain_cleanup(local_cluster, ns: str, keep: bool) -> None:
         co.delete_cluster_custom_object(
             "groupsnapshot.storage.k8s.io", version, "volumegroupsnapshotclasses", vgs_class
         )
+
+
+def test_a_group_removed_after_a_freeze_timeout_takes_its_retain_content(local_cluster, ns):
+    """The group deleted because it was not cut in time waits for its content to go: with a Retain class that never
+    happened (a KubeError after the timeout); now the content goes with it, and its storage snapshots."""
+    from movers.kube import snapshotset
+
+    api, co = local_cluster.client, client.CustomObjectsApi(local_cluster.client)
+    version = k.served_group_snapshot_version(api)
+    body = {"metadata": {"name": f"retain-group-{ns}"}, "driver": "hostpath.csi.k8s.io", "deletionPolicy": "Retain"}
+    co.create_cluster_custom_object("groupsnapshot.storage.k8s.io", version, "volumegroupsnapshotclasses", body)
+    try:
+        k.create(api, m.block_pvc("db", ns, "8Mi", IMMEDIATE, {"app": "shop"}))
+        core = client.CoreV1Api(api)
+        wait_until(lambda: core.read_namespaced_persistent_volume_claim("db", ns).status.phase == "Bound", 30, "bound")
+        selector = {"matchLabels": {"app": "shop"}}
+        k.create(api, m.volume_group_snapshot("g", ns, selector, body["metadata"]["name"], version, _labels("r7")))
+        vgs = snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "g", timeout=30)
+        [member] = snapshots.group_members(api, vgs)
+        snapshotset._remove_group(api, ns, "g", version, 20)
+        wait_until(lambda: k.find(api, "VolumeSnapshotContent", None, member.content) is None, 30, "member content")
+        wait_until(lambda: not local_cluster.store.snapshot_path(member.handle).exists(), 30, "storage snapshot gone")
+    finally:
+        co.delete_cluster_custom_object(
+            "groupsnapshot.storage.k8s.io", version, "volumegroupsnapshotclasses", body["metadata"]["name"]
+        )

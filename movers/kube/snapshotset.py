@@ -212,7 +212,7 @@ def _remove_group(api, namespace: str, name: str, version: str, timeout: float) 
     """Delete the group and wait until it and its content are gone."""
     group = k.find(api, "VolumeGroupSnapshot", namespace, name, version)
     content = ((group or {}).get("status") or {}).get("boundVolumeGroupSnapshotContentName")
-    retained.delete(api, namespace, "VolumeGroupSnapshot", name, version)  # a Retain content must go too
+    retained.delete(api, namespace, "VolumeGroupSnapshot", name, version, timeout=timeout)  # Retain contents too
     k.delete_and_wait(api, "VolumeGroupSnapshot", namespace, name, timeout, version)
     deadline = time.monotonic() + timeout
     while content and k.find(api, "VolumeGroupSnapshotContent", None, content, version) is not None:
