@@ -21,10 +21,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from movers.errors import NotFoundError
 from movers.kube import apply as k
 from movers.kube.snapshots import group_members
-
-REMOVE, KEEP = "remove", "keep"  # the policy's retained_snapshots
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,10 @@ def delete(
         k.delete(api, kind, namespace, name, version)
         return found
     for content in found:
-        k.merge_patch(api, content.kind, None, content.name, DELETE_POLICY, _version(content, version))
+        try:
+            k.merge_patch(api, content.kind, None, content.name, DELETE_POLICY, _version(content, version))
+        except NotFoundError:  # gone meanwhile: nothing left of it
+            pass
     k.delete(api, kind, namespace, name, version)
     deadline = time.monotonic() + timeout
     while k.find(api, kind, namespace, name, version) is not None:
