@@ -21,12 +21,15 @@ the policy's. In order:
 Everything the run creates in the cluster carries ``cbt-mover.io/run=<run id>`` (and the
 ``app.kubernetes.io/*`` labels, part-of = the policy's name) and is deleted in every outcome (after a
 failure, a cleanup error is logged and the run's own error raised); the snapshots of a successful run are
-kept (run label removed) as the base of the next CBT delta, and the ones they replace are deleted.
+kept (run label removed) as the base of the next CBT delta, and the ones they replace are deleted. Deleting a
+snapshot of a Retain class removes its contents and storage snapshots too, or with ``retained_snapshots: keep``
+leaves them and reports them (``movers.kube.retained``): a warning each, the summary's ``retained`` and the table.
 """
 
 # no `from __future__ import annotations`: a served flow run gets the flow by cloudpickle, which keeps only
 # the globals its code uses, so string annotations naming the policy's models could not be resolved there
 
+import dataclasses
 import time
 import uuid
 from typing import Any
@@ -117,11 +120,11 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
             params.get("policy_path"), **{key: v for key, v in params.items() if key in POLICY_OVERRIDES}
         )
         ns, hooks, annotations = policy.namespace, policy.hooks, policy.use_pod_annotations
-        app, hook_timeout = policy.name, policy.timeouts.hook
+        app, hook_timeout, keep_retained = policy.name, policy.timeouts.hook, _keep_retained(policy)
     except Exception as err:  # noqa: BLE001  (fall back to the raw parameters)
         log.warning("run %s (%s): cannot resolve the policy (%s); using the parameters", run_id, why, err)
         ns, hooks, annotations = params.get("namespace"), params.get("hooks"), False
-        app, hook_timeout = ns, DEFAULT_TIMEOUT_S
+        app, hook_timeout, keep_retained = ns, DEFAULT_TIMEOUT_S, False
     if not ns:
         log.error("run %s (%s): no namespace known, nothing to thaw or clean up", run_id, why)
         return
@@ -137,7 +140,7 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     except Exception as err:  # noqa: BLE001  (best effort: still clean up)
         log.error("run %s (%s): post hooks failed: %s", run_id, why, err)
     try:
-        deleted = cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}={run_id}", wait=True)
+        deleted = cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}={run_id}", wait=True, keep_retained=keep_retained)
         log.info("run %s (%s): deleted %s", run_id, why, deleted)
     except Exception as err:  # noqa: BLE001
         log.error("run %s (%s): cleanup failed: %s", run_id, why, err)
@@ -248,7 +251,7 @@ def _backup(
         failed = False
     finally:
         try:
-            progress.cleaned_up = cleanup_run(kubeconfig, ns, run_id)
+            progress.cleaned_up = cleanup_run(kubeconfig, ns, run_id, keep_retained=_keep_retained(policy))
             log.info("run %s: deleted %s", run_id, progress.cleaned_up)
         except Exception as cleanup_err:  # noqa: BLE001
             if not failed:
@@ -280,6 +283,7 @@ def _backup(
         "snapshots": {k: snap[k] for k in ("path", "reason", "fallback", "kind")},
         "volumes": rows,
         "expired": expired,
+        "retained": snap["retained"],
     }
 
 
@@ -339,8 +343,16 @@ def _snapshot_and_move(
             )
     progress.step = "keep-base-snapshots"
     kept = [snap["group"]] if snap["group"] else [x["snapshot"] for x in members]
-    keep_base_snapshots(kubeconfig, ns, policy.name, snap["kind"], snap["group_version"], kept)
+    retired = keep_base_snapshots(
+        kubeconfig, ns, policy.name, snap["kind"], snap["group_version"], kept, _keep_retained(policy)
+    )
+    snap["retained"] = [dataclasses.asdict(c) for c in retired.retained]
     return snap, rows
+
+
+def _keep_retained(policy: BackupPolicy) -> bool:
+    """Whether the contents of a Retain class stay (and are reported) when the run deletes their snapshots."""
+    return policy.retained_snapshots == "keep"
 
 
 def _cbt(found: dict[str, Any], snap: dict[str, Any], driver: str) -> tuple[str | None, str | None]:

@@ -18,7 +18,8 @@ VolumeGroupSnapshots), ``group_snapshot_versions`` (which groupsnapshot.storage.
 none), ``restore_size=False`` (snapshot contents without restoreSize), ``default_snapshot_class="none"|"two"``
 (no default VolumeSnapshotClass, or two per driver), ``hostpath_group_capability=False`` (the hostpath driver
 lacks the GroupController capability), ``metadata_sidecar="v0.1.0"`` (the Kubernetes 1.33 alpha CBT sidecar: only
-``cbt.storage.k8s.io/v1alpha1`` served, the delta's base named by VolumeSnapshot name); ``drivers`` replaces the
+``cbt.storage.k8s.io/v1alpha1`` served, the delta's base named by VolumeSnapshot name), ``stale_deletion_policy=True``
+(the snapshot-controller decides deletions by a content's deletionPolicy as first seen); ``drivers`` replaces the
 driver table.
 ``nodes`` (default ``localcluster.nodes.DEFAULT_NODES``: node-a, node-b, the tainted Windows win-a)
 are registered by one kubelet each (``cluster.kubelets[name]``; ``cluster.kubelet`` is the first);
@@ -60,6 +61,7 @@ class LocalCluster:
         restore_size: bool = True,
         default_snapshot_class: str = "one",
         hostpath_group_capability: bool = True,
+        stale_deletion_policy: bool = False,
         nodes: Sequence[NodeSpec] | None = None,
         metadata_sidecar: str = "v1",
     ) -> None:
@@ -71,6 +73,7 @@ class LocalCluster:
             default_snapshot_class=default_snapshot_class,
             hostpath_group_capability=hostpath_group_capability,
             metadata_sidecar=metadata_sidecar,
+            stale_deletion_policy=stale_deletion_policy,
         )
         self.group_snapshot_versions = group_snapshot_versions
         self.audit_log = audit_log

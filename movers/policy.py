@@ -39,6 +39,8 @@ A policy is one YAML file (examples in ``configs/policies/``)::
       on_timeout: per-pvc              # not cut in time: thaw, delete the group, then one VolumeSnapshot
                                        # per PVC under one new freeze (per-pvc), or fail the run (fail)
     snapshot_class: null               # per-PVC fallback when the driver has no group snapshots
+    retained_snapshots: remove         # snapshots of a Retain class, when the product deletes them: remove their
+                                       # contents and storage snapshots too (remove), or leave and report them (keep)
     timeouts: {snapshot: 300, pvc_bound: 300, start: 300, mover: 3600, hook: 60}
 
 Durations are ``movers.durations``'s: seconds (a number) or a Go duration (``90s``, ``5m``, ``1h30m``,
@@ -118,6 +120,12 @@ def _on_timeout(value: Any) -> str:
     return value
 
 
+def _retained_snapshots(value: Any) -> str:
+    if value not in ("remove", "keep"):
+        raise c.problem("", f"must be remove or keep, not {value!r}")
+    return value
+
+
 def _node_selector(value: Any) -> dict[str, str]:
     """The user's labels merged over ``kubernetes.io/os: linux``, which must stay linux."""
     merged = {**LINUX_NODE_SELECTOR, **c.labels(value)}
@@ -146,6 +154,7 @@ Tolerations = Annotated[list[dict[str, Any]], BeforeValidator(c.tolerations)]
 Affinity = Annotated[dict[str, Any] | None, BeforeValidator(c.affinity)]
 CbtMode = Annotated[Literal["auto", "off"], BeforeValidator(_cbt_mode)]
 OnTimeout = Annotated[Literal["per-pvc", "fail"], BeforeValidator(_on_timeout)]
+RetainedSnapshots = Annotated[Literal["remove", "keep"], BeforeValidator(_retained_snapshots)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -227,6 +236,7 @@ class BackupPolicy(Section):
     cbt: CBTSettings = Field(default_factory=CBTSettings)
     group_snapshot: GroupSnapshotSettings = Field(default_factory=GroupSnapshotSettings)
     snapshot_class: OptionalObjectName = None
+    retained_snapshots: RetainedSnapshots = "remove"  # movers.kube.retained: remove | keep (and report)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     source: str | None = Field(default=None, exclude=True)  # the file it was loaded from
 

@@ -126,18 +126,39 @@ def outcome_line(volume: str, r: backup.MoverResult) -> str:
 
 
 @task(name="cleanup-run")
-def cleanup_run(kubeconfig: str | None, namespace: str, run_id: str, timeout: float = 60.0) -> dict[str, list[str]]:
-    """Delete everything labelled with the run (pods, PVCs, snapshots); what was deleted."""
-    return cleanup.delete_by_label(
-        api_client(kubeconfig), namespace, f"{m.RUN_LABEL}={run_id}", wait=True, timeout=timeout
+def cleanup_run(
+    kubeconfig: str | None, namespace: str, run_id: str, timeout: float = 60.0, keep_retained: bool = False
+) -> dict[str, list[str]]:
+    """Delete everything labelled with the run (pods, PVCs, snapshots); what was deleted (and, ``keep_retained``,
+    the Retain contents left behind under ``"retained"``: ``cleanup.delete_by_label``)."""
+    deleted = cleanup.delete_by_label(
+        api_client(kubeconfig),
+        namespace,
+        f"{m.RUN_LABEL}={run_id}",
+        wait=True,
+        timeout=timeout,
+        keep_retained=keep_retained,
     )
+    for line in deleted.get("retained", []):
+        get_run_logger().warning("left behind (retained_snapshots: keep): %s", line)
+    return deleted
 
 
 @task(name="keep-base-snapshots")
 def keep_base_snapshots(
-    kubeconfig: str | None, namespace: str, app: str, kind: str, version: str | None, names: list[str]
-) -> list[str]:
-    """Keep this run's snapshots as the next delta's base and delete the ones kept before (``snapshotset.keep``)."""
-    gone = snapshotset.keep(api_client(kubeconfig), namespace, app, kind, version, names)
-    get_run_logger().info("kept %s as the next base; deleted %s", names, gone or "nothing")
-    return gone
+    kubeconfig: str | None,
+    namespace: str,
+    app: str,
+    kind: str,
+    version: str | None,
+    names: list[str],
+    keep_retained: bool = False,
+) -> snapshotset.Retired:
+    """Keep this run's snapshots as the next delta's base and delete the ones kept before (``snapshotset.keep``);
+    each Retain content left behind (``keep_retained``) is a warning."""
+    done = snapshotset.keep(api_client(kubeconfig), namespace, app, kind, version, names, keep_retained)
+    log = get_run_logger()
+    log.info("kept %s as the next base; deleted %s", names, done.deleted or "nothing")
+    for content in done.retained:
+        log.warning("left behind (retained_snapshots: keep): %s", content.describe())
+    return done

@@ -239,6 +239,15 @@ def _cli(repo_url: str, namespace: str, rows: list[dict[str, Any]], secret: str 
     return out
 
 
+def retained_text(snap: dict[str, Any]) -> str:
+    """What the run left behind of the bases it retired (``retained_snapshots: keep``), for the table's description."""
+    left = snap.get("retained") or []
+    if not left:
+        return ""
+    names = ", ".join(f"{c['kind']} {c['name']} ({c['handle'] or 'no handle'})" for c in left)
+    return f"; left behind (retained_snapshots: keep): {names}"
+
+
 def publish(run_id: str, policy: Any, snap: dict[str, Any], rows: list[dict[str, Any]], kubeconfig: str | None) -> None:
     """The run's table (``backup-<app>``) and restore markdown (``backup-<app>-restore``) artifacts."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -248,7 +257,7 @@ def publish(run_id: str, policy: Any, snap: dict[str, Any], rows: list[dict[str,
     create_table_artifact(
         key=f"backup-{policy.name}",
         table=display_rows(rows, freeze),
-        description=f"backup {run_id} of {ns} to {url}; freeze window {seconds(freeze)}",
+        description=f"backup {run_id} of {ns} to {url}; freeze window {seconds(freeze)}{retained_text(snap)}",
     )
     markdown = restore_markdown(
         run_id,

@@ -265,8 +265,14 @@ def test_snapshot_deletion_policies(cluster):
     c.kube.create(VS, snapshot("kept", "data", "retain"), NS)
     doomed, kept = wait_for(c.kube, VS, "doomed", ready), wait_for(c.kube, VS, "kept", ready)
     doomed_vsc = c.kube.get(VSC, doomed["status"]["boundVolumeSnapshotContentName"])
-    kept_vsc = c.kube.get(VSC, kept["status"]["boundVolumeSnapshotContentName"])
-    assert kept_vsc["spec"]["deletionPolicy"] == "Retain" and not kept_vsc["metadata"].get("finalizers")
+    # upstream: every bound content gets the content finalizer (whatever its policy), the snapshot gets the bound
+    # finalizer only when its content's policy is Delete
+    kept_vsc = wait_for(
+        c.kube, VSC, kept["status"]["boundVolumeSnapshotContentName"], lambda o: o["metadata"].get("finalizers"), None
+    )
+    assert kept_vsc["spec"]["deletionPolicy"] == "Retain" and kept_vsc["metadata"]["finalizers"] == [n.FIN_VSC_BOUND]
+    assert kept["metadata"]["finalizers"] == [n.FIN_VS_AS_SOURCE], kept["metadata"]
+    assert set(doomed["metadata"]["finalizers"]) == {n.FIN_VS_AS_SOURCE, n.FIN_VS_BOUND}
 
     c.kube.delete(VS, "doomed", NS)
     c.kube.delete(VS, "kept", NS)
@@ -276,7 +282,45 @@ def test_snapshot_deletion_policies(cluster):
     wait_for(c.kube, VS, "kept", gone)
     retained = c.kube.get(VSC, kept_vsc["metadata"]["name"])
     assert retained["metadata"]["annotations"][n.ANN_VS_BEING_DELETED] == "yes"
+    assert retained["metadata"]["finalizers"] == [n.FIN_VSC_BOUND]
     assert c.store.snapshot_path(retained["status"]["snapshotHandle"]).exists()
+
+
+def test_retained_content_deleted_later_keeps_or_removes_the_snapshot_by_its_policy_then(cluster):
+    """Upstream's csi-snapshotter: a content whose snapshot was deleted (annotation volumesnapshot-being-deleted)
+    is deleted by whoever deletes it; its policy at that moment says whether the storage snapshot goes."""
+    c = cluster
+    c.kube.create(VS_CLASS, {"metadata": {"name": "retain"}, "driver": DRIVER, "deletionPolicy": "Retain"})
+    make_bound_claim(c, "data")
+    contents = {}
+    for name in ("as-is", "patched"):
+        c.kube.create(VS, snapshot(name, "data", "retain"), NS)
+        vs = wait_for(c.kube, VS, name, ready)
+        contents[name] = c.kube.get(VSC, vs["status"]["boundVolumeSnapshotContentName"])
+        c.kube.delete(VS, name, NS)
+        wait_for(c.kube, VS, name, gone)
+    c.kube.patch(VSC, contents["patched"]["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+    for vsc in contents.values():
+        c.kube.delete(VSC, vsc["metadata"]["name"])
+        wait_for(c.kube, VSC, vsc["metadata"]["name"], gone, namespace=None)
+    assert c.store.snapshot_path(contents["as-is"]["status"]["snapshotHandle"]).exists()
+    assert not c.store.snapshot_path(contents["patched"]["status"]["snapshotHandle"]).exists()
+
+
+def test_content_patched_to_delete_before_its_snapshot_is_deleted_goes_with_its_storage_snapshot(cluster):
+    """external-snapshotter's documented way to delete a Retain snapshot: patch the content's deletionPolicy to
+    Delete, then delete the VolumeSnapshot."""
+    c = cluster
+    c.kube.create(VS_CLASS, {"metadata": {"name": "retain"}, "driver": DRIVER, "deletionPolicy": "Retain"})
+    make_bound_claim(c, "data")
+    c.kube.create(VS, snapshot("snap", "data", "retain"), NS)
+    vs = wait_for(c.kube, VS, "snap", ready)
+    vsc = c.kube.get(VSC, vs["status"]["boundVolumeSnapshotContentName"])
+    c.kube.patch(VSC, vsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+    c.kube.delete(VS, "snap", NS)
+    wait_for(c.kube, VS, "snap", gone)
+    wait_for(c.kube, VSC, vsc["metadata"]["name"], gone, namespace=None)
+    assert not c.store.snapshot_path(vsc["status"]["snapshotHandle"]).exists()
 
 
 def test_restore_from_snapshot_copies_data_and_checks_size(cluster):

@@ -122,33 +122,133 @@ def test_group_members_named_linked_and_deleted_as_upstream(tmp_path, version):
         assert c.kube.get(PV, db_pv["metadata"]["name"]) is not None  # the volumes stay
 
 
-def test_group_with_retain_policy_keeps_contents(tmp_path):
-    with local_cluster(tmp_path) as c:
+def _retain_group(c, name: str = "kept") -> tuple[dict, list[dict], list[dict]]:
+    """A ready group of claims a and b in a Retain class: (its content, its members, their contents)."""
+    if c.kube.get(VGS_CLASS, "keep") is None:
         c.kube.create(VGS_CLASS, {"metadata": {"name": "keep"}, "driver": DRIVER, "deletionPolicy": "Retain"})
         make_bound_claim(c, "a", labels={"app": "x"})
         make_bound_claim(c, "b", labels={"app": "x"})
-        body = group("kept", app="x")
-        body["spec"]["volumeGroupSnapshotClassName"] = "keep"
-        c.kube.create(VGS, body, NS)
-        vgs = wait_for(c.kube, VGS, "kept", ready)
-        vgsc = c.kube.get(VGSC, vgs["status"]["boundVolumeGroupSnapshotContentName"])
-        members = [vs for vs in c.kube.list(VS, NS)[0] if vs["metadata"].get("ownerReferences")]
-        assert len(members) == 2 and not vgsc["metadata"].get("finalizers")
-        contents = [
-            wait_for(c.kube, VSC, vs["status"]["boundVolumeSnapshotContentName"], ready, namespace=None)
-            for vs in members
-        ]
-        assert {v["spec"]["deletionPolicy"] for v in contents} == {"Retain"}
+    body = group(name, app="x")
+    body["spec"]["volumeGroupSnapshotClassName"] = "keep"
+    c.kube.create(VGS, body, NS)
+    vgs = wait_for(c.kube, VGS, name, ready)
+    uid = vgs["metadata"]["uid"]
+    # upstream: the common controller puts the content finalizer on every bound content, whatever its policy
+    vgsc = wait_for(
+        c.kube,
+        VGSC,
+        vgs["status"]["boundVolumeGroupSnapshotContentName"],
+        lambda o: o["metadata"].get("finalizers"),
+        None,
+    )
+    assert vgsc["metadata"]["finalizers"] == [n.FIN_VGSC_BOUND] and vgs["metadata"]["finalizers"] == [n.FIN_VGS_BOUND]
+    members = [
+        vs for vs in c.kube.list(VS, NS)[0] if any(r["uid"] == uid for r in vs["metadata"].get("ownerReferences") or [])
+    ]
+    contents = [
+        wait_for(c.kube, VSC, vs["status"]["boundVolumeSnapshotContentName"], ready, namespace=None) for vs in members
+    ]
+    assert len(members) == 2 and {v["spec"]["deletionPolicy"] for v in contents} == {"Retain"}
+    for vs in members:  # no bound finalizer on a snapshot whose content is Retain
+        member = wait_for(
+            c.kube, VS, vs["metadata"]["name"], lambda o: n.FIN_VS_AS_SOURCE in o["metadata"]["finalizers"]
+        )
+        assert n.FIN_VS_BOUND not in member["metadata"]["finalizers"], member["metadata"]
+    return vgsc, members, contents
 
+
+def test_group_with_retain_policy_keeps_contents_and_snapshots_until_deleted_as_delete(tmp_path):
+    with local_cluster(tmp_path) as c:
+        vgsc, members, contents = _retain_group(c)
         c.kube.delete(VGS, "kept", NS)
         wait_for(c.kube, VGS, "kept", gone)
         for vs in members:
             wait_for(c.kube, VS, vs["metadata"]["name"], gone)
         retained = c.kube.get(VGSC, vgsc["metadata"]["name"])
         assert retained["metadata"]["annotations"][n.ANN_VGS_BEING_DELETED] == "yes"
+        assert retained["metadata"]["finalizers"] == [n.FIN_VGSC_BOUND]
         for vsc in contents:
-            assert c.kube.get(VSC, vsc["metadata"]["name"]) is not None
+            kept = c.kube.get(VSC, vsc["metadata"]["name"])
+            assert kept["metadata"]["annotations"][n.ANN_VS_BEING_DELETED] == "yes"
+            assert kept["metadata"]["finalizers"] == [n.FIN_VSC_BOUND]
             assert c.store.snapshot_path(vsc["status"]["snapshotHandle"]).exists()
+
+        # the member contents, deleted as Delete: gone, but a member's snapshot goes with its group content only
+        for vsc in contents:
+            c.kube.patch(VSC, vsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+            c.kube.delete(VSC, vsc["metadata"]["name"])
+            wait_for(c.kube, VSC, vsc["metadata"]["name"], gone, namespace=None)
+            assert c.store.snapshot_path(vsc["status"]["snapshotHandle"]).exists()
+        # the group content, deleted as Delete: DeleteVolumeGroupSnapshot removes every member's snapshot
+        c.kube.patch(VGSC, vgsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+        c.kube.delete(VGSC, vgsc["metadata"]["name"])
+        wait_for(c.kube, VGSC, vgsc["metadata"]["name"], gone, namespace=None)
+        for vsc in contents:
+            assert not c.store.snapshot_path(vsc["status"]["snapshotHandle"]).exists()
+
+
+def test_group_content_deleted_as_retain_keeps_the_snapshots(tmp_path):
+    with local_cluster(tmp_path) as c:
+        vgsc, members, contents = _retain_group(c)
+        c.kube.delete(VGS, "kept", NS)
+        wait_for(c.kube, VGS, "kept", gone)
+        c.kube.delete(VGSC, vgsc["metadata"]["name"])
+        wait_for(c.kube, VGSC, vgsc["metadata"]["name"], gone, namespace=None)
+        for vsc in contents:
+            assert c.store.snapshot_path(vsc["status"]["snapshotHandle"]).exists()
+
+
+def test_retain_group_patched_to_delete_before_deletion_leaves_nothing(tmp_path):
+    """What the product does (external-snapshotter's documented way): the group content and the member contents
+    patched to Delete, then the group deleted: contents and snapshots go; patching the members only is not enough."""
+    with local_cluster(tmp_path) as c:
+        vgsc, members, contents = _retain_group(c)
+        c.kube.patch(VGSC, vgsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+        for vsc in contents:
+            c.kube.patch(VSC, vsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+        c.kube.delete(VGS, "kept", NS)
+        wait_for(c.kube, VGS, "kept", gone)
+        wait_for(c.kube, VGSC, vgsc["metadata"]["name"], gone, namespace=None)
+        for vs, vsc in zip(members, contents, strict=True):
+            wait_for(c.kube, VS, vs["metadata"]["name"], gone)
+            wait_for(c.kube, VSC, vsc["metadata"]["name"], gone, namespace=None)
+            assert not c.store.snapshot_path(vsc["status"]["snapshotHandle"]).exists()
+
+        vgsc, members, contents = _retain_group(c, "members-only")
+        for vsc in contents:
+            c.kube.patch(VSC, vsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+        c.kube.delete(VGS, "members-only", NS)
+        wait_for(c.kube, VGS, "members-only", gone)
+        for vsc in contents:
+            wait_for(c.kube, VSC, vsc["metadata"]["name"], gone, namespace=None)
+            assert c.store.snapshot_path(vsc["status"]["snapshotHandle"]).exists()
+        assert c.kube.get(VGSC, vgsc["metadata"]["name"]) is not None
+
+
+def test_stale_deletion_policy_keeps_contents_patched_right_before_the_deletion(tmp_path):
+    """The switch: the controller decides by the policy it first saw (upstream's informer cache missing the patch),
+    so the patched contents stay (marked being-deleted); deleting them then removes them and the snapshots."""
+    with local_cluster(tmp_path, stale_deletion_policy=True) as c:
+        vgsc, members, contents = _retain_group(c)
+        c.kube.patch(VGSC, vgsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+        for vsc in contents:
+            c.kube.patch(VSC, vsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+        c.kube.delete(VGS, "kept", NS)
+        wait_for(c.kube, VGS, "kept", gone)
+        for vs in members:
+            wait_for(c.kube, VS, vs["metadata"]["name"], gone)
+        kept = c.kube.get(VGSC, vgsc["metadata"]["name"])
+        assert (
+            kept["metadata"]["annotations"][n.ANN_VGS_BEING_DELETED] == "yes"
+            and "deletionTimestamp" not in kept["metadata"]
+        )
+        assert all(c.store.snapshot_path(v["status"]["snapshotHandle"]).exists() for v in contents)
+        c.kube.delete(VGSC, vgsc["metadata"]["name"])
+        for vsc in contents:
+            c.kube.delete(VSC, vsc["metadata"]["name"])
+            wait_for(c.kube, VSC, vsc["metadata"]["name"], gone, namespace=None)
+        wait_for(c.kube, VGSC, vgsc["metadata"]["name"], gone, namespace=None)
+        assert not any(c.store.snapshot_path(v["status"]["snapshotHandle"]).exists() for v in contents)
 
 
 def test_group_selecting_nothing_reports_then_recovers(tmp_path):

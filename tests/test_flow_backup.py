@@ -577,3 +577,108 @@ def test_key_rotation_as_documented_keeps_backups_working(local_cluster, harness
         [sys.executable, "-m", "movers", "ls", "--repo", app["repo"]], env=app["env"], capture_output=True, text=True
     )
     assert broken.returncode == 6 and "no key slot" in broken.stderr, "the old passphrase opens nothing any more"
+
+
+RETAIN_GROUP_CLASS = "csi-hostpath-groupsnapclass-retain"
+
+
+def _retain_group_class(api) -> str:
+    """A VolumeGroupSnapshotClass of the hostpath driver with deletionPolicy Retain (not the default); its version."""
+    version = k.served_group_snapshot_version(api)
+    if k.find(api, "VolumeGroupSnapshotClass", None, RETAIN_GROUP_CLASS, version) is None:
+        body = {"metadata": {"name": RETAIN_GROUP_CLASS}, "driver": "hostpath.csi.k8s.io", "deletionPolicy": "Retain"}
+        client.CustomObjectsApi(api).create_cluster_custom_object(
+            "groupsnapshot.storage.k8s.io", version, "volumegroupsnapshotclasses", body
+        )
+    return version
+
+
+def _group_contents(api, ns: str, group: str, version: str) -> list[tuple[str, str, str]]:
+    """(kind, name, storage snapshot handle) of a group's content and its members' contents."""
+    from movers.kube.snapshots import group_members
+
+    vgs = k.get(api, "VolumeGroupSnapshot", ns, group, version)
+    vgsc = k.get(api, "VolumeGroupSnapshotContent", None, vgs["status"]["boundVolumeGroupSnapshotContentName"], version)
+    assert vgsc["spec"]["deletionPolicy"] == "Retain", vgsc["spec"]
+    found = [("VolumeGroupSnapshotContent", vgsc["metadata"]["name"], vgsc["status"]["volumeGroupSnapshotHandle"])]
+    members = group_members(api, vgs)
+    assert len(members) == 2 and all(m.content and m.handle for m in members), members
+    return found + [("VolumeSnapshotContent", m.content, m.handle) for m in members]
+
+
+@pytest.mark.parametrize("setting", ["remove", "remove-stale", "keep"])
+def test_retired_base_group_of_a_retain_class_leaves_nothing_behind_or_is_reported(
+    local_cluster, make_local_cluster, harness, monkeypatch, tmp_path, setting
+):
+    """KEP-3476's Retain: deleting the group the next run replaces as the base would leave its group content, the
+    members' contents and the storage snapshots; the run removes them with it (retained_snapshots: remove, the
+    default), also when the snapshot-controller decided on a copy that had not seen the patch to Delete
+    (remove-stale: the run deletes the contents left), or leaves them and reports them (keep)."""
+    from flows.backup import backup_app
+    from movers.kube import retained
+
+    if setting == "remove-stale":
+        local_cluster = make_local_cluster(stale_deletion_policy=True)
+        setting = "remove"
+    api, ns = local_cluster.client, f"retain-{setting}"
+    version = _retain_group_class(api)
+    deployed = deploy_app(local_cluster, monkeypatch.setenv, ns, f"flow-retain-{setting}")
+    fields = {"group_snapshot": {"class": RETAIN_GROUP_CLASS}}
+    if setting == "keep":
+        fields["retained_snapshots"] = "keep"
+    policy = policy_file(tmp_path / "p.yaml", ns, ns, deployed["repo"], **fields)
+    first = backup_app(policy_path=policy, kubeconfig=flow_kubeconfig(local_cluster))
+    assert first["snapshots"]["path"] == "group" and first["retained"] == [], first
+    old = _group_contents(api, ns, first["run_id"], version)
+    second = backup_app(policy_path=policy, kubeconfig=flow_kubeconfig(local_cluster))
+    assert [r["change_source"] for r in second["volumes"]] == ["cbt-delta"] * 2, second["volumes"]
+    wait_until(
+        lambda: k.find(api, "VolumeGroupSnapshot", ns, first["run_id"], version) is None, 30, "the old base group gone"
+    )
+
+    def content_of(kind: str, name: str):
+        return k.find(api, kind, None, name, version if kind == "VolumeGroupSnapshotContent" else "v1")
+
+    try:
+        if setting == "remove":
+            assert second["retained"] == [], second["retained"]
+            for kind, name, _ in old:
+                wait_until(lambda kind=kind, name=name: content_of(kind, name) is None, 30, f"{kind} {name} gone")
+            wait_until(
+                lambda: not any(local_cluster.store.snapshot_path(h).exists() for _, _, h in old[1:]),
+                30,
+                "the storage snapshots gone",
+            )
+        else:
+            left_by = f"VolumeGroupSnapshot {ns}/{first['run_id']}"
+            assert sorted(second["retained"], key=lambda c: c["name"]) == sorted(
+                ({"kind": kind, "name": name, "handle": handle, "left_by": left_by} for kind, name, handle in old),
+                key=lambda c: c["name"],
+            ), second["retained"]
+            for kind, name, _ in old:
+                assert content_of(kind, name) is not None, (kind, name)
+            assert all(local_cluster.store.snapshot_path(h).exists() for _, _, h in old[1:])
+            warnings = [
+                r.message
+                for r in run_logs(flow_run_of(second["run_id"]).id)
+                if r.level == logging.WARNING and "left behind (retained_snapshots: keep)" in r.message
+            ]
+            table = _artifacts(f"backup-{ns}")[-1]
+            assert "; left behind (retained_snapshots: keep): " in table.description, table.description
+            assert all(f"{kind} {name} ({handle})" in table.description for kind, name, handle in old)
+            said = [retained.RetainedContent(kind, name, handle, left_by).describe() for kind, name, handle in old]
+            assert sorted(warnings) == sorted(f"left behind (retained_snapshots: keep): {x}" for x in said), warnings
+    finally:  # undo: what is left of the Retain class goes as Delete (the new base with its contents, the kept ones)
+        for kept in k.list_objects(api, "VolumeGroupSnapshot", ns, "cbt-mover.io/kept-for", version):
+            retained.delete(api, ns, "VolumeGroupSnapshot", kept["metadata"]["name"], version)
+        for kind, name, _ in old:
+            cversion = version if kind == "VolumeGroupSnapshotContent" else "v1"
+            if content_of(kind, name) is not None:
+                k.merge_patch(api, kind, None, name, {"spec": {"deletionPolicy": "Delete"}}, cversion)
+                k.delete(api, kind, None, name, cversion)
+        wait_until(
+            lambda: not any(local_cluster.store.snapshot_path(h).exists() for _, _, h in old[1:]),
+            30,
+            "the storage snapshots gone",
+        )
+        wait_until(lambda: not k.list_objects(api, "VolumeSnapshot", ns), 30, "the namespace's snapshots gone")

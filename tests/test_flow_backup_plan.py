@@ -96,6 +96,17 @@ def test_the_permissions_a_run_asks_for():
     assert p.Check("get", "", "secrets", namespace="shop", name="creds") in checks
     assert p.Check("create", "", "pods", "exec", namespace="shop") in checks
     assert p.Check("list", "groupsnapshot.storage.k8s.io", "volumegroupsnapshotclasses") in checks
+    contents = [
+        p.Check(verb, group, resource)
+        for verb in ("patch", "delete")
+        for group, resource in (
+            ("snapshot.storage.k8s.io", "volumesnapshotcontents"),
+            ("groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents"),
+        )
+    ]
+    assert all(c in checks for c in contents), "retained_snapshots: remove patches and deletes Retain contents"
+    kept = [c for c, _why in p.base_checks(parse_policy({**settings, "retained_snapshots": "keep"}), True)]
+    assert not [c for c in contents if c in kept], kept
     quiet = {**settings, "hooks": {}, "cbt": {"enabled": "off"}}
     fewer = [c for c, _why in p.base_checks(parse_policy(quiet), group_served=False)]
     assert not [

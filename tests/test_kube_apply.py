@@ -355,3 +355,108 @@ def test_a_retry_replaces_the_earlier_attempts_pod_finished_or_not(local_cluster
     with pytest.raises(k.ConflictError):
         k.create(api, mover("r5"))
     k.delete_and_wait(api, "Pod", ns, "mover")
+
+
+def test_cleanup_removes_retain_contents(local_cluster, ns):
+    _retain_cleanup(local_cluster, ns, keep=False)
+
+
+def test_cleanup_reports_retain_contents_when_kept(local_cluster, ns):
+    _retain_cleanup(local_cluster, ns, keep=True)
+
+
+def _retain_cleanup(local_cluster, ns: str, keep: bool) -> None:
+    """A run's snapshot and group of Retain classes: deleted with their contents and storage snapshots, or (keep)
+    deleted leaving them, each named under "retained"."""
+    from movers.kube import retained
+
+    api, co = local_cluster.client, client.CustomObjectsApi(local_cluster.client)
+    version = k.served_group_snapshot_version(api)
+    driver, vs_class, vgs_class = "hostpath.csi.k8s.io", f"retain-{ns}", f"retain-group-{ns}"
+    body = {"driver": driver, "deletionPolicy": "Retain"}
+    co.create_cluster_custom_object("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses", {
+        "metadata": {"name": vs_class}, **body})  # fmt: skip
+    co.create_cluster_custom_object("groupsnapshot.storage.k8s.io", version, "volumegroupsnapshotclasses", {
+        "metadata": {"name": vgs_class}, **body})  # fmt: skip
+    core = client.CoreV1Api(api)
+    for pvc in ("db", "logs"):
+        k.create(api, m.block_pvc(pvc, ns, "8Mi", IMMEDIATE, {"app": "shop"}))
+    wait_until(
+        lambda: all(
+            core.read_namespaced_persistent_volume_claim(p, ns).status.phase == "Bound" for p in ("db", "logs")
+        ),
+        30,
+        "PVCs bound",
+    )
+    labels = _labels("r6")
+    k.create(api, m.volume_snapshot("snap", ns, "db", vs_class, labels))
+    k.create(api, m.volume_group_snapshot("group", ns, {"matchLabels": {"app": "shop"}}, vgs_class, version, labels))
+    vs = snapshots.wait_snapshot_ready(api, "VolumeSnapshot", ns, "snap", timeout=30)
+    vgs = snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "group", timeout=30)
+    gc = k.get(api, "VolumeGroupSnapshotContent", None, vgs["status"]["boundVolumeGroupSnapshotContentName"], version)
+    vsc = k.get(api, "VolumeSnapshotContent", None, vs["status"]["boundVolumeSnapshotContentName"])
+    members = snapshots.group_members(api, vgs)
+    contents = [
+        ("VolumeGroupSnapshotContent", gc["metadata"]["name"], gc["status"]["volumeGroupSnapshotHandle"], vgs),
+        *(("VolumeSnapshotContent", x.content, x.handle, vgs) for x in members),
+        ("VolumeSnapshotContent", vsc["metadata"]["name"], vsc["status"]["snapshotHandle"], vs),
+    ]
+    files = [local_cluster.store.snapshot_path(h) for kind, _, h, _ in contents if kind == "VolumeSnapshotContent"]
+    assert len(files) == 3 and all(f.exists() for f in files)
+
+    def content(kind, name):
+        return k.find(api, kind, None, name, version if kind == "VolumeGroupSnapshotContent" else "v1")
+
+    deleted = cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}=r6", wait=True, timeout=30, keep_retained=keep)
+    assert (deleted["VolumeGroupSnapshot"], deleted["VolumeSnapshot"]) == (["group"], ["snap"]), deleted
+    try:
+        if not keep:
+            assert "retained" not in deleted, deleted
+            for kind, name, _, _ in contents:
+                wait_until(lambda kind=kind, name=name: content(kind, name) is None, 30, f"{kind} {name} gone")
+            wait_until(lambda: not any(f.exists() for f in files), 30, "the storage snapshots gone")
+        else:
+            said = [
+                retained.RetainedContent(kind, name, handle, f"{of['kind']} {ns}/{of['metadata']['name']}").describe()
+                for kind, name, handle, of in contents
+            ]
+            assert sorted(deleted["retained"]) == sorted(said), deleted["retained"]
+            assert all(content(kind, name) is not None for kind, name, _, _ in contents)
+            assert all(f.exists() for f in files)
+    finally:  # undo: the contents go as Delete (the group content takes the members' snapshots), the classes
+        for kind, name, _, _ in contents:
+            cversion = version if kind == "VolumeGroupSnapshotContent" else "v1"
+            if content(kind, name) is not None:
+                k.merge_patch(api, kind, None, name, {"spec": {"deletionPolicy": "Delete"}}, cversion)
+                k.delete(api, kind, None, name, cversion)
+        wait_until(lambda: not any(f.exists() for f in files), 30, "the storage snapshots gone")
+        co.delete_cluster_custom_object("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses", vs_class)
+        co.delete_cluster_custom_object(
+            "groupsnapshot.storage.k8s.io", version, "volumegroupsnapshotclasses", vgs_class
+        )
+
+
+def test_a_group_removed_after_a_freeze_timeout_takes_its_retain_content(local_cluster, ns):
+    """The group deleted because it was not cut in time waits for its content to go: with a Retain class that never
+    happened (a KubeError after the timeout); now the content goes with it, and its storage snapshots."""
+    from movers.kube import snapshotset
+
+    api, co = local_cluster.client, client.CustomObjectsApi(local_cluster.client)
+    version = k.served_group_snapshot_version(api)
+    body = {"metadata": {"name": f"retain-group-{ns}"}, "driver": "hostpath.csi.k8s.io", "deletionPolicy": "Retain"}
+    co.create_cluster_custom_object("groupsnapshot.storage.k8s.io", version, "volumegroupsnapshotclasses", body)
+    try:
+        k.create(api, m.block_pvc("db", ns, "8Mi", IMMEDIATE, {"app": "shop"}))
+        core = client.CoreV1Api(api)
+        wait_until(lambda: core.read_namespaced_persistent_volume_claim("db", ns).status.phase == "Bound", 30, "bound")
+        selector = {"matchLabels": {"app": "shop"}}
+        k.create(api, m.volume_group_snapshot("g", ns, selector, body["metadata"]["name"], version, _labels("r7")))
+        vgs = snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", ns, "g", timeout=30)
+        [member] = snapshots.group_members(api, vgs)
+        snapshotset._remove_group(api, ns, "g", version, 20)
+        wait_until(lambda: k.find(api, "VolumeSnapshotContent", None, member.content) is None, 30, "member content")
+        wait_until(lambda: not local_cluster.store.snapshot_path(member.handle).exists(), 30, "storage snapshot gone")
+    finally:
+        co.delete_cluster_custom_object(
+            "groupsnapshot.storage.k8s.io", version, "volumegroupsnapshotclasses", body["metadata"]["name"]
+        )

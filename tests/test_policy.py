@@ -60,6 +60,7 @@ def test_examples_load():
     ]
     assert db.mover.affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 50
     assert (db.group_snapshot.freeze_timeout, db.group_snapshot.on_timeout) == (20.0, "per-pvc")
+    assert db.retained_snapshots == "remove"
     demo = policies["demo"]
     assert demo.hooks.pre[0].command[:3] == ["python", "-m", "localcluster.demo_app"]
     assert demo.mover.image == "cbt-mover"
@@ -148,8 +149,10 @@ def test_scheduling_and_freeze_settings(tmp_path):
             },
         },
         "group_snapshot": {"freeze_timeout": "45s", "on_timeout": "fail"},
+        "retained_snapshots": "keep",
     }
     policy = load_policy(write(tmp_path, data))
+    assert policy.retained_snapshots == "keep"
     assert policy.mover.tolerations == [
         {"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"},
         {"key": "dedicated", "value": "1"},
@@ -330,6 +333,8 @@ BAD = [
     ("group_snapshot.freeze_timeout", 0, "group_snapshot.freeze_timeout", "positive"),
     ("group_snapshot.on_timeout", "scan", "group_snapshot.on_timeout", "per-pvc or fail"),
     ("snapshot_class", "Bad Class", "snapshot_class", "object name"),
+    ("retained_snapshots", "delete", "retained_snapshots", "remove or keep"),
+    ("retained_snapshots", True, "retained_snapshots", "remove or keep"),
     ("timeouts.mover", -1, "timeouts.mover", "positive"),
     ("timeouts.mover", True, "timeouts.mover", "duration"),
     ("timeouts.backup", 10, "timeouts.backup", "unknown field"),

@@ -44,6 +44,6 @@ def _documented() -> set[str]:
 
 def test_every_policy_key_has_a_line_in_the_readme():
     keys = _keys(p.BackupPolicy)
-    assert {"timeouts.pvc_bound", "group_snapshot.class", "hooks.pre"} <= keys, keys
+    assert {"timeouts.pvc_bound", "group_snapshot.class", "hooks.pre", "retained_snapshots"} <= keys, keys
     missing = sorted(keys - _documented())
     assert not missing, f"policy keys the README's policy table does not name: {missing}"

@@ -37,6 +37,8 @@ Settings (each off by default; each makes the cluster poorer or older in one poi
   has a second default class ``<class>-retain`` (deletionPolicy Retain). Either way the snapshot-controller
   refuses VolumeSnapshots that name no class (``SetDefaultSnapshotClassFailed``) and the metadata sidecar answers
   UNAVAILABLE for group members (they name no class);
+- ``stale_deletion_policy=True``: the snapshot-controller decides a deletion by the deletionPolicy a content had
+  when it first saw it, as upstream's informer cache may (a patch of the policy right before the deletion missed);
 - ``hostpath_group_capability=False``: the hostpath driver lacks the GroupController capability (its group class
   still exists): its group contents fail with Unimplemented.
 
@@ -97,6 +99,7 @@ class LocalControllers:
         restore_size: bool = True,
         default_snapshot_class: str = "one",
         hostpath_group_capability: bool = True,
+        stale_deletion_policy: bool = False,
         audience: str = n.DEFAULT_AUDIENCE,
         block_type: str = "FIXED_LENGTH",
         metadata_sidecar: str = "v1",
@@ -120,6 +123,7 @@ class LocalControllers:
         self.cbt = cbt
         self.group_snapshots = group_snapshots is True
         self.default_snapshot_class = default_snapshot_class
+        self.stale_deletion_policy = stale_deletion_policy
         self.ready_delay = ready_delay
         self.audience = audience
         self.block_type = block_type
@@ -147,11 +151,17 @@ class LocalControllers:
             self._defaults(kube)
             parts: list = []
             self.snapshots = SnapshotController(
-                self._kube("snapshot-controller"), vgs=VGS.at(self.group_version) if groups else None
+                self._kube("snapshot-controller"),
+                vgs=VGS.at(self.group_version) if groups else None,
+                stale_deletion_policy=self.stale_deletion_policy,
             )
             parts.append(self.snapshots)
             if groups:
-                self.groups = GroupSnapshotController(self._kube("snapshot-controller"), version=self.group_version)
+                self.groups = GroupSnapshotController(
+                    self._kube("snapshot-controller"),
+                    version=self.group_version,
+                    stale_deletion_policy=self.stale_deletion_policy,
+                )
                 parts.append(self.groups)
             for spec in self.drivers:
                 plugin = self.plugins[spec.name]

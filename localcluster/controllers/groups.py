@@ -18,7 +18,7 @@ Like upstream:
   a PVC of the namespace changes;
 - then one VolumeGroupSnapshotContent ``groupsnapcontent-<vgs uid>`` (``source.volumeHandles`` of the selected,
   bound PVCs' PVs, ``driver``, ``deletionPolicy`` and class from the class, ``volumeGroupSnapshotRef`` with uid),
-  finalizer ``volumegroupsnapshot-bound-protection``, Event ``CreatingGroupSnapshot`` and
+  finalizer ``volumegroupsnapshot-bound-protection`` (also for Retain), Event ``CreatingGroupSnapshot`` and
   ``status.boundVolumeGroupSnapshotContentName``; content creation failures go to ``status.error`` (readyToUse
   false) with a Warning Event ``GroupSnapshotContentCreationFailed``;
 - once the sidecar has cut the group, the members, named and linked as upstream: VolumeSnapshotContent
@@ -33,21 +33,32 @@ Like upstream:
   members. The snapshot controller then fills the member VS status (``volumeGroupSnapshotName`` ...);
 - the VGS status follows its content: ``boundVolumeGroupSnapshotContentName``, ``creationTime``, ``readyToUse``,
   ``error`` (the content's, e.g. the driver's refusal), and no member list;
+- a bound content (its ref has a uid) not being deleted gets ``volumegroupsnapshotcontent-bound-protection``,
+  whatever its policy (upstream's syncGroupSnapshotContent);
 - deleting the VGS: waits while a Pending PVC restores from a member, marks the content
   ``volumegroupsnapshot-being-deleted``, deletes it when its policy is Delete (the sidecar removes every member
-  snapshot file), deletes the member VolumeSnapshots (their contents follow the group's policy), and drops the
-  VGS finalizer once the content is gone (at once for Retain).
+  snapshot file), deletes the member VolumeSnapshots (each waits until the VGS is gone; their contents follow their
+  own policy, copied from the group's when they were made: a member content deleted with policy Delete does not
+  remove its snapshot file, the group content's deletion does), and drops the VGS finalizer once the content is
+  gone (at once for Retain, which keeps the group content, the member contents and every snapshot file). Nothing
+  deletes a content whose group is gone, also when its policy is patched to Delete afterwards.
 
 ``GroupSnapshotSidecar(kube, plugin, version=..., ready_delay=0.2)`` (contents of the plugin's driver): takes every
 member snapshot under the plugin's one lock at one instant (``CsiPlugin.create_group_snapshot``) and writes the
 content's ``volumeGroupSnapshotHandle``, ``creationTime``, ``readyToUse`` (false, then true after ``ready_delay``)
 and ``volumeSnapshotInfoList`` (v1beta2, v1: handles, creationTime, readyToUse, restoreSize when the driver reports
-sizes) or ``volumeSnapshotHandlePairList`` (v1beta1: handles only). As upstream's csi-snapshotter, it runs for a
-driver without the GroupController capability too (it only logs a warning): the driver answers Unimplemented and
-the content gets ``status.readyToUse: false`` and ``status.error`` "Failed to create group snapshot: failed to take
-group snapshot of the volumes [<handles>]: "rpc error: code = Unimplemented desc = unknown service
-csi.v1.GroupController"" with a Warning Event ``GroupSnapshotCreationFailed`` on the content (retried; status and
-Event written when the message changes); the VGS copies the error and stays not ready.
+sizes) or ``volumeSnapshotHandlePairList`` (v1beta1: handles only). A deleted content waits while it has no
+``volumegroupsnapshot-being-deleted`` annotation; then with policy Delete every member snapshot file is removed and
+the status's handle, readyToUse, creationTime and error cleared; with either policy the finalizer goes. As
+upstream's csi-snapshotter, it runs for a driver without the GroupController capability too (it only logs a
+warning): the driver answers Unimplemented and the content gets ``status.readyToUse: false`` and ``status.error``
+"Failed to create group snapshot: failed to take group snapshot of the volumes [<handles>]: "rpc error: code =
+Unimplemented desc = unknown service csi.v1.GroupController"" with a Warning Event ``GroupSnapshotCreationFailed``
+on the content (retried; status and Event written when the message changes); the VGS copies the error and stays not
+ready.
+
+``stale_deletion_policy=True`` (a test's switch): as the snapshot controller's, a group's deletion decides by the
+policy its content had when first seen.
 
 Simplified: no pre-provisioned group snapshots (``volumeGroupSnapshotContentName`` gets an error status), no
 secrets.
@@ -70,9 +81,11 @@ log = logging.getLogger(__name__)
 class GroupSnapshotController(Controller):
     name = "group-snapshot-controller"
 
-    def __init__(self, kube: Kube, *, version: str = "v1") -> None:
+    def __init__(self, kube: Kube, *, version: str = "v1", stale_deletion_policy: bool = False) -> None:
         super().__init__(kube)
         self.version = version
+        self.stale_deletion_policy = stale_deletion_policy  # as the snapshot controller's
+        self.policy_seen: dict[str, str] = {}
         self.vgs, self.vgsc, self.vgs_class = VGS.at(version), VGSC.at(version), VGS_CLASS.at(version)
         self.list_field = _list_field(version)
 
@@ -95,14 +108,28 @@ class GroupSnapshotController(Controller):
         kind, namespace, name = key
         if kind == "vgs":
             return self._group(namespace, name)
-        if kind == "vgsc":  # the common controller acts on contents only through their groups
-            return None
+        if kind == "vgsc":
+            return self._content(name)
         if kind == "pvc":  # unbound groups may select it now; deleting groups may wait for restores from it
             for vgs in self.kube.list(self.vgs, namespace)[0]:
                 if vgs["metadata"].get("deletionTimestamp") or not (vgs.get("status") or {}).get(
                     "boundVolumeGroupSnapshotContentName"
                 ):
                     self.enqueue(("vgs", namespace, vgs["metadata"]["name"]))
+        return None
+
+    # ---- VolumeGroupSnapshotContent -------------------------------------------------------------------
+
+    def _content(self, name: str) -> None:
+        """Upstream's syncGroupSnapshotContent: a bound content (its ref has a uid) that is not being deleted gets
+        ``volumegroupsnapshotcontent-bound-protection``, whatever its deletionPolicy."""
+        vgsc = self.kube.get(self.vgsc, name)
+        if vgsc is None or vgsc["metadata"].get("deletionTimestamp"):
+            return None
+        self.policy_seen.setdefault(name, vgsc["spec"].get("deletionPolicy"))
+        finalizers = list(vgsc["metadata"].get("finalizers") or [])
+        if (vgsc["spec"].get("volumeGroupSnapshotRef") or {}).get("uid") and n.FIN_VGSC_BOUND not in finalizers:
+            self.kube.set_finalizers(self.vgsc, vgsc, [*finalizers, n.FIN_VGSC_BOUND])
         return None
 
     # ---- VolumeGroupSnapshot ------------------------------------------------------------------------
@@ -378,7 +405,10 @@ class GroupSnapshotController(Controller):
                     f" {namespace}/{md['name']} is being used to restore a PVC",
                 )
                 return None
-        delete_content = vgsc is not None and vgsc["spec"].get("deletionPolicy") == "Delete"
+        policy = (vgsc or {}).get("spec", {}).get("deletionPolicy")
+        if vgsc is not None and self.stale_deletion_policy:
+            policy = self.policy_seen.get(content_name, policy)
+        delete_content = vgsc is not None and policy == "Delete"
         if vgsc is not None:
             if (vgsc["metadata"].get("annotations") or {}).get(n.ANN_VGS_BEING_DELETED) != "yes":
                 vgsc = self.kube.patch(
@@ -426,14 +456,16 @@ class GroupSnapshotSidecar(Controller):
         md, spec, status = vgsc["metadata"], vgsc["spec"], vgsc.get("status") or {}
         finalizers = list(md.get("finalizers") or [])
         if md.get("deletionTimestamp"):
-            if spec.get("deletionPolicy") == "Delete":
-                for info in status.get(self.list_field) or []:
+            if (md.get("annotations") or {}).get(n.ANN_VGS_BEING_DELETED) is None:
+                return None  # upstream's shouldDeleteGroupSnapshotContent: its group is not being deleted
+            if spec.get("deletionPolicy") == "Delete" and status.get("volumeGroupSnapshotHandle"):
+                for info in status.get(self.list_field) or []:  # DeleteVolumeGroupSnapshot of every member
                     self.plugin.delete_snapshot(info["snapshotHandle"])
+                cleared = {f: None for f in ("volumeGroupSnapshotHandle", "readyToUse", "creationTime", "error")}
+                vgsc = self.kube.patch(self.vgsc, name, {"status": cleared}, status=True)
             if n.FIN_VGSC_BOUND in finalizers:
                 self.kube.set_finalizers(self.vgsc, vgsc, [f for f in finalizers if f != n.FIN_VGSC_BOUND])
             return None
-        if spec.get("deletionPolicy") == "Delete" and n.FIN_VGSC_BOUND not in finalizers:
-            vgsc = self.kube.set_finalizers(self.vgsc, vgsc, [*finalizers, n.FIN_VGSC_BOUND])
         volumes = (spec.get("source") or {}).get("volumeHandles") or []
         if not status.get("volumeGroupSnapshotHandle"):
             if not volumes:

@@ -11,7 +11,10 @@ VolumeGroupSnapshot resource when the group snapshot feature runs) VolumeGroupSn
   ``SetDefaultSnapshotClassFailed`` "Failed to set default snapshot class with error cannot find default snapshot
   class" / "... 2 default snapshot classes were found" / "... failed to retrieve PVC ..."; a named class that does
   not exist: ``GetSnapshotClassFailed``. Retried with backoff (a default class created later is picked up);
-- finalizers ``volumesnapshot-as-source-protection`` and ``volumesnapshot-bound-protection``; the source PVC gets
+- finalizers ``volumesnapshot-as-source-protection`` and, once bound to a content whose deletionPolicy is Delete,
+  ``volumesnapshot-bound-protection`` (none for Retain); every bound content (its ref has a uid) that is not being
+  deleted gets ``volumesnapshotcontent-bound-protection``, whatever its policy (upstream's syncContent); the source
+  PVC gets
   ``pvc-as-source-protection`` until the snapshot is ready; then a VolumeSnapshotContent ``snapcontent-<vs uid>``
   (``driver``, ``source.volumeHandle``, ``sourceVolumeMode``, ``volumeSnapshotRef`` with uid, ``deletionPolicy``
   and class from the class), Event ``CreatingSnapshot`` and the VS ``status.boundVolumeSnapshotContentName``;
@@ -20,23 +23,31 @@ VolumeGroupSnapshot resource when the group snapshot feature runs) VolumeGroupSn
   ``creationTime`` (RFC 3339), ``error``, and ``volumeGroupSnapshotName`` for group members; a VS naming
   ``source.volumeSnapshotContentName`` is bound to that content (static binding, uid written into its ref);
 - deletion: while a Pending PVC restores from the VS nothing happens (Event ``SnapshotDeletePending``); a group
-  member is refused (same Event, upstream's message; every finalizer stays) while its VolumeGroupSnapshot exists
-  and is not being deleted; otherwise the content gets ``volumesnapshot-being-deleted``, is deleted when its
-  policy is Delete (the sidecar removes the snapshot, then its finalizer) and the VS finalizers go once the
-  content is gone (at once for Retain, which keeps content and snapshot).
+  member is refused (same Event, upstream's message; every finalizer stays) while its VolumeGroupSnapshot exists,
+  also while that is being deleted; otherwise the content gets ``volumesnapshot-being-deleted``, is deleted when
+  its policy is Delete (the sidecar removes the snapshot, then its finalizer) and the VS finalizers go once the
+  content is gone (at once for Retain, which keeps content, finalizer and snapshot). A content whose snapshot is
+  gone is never deleted by the controller, also when its policy is patched to Delete afterwards: whoever deletes
+  it then decides by its policy at that moment whether the storage snapshot goes.
+
+``stale_deletion_policy=True`` (a test's switch): deletions decide by the policy a content had when the controller
+first saw it, as upstream's does when its informer cache has not yet seen a patch of the policy (then a content
+patched from Retain to Delete right before its snapshot's deletion is kept all the same).
 
 Error statuses and their Events are written only when the message changes (upstream's
 ``updateSnapshotErrorStatusWithEvent``).
 
-``SnapshotSidecar(kube, plugin, ready_delay=0.2)`` (contents whose ``spec.driver`` is the plugin's): adds
-``volumesnapshotcontent-bound-protection`` (policy Delete), takes the snapshot (``CsiPlugin.create_snapshot``)
+``SnapshotSidecar(kube, plugin, ready_delay=0.2)`` (contents whose ``spec.driver`` is the plugin's): takes the
+snapshot (``CsiPlugin.create_snapshot``)
 and writes ``status.snapshotHandle``, ``creationTime`` (unix ns), ``restoreSize`` (bytes, only when the driver
 reports a size: ``CsiPlugin(restore_size=False)`` leaves it out) and ``readyToUse: false``, then ``readyToUse:
 true`` once ``ready_delay`` seconds have passed since creation (also for group members). A content that has a
 handle but no creation time (a pre-provisioned one, or a group member of the v1beta1 API, whose group status
 lists handles only) gets it from the driver (GetSnapshot), with the reported size; a failed snapshot is a Warning
-``SnapshotCreationFailed`` on the content. On deletion with policy Delete it removes the snapshot file, then its
-finalizer.
+``SnapshotCreationFailed`` on the content. A deleted content (upstream's shouldDelete) waits while it has no
+``volumesnapshot-being-deleted`` annotation (its snapshot is not being deleted; an unbound pre-provisioned one does
+not wait); then with policy Delete the snapshot file is removed (not a group member's: its group content's deletion
+removes those), and with either policy the finalizer goes.
 """
 
 from __future__ import annotations
@@ -69,9 +80,11 @@ log = logging.getLogger(__name__)
 class SnapshotController(Controller):
     name = "snapshot-controller"
 
-    def __init__(self, kube: Kube, *, vgs: Res | None = None) -> None:
+    def __init__(self, kube: Kube, *, vgs: Res | None = None, stale_deletion_policy: bool = False) -> None:
         super().__init__(kube)
         self.vgs = vgs  # the VolumeGroupSnapshot resource at the served version, None when groups are not processed
+        self.stale_deletion_policy = stale_deletion_policy
+        self.policy_seen: dict[str, str] = {}  # content -> the deletionPolicy it had when first seen
 
     def watches(self) -> list[WatchSpec]:
         def vs_keys(_type, obj):
@@ -101,8 +114,8 @@ class SnapshotController(Controller):
         kind, namespace, name = key
         if kind == "vs":
             return self._snapshot(namespace, name)
-        if kind == "vsc":  # the common controller acts on contents only through their snapshots
-            return None
+        if kind == "vsc":
+            return self._content(name)
         if kind == "pvc":  # snapshots of (or restores from) this claim may proceed now
             for vs in self.kube.list(VS, namespace)[0]:
                 if _source_pvc(vs) == name or vs["metadata"].get("deletionTimestamp"):
@@ -113,6 +126,26 @@ class SnapshotController(Controller):
                 if any(r.get("uid") == name for r in vs["metadata"].get("ownerReferences") or []):
                     self.enqueue(("vs", namespace, vs["metadata"]["name"]))
         return None
+
+    # ---- VolumeSnapshotContent ---------------------------------------------------------------------
+
+    def _content(self, name: str) -> None:
+        """Upstream's syncContent: a bound content (its ref has a uid) that is not being deleted gets
+        ``volumesnapshotcontent-bound-protection``, whatever its deletionPolicy; the rest is done through its
+        snapshot (a content whose snapshot is gone is never deleted by the controller)."""
+        vsc = self.kube.get(VSC, name)
+        if vsc is None or vsc["metadata"].get("deletionTimestamp"):
+            return None
+        self.policy_seen.setdefault(name, vsc["spec"].get("deletionPolicy"))
+        if (vsc["spec"].get("volumeSnapshotRef") or {}).get("uid"):
+            self._add_finalizers(vsc, [n.FIN_VSC_BOUND], VSC)
+        return None
+
+    def _deletion_policy(self, vsc: Obj) -> str | None:
+        """The content's deletionPolicy as the deletion sees it: with ``stale_deletion_policy`` the one it had when
+        the controller first saw it (an informer cache that missed a later patch), else the current one."""
+        policy = vsc["spec"].get("deletionPolicy")
+        return self.policy_seen.get(vsc["metadata"]["name"], policy) if self.stale_deletion_policy else policy
 
     # ---- VolumeSnapshot ---------------------------------------------------------------------------
 
@@ -157,7 +190,8 @@ class SnapshotController(Controller):
             return None
         if not ref.get("uid"):
             vsc = self.kube.patch(VSC, content_name, {"spec": {"volumeSnapshotRef": {"uid": vs["metadata"]["uid"]}}})
-        vs = self._add_finalizers(vs, [n.FIN_VS_BOUND])
+        if vsc["spec"].get("deletionPolicy") == "Delete":  # upstream: the bound finalizer only for Delete
+            vs = self._add_finalizers(vs, [n.FIN_VS_BOUND])
         self._sync_status(vs, vsc)
         return None
 
@@ -322,7 +356,7 @@ class SnapshotController(Controller):
         group_name = (vs.get("status") or {}).get("volumeGroupSnapshotName") or (owner or {}).get("name")
         if group_name and self.vgs is not None:
             group = self.kube.get(self.vgs, group_name, namespace)
-            if group is not None and not group["metadata"].get("deletionTimestamp"):
+            if group is not None:  # upstream refuses while the group exists at all (also while it is deleted)
                 self.kube.event(
                     VS,
                     vs,
@@ -351,7 +385,7 @@ class SnapshotController(Controller):
                 vsc = self.kube.patch(
                     VSC, vsc["metadata"]["name"], {"metadata": {"annotations": {n.ANN_VS_BEING_DELETED: "yes"}}}
                 )
-            if vsc["spec"].get("deletionPolicy") == "Delete":
+            if self._deletion_policy(vsc) == "Delete":
                 if not vsc["metadata"].get("deletionTimestamp"):
                     self.kube.delete(VSC, vsc["metadata"]["name"])
                 return None  # the content's removal requeues this snapshot
@@ -393,13 +427,17 @@ class SnapshotSidecar(Controller):
         status = vsc.get("status") or {}
         finalizers = list(md.get("finalizers") or [])
         if md.get("deletionTimestamp"):
-            if spec.get("deletionPolicy") == "Delete" and status.get("snapshotHandle"):
-                self.plugin.delete_snapshot(status["snapshotHandle"])
+            unbound = (spec.get("source") or {}).get("snapshotHandle") and not (
+                spec.get("volumeSnapshotRef") or {}
+            ).get("uid")
+            if not unbound and (md.get("annotations") or {}).get(n.ANN_VS_BEING_DELETED) is None:
+                return None  # upstream's shouldDelete: its snapshot is not being deleted, the content waits
+            handle = status.get("snapshotHandle")
+            if spec.get("deletionPolicy") == "Delete" and handle and not status.get("volumeGroupSnapshotHandle"):
+                self.plugin.delete_snapshot(handle)  # a group member's snapshot goes with its group content
             if n.FIN_VSC_BOUND in finalizers:
                 self.kube.set_finalizers(VSC, vsc, [f for f in finalizers if f != n.FIN_VSC_BOUND])
             return None
-        if spec.get("deletionPolicy") == "Delete" and n.FIN_VSC_BOUND not in finalizers:
-            vsc = self.kube.set_finalizers(VSC, vsc, [*finalizers, n.FIN_VSC_BOUND])
         source = spec.get("source") or {}
         handle = status.get("snapshotHandle") or source.get("snapshotHandle")
         if not status.get("snapshotHandle"):

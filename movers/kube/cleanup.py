@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from movers.kube import retained
 from movers.kube.apply import KubeError, _call, _path, api_error, list_objects, served_group_snapshot_version
 from movers.kube.snapshots import group_members
 
@@ -14,7 +15,12 @@ CLEANUP_ORDER = ("Pod", "PersistentVolumeClaim", "VolumeGroupSnapshot", "VolumeS
 
 
 def delete_by_label(
-    api_client, namespace: str, label_selector: str, wait: bool = False, timeout: float = 60.0
+    api_client,
+    namespace: str,
+    label_selector: str,
+    wait: bool = False,
+    timeout: float = 60.0,
+    keep_retained: bool = False,
 ) -> dict[str, list[str]]:
     """Delete a run's pods, PVCs, VolumeGroupSnapshots and VolumeSnapshots matching ``label_selector``.
 
@@ -22,6 +28,8 @@ def delete_by_label(
     be deleted while its group exists; deleting the group deletes its members). Objects already
     gone are fine. Returns kind -> deleted names; ``wait`` polls until none is listed any more,
     including the member VolumeSnapshots of the deleted groups (the controller removes those).
+    Snapshots of a Retain class take their contents and storage snapshots with them, unless ``keep_retained``:
+    then those stay and are listed under ``"retained"`` (``movers.kube.retained``).
     """
     from kubernetes.client.exceptions import ApiException
 
@@ -35,6 +43,12 @@ def delete_by_label(
             obj_name = obj["metadata"]["name"]
             if kind == "VolumeGroupSnapshot":
                 groups[obj_name] = obj["metadata"].get("uid", "")
+            if kind in ("VolumeGroupSnapshot", "VolumeSnapshot"):
+                left = retained.delete(api_client, namespace, kind, obj_name, version, keep_retained)
+                deleted.setdefault(kind, []).append(obj_name)
+                if left:
+                    deleted.setdefault("retained", []).extend(c.describe() for c in left)
+                continue
             try:
                 _call(api_client, "DELETE", _path(kind, version, namespace, obj_name))
             except ApiException as err:

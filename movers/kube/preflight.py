@@ -6,7 +6,8 @@ missing, 2: a setting). A run calls, in this order (the repository is opened in 
 
 1. ``check_permissions(api, policy)``: one SelfSubjectAccessReview (``access.denied``) per
    call every run makes (``base_checks``): what ``inspect`` reads, the mover claims and pods, the hooks'
-   exec, the credentials Secret by name. Every authenticated user may ask these, so a missing grant is
+   exec, the credentials Secret by name, the contents' patch and delete of ``retained_snapshots: remove``. Every
+   authenticated user may ask these, so a missing grant is
    reported as such, never as a 403 halfway through a run.
 2. ``inspect(api, policy)`` -> ``Preflight``:
 
@@ -133,6 +134,12 @@ def base_checks(policy: BackupPolicy, group_served: bool) -> list[tuple[Check, s
         checks.append(
             (Check("list", GROUP_SNAPSHOT_GROUP, "volumegroupsnapshots", namespace=ns), "to find the run's groups")
         )
+    if policy.retained_snapshots == "remove":  # movers.kube.retained: a Retain content goes with its snapshot
+        why = "to delete a Retain class's contents with their snapshots (retained_snapshots: remove)"
+        for verb in ("patch", "delete"):
+            checks.append((Check(verb, SNAPSHOT_GROUP, "volumesnapshotcontents"), why))
+            if group_served:
+                checks.append((Check(verb, GROUP_SNAPSHOT_GROUP, "volumegroupsnapshotcontents"), why))
     if policy.cbt.enabled != "off":
         checks.append((Check("get", CBT_GROUP, "snapshotmetadataservices"), "to find the drivers' CBT services"))
     if _needs_exec(policy):

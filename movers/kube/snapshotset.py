@@ -20,12 +20,14 @@ Per-claim snapshots not cut in time fail the same way (no further fallback). The
 ``names.derived_name(run_id, pvc)`` and labelled ``request.labels`` (the run's), so that the run's cleanup
 finds whatever is left. ``member(api, namespace, snapshot)`` describes one member VolumeSnapshot as plain data.
 
-``keep(api, namespace, app, kind, version, names)``: a successful run's snapshots become the next delta's
-bases (run label off, ``KEPT_LABEL=<app>`` on) and the ones kept before for ``app`` are deleted, of either kind
-(a run that fell back to per-claim snapshots replaces a kept group, and the reverse). This is the one rule of
-which snapshots outlive a run: only a run whose every member committed calls ``keep``; any other run's
-snapshots still carry its run label and its cleanup deletes them, so the bases kept before stay. The next
-run's base choice does not restate the rule: it reads which recorded snapshots exist (``movers.kube.bases``).
+``keep(api, namespace, app, kind, version, names, keep_retained)``: a successful run's snapshots become the next
+delta's bases (run label off, ``KEPT_LABEL=<app>`` on) and the ones kept before for ``app`` are deleted, of either
+kind (a run that fell back to per-claim snapshots replaces a kept group, and the reverse); the contents of a Retain
+class go with them, or with ``keep_retained`` stay and are returned (``Retired``, ``movers.kube.retained``). A group
+deleted because it was not cut in time goes with its Retain contents always. This is the one rule of which snapshots
+outlive a run: only a run whose every member committed calls ``keep``; any other run's snapshots still carry its run
+label and its cleanup deletes them, so the bases kept before stay. The next run's base choice does not restate the
+rule: it reads which recorded snapshots exist (``movers.kube.bases``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from movers.errors import EXIT_UNAVAILABLE, MoverError
 from movers.kube import apply as k
 from movers.kube import manifests as m
-from movers.kube import snapshots
+from movers.kube import retained, snapshots
 from movers.kube.names import derived_name
 from movers.kube.preflight import GROUP, PER_PVC
 
@@ -213,6 +215,7 @@ def _remove_group(api, namespace: str, name: str, version: str, timeout: float) 
     """Delete the group and wait until it and its content are gone."""
     group = k.find(api, "VolumeGroupSnapshot", namespace, name, version)
     content = ((group or {}).get("status") or {}).get("boundVolumeGroupSnapshotContentName")
+    retained.delete(api, namespace, "VolumeGroupSnapshot", name, version, timeout=timeout)  # Retain contents too
     k.delete_and_wait(api, "VolumeGroupSnapshot", namespace, name, timeout, version)
     deadline = time.monotonic() + timeout
     while content and k.find(api, "VolumeGroupSnapshotContent", None, content, version) is not None:
@@ -260,10 +263,18 @@ def take(api, namespace: str, request: Request, hookset, logger: Any = None) -> 
     return done
 
 
-def keep(api, namespace: str, app: str, kind: str, version: str | None, names: list[str]) -> list[str]:
-    """Keep ``names`` (of ``kind``) as the next bases and delete the others kept for ``app``; returns the
-    deleted ones as ``kind/name`` (see the module doc)."""
+@dataclass(frozen=True)
+class Retired:
+    deleted: list[str]  # the bases kept before, deleted: ``kind/name``
+    retained: list[retained.RetainedContent]  # their contents left behind (``keep_retained``)
+
+
+def keep(
+    api, namespace: str, app: str, kind: str, version: str | None, names: list[str], keep_retained: bool = False
+) -> Retired:
+    """Keep ``names`` (of ``kind``) as the next bases and delete the others kept for ``app`` (see the module doc)."""
     version = version or "v1"
+    left: list[retained.RetainedContent] = []
     for name in names:
         k.patch_labels(api, kind, namespace, name, {m.RUN_LABEL: None, KEPT_LABEL: app}, version)
     gone = []
@@ -277,6 +288,6 @@ def keep(api, namespace: str, app: str, kind: str, version: str | None, names: l
             name = obj["metadata"]["name"]
             if old_kind == kind and name in names:
                 continue
-            k.delete(api, old_kind, namespace, name, old_version)
+            left += retained.delete(api, namespace, old_kind, name, old_version, keep_retained)
             gone.append(f"{old_kind}/{name}")
-    return gone
+    return Retired(gone, left)
