@@ -495,32 +495,31 @@ def _checked_extents(path: str, capacity: int):
     twice, stdin or a pipe is kept in a temporary file meanwhile)."""
     import tempfile
 
-    from movers.extents import check_stream
-
     source, name = _extent_source(path)
     if path != "-" and source.seekable():
-        try:
-            check = check_stream(source, capacity, name)
-            source.seek(0)
-        except UnicodeDecodeError:
-            source.close()
-            raise UsageError(f"{name} is not UTF-8 text (JSON lines of extents)") from None
-        except BaseException:
-            source.close()
-            raise
+        check = _check_or_close(source, source, capacity, name)
+        source.seek(0)
         return source, name, check
     copy = tempfile.SpooledTemporaryFile(max_size=16 << 20, mode="w+", encoding="utf-8")
+    with source as f:
+        check = _check_or_close(copy, _copied(f, copy), capacity, name)
+    copy.seek(0)
+    return copy, name, check
+
+
+def _check_or_close(keep, lines, capacity: int, name: str):
+    """``check_stream(lines, ...)``; on any error ``keep`` (the stream handed on) is closed first, and text that
+    is not UTF-8 is a ``UsageError``."""
+    from movers.extents import check_stream
+
     try:
-        with source as f:
-            check = check_stream(_copied(f, copy), capacity, name)
-        copy.seek(0)
+        return check_stream(lines, capacity, name)
     except UnicodeDecodeError:
-        copy.close()
+        keep.close()
         raise UsageError(f"{name} is not UTF-8 text (JSON lines of extents)") from None
     except BaseException:
-        copy.close()
+        keep.close()
         raise
-    return copy, name, check
 
 
 def _copied(lines, copy):

@@ -242,20 +242,20 @@ def wait_scheduled(
     else its PodScheduled condition) and the last one about its claim ``claim`` (e.g. ProvisioningFailed)."""
     from movers.kube.volumes import last_warning
 
-    deadline = time.monotonic() + timeout
-    while True:
-        current = get(api, "Pod", namespace, pod)
-        status = current.get("status") or {}
-        if (current.get("spec") or {}).get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
-            return current
-        if time.monotonic() >= deadline:
-            why = last_warning(api, namespace, [("Pod", pod)])
-            if not why:
-                cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
-                why = f": {cond.get('reason')}: {cond.get('message')}" if cond.get("message") else ""
-            claim_why = _claim_warning(api, namespace, claim)
-            raise error(f"{what} {namespace}/{pod} not scheduled after {timeout:g} s{why}{claim_why}")
-        time.sleep(interval)
+    def scheduled(current: dict) -> bool:
+        phase = (current.get("status") or {}).get("phase")
+        return bool((current.get("spec") or {}).get("nodeName")) or phase in ("Succeeded", "Failed")
+
+    def not_scheduled(current: dict) -> Exception:
+        why = last_warning(api, namespace, [("Pod", pod)])
+        if not why:
+            conditions = (current.get("status") or {}).get("conditions") or []
+            cond = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+            why = f": {cond.get('reason')}: {cond.get('message')}" if cond.get("message") else ""
+        claim_why = _claim_warning(api, namespace, claim)
+        return error(f"{what} {namespace}/{pod} not scheduled after {timeout:g} s{why}{claim_why}")
+
+    return _poll_pod(api, namespace, pod, timeout, interval, scheduled, not_scheduled)
 
 
 def wait_started(
@@ -275,17 +275,36 @@ def wait_started(
     attach-detach controller's FailedAttachVolume) and the last one about its claim ``claim``."""
     from movers.kube.volumes import last_warning
 
+    def started(current: dict) -> bool:
+        return (current.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+
+    def not_started(current: dict) -> Exception:
+        waiting = _waiting_reason_of(current)
+        return error(
+            f"{what} {namespace}/{pod} not running after {timeout:.3g} s{f' ({waiting})' if waiting else ''}"
+            f"{last_warning(api, namespace, [('Pod', pod)])}{_claim_warning(api, namespace, claim)}"
+        )
+
+    return _poll_pod(api, namespace, pod, timeout, interval, started, not_started)
+
+
+def _poll_pod(
+    api,
+    namespace: str,
+    pod: str,
+    timeout: float,
+    interval: float,
+    done: Callable[[dict], bool],
+    timed_out: Callable[[dict], Exception],
+) -> dict:
+    """The pod once ``done(pod)`` holds, read every ``interval`` s; after ``timeout`` s ``timed_out(pod)`` raised."""
     deadline = time.monotonic() + timeout
     while True:
         current = get(api, "Pod", namespace, pod)
-        if (current.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+        if done(current):
             return current
         if time.monotonic() >= deadline:
-            waiting = _waiting_reason_of(current)
-            raise error(
-                f"{what} {namespace}/{pod} not running after {timeout:.3g} s{f' ({waiting})' if waiting else ''}"
-                f"{last_warning(api, namespace, [('Pod', pod)])}{_claim_warning(api, namespace, claim)}"
-            )
+            raise timed_out(current)
         time.sleep(interval)
 
 
