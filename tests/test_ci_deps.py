@@ -18,7 +18,9 @@ FONTS = Path("/usr/share/fonts/truetype/dejavu")
 
 
 def _make(target: str, search: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CBT_DEPS_PATH": str(search), "PY": sys.executable}
+    """``make TARGET`` as a user runs it, also when the suite itself runs under ``make test`` (no MAKELEVEL)."""
+    inherited = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    env = {**inherited, "CBT_DEPS_PATH": str(search), "PY": sys.executable}
     return subprocess.run(
         ["make", "-s", "--no-print-directory", target], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
