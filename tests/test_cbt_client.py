@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -93,15 +95,22 @@ class Env:
         return SnapshotMetadataClient(self.server.address, self.server.ca_pem, FileToken(str(self.token_file)), **kw)
 
 
-@pytest.fixture(params=["FIXED_LENGTH", "VARIABLE_LENGTH"])
-def env(request, tmp_path):
-    e = Env(tmp_path, request.param)
+@contextlib.contextmanager
+def running_env(tmp_path, block_type: str) -> Iterator[Env]:
+    """An ``Env`` whose server runs (its CA written to ``ca_file``), stopped on exit."""
+    e = Env(tmp_path, block_type)
     e.server.start()
     e.ca_file.write_bytes(e.server.ca_pem)
     try:
         yield e
     finally:
         e.server.stop()
+
+
+@pytest.fixture(params=["FIXED_LENGTH", "VARIABLE_LENGTH"])
+def env(request, tmp_path):
+    with running_env(tmp_path, request.param) as e:
+        yield e
 
 
 def test_allocated_and_delta_match_the_images(env):

@@ -122,6 +122,12 @@ def test_group_members_named_linked_and_deleted_as_upstream(tmp_path, version):
         assert c.kube.get(PV, db_pv["metadata"]["name"]) is not None  # the volumes stay
 
 
+def _as_delete(c, res, objs: list[dict]) -> None:
+    """Patch each content of ``objs`` to ``deletionPolicy: Delete`` (what the product does before a deletion)."""
+    for obj in objs:
+        c.kube.patch(res, obj["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+
+
 def _retain_group(c, name: str = "kept") -> tuple[dict, list[dict], list[dict]]:
     """A ready group of claims a and b in a Retain class: (its content, its members, their contents)."""
     if c.kube.get(VGS_CLASS, "keep") is None:
@@ -203,9 +209,8 @@ def test_retain_group_patched_to_delete_before_deletion_leaves_nothing(tmp_path)
     patched to Delete, then the group deleted: contents and snapshots go; patching the members only is not enough."""
     with local_cluster(tmp_path) as c:
         vgsc, members, contents = _retain_group(c)
-        c.kube.patch(VGSC, vgsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
-        for vsc in contents:
-            c.kube.patch(VSC, vsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+        _as_delete(c, VGSC, [vgsc])
+        _as_delete(c, VSC, contents)
         c.kube.delete(VGS, "kept", NS)
         wait_for(c.kube, VGS, "kept", gone)
         wait_for(c.kube, VGSC, vgsc["metadata"]["name"], gone, namespace=None)
@@ -215,8 +220,7 @@ def test_retain_group_patched_to_delete_before_deletion_leaves_nothing(tmp_path)
             assert not c.store.snapshot_path(vsc["status"]["snapshotHandle"]).exists()
 
         vgsc, members, contents = _retain_group(c, "members-only")
-        for vsc in contents:
-            c.kube.patch(VSC, vsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+        _as_delete(c, VSC, contents)
         c.kube.delete(VGS, "members-only", NS)
         wait_for(c.kube, VGS, "members-only", gone)
         for vsc in contents:
@@ -230,9 +234,8 @@ def test_stale_deletion_policy_keeps_contents_patched_right_before_the_deletion(
     so the patched contents stay (marked being-deleted); deleting them then removes them and the snapshots."""
     with local_cluster(tmp_path, stale_deletion_policy=True) as c:
         vgsc, members, contents = _retain_group(c)
-        c.kube.patch(VGSC, vgsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
-        for vsc in contents:
-            c.kube.patch(VSC, vsc["metadata"]["name"], {"spec": {"deletionPolicy": "Delete"}})
+        _as_delete(c, VGSC, [vgsc])
+        _as_delete(c, VSC, contents)
         c.kube.delete(VGS, "kept", NS)
         wait_for(c.kube, VGS, "kept", gone)
         for vs in members:

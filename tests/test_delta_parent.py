@@ -205,15 +205,10 @@ def test_a_cbt_delta_builds_on_the_named_parent_and_never_guesses(cbt_env, tmp_p
 
 @pytest.fixture
 def cbt_env(tmp_path):
-    from tests.test_cbt_client import Env
+    from tests.test_cbt_client import running_env
 
-    e = Env(tmp_path, "FIXED_LENGTH")
-    e.server.start()
-    e.ca_file.write_bytes(e.server.ca_pem)
-    try:
+    with running_env(tmp_path, "FIXED_LENGTH") as e:
         yield e
-    finally:
-        e.server.stop()
 
 
 def test_what_cbt_mover_extents_prints_names_the_base_for_backup_extents(cbt_env, tmp_path):

@@ -235,23 +235,29 @@ def test_put_new_writes_only_a_key_that_does_not_exist(store):
     assert list(store.list()) == ["e", "packs/ab/1", "packs/ab/2"]
 
 
-@pytest.mark.parametrize("kind", ["memory", "local"])
-def test_put_new_of_racing_writers_writes_once(tmp_path, kind):
-    store = MemoryStore() if kind == "memory" else LocalStore(tmp_path)
-    for round_ in range(20):
-        key, start, won = f"k/{round_}", threading.Barrier(8), []
+def _one_writer_wins_each_round(store, write, writers: int, rounds: int = 20) -> None:
+    """``writers`` threads ``write(key, data)`` one new key at once, ``rounds`` times: each time exactly one wins
+    and the key holds its bytes."""
+    for round_ in range(rounds):
+        key, start, won = f"k/{round_}", threading.Barrier(writers), []
 
         def writer(n: int, key=key, start=start, won=won) -> None:
             start.wait()
-            if store.put_new(key, b"%d" % n * 1000):
+            if write(key, b"%d" % n * 1000):
                 won.append(n)
 
-        threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         assert len(won) == 1 and store.get(key) == b"%d" % won[0] * 1000
+
+
+@pytest.mark.parametrize("kind", ["memory", "local"])
+def test_put_new_of_racing_writers_writes_once(tmp_path, kind):
+    store = MemoryStore() if kind == "memory" else LocalStore(tmp_path)
+    _one_writer_wins_each_round(store, store.put_new, writers=8)
     if kind == "local":
         assert [p.name for p in tmp_path.rglob(".tmp-*")] == []  # no temporary file stays behind
 
@@ -295,20 +301,7 @@ def test_create_of_racing_writers_writes_once(request, tmp_path, kind):
     else:
         store = make_s3(*request.getfixturevalue("unconditional_s3"))
         assert store.conditional_writes is False
-    for round_ in range(20):
-        key, start, won = f"k/{round_}", threading.Barrier(6), []
-
-        def writer(n: int, key=key, start=start, won=won) -> None:
-            start.wait()
-            if store.create(key, b"%d" % n * 1000):
-                won.append(n)
-
-        threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert len(won) == 1 and store.get(key) == b"%d" % won[0] * 1000
+    _one_writer_wins_each_round(store, store.create, writers=6)
     assert [k for k in store.list() if not k.startswith("k/")] == []
     assert [p.name for p in tmp_path.rglob(".tmp-*")] == []  # no temporary or lock file stays behind
 
