@@ -258,13 +258,20 @@ def delete_and_wait(
         if err.status == 404:
             return False
         raise api_error(err, f"deleting {kind} {namespace + '/' if namespace else ''}{name}") from None
+    if not wait_gone(api_client, kind, namespace, name, timeout, version):
+        raise KubeError(
+            f"{kind} {namespace + '/' if namespace else ''}{name} still present after {timeout:g} s"
+            " (a finalizer is holding it)"
+        )
+    return True
+
+
+def wait_gone(api_client, kind: str, namespace: str | None, name: str, timeout: float, version: str = "v1") -> bool:
+    """Whether the object is gone within ``timeout`` seconds (read every 0.2 s)."""
     deadline = time.monotonic() + timeout
     while find(api_client, kind, namespace, name, version) is not None:
         if time.monotonic() >= deadline:
-            raise KubeError(
-                f"{kind} {namespace + '/' if namespace else ''}{name} still present after {timeout:g} s"
-                " (a finalizer is holding it)"
-            )
+            return False
         time.sleep(0.2)
     return True
 

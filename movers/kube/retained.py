@@ -18,7 +18,6 @@ Contents whose policy is Delete are never touched. A snapshot already gone is fi
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from movers.errors import NotFoundError
@@ -82,11 +81,8 @@ def delete(
         except NotFoundError:  # gone meanwhile: nothing left of it
             pass
     k.delete(api, kind, namespace, name, version)
-    deadline = time.monotonic() + timeout
-    while k.find(api, kind, namespace, name, version) is not None:
-        if time.monotonic() >= deadline:
-            return []
-        time.sleep(0.2)
+    if not k.wait_gone(api, kind, namespace, name, timeout, version):
+        return []
     for content in found:
         left = k.find(api, content.kind, None, content.name, _version(content, version))
         if left is not None and not left["metadata"].get("deletionTimestamp"):
