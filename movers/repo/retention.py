@@ -345,8 +345,10 @@ def _forget(
                 newest[b.pvc] = b.manifest
             status = run_status(run, newest)
             created = max(b.created for b in members)
-            volumes = tuple(sorted({b.ref.volume for b in members}))
-            points[run] = RunPoint(run, created, status.complete, volumes, status.missing)
+            newest_ids: dict[str, str] = {}
+            for b in members:
+                newest_ids[b.ref.volume] = max(newest_ids.get(b.ref.volume, b.ref.backup_id), b.ref.backup_id)
+            points[run] = RunPoint(run, created, status.complete, newest_ids, status.missing)
         for verdict in select_runs(list(points.values()), rules, now):
             p, members = verdict.point, runs[verdict.point.run]
             backed = sorted((b.ref.volume, b.ref.backup_id) for b in members)

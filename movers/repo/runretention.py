@@ -14,16 +14,18 @@ policy: ``movers.repo.retention``) and says which to keep and why:
   (``"partial, newer than the newest complete run"``: it holds the newest data of the volumes it has), and
   forgotten once a complete run is newer. Without any complete run, the rules count the partial runs
   (nothing complete to protect; the newest one is always kept);
-* the newest run that has a backup of a volume is kept (``"newest of <volume>"``, when no other reason keeps
-  it): a volume's newest backup is the base of its next incremental and prune relies on it staying
-  (``movers.repo.prune``). It only matters for volumes that left the application (newer runs lack them);
+* the run that holds a volume's newest backup (by backup id, the repository's order) is kept (``"newest of
+  <volume>"``, when no other reason keeps it): a volume's newest backup is the base of its next incremental
+  and prune relies on it staying (``movers.repo.prune``). It matters for volumes that left the application
+  (newer runs lack them) and for runs that overlap in time (a run's time is its newest backup's, so a run
+  that ends earlier may still hold a volume's newest backup);
 * runs without a member list (written before runs recorded one) count as complete
   (``movers.repo.selection.RunStatus``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
@@ -40,8 +42,13 @@ class RunPoint:
     run: str
     created: datetime  # the time of its newest backup
     complete: bool
-    volumes: tuple[str, ...]  # volume ids with a backup in the run
+    backups: Mapping[str, str]  # volume id -> the id of its newest backup in the run
     missing: tuple[str, ...] = ()  # member PVCs without one (a partial run)
+
+    @property
+    def volumes(self) -> tuple[str, ...]:
+        """The volume ids with a backup in the run."""
+        return tuple(sorted(self.backups))
 
 
 @dataclass
@@ -82,10 +89,12 @@ def select_runs(points: Sequence[RunPoint], policy: Policy, now: datetime | None
         for p in items:
             if not p.complete and (_utc(p.created), p.run) > newest:
                 verdicts[p.run].reasons.append(PARTIAL_NEWER)
-    seen: set[str] = set()
-    for p in items:  # newest first: the first run met with a volume has its newest backup
-        first = [v for v in p.volumes if v not in seen]
-        seen.update(p.volumes)
+    holder: dict[str, tuple[str, str]] = {}  # volume -> (its newest backup id, the run holding it)
+    for p in items:
+        for volume, backup_id in p.backups.items():
+            holder[volume] = max(holder.get(volume, (backup_id, p.run)), (backup_id, p.run))
+    for p in items:
+        first = sorted(v for v, (_bid, run) in holder.items() if run == p.run)
         if first and not verdicts[p.run].reasons:
-            verdicts[p.run].reasons.append("newest of " + ", ".join(sorted(first)))
+            verdicts[p.run].reasons.append("newest of " + ", ".join(first))
     return [verdicts[p.run] for p in items]
