@@ -27,9 +27,9 @@ from prefect import flow, get_run_logger, tags
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
-from movers.durations import parse_duration
 from movers.errors import IntegrityError, UsageError
 from movers.policy import BackupPolicy, load_policy
+from movers.values import parse_duration
 from tasks import events, runs
 from tasks import maintenance_report as report
 from tasks.maintenance import forget_backups, prune_repo, repo_volumes, verify_repo
@@ -50,7 +50,7 @@ def _run_name() -> str:
 
 
 def seconds(value: float | str) -> float:
-    """A grace period (``movers.durations``: ``0``, ``90m``, ``24h``, ``7d``, ...), not negative."""
+    """A grace period (``movers.values``: ``0``, ``90m``, ``24h``, ``7d``, ...), not negative."""
     try:
         grace = parse_duration(value)
     except ValueError as err:

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from movers import device, errors, logsetup, redaction
 from movers.cli_progress import MODES, Reporter, open_reporter
 from movers.errors import MoverError, UsageError
-from movers.units import human_bytes
+from movers.values import human_bytes
 
 log = logging.getLogger("movers")
 
@@ -830,7 +830,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _duration(text: str, option: str = "--grace") -> float:
-    from movers.durations import parse_duration
+    from movers.values import parse_duration
 
     try:
         seconds = parse_duration(text)
@@ -842,7 +842,7 @@ def _duration(text: str, option: str = "--grace") -> float:
 
 
 def _size(text: str, option: str = "--repack-max") -> int:
-    from movers.quantities import quantity_bytes
+    from movers.values import quantity_bytes
 
     try:
         size = quantity_bytes(text)

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import IO
 
-from movers.units import human_bytes
+from movers.values import human_bytes
 
 MODES = ("auto", "bar", "plain", "json", "none")
 UNITS = ("bytes", "backups")

@@ -43,11 +43,11 @@ A policy is one YAML file (examples in ``configs/policies/``)::
                                        # contents and storage snapshots too (remove), or leave and report them (keep)
     timeouts: {snapshot: 300, pvc_bound: 300, start: 300, mover: 3600, hook: 60}
 
-Durations are ``movers.durations``'s: seconds (a number) or a Go duration (``90s``, ``5m``, ``1h30m``,
+Durations are ``movers.values``'s: seconds (a number) or a Go duration (``90s``, ``5m``, ``1h30m``,
 ``500ms``), days allowed (``7d``).
 Each section is a pydantic model (``BackupPolicy`` and one per section, frozen), so the flows take the
 same types as parameters and the Prefect UI shows them as forms. Every field is checked by one function of
-``movers.policy_checks``; durations by ``movers.durations``, quantities by ``movers.quantities``.
+``movers.policy_checks``; durations and quantities by ``movers.values``.
 Unknown keys are errors (a typo must not silently drop a setting). The ``hooks`` section is
 ``movers.hooks.Hooks``, the model the flow runs hooks from: a policy that loads runs. Every error is a
 ``PolicyError`` whose message names the file and the field.

@@ -19,8 +19,7 @@ from cronsim import CronSim, CronSimError  # a dependency of prefect, the same f
 from pydantic import AliasChoices, BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from movers.durations import EXAMPLES, parse_duration
-from movers.quantities import parse_quantity
+from movers.values import EXAMPLES, parse_duration, parse_quantity
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -197,7 +196,7 @@ def count(minimum: int):
 
 
 def duration(value: Any, at: str = "") -> float:
-    """Seconds, positive: a number or a Go duration (``movers.durations``)."""
+    """Seconds, positive: a number or a Go duration (``movers.values``)."""
     try:
         seconds = parse_duration(value)
     except ValueError:

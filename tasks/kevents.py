@@ -10,7 +10,7 @@ from prefect import get_run_logger, task
 
 from movers.kube import apply, kevents
 from movers.policy import BackupPolicy
-from movers.selectors import selector_string
+from movers.values import selector_string
 from tasks.kube import api_client
 
 

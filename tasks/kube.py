@@ -114,7 +114,7 @@ def move_volume(
 def outcome_line(volume: str, r: backup.MoverResult) -> str:
     """A mover's outcome in one line: ``ns/pvc: incremental-cbt done (cbt-delta): changed 12.0 MiB, read ...,
     uploaded ... in 4.1 s, backup id B`` and the fallback's reason when it took another change source."""
-    from movers.units import human_bytes
+    from movers.values import human_bytes
 
     sizes = ", ".join(
         f"{what} {human_bytes(n)}"

@@ -10,7 +10,7 @@ from prefect import get_run_logger, task
 
 from movers.kube import restore as r
 from movers.policy import MoverSettings
-from movers.units import human_bytes
+from movers.values import human_bytes
 from tasks import retry_if_retriable
 from tasks.kube import api_client
 from tasks.progress import ProgressArtifact, progress_key

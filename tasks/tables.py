@@ -1,7 +1,7 @@
 """The one style of the artifacts' tables and code blocks (backup, restore, maintenance, progress).
 
 - column headers: lower-case words separated by spaces (``backup id``, ``uploaded``), never snake_case;
-- sizes in B/KiB/MiB/GiB/TiB (``movers.units.human_bytes``), rates per second, durations in seconds with one
+- sizes in B/KiB/MiB/GiB/TiB (``movers.values.human_bytes``), rates per second, durations in seconds with one
   decimal, ``-`` for nothing;
 - a command in a fenced code block, one option per line with ``\\`` continuations, so that it wraps in the UI
   and works when pasted into a shell.
@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from movers.units import human_bytes
+from movers.values import human_bytes
 
 HEADER = re.compile(r"^[a-z][a-z0-9]*( [a-z0-9()/%.-]+)*$")
 

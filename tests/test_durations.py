@@ -1,10 +1,10 @@
-"""movers.durations: the one duration syntax of policies, hooks, annotations, flags and parameters."""
+"""movers.values: the one duration syntax of policies, hooks, annotations, flags and parameters."""
 
 from __future__ import annotations
 
 import pytest
 
-from movers.durations import parse_duration as dur
+from movers.values import parse_duration as dur
 
 
 def test_go_durations_numbers_and_days():

@@ -20,7 +20,7 @@ from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube.names import derived_name
-from movers.units import human_bytes
+from movers.values import human_bytes
 from tests.flowapp import (
     APP_CLASS,
     HOOKS,
@@ -408,7 +408,7 @@ def test_plan_is_said_and_selector_syntax():
     from prefect.logging import disable_run_logger
 
     from movers.kube.backup import VolumePlan
-    from movers.selectors import selector_string
+    from movers.values import selector_string
     from tasks.repo import plan_member
 
     def plan(*args):

@@ -1,10 +1,10 @@
-"""movers.quantities: the one Kubernetes quantity parser (exact, as the API server's)."""
+"""movers.values: the one Kubernetes quantity parser (exact, as the API server's)."""
 
 from __future__ import annotations
 
 import pytest
 
-from movers.quantities import parse_quantity, quantity_bytes
+from movers.values import parse_quantity, quantity_bytes
 
 
 def test_sizes_are_exact_bytes():

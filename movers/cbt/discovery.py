@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from movers.errors import CbtUnavailableError, MoverError, UsageError
 from movers.kube.apply import api_error
-from movers.quantities import quantity_bytes
+from movers.values import quantity_bytes
 
 log = logging.getLogger(__name__)
 

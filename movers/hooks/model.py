@@ -43,9 +43,8 @@ from pydantic import (
 )
 
 from movers import policy_checks as c
-from movers.durations import parse_duration
 from movers.errors import UsageError
-from movers.selectors import expression_problem, selector_string
+from movers.values import expression_problem, parse_duration, selector_string
 
 OnError = Literal["fail", "continue"]
 DEFAULT_TIMEOUT_S = 30.0

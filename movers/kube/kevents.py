@@ -22,7 +22,7 @@ from typing import Any
 
 from movers.errors import NotFoundError
 from movers.kube import apply
-from movers.units import human_bytes
+from movers.values import human_bytes
 
 COMPONENT = "cbt-mover"
 NORMAL, WARNING = "Normal", "Warning"

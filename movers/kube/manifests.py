@@ -125,7 +125,7 @@ def _meta(name: str, namespace: str | None, labels: Mapping[str, str] | None, co
 
 
 def _is_quantity(text: str) -> bool:
-    from movers.quantities import parse_quantity
+    from movers.values import parse_quantity
 
     try:
         parse_quantity(text)

@@ -49,7 +49,7 @@ from movers.kube.access import Check
 from movers.kube.apply import find, get, list_objects, served_group_snapshot_version
 from movers.kube.manifests import GROUP_SNAPSHOT_GROUP, REPO_SECRET_KEYS, SNAPSHOT_GROUP
 from movers.kube.volumes import source_identity
-from movers.selectors import selector_string
+from movers.values import selector_string
 
 if TYPE_CHECKING:
     from movers.policy import BackupPolicy

@@ -28,7 +28,7 @@ from movers.kube.apply import (
     served_group_snapshot_version,
 )
 from movers.kube.manifests import GROUP_SNAPSHOT_GROUP, allow_volume_mode_change_patch
-from movers.quantities import quantity_bytes
+from movers.values import quantity_bytes
 
 
 @dataclass(frozen=True)

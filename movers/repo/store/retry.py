@@ -42,9 +42,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from movers.durations import parse_duration
 from movers.errors import ObjectNotFound, TransientStoreError
 from movers.repo.store.base import TEMPORARY_MAX_AGE_S, Store, StoreWrapper
+from movers.values import parse_duration
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ MAX_RETRY_FOR = 3600.0  # a budget beyond this is a typo, not a plan
 
 
 def parse_retry_for(value: Any) -> float:
-    """Seconds of a retry budget from a duration (``movers.durations``: ``300``, ``5m``, ``90s``);
+    """Seconds of a retry budget from a duration (``movers.values``: ``300``, ``5m``, ``90s``);
     ``ValueError`` naming the value unless it is between 0 and ``MAX_RETRY_FOR``."""
     seconds = parse_duration(value)
     if not 0 <= seconds <= MAX_RETRY_FOR:
