@@ -40,7 +40,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.kube.backup import MoverResult, VolumePlan
-from movers.policy import BackupPolicy, Hooks, parse_policy
+from movers.policy.model import BackupPolicy, Hooks, parse_policy
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG
 from tasks import events, report, runs, state_hook_logger
 from tasks.kevents import record_backup_events, record_backup_failure
@@ -106,9 +106,9 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     """Best effort after a cancelled/crashed run: the policy's post hooks (thaw), then delete everything
     labelled with the run. Never raises (errors are logged)."""
     from movers.hooks import app_hooks, run_hooks
-    from movers.hooks.model import DEFAULT_TIMEOUT_S
     from movers.kube import cleanup
     from movers.kube import manifests as m
+    from movers.policy.hooks import DEFAULT_TIMEOUT_S
     from tasks.kube import api_client
 
     log = state_hook_logger(flow_run_, __name__)

@@ -28,7 +28,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
 from movers.errors import IntegrityError, UsageError
-from movers.policy import BackupPolicy, load_policy
+from movers.policy.model import BackupPolicy, load_policy
 from movers.values import parse_duration
 from tasks import events, runs
 from tasks import maintenance_report as report

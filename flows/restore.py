@@ -47,7 +47,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from movers.errors import UsageError
-from movers.policy import Affinity, Labels, Tolerations
+from movers.policy.model import Affinity, Labels, Tolerations
 from tasks import events, restore_report, runs, state_hook_logger
 from tasks.kevents import record_restore_events, record_restore_failure
 from tasks.repository import key_source

@@ -244,7 +244,7 @@ def _maint_line(maint: dict) -> str:
 
 def run() -> None:
     from localcluster.cluster import LocalCluster
-    from movers.policy import load_policy
+    from movers.policy.model import load_policy
 
     t0 = time.monotonic()
     policy = load_policy(POLICY)

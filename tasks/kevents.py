@@ -9,7 +9,7 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from movers.kube import apply, kevents
-from movers.policy import BackupPolicy
+from movers.policy.model import BackupPolicy
 from movers.values import selector_string
 from tasks.kube import api_client
 

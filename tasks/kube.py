@@ -15,7 +15,7 @@ from prefect import get_run_logger, task
 
 from movers.kube import backup, cleanup, client, preflight, snapshotset
 from movers.kube import manifests as m
-from movers.policy import BackupPolicy
+from movers.policy.model import BackupPolicy
 from tasks import retry_if_retriable
 from tasks.progress import ProgressArtifact, progress_key
 from tasks.runs import PodLog

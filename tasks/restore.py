@@ -9,7 +9,7 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from movers.kube import restore as r
-from movers.policy import MoverSettings
+from movers.policy.model import MoverSettings
 from movers.values import human_bytes
 from tasks import retry_if_retriable
 from tasks.kube import api_client
@@ -48,7 +48,7 @@ def select_backups(
 def writer_settings(policy_path: str | None = None, **given: Any) -> MoverSettings:
     """The writer pods' settings: the policy's ``mover`` section when ``policy_path`` is given, overridden by the
     non-None ``given`` ones, validated as a policy's mover section (a ``PolicyError`` names the field)."""
-    from movers.policy import load_policy, parse_mover
+    from movers.policy.model import load_policy, parse_mover
 
     section = load_policy(policy_path).mover.model_dump() if policy_path else {}
     section |= {key: value for key, value in given.items() if value is not None}

@@ -212,7 +212,7 @@ def test_the_cli_starts_without_the_policy_model():
 
     probe = (
         "import sys, movers.cli; movers.cli.build_parser();"
-        " print(sorted(m for m in ('pydantic', 'movers.policy_checks') if m in sys.modules))"
+        " print(sorted(m for m in ('pydantic', 'movers.policy.checks') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

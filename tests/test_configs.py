@@ -29,14 +29,14 @@ def test_every_yaml_parses():
 def rbac_docs() -> list[dict]:
     """What ``cbt-mover install controller`` and ``install movers`` print for the policies' namespaces."""
     from movers.install import objects, render_controller, render_movers
-    from movers.policy import load_policies
+    from movers.policy.model import load_policies
 
     namespaces = sorted({p.namespace for p in load_policies(CONFIGS / "policies")})
     return objects(render_controller()) + objects(render_movers(namespaces))
 
 
 def test_policies_use_the_rbac_names():
-    from movers.policy import load_policies
+    from movers.policy.model import load_policies
 
     accounts = {
         (d["metadata"]["namespace"], d["metadata"]["name"]) for d in rbac_docs() if d["kind"] == "ServiceAccount"

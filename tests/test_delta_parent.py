@@ -157,7 +157,7 @@ def test_delta_parent_refuses_what_is_not_known():
 
 def test_the_flow_passes_the_parent_it_planned_to_the_mover():
     from movers.kube.backup import VolumePlan, mover_objects
-    from movers.policy import parse_policy
+    from movers.policy.model import parse_policy
 
     member = {"pvc": "data", "snapshot": "snap", "restore_size": None, "size": "1Gi", "handle": "h1"}
     policy = parse_policy(

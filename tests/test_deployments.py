@@ -144,7 +144,7 @@ def test_entrypoint_loads_and_parameters_fit_the_flow(name):
 
 
 def test_each_policy_has_a_backup_deployment_on_its_schedule():
-    from movers.policy import load_policies
+    from movers.policy.model import load_policies
 
     backups = [d for d in deployments().values() if d["entrypoint"] == "flows/backup.py:backup_app"]
     by_policy = {d["parameters"]["policy_path"]: d for d in backups}
@@ -165,7 +165,7 @@ def test_each_policy_has_a_backup_deployment_on_its_schedule():
 def test_maintenance_is_weekly_for_every_repository_and_restore_on_demand():
     from cronsim import CronSim
 
-    from movers.policy import load_policies
+    from movers.policy.model import load_policies
 
     found = deployments()
     maintenance = found["maintenance"]

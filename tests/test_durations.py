@@ -28,8 +28,8 @@ def test_go_syntax_only_needs_a_unit():
 def test_one_syntax_everywhere():
     """A policy field, a hook's timeout and a prune's grace take the same strings (500ms was a hook's only)."""
     from flows.maintenance import seconds
-    from movers.hooks.model import HookSpec
-    from movers.policy import parse_policy
+    from movers.policy.hooks import HookSpec
+    from movers.policy.model import parse_policy
 
     doc = {
         "name": "p",

@@ -10,7 +10,7 @@ import pytest
 from movers.kube import preflight as p
 from movers.kube.names import derived_name, is_dns_label
 from movers.kube.preflight import GROUP, PER_PVC, Source
-from movers.policy import parse_policy
+from movers.policy.model import parse_policy
 
 RUN = "backup-0123456789abcdef"
 DEFAULT_VS = {p.DEFAULT_SNAPSHOT_CLASS: "true"}

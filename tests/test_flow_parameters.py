@@ -9,7 +9,7 @@ from prefect.utilities.callables import parameter_schema
 
 from flows.backup import backup_app
 from flows.restore import restore_app
-from movers.policy import Hooks
+from movers.policy.model import Hooks
 
 RESTORE = {"repo": "s3://b", "namespace": "shop", "repo_secret": "creds"}
 HOOK = {"name": "freeze", "pod_selector": {"app": "db"}, "command": ["fsfreeze", "--freeze", "/data"]}

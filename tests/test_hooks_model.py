@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from movers.hooks.model import Hook, HookSet, HookSpecError, hookset_from_annotations, hookset_from_policy
+from movers.policy.hooks import Hook, HookSet, HookSpecError, hookset_from_annotations, hookset_from_policy
 
 
 def test_policy_hooks_with_defaults_and_aliases():

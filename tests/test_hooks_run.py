@@ -11,8 +11,8 @@ from kubernetes import client
 
 from localcluster.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
-from movers.hooks.model import Hook, HookSet, hookset_from_annotations
 from movers.hooks.run import HookError, _exit_code, annotation_hooks, quiesced, run_hooks
+from movers.policy.hooks import Hook, HookSet, hookset_from_annotations
 
 NS = "hooks"
 APP = ["python", "-m", "localcluster.demo_app"]

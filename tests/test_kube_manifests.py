@@ -406,7 +406,7 @@ def test_the_restored_patch_gives_the_claim_its_source_labels_but_keeps_the_runs
 
 def test_one_default_for_mover_and_writer_resources():
     """A policy without mover.resources and a restore without resources give the same pod resources."""
-    from movers.policy import MoverSettings
+    from movers.policy.model import MoverSettings
 
     pod = m.mover_pod(
         "p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r", role=m.WRITER

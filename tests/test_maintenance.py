@@ -257,7 +257,7 @@ def test_prune_waits_for_the_repository_lock_then_skips_and_forget_reports_missi
 def test_retention_groups_keep_each_policy_to_its_own_apply_overrides_and_skip_other_repositories(tmp_path):
     from flows.maintenance import retention_groups, seconds
     from movers.errors import UsageError
-    from movers.policy import load_policy
+    from movers.policy.model import load_policy
 
     url = "s3://bucket/repo"
     volumes = ["shop/db", "shop/logs", "web/x", "lonely/y"]

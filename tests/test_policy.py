@@ -1,4 +1,4 @@
-"""movers.policy: the example policies load, defaults fill in, and every bad field is named with its file."""
+"""movers.policy.model: the example policies load, defaults fill in, and every bad field is named with its file."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from movers.errors import UsageError
-from movers.policy import (
+from movers.policy.model import (
     BackupPolicy,
     PolicyError,
     Retention,

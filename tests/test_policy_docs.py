@@ -1,4 +1,4 @@
-"""Every policy key is documented in the README's policy table (a key added to movers/policy.py without a
+"""Every policy key is documented in the README's policy table (a key added to movers/policy/model.py without a
 line there fails here)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-import movers.policy as p
+import movers.policy.model as p
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

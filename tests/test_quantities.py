@@ -16,7 +16,7 @@ def test_sizes_are_exact_bytes():
 
 def test_one_syntax_for_policies_and_manifests():
     from movers.kube import manifests as m
-    from movers.policy import PolicyError, parse_policy
+    from movers.policy.model import PolicyError, parse_policy
 
     assert parse_quantity("500m") < parse_quantity("1") and parse_quantity("1e3") == parse_quantity("1k")
     for bad in ("lots", "1 Gi", "None", "", True, None):

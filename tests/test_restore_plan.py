@@ -10,7 +10,7 @@ import pytest
 
 from movers.kube import manifests as m
 from movers.kube import restore as r
-from movers.policy import MoverSettings
+from movers.policy.model import MoverSettings
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

@@ -1,18 +1,9 @@
-"""Quiesce hooks as data (``model``) and their runner over the Kubernetes exec API (``run``).
+"""Quiesce hooks: their runner over the Kubernetes exec API (``run``), and re-exported, the hooks as data
+(``movers.policy.hooks``: the policy's hooks section and Velero-style pod annotations).
 
 No Prefect here: flows and tasks call ``quiesced(api, namespace, hookset)`` around the snapshot.
 """
 
-from movers.hooks.model import (
-    Hook,
-    Hooks,
-    HookSet,
-    HookSpec,
-    HookSpecError,
-    hookset_from_annotations,
-    hookset_from_policy,
-    parse_duration,
-)
 from movers.hooks.run import (
     HookError,
     HookResult,
@@ -24,6 +15,16 @@ from movers.hooks.run import (
     run_hook,
     run_hooks,
     target_pods,
+)
+from movers.policy.hooks import (
+    Hook,
+    Hooks,
+    HookSet,
+    HookSpec,
+    HookSpecError,
+    hookset_from_annotations,
+    hookset_from_policy,
+    parse_duration,
 )
 
 __all__ = [

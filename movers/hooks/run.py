@@ -41,7 +41,7 @@ from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL, STDERR_CHANNEL, STDOUT_CHANNEL
 
 from movers.errors import MoverError
-from movers.hooks.model import DEFAULT_TIMEOUT_S, Hook, HookSet, hookset_from_annotations, hookset_from_policy
+from movers.policy.hooks import DEFAULT_TIMEOUT_S, Hook, HookSet, hookset_from_annotations, hookset_from_policy
 
 log = logging.getLogger("movers.hooks")
 TAIL = 4096  # characters of stdout/stderr kept per exec

@@ -35,7 +35,7 @@ def template(name: str) -> str:
 def check_namespace(namespace: str) -> str:
     """``namespace`` when it is a DNS-1123 label (what Kubernetes requires of a namespace name), else
     ``UsageError``."""
-    from movers.policy_checks import DNS_LABEL  # here: the policy model (pydantic) stays out of the CLI's start
+    from movers.policy.checks import DNS_LABEL  # here: the policy model (pydantic) stays out of the CLI's start
 
     if not DNS_LABEL.match(namespace):
         raise UsageError(

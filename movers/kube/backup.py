@@ -29,7 +29,7 @@ from movers.kube import pods, repokey, snapshots
 from movers.kube.names import derived_name
 
 if TYPE_CHECKING:
-    from movers.policy import BackupPolicy
+    from movers.policy.model import BackupPolicy
 
 
 ChangeSource = Literal["cbt-delta", "cbt-allocated", "scan"]

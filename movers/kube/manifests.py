@@ -446,7 +446,7 @@ def mover_pod(
       the device cgroup, not privileges, grants access to exactly that device.
     - ``node_selector`` defaults to Linux nodes: block volumes cannot attach to Windows nodes;
       ``tolerations`` (Kubernetes Tolerations) and ``affinity`` (a Kubernetes Affinity) go into the pod
-      spec as given (``movers.policy`` validates them), e.g. for a tainted backup node pool.
+      spec as given (``movers.policy.model`` validates them), e.g. for a tainted backup node pool.
     - ``resources`` default: ``DEFAULT_RESOURCES`` (the policy's default too)
       (the pipeline's memory is bounded by its in-flight bytes, not by the volume size).
     """

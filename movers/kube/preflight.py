@@ -52,7 +52,7 @@ from movers.kube.volumes import source_identity
 from movers.values import selector_string
 
 if TYPE_CHECKING:
-    from movers.policy import BackupPolicy
+    from movers.policy.model import BackupPolicy
 
 DEFAULT_SNAPSHOT_CLASS = "snapshot.storage.kubernetes.io/is-default-class"
 DEFAULT_GROUP_CLASS = "groupsnapshot.storage.kubernetes.io/is-default-class"

@@ -47,7 +47,7 @@ from movers.kube.pods import (
 from movers.kube.volumes import default_storage_class, rebind_volume
 
 if TYPE_CHECKING:
-    from movers.policy import MoverSettings
+    from movers.policy.model import MoverSettings
 
 PVC_LABEL = m.PVC_LABEL
 DEFAULT_FS_TYPE = "ext4"  # external-provisioner's default for Filesystem volumes

@@ -46,7 +46,7 @@ from movers.kube.names import derived_name
 from movers.kube.preflight import GROUP, PER_PVC
 
 if TYPE_CHECKING:
-    from movers.policy import BackupPolicy
+    from movers.policy.model import BackupPolicy
 
 log = logging.getLogger(__name__)
 KEPT_LABEL = "cbt-mover.io/kept-for"  # a kept base snapshot (its run label removed): value = the app's name

@@ -42,8 +42,8 @@ from pydantic import (
     model_validator,
 )
 
-from movers import policy_checks as c
 from movers.errors import UsageError
+from movers.policy import checks as c
 from movers.values import expression_problem, parse_duration, selector_string
 
 OnError = Literal["fail", "continue"]

@@ -1,4 +1,4 @@
-"""The field checks of a policy (``movers.policy``'s models use them as validators).
+"""The field checks of a policy (``movers.policy.model``'s models use them as validators).
 
 Every check takes the raw value and ``at``, its path relative to the model field being validated, and
 returns the clean value or raises ``problem(at, message)``: a pydantic error whose context carries the

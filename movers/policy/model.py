@@ -11,7 +11,7 @@ A policy is one YAML file (examples in ``configs/policies/``)::
       url: s3://backups/shop           # s3://bucket[/prefix] or file:///path
       credentials_secret: repo-creds   # Secret in `namespace` with the repository's credentials (optional)
     schedule: {cron: "0 2 * * *", timezone: Europe/Berlin}   # optional; absent: on demand only
-    hooks:                             # optional; movers.hooks' Hooks model (name required; pod_selector:
+    hooks:                             # optional; movers.policy.hooks' Hooks model (name required; pod_selector:
                                        # labels, or a LabelSelector with matchExpressions)
       pre:  [{name: freeze, pod_selector: {matchLabels: {...}}, container: db,
               command: [fsfreeze, --freeze, /data], timeout: 30, on_error: fail}]
@@ -47,9 +47,9 @@ Durations are ``movers.values``'s: seconds (a number) or a Go duration (``90s``,
 ``500ms``), days allowed (``7d``).
 Each section is a pydantic model (``BackupPolicy`` and one per section, frozen), so the flows take the
 same types as parameters and the Prefect UI shows them as forms. Every field is checked by one function of
-``movers.policy_checks``; durations and quantities by ``movers.values``.
+``movers.policy.checks``; durations and quantities by ``movers.values``.
 Unknown keys are errors (a typo must not silently drop a setting). The ``hooks`` section is
-``movers.hooks.Hooks``, the model the flow runs hooks from: a policy that loads runs. Every error is a
+``movers.policy.hooks.Hooks``, the model the flow runs hooks from: a policy that loads runs. Every error is a
 ``PolicyError`` whose message names the file and the field.
 """
 
@@ -62,11 +62,11 @@ from typing import Annotated, Any, ClassVar, Literal
 import yaml
 from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema, model_validator
 
-from movers import policy_checks as c
 from movers.errors import UsageError
-from movers.hooks.model import Hooks, HookSpec
 from movers.kube.manifests import DEFAULT_RESOURCES
-from movers.policy_checks import Section
+from movers.policy import checks as c
+from movers.policy.checks import Section
+from movers.policy.hooks import Hooks, HookSpec
 
 __all__ = [
     "BackupPolicy",
@@ -103,7 +103,7 @@ class PolicyError(UsageError):
 
 
 # --------------------------------------------------------------------------------------------------
-# field types: one check each (movers.policy_checks), and the JSON schema a UI form is built from
+# field types: one check each (movers.policy.checks), and the JSON schema a UI form is built from
 
 
 def _cbt_mode(value: Any) -> str:

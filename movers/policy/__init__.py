@@ -1,0 +1,7 @@
+"""Backup policies: the model (``model``: ``BackupPolicy`` and one frozen pydantic model per section, loaded
+from YAML), the hooks section (``hooks``: quiesce hooks as data, from a policy or from pod annotations) and
+the field checks they validate with (``checks``).
+
+Nothing is re-exported here: import ``movers.policy.model`` / ``movers.policy.checks`` /
+``movers.policy.hooks``, so that a light import (``checks`` from the CLI) does not load the whole model.
+"""
