@@ -4,14 +4,14 @@ back every member up to the repository from a Block-mode mover pod (CBT delta / 
 Parameters come from a policy file (``configs/policies/``) or directly; direct parameters override
 the policy's. In order:
 
-1. preflight, before anything is frozen or created (``movers.kube.preflight``): the run's own permissions
+1. preflight, before anything is frozen or created (``movers.backup.preflight``): the run's own permissions
    (SelfSubjectAccessReview), the repository (with the flow's environment and, for an encrypted one, the key in
    the credentials Secret, read through the API: ``tasks.repository``), the selected claims (bound CSI
    volumes), the credentials Secret and the movers' ServiceAccount, the snapshot path and its classes, the
    drivers' CBT. A failure is one line (and the ``failed`` event);
 2. per claim the base of its delta: the newest backup of the same source volume (``movers.repo.lineage``),
    else a full backup, with the reason in the plan and the summary;
-3. the snapshots, under a freeze bounded by ``group_snapshot.freeze_timeout`` (``movers.kube.snapshotset``):
+3. the snapshots, under a freeze bounded by ``group_snapshot.freeze_timeout`` (``movers.backup.snapshots``):
    one VolumeGroupSnapshot where the cluster can take one (the group API served and a class for the claims'
    driver), else one VolumeSnapshot per claim; a group not cut in time is deleted after the thaw and, by
    ``group_snapshot.on_timeout``, replaced by per-claim snapshots under a new freeze, or the run fails.
@@ -39,7 +39,8 @@ from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from movers.kube.backup import MoverResult, VolumePlan
+from movers.backup.movers import MoverResult
+from movers.backup.plan import VolumePlan
 from movers.policy.model import BackupPolicy, Hooks, parse_policy
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG
 from tasks import events, report, runs, state_hook_logger

@@ -1,7 +1,7 @@
 """The ``restore-app`` flow: restore one PVC, some PVCs or a whole application backup into the same or another
 namespace.
 
-Order (``movers.kube.restore`` has the details):
+Order (``movers.restore`` has the details):
 
 1. select the backups (``movers.repo.selection``): ``backup="latest"`` is the newest backup run that covers
    the PVCs asked for (with none named: the newest COMPLETE run of the application, a newer partial run
@@ -80,7 +80,7 @@ def run_id_for(flow_run_id: Any) -> str:
 def _abandon_run(flow_run_: Any, why: str) -> None:
     """Best effort after a cancelled/crashed run: delete the writer pods, claims and volumes of the run.
     Never raises (errors are logged)."""
-    from movers.kube import restore as r
+    from movers import restore as r
     from tasks.kube import api_client
 
     log = state_hook_logger(flow_run_, __name__)
@@ -202,7 +202,7 @@ def restore_app(
         with tags(*run_tags):
             result = _restore(namespace, target, run_id, repo, repo_secret, pvcs, backup, opts, writer, progress, found)
     except Exception as err:
-        from movers.kube.restore import describe_error
+        from movers.restore.finish import describe_error
 
         volumes = [f"{target}/{pvc}" for pvc in found.get("pvcs") or pvcs or []]
         payload = started | {"duration_s": round(time.monotonic() - t0, 3), "reason": describe_error(err)}

@@ -13,7 +13,11 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
-from movers.kube import backup, cleanup, client, preflight, snapshotset
+from movers.backup import movers as backup
+from movers.backup import preflight
+from movers.backup import snapshots as snapshotset
+from movers.backup.plan import VolumePlan
+from movers.kube import cleanup, client
 from movers.kube import manifests as m
 from movers.policy.model import BackupPolicy
 from tasks import retry_if_retriable
@@ -88,9 +92,9 @@ def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, pl
     retry_condition_fn=retry_if_retriable,
 )
 def move_volume(
-    kubeconfig: str | None, run_id: str, member: Member, plan: backup.VolumePlan, policy: BackupPolicy
+    kubeconfig: str | None, run_id: str, member: Member, plan: VolumePlan, policy: BackupPolicy
 ) -> backup.MoverResult:
-    """``movers.kube.backup.move_volume`` of one member with a progress artifact fed from the mover's log; the
+    """``movers.backup.movers.move_volume`` of one member with a progress artifact fed from the mover's log; the
     mover's own log records forwarded (``tasks.runs.PodLog``) and its outcome said in one line."""
     log = get_run_logger()
     namespace, pvc = policy.namespace, member["pvc"]

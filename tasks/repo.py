@@ -6,7 +6,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
-from movers.kube.backup import VolumePlan
+from movers.backup.plan import VolumePlan
 from tasks import retry_if_retriable
 from tasks.repository import KeySource, describe, open_repository
 
@@ -47,10 +47,10 @@ def choose_base(
 ) -> dict[str, Any]:
     """The next CBT delta's base of ``volume_id``, whose source is now volume ``pv_handle`` (PV ``pv_uid``): the
     newest backup of that volume whose snapshot still exists in the cluster of ``kubeconfig``
-    (``movers.repo.lineage.choose_base`` with ``movers.kube.bases.SnapshotCheck``): ``{"handle", "reason",
+    (``movers.repo.lineage.choose_base`` with ``movers.backup.bases.SnapshotCheck``): ``{"handle", "reason",
     "snapshot", "parent"}``, handle None for a full backup, snapshot the base's VolumeSnapshot name, parent the
     backup (id) the delta builds on."""
-    from movers.kube.bases import SnapshotCheck
+    from movers.backup.bases import SnapshotCheck
     from movers.repo.lineage import choose_base as choose
     from tasks.kube import api_client
 
@@ -76,7 +76,7 @@ def plan_member(
     snapshot: str | None = None,
     by_name: bool = False,
 ) -> VolumePlan:
-    """``movers.kube.backup.VolumePlan.of``, said in one line of the run's log with its reason (a plan is never
+    """``movers.backup.plan.VolumePlan.of``, said in one line of the run's log with its reason (a plan is never
     silent): ``ns/pvc: plan incremental from the CBT delta of snapshot S: delta since backup B ...``."""
     plan = VolumePlan.of(base, audience, no_cbt, max_results, by_name)
     of = f" of snapshot {snapshot}" if snapshot else ""

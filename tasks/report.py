@@ -26,7 +26,8 @@ import logging
 import math
 from typing import Any
 
-from movers.kube.backup import MoverResult, VolumePlan
+from movers.backup.movers import MoverResult
+from movers.backup.plan import VolumePlan
 from tasks.tables import command, markdown_table, rate, seconds, size, table
 
 RESTORE_FLOW = "restore-app"
@@ -137,8 +138,8 @@ def restore_deployments() -> list[str]:
 
 def secret_keys(kubeconfig: str | None, namespace: str, name: str | None) -> list[str]:
     """The names (never the values) of the keys Secret ``namespace/name`` holds; none when it cannot be read."""
+    from movers.backup import preflight
     from movers.kube import apply as k
-    from movers.kube import preflight
     from tasks.kube import api_client
 
     if not name:

@@ -1,4 +1,4 @@
-"""Thin Prefect tasks over ``movers.repo.selection`` and ``movers.kube.restore``: inputs and results are plain
+"""Thin Prefect tasks over ``movers.repo.selection`` and ``movers.restore``: inputs and results are plain
 data (targets travel as ``Target.to_dict()``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
-from movers.kube import restore as r
+from movers import restore as r
 from movers.policy.model import MoverSettings
 from movers.values import human_bytes
 from tasks import retry_if_retriable
@@ -59,7 +59,7 @@ def writer_settings(policy_path: str | None = None, **given: Any) -> MoverSettin
 def plan_restore(
     kubeconfig: str | None, namespace: str, volumes: list[dict[str, Any]], run_id: str, options: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """The checked targets (``movers.kube.restore.plan_targets``; ``options``: storage_class, overwrite,
+    """The checked targets (``movers.restore.plan.plan_targets``; ``options``: storage_class, overwrite,
     hand_over, repo_secret, service_account); refuses before anything is created."""
     targets = r.plan_targets(api_client(kubeconfig), namespace, volumes, run_id, **options)
     log = get_run_logger()
@@ -95,7 +95,7 @@ def write_volume(
     repo_secret: str,
     timeout: float = 3600.0,
 ) -> dict[str, Any]:
-    """``movers.kube.restore.write_volume`` of one target with a progress artifact, the writer's log records
+    """``movers.restore.writers.write_volume`` of one target with a progress artifact, the writer's log records
     forwarded (``tasks.runs.PodLog``) and its outcome in one line; its result plus ``wall_s``."""
     t = r.Target.from_dict(target)
     what = f"restore of {t.volume} backup {t.backup_id} into {namespace}/{t.pvc} ({run_id})"
@@ -127,7 +127,7 @@ def write_volume(
 
 @task(name="finish-volume", task_run_name="finish {namespace}/{target[pvc]}")
 def finish_volume(kubeconfig: str | None, namespace: str, run_id: str, target: dict[str, Any]) -> dict[str, Any]:
-    """Hand the written volume to its final claim and mark it restored (``movers.kube.restore.finish_volume``);
+    """Hand the written volume to its final claim and mark it restored (``movers.restore.finish.finish_volume``);
     a volume restored elsewhere than its source was is logged as a warning."""
     done = r.finish_volume(api_client(kubeconfig), namespace, run_id, r.Target.from_dict(target))
     for note in done["notes"]:

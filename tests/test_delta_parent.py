@@ -156,7 +156,8 @@ def test_delta_parent_refuses_what_is_not_known():
 
 
 def test_the_flow_passes_the_parent_it_planned_to_the_mover():
-    from movers.kube.backup import VolumePlan, mover_objects
+    from movers.backup.movers import mover_objects
+    from movers.backup.plan import VolumePlan
     from movers.policy.model import parse_policy
 
     member = {"pvc": "data", "snapshot": "snap", "restore_size": None, "size": "1Gi", "handle": "h1"}

@@ -407,7 +407,7 @@ def test_on_cancellation_thaws_and_deletes_the_run(local_cluster, app, harness):
 def test_plan_is_said_and_selector_syntax():
     from prefect.logging import disable_run_logger
 
-    from movers.kube.backup import VolumePlan
+    from movers.backup.plan import VolumePlan
     from movers.values import selector_string
     from tasks.repo import plan_member
 

@@ -324,7 +324,7 @@ def _rejecting_s3():
 
 
 def _members(api, ns, group):
-    from movers.kube.snapshotset import member
+    from movers.backup.snapshots import member
 
     vgs = k.get(api, "VolumeGroupSnapshot", ns, group, k.served_group_snapshot_version(api))
     return [member(api, ns, x.snapshot) for x in snapshots.group_members(api, vgs)]

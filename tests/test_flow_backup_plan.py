@@ -1,5 +1,5 @@
 """The backup's decisions that need no cluster: derived object names, the snapshot path and classes a
-preflight picks from the classes the cluster has (``movers.kube.preflight``)."""
+preflight picks from the classes the cluster has (``movers.backup.preflight``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from movers.kube import preflight as p
+from movers.backup import preflight as p
+from movers.backup.preflight import GROUP, PER_PVC, Source
 from movers.kube.names import derived_name, is_dns_label
-from movers.kube.preflight import GROUP, PER_PVC, Source
 from movers.policy.model import parse_policy
 
 RUN = "backup-0123456789abcdef"
@@ -137,10 +137,11 @@ def test_cbt_max_results_reaches_the_cbt_movers_only():
 
 
 def test_mover_objects_are_built_without_a_cluster():
-    """The backup's claim and mover pod of a member (movers.kube.backup): the source claim's class and size,
+    """The backup's claim and mover pod of a member (movers.backup.movers): the source claim's class and size,
     the plan's change source and page size, a CBT token only for CBT, the policy's placement."""
+    from movers.backup.movers import mover_objects
+    from movers.backup.plan import VolumePlan
     from movers.kube import manifests as m
-    from movers.kube.backup import VolumePlan, mover_objects
 
     member = {
         "pvc": "data",
@@ -192,11 +193,11 @@ def test_mover_objects_are_built_without_a_cluster():
 
 
 def test_the_movers_result_is_typed_and_keeps_what_it_does_not_name():
-    """movers.kube.backup.MoverResult: what the flow reads of a mover's result line; a line without the backup
+    """movers.backup.movers.MoverResult: what the flow reads of a mover's result line; a line without the backup
     it committed is refused (the flow then fails the volume without a retry, which would commit another)."""
     from pydantic import ValidationError
 
-    from movers.kube.backup import MoverResult
+    from movers.backup.movers import MoverResult
 
     line = {"backup_id": "b1", "mode": "incremental", "change_source": "scan", "cbt_fallback": "CBT down"}
     res = MoverResult.model_validate(line | {"read_bytes": 4096, "cbt": {"messages": 3}})

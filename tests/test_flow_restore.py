@@ -28,7 +28,8 @@ from movers.errors import NotFoundError, UsageError
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import volumes
-from movers.kube.restore import PVC_LABEL, PermissionsMissing, RestoreRefused, WriterNotScheduled
+from movers.restore.plan import PVC_LABEL, PermissionsMissing, RestoreRefused
+from movers.restore.writers import WriterNotScheduled
 from tests.flowapp import (
     APP,
     APP_CLASS,

@@ -328,7 +328,7 @@ def test_a_retry_replaces_the_earlier_attempts_pod_finished_or_not(local_cluster
     name from another run is left alone (``apply.create`` then refuses it)."""
     import logging
 
-    from movers.kube.backup import _replace_earlier_pod
+    from movers.backup.movers import _replace_earlier_pod
 
     api = local_cluster.client
 
@@ -439,7 +439,7 @@ def _retain_cleanup(local_cluster, ns: str, keep: bool) -> None:
 def test_a_group_removed_after_a_freeze_timeout_takes_its_retain_content(local_cluster, ns):
     """The group deleted because it was not cut in time waits for its content to go: with a Retain class that never
     happened (a KubeError after the timeout); now the content goes with it, and its storage snapshots."""
-    from movers.kube import snapshotset
+    from movers.backup import snapshots as snapshotset
 
     api, co = local_cluster.client, client.CustomObjectsApi(local_cluster.client)
     version = k.served_group_snapshot_version(api)

@@ -1,10 +1,10 @@
-"""``movers.kube.bases.SnapshotCheck``: whether a backup's recorded snapshot can still be a delta's base, read from
+"""``movers.backup.bases.SnapshotCheck``: whether a backup's recorded snapshot can still be a delta's base, read from
 the API emulator (the VolumeSnapshot of the recorded name, bound to a content with the recorded handle)."""
 
 from __future__ import annotations
 
 from localcluster.kubeapi.testing import serve
-from movers.kube.bases import SnapshotCheck
+from movers.backup.bases import SnapshotCheck
 from movers.repo.manifest import SnapshotIdentity
 from tests.test_cbt_kube import GROUP, NS, VERSION, add_snapshot, set_ready
 

@@ -1,4 +1,4 @@
-"""The pure parts of ``movers.kube.restore``: names and labels whatever the PVC name, the hand-over's fsType,
+"""The pure parts of ``movers.restore``: names and labels whatever the PVC name, the hand-over's fsType,
 the writer's placement from the source volume's recorded node affinity, and the permissions the preflight
 asks for (compared with the shipped controller role)."""
 
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from movers import restore as r
 from movers.kube import manifests as m
-from movers.kube import restore as r
 from movers.policy.model import MoverSettings
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -181,9 +181,9 @@ def test_movers_and_writers_share_one_retry_rule():
     """A failed pod is retried unless its exit status is a mover exit code a new pod would meet again; the
     pod's status is ``pod_exit_code`` (``exit_code`` stays the error's own, as for every MoverError)."""
     from movers import errors
-    from movers.kube.backup import MoverPodFailed
+    from movers.backup.movers import MoverPodFailed
     from movers.kube.pods import PodFailed
-    from movers.kube.restore import WriterError
+    from movers.restore.writers import WriterError
 
     for cls in (WriterError, MoverPodFailed):
         assert [cls("m", code).retriable for code in (None, 1, 5, 137)] == [True] * 4, cls

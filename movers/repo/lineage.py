@@ -14,7 +14,7 @@ pv_volume_handle``, the CSI volume handle, and ``volume.pv_uid``) and compared b
   volume handle (and PV uid, where both are known) is the current source's and whose snapshot still exists, or
   ``(None, reason)`` for a full backup, e.g. "the PVC is bound to another volume than the last backup's ...: full
   backup". ``missing(snapshot)`` says why a backup's recorded snapshot cannot serve as the base any more
-  (``movers.kube.bases.SnapshotCheck.missing``: deleted, replaced), None when it can; such backups are skipped and
+  (``movers.backup.bases.SnapshotCheck.missing``: deleted, replaced), None when it can; such backups are skipped and
   the reason names them, e.g. after a partial run (whose snapshots its cleanup deleted) the delta is since the
   backup of the previous kept base. Without ``missing`` every recorded snapshot counts as existing. A backup that
   records no volume handle (written before the identity was recorded) never serves as a base here: the first backup

@@ -4,7 +4,7 @@ A delta since a snapshot needs that snapshot: the driver computes it from the st
 with its VolumeSnapshotContent (deletionPolicy Delete), and a v1alpha1 SnapshotMetadataService (sidecar
 v0.1.0) even looks the base up by its VolumeSnapshot name. A backup records its VolumeSnapshot (namespace,
 name) and that content's ``status.snapshotHandle``. The snapshots a run keeps are the rule of
-``movers.kube.snapshotset`` (``keep``: a run whose every member committed keeps its snapshots and deletes the
+``movers.backup.snapshots`` (``keep``: a run whose every member committed keeps its snapshots and deletes the
 ones kept before; any other run's are deleted with the run): this module only reads what is there, so the
 base choice can never disagree with it.
 

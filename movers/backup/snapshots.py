@@ -1,7 +1,7 @@
 """The application's point in time: its claims' snapshots, cut under a freeze the policy bounds.
 
 ``take(api, namespace, request, hookset, logger)`` -> ``SnapshotSet``. ``request`` (``Request``; ``Request.of``
-builds it) says the path the preflight chose (``movers.kube.preflight``): GROUP, one VolumeGroupSnapshot of the
+builds it) says the path the preflight chose (``movers.backup.preflight``): GROUP, one VolumeGroupSnapshot of the
 claims the selector picks, in the preflight's class; PER_PVC, one VolumeSnapshot per claim in its driver's class.
 
 The freeze (``movers.hooks.quiesced``: pre hooks, the cut, post hooks always) lasts until the snapshots are
@@ -27,7 +27,7 @@ class go with them, or with ``keep_retained`` stay and are returned (``Retired``
 deleted because it was not cut in time goes with its Retain contents always. This is the one rule of which snapshots
 outlive a run: only a run whose every member committed calls ``keep``; any other run's snapshots still carry its run
 label and its cleanup deletes them, so the bases kept before stay. The next run's base choice does not restate the
-rule: it reads which recorded snapshots exist (``movers.kube.bases``).
+rule: it reads which recorded snapshots exist (``movers.backup.bases``).
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from movers.backup.preflight import GROUP, PER_PVC
 from movers.errors import EXIT_UNAVAILABLE, MoverError
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import retained, snapshots
 from movers.kube.names import derived_name
-from movers.kube.preflight import GROUP, PER_PVC
 
 if TYPE_CHECKING:
     from movers.policy.model import BackupPolicy

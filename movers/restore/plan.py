@@ -1,0 +1,223 @@
+"""A restore's plan: check the targets before anything is created (``plan_targets``: first the run's own
+permissions, ``required_permissions`` through SelfSubjectAccessReviews, then the objects), and what each volume
+becomes (``Target``: its final claim, the Block claim its writer fills, its class, mode and fsType). Everything a
+run creates carries its run label, the ``app.kubernetes.io/*`` labels (part-of: the backed-up application when
+the run recorded it) and ``cbt-mover.io/pvc=<label_value(pvc)>`` (``labels_of``), so
+``movers.restore.finish.discard_run`` finds it.
+
+The order of a restore keeps data safe: every check here runs before anything is created; every volume is
+written and read back into a *new* Block claim (``movers.restore.writers.write_volume``) before any existing
+claim is touched; only then does ``movers.restore.finish.finish_volume`` give the volume its final claim (the
+original name, the recorded volume mode and fsType) and mark it restored (``manifests.RESTORED_FROM``).
+
+``overwrite``: an existing claim of a target's name is replaced only after the new volume is complete
+and verified; a claim that a running pod uses is refused up front. The old claim's volume then follows
+its own reclaim policy (Delete: it is gone). Without ``overwrite`` an existing claim is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from movers.errors import UsageError
+from movers.kube import apply as k
+from movers.kube import manifests as m
+from movers.kube.access import Check, denied
+from movers.kube.pods import pods_using_claim
+from movers.kube.volumes import default_storage_class
+
+PVC_LABEL = m.PVC_LABEL
+DEFAULT_FS_TYPE = "ext4"  # external-provisioner's default for Filesystem volumes
+FS_TYPE_PARAMETERS = ("csi.storage.k8s.io/fstype", "fstype")  # StorageClass parameters (keys case-insensitive)
+
+
+class RestoreRefused(UsageError):
+    """The restore cannot start as asked; the message lists every reason. Nothing was created."""
+
+
+class PermissionsMissing(k.ForbiddenError):
+    """The run's identity lacks permissions the restore needs (exit code 6); nothing was created."""
+
+
+@dataclass(frozen=True)
+class Target:
+    pvc: str  # the claim the application uses afterwards (the original name)
+    volume: str  # the repository's volume id
+    backup_id: str
+    capacity_bytes: int
+    storage_class: str  # what the new claim asks for (given, recorded, or the cluster default)
+    volume_mode: str  # the final claim's mode: Block, or Filesystem when the volume is handed over
+    write_claim: str  # the Block claim the writer pod writes: ``pvc`` itself, or a temporary claim
+    replace: bool  # an existing claim ``pvc`` is replaced once the data is written
+    notes: tuple[str, ...] = ()  # fallbacks taken (no recorded class, ...), for the logs
+    fs_type: str | None = None  # the Filesystem hand-over's fsType (recorded, else the class's); None: Block
+    node_affinity: dict[str, Any] | None = None  # the source PV's required NodeSelector, as recorded
+    app: str | None = None  # the backed-up application (the run's cbt-mover.io/app tag), for part-of
+    labels: dict[str, str] | None = None  # the source claim's labels, as recorded: the restored claim's
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Target:
+        return cls(**{**doc, "notes": tuple(doc.get("notes") or ())})
+
+
+def bounded_name(text: str, limit: int) -> str:
+    """``text`` when it has at most ``limit`` characters, else its beginning and ``-`` + 8 hex digits of
+    its SHA-256: names cut to fit stay distinct (``text`` is a valid name but for its length)."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{text[: limit - 9].rstrip('-.')}-{digest}"
+
+
+def labels_of(run_id: str, pvc: str, app: str | None = None) -> dict[str, str]:
+    """A restore run's labels for the objects of one PVC (``app``: the restored application, part-of);
+    the PVC label is ``manifests.label_value(pvc)`` (a claim name may be longer than a label value)."""
+    return m.run_labels(run_id, app=app, **{PVC_LABEL: m.label_value(pvc)})
+
+
+def write_claim_name(pvc: str, run_id: str) -> str:
+    """The temporary Block claim a writer fills before the hand-over: ``<pvc>-<run id>``, a valid claim name
+    distinct from ``pvc`` whatever its length."""
+    return bounded_name(f"{pvc}-{run_id}", 253)
+
+
+def required_permissions(namespace: str, repo_secret: str, service_account: str) -> list[Check]:
+    """Every call a restore into ``namespace`` makes with the run's identity (plan, write, hand-over,
+    clean-up), as ``access.Check``s for the preflight."""
+    ns = namespace
+    checks = [
+        Check("get", "", "namespaces", name=ns),
+        Check("get", "", "serviceaccounts", namespace=ns, name=service_account),
+        Check("get", "", "secrets", namespace=ns, name=repo_secret),
+    ]
+    checks += [Check(verb, "storage.k8s.io", "storageclasses") for verb in ("get", "list")]
+    checks += [
+        Check(verb, "", "persistentvolumeclaims", namespace=ns) for verb in ("get", "list", "create", "patch", "delete")
+    ]
+    checks += [Check(verb, "", "pods", namespace=ns) for verb in ("get", "list", "watch", "create", "delete")]
+    checks += [Check("get", "", "pods", "log", namespace=ns), Check("list", "", "events", namespace=ns)]
+    checks += [Check(verb, "", "persistentvolumes") for verb in ("get", "list", "create", "patch", "delete")]
+    return checks
+
+
+def check_permissions(api, namespace: str, repo_secret: str, service_account: str) -> None:
+    """``PermissionsMissing`` (one line naming every refused call) unless the identity of ``api`` may make
+    every call of ``required_permissions``."""
+    refused = denied(api, required_permissions(namespace, repo_secret, service_account))
+    if refused:
+        raise PermissionsMissing(
+            f"cannot restore into {namespace}: this identity lacks {len(refused)}"
+            f" permission(s) the restore needs (nothing was created): {'; '.join(refused)}",
+            403,
+        )
+
+
+def handover_fs_type(recorded: str | None, storage_class: Mapping[str, Any] | None) -> tuple[str, str | None]:
+    """The fsType a Filesystem hand-over gives the volume, and a note when it was not recorded: the
+    recorded one; else the class's ``csi.storage.k8s.io/fstype`` (or the deprecated ``fstype``); else ext4."""
+    if recorded:
+        return recorded, None
+    name = ((storage_class or {}).get("metadata") or {}).get("name")
+    params = {str(key).lower(): value for key, value in ((storage_class or {}).get("parameters") or {}).items()}
+    for key in FS_TYPE_PARAMETERS:
+        if params.get(key):
+            return params[key], f"no fsType recorded: handing over as {params[key]} (StorageClass {name}'s {key})"
+    return DEFAULT_FS_TYPE, f"no fsType recorded and StorageClass {name} names none: handing over as ext4"
+
+
+def plan_targets(
+    api,
+    namespace: str,
+    volumes: Sequence[Mapping[str, Any]],
+    run_id: str,
+    *,
+    storage_class: str | None = None,
+    overwrite: bool = False,
+    hand_over: bool | None = None,
+    repo_secret: str,
+    service_account: str,
+) -> list[Target]:
+    """Check that ``volumes`` (``pvc``, ``volume``, ``backup_id``, ``capacity_bytes``, ``storage_class``,
+    ``volume_mode``, optionally ``fs_type``, ``node_affinity`` and ``app`` as recorded) can be restored
+    into ``namespace``; the targets, or ``PermissionsMissing`` (the identity may not make every call the
+    restore makes), or ``RestoreRefused`` listing every problem (missing namespace, ServiceAccount, Secret
+    or StorageClass, an existing claim without ``overwrite`` or one a pod uses, a hand-over of a recorded
+    Block volume).
+
+    ``hand_over`` None: Filesystem when the recorded mode is Filesystem, else Block (also when no mode
+    was recorded). ``storage_class`` overrides the recorded class; without either, the cluster default.
+    A Filesystem target's fsType: ``handover_fs_type``.
+    """
+    check_permissions(api, namespace, repo_secret, service_account)
+    problems: list[str] = []
+    if k.find(api, "Namespace", None, namespace) is None:
+        raise RestoreRefused(
+            f"namespace {namespace} does not exist: create it, with ServiceAccount"
+            f" {service_account} and the repository Secret {repo_secret}"
+        )
+    for kind, name in (("ServiceAccount", service_account), ("Secret", repo_secret)):
+        if k.find(api, kind, namespace, name) is None:
+            problems.append(f"{kind} {namespace}/{name} does not exist (the writer pods need it)")
+    default_class = default_storage_class(api)
+    classes: dict[str, dict[str, Any] | None] = {}
+    targets = []
+    for vol in volumes:
+        pvc, notes = vol["pvc"], []
+        sc = storage_class or vol.get("storage_class") or default_class
+        if not (storage_class or vol.get("storage_class")):
+            notes.append(f"no storage class recorded: using the cluster default {default_class}")
+        if sc is not None and sc not in classes:
+            classes[sc] = k.find(api, "StorageClass", None, sc)
+        if sc is None:
+            problems.append(f"{pvc}: no storage class recorded and the cluster has no default: pass storage_class")
+        elif classes[sc] is None:
+            problems.append(f"{pvc}: StorageClass {sc} does not exist in this cluster: pass storage_class")
+        recorded = vol.get("volume_mode")
+        if recorded is None:
+            notes.append("no volume mode recorded: restoring as Block")
+        if hand_over and recorded == "Block":
+            problems.append(f"{pvc}: recorded as a Block volume, it cannot be handed to a Filesystem claim")
+        mode = "Filesystem" if (hand_over if hand_over is not None else recorded == "Filesystem") else "Block"
+        fs_type = None
+        if mode == "Filesystem":
+            fs_type, note = handover_fs_type(vol.get("fs_type"), classes.get(sc) if sc else None)
+            notes += [note] if note else []
+        existing = k.find(api, "PersistentVolumeClaim", namespace, pvc)
+        if existing is not None and not overwrite:
+            problems.append(f"PersistentVolumeClaim {namespace}/{pvc} exists: pass overwrite to replace it")
+        elif existing is not None:
+            users = pods_using_claim(api, namespace, pvc)
+            if users:
+                problems.append(
+                    f"PersistentVolumeClaim {namespace}/{pvc} is used by pod(s) {', '.join(users)}:"
+                    " stop them before overwriting it"
+                )
+        direct = existing is None and mode == "Block"
+        write_claim = pvc if direct else write_claim_name(pvc, run_id)
+        targets.append(
+            Target(
+                pvc,
+                vol["volume"],
+                vol["backup_id"],
+                int(vol["capacity_bytes"]),
+                sc or "",
+                mode,
+                write_claim,
+                existing is not None,
+                tuple(notes),
+                fs_type,
+                copy.deepcopy(vol.get("node_affinity")) or None,
+                vol.get("app"),
+                dict(vol.get("labels") or {}) or None,
+            )
+        )
+    if problems:
+        raise RestoreRefused(f"cannot restore into {namespace}: " + "; ".join(problems))
+    return targets

@@ -1,0 +1,170 @@
+"""A restore's writers: each volume written from a writer pod into a new Block claim (``write_volume``), read
+back before any existing claim is touched.
+
+Binding: the new claim is created together with its writer pod, and the writer waits for the pod to be
+scheduled (``write_volume``), never for the claim first: a WaitForFirstConsumer class binds the claim
+only once a pod using it is scheduled. A writer that is not scheduled in time fails with the last
+Warning about it or its claim (the scheduler's FailedScheduling, the provisioner's ProvisioningFailed).
+
+Placement: the writer pod *prefers* the nodes the source volume's recorded node affinity
+(``volume.node_affinity``, the PV's required NodeSelector) allows (``writer_affinity``), so that a
+node-local or zonal volume is provisioned where the application ran; a cluster without such nodes
+still restores, elsewhere, and ``movers.restore.finish.finish_volume`` notes it (``placement_note``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from movers.kube import apply as k
+from movers.kube import manifests as m
+from movers.kube import repokey
+from movers.kube.pods import PodFailed, PodNotScheduled, run_scheduled
+from movers.restore.plan import Target, labels_of
+
+if TYPE_CHECKING:
+    from movers.policy.model import MoverSettings
+
+PLACEMENT_WEIGHT = 100  # the writer's preference for the source volume's nodes (the maximum weight)
+
+
+class WriterError(PodFailed):
+    """A writer pod failed (``pods.PodFailed``: its exit status and the retry rule)."""
+
+
+class WriterNotScheduled(PodNotScheduled):
+    """A writer pod was not scheduled in time (``pods.wait_scheduled``)."""
+
+
+def pod_name(run_id: str, pvc: str) -> str:
+    """The writer pod of ``pvc``: ``<run id>-<pvc>`` when that is a DNS label (the pod's hostname), else its
+    dots turned into ``-``, cut to fit and ``-`` + 8 hex digits of its SHA-256: distinct per PVC."""
+    name = f"{run_id}-{pvc}"
+    if len(name) <= 63 and "." not in name:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name.replace('.', '-')[:54].rstrip('-')}-{digest}"
+
+
+def writer_affinity(recorded: Mapping[str, Any] | None, affinity: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The writer pod's affinity: ``affinity`` (the writer settings' own) plus one preferred node-affinity
+    term (weight ``PLACEMENT_WEIGHT``) per term of ``recorded``, the source PV's required NodeSelector, so
+    that the scheduler places the writer, and so a WaitForFirstConsumer volume, where the source lived
+    when a node there fits (preferred: elsewhere otherwise)."""
+    terms = [
+        t for t in (recorded or {}).get("nodeSelectorTerms") or [] if t.get("matchExpressions") or t.get("matchFields")
+    ]
+    if not terms:
+        return copy.deepcopy(dict(affinity)) if affinity else None
+    out = copy.deepcopy(dict(affinity or {}))
+    node = out.setdefault("nodeAffinity", {})
+    key = "preferredDuringSchedulingIgnoredDuringExecution"
+    node[key] = [*(node.get(key) or []), *({"weight": PLACEMENT_WEIGHT, "preference": copy.deepcopy(t)} for t in terms)]
+    return out
+
+
+def writer_pod(
+    namespace: str,
+    run_id: str,
+    target: Target,
+    writer: MoverSettings,
+    repo_secret: str,
+    *,
+    timeout: float = 3600.0,
+    verify_device: bool = True,
+    repo_keys: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The writer pod of ``target`` (``pod_name``): ``cbt-mover restore`` of its backup onto the claim
+    ``target.write_claim`` (reading the device back with ``verify_device``), the repository key files
+    ``repo_keys`` of Secret ``repo_secret`` (``manifests.mover_pod``), no API token (a writer),
+    the run's labels (``labels_of``), ``writer``'s image, ServiceAccount, resources and placement (flow
+    parameters or a policy's mover section) with the source volume's placement added to its affinity
+    (``writer_affinity``)."""
+    extra = ["--progress-interval", "1", *(["--verify-device"] if verify_device else [])]
+    return m.mover_pod(
+        pod_name(run_id, target.pvc),
+        namespace,
+        image=writer.image,
+        args=m.restore_args(volume=target.volume, backup=target.backup_id, extra=extra),
+        pvc=target.write_claim,
+        service_account=writer.service_account,
+        repo_secret=repo_secret,
+        repo_keys=repo_keys,
+        resources=writer.resources,
+        labels=labels_of(run_id, target.pvc, target.app),
+        node_selector=writer.node_selector,
+        active_deadline_seconds=int(timeout),
+        tolerations=writer.tolerations,
+        affinity=writer_affinity(target.node_affinity, writer.affinity),
+        role=m.WRITER,
+    )
+
+
+def write_volume(
+    api,
+    namespace: str,
+    run_id: str,
+    target: Target,
+    writer: MoverSettings,
+    repo_secret: str,
+    *,
+    timeout: float = 3600.0,
+    start_timeout: float = 600.0,
+    verify_device: bool = True,
+    on_log_line: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """A new Block claim ``target.write_claim`` of the recorded capacity and class, and a writer pod
+    (``writer_pod``, with the key files Secret ``repo_secret`` holds now: ``repokey.key_names``) restoring the
+    backup onto it (and reading it back with ``verify_device``); the mover's
+    result JSON.
+
+    The claim and the pod are created together and the pod is waited for (``pods.run_scheduled``: scheduled
+    within ``start_timeout`` s, running within ``start_timeout`` s more, finished within ``timeout`` s in all):
+    a WaitForFirstConsumer claim binds when the pod is scheduled. The pod is deleted in every outcome (a retry
+    starts a fresh one); the claim stays for ``finish_volume`` or ``discard_run``. ``WriterError`` names the
+    exit code and the log tail; ``WriterNotScheduled`` / ``pods.PodNotStarted`` (not retried) /
+    ``PodTimeoutError`` (not retried) the last Warning about the pod and about its claim.
+    """
+    labels = labels_of(run_id, target.pvc, target.app)
+    k.create(
+        api,
+        m.block_pvc(
+            target.write_claim, namespace, m.quantity(target.capacity_bytes), target.storage_class or None, labels
+        ),
+    )
+    repo_keys = repokey.key_names(k.find(api, "Secret", namespace, repo_secret) or {})
+    pod = writer_pod(
+        namespace,
+        run_id,
+        target,
+        writer,
+        repo_secret,
+        timeout=timeout,
+        verify_device=verify_device,
+        repo_keys=repo_keys,
+    )
+    name = pod["metadata"]["name"]
+    k.delete_and_wait(api, "Pod", namespace, name)  # a failed attempt's pod
+    try:
+        res = run_scheduled(
+            api,
+            pod,
+            target.write_claim,
+            start_timeout=start_timeout,
+            timeout=timeout,
+            what="writer pod",
+            error=WriterNotScheduled,
+            on_log_line=on_log_line,
+        )
+    finally:
+        k.delete_and_wait(api, "Pod", namespace, name)
+    if not res.succeeded or not isinstance(res.result, dict):
+        raise WriterError(
+            f"writer pod {namespace}/{name} failed (exit {res.exit_code}): {res.message.strip()}\n"
+            + "\n".join(res.log_tail),
+            res.exit_code,
+        )
+    return res.result
