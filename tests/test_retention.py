@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from movers.errors import NotFoundError, UsageError
-from movers.repo.retention import backup_time, forget, forget_each, select_kept
+from movers.repo.retention import backup_time, forget, forget_each
+from movers.repo.retention_rules import select_kept
 
 
 def t(*args) -> datetime:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG, Manifest, MapRef, SnapshotIdentity, VolumeIdentity
 from movers.repo.repository import Repository
-from movers.repo.retention import Policy, forget_each
+from movers.repo.retention import forget_each
+from movers.repo.retention_rules import Policy
 from movers.repo.runretention import RunPoint, select_runs
 from movers.repo.selection import select
 from movers.repo.store import MemoryStore

@@ -4,7 +4,7 @@ A repository's master key (32 random bytes, ``movers.repo.keys`` wraps it in key
 (HKDF-SHA256, info ``cbt-mover <label>``): ``objects`` and ``packs`` (AEAD), ``chunk ids`` (the keyed chunk
 hash, ``movers.repo.contenthash``) and ``names`` (HMAC of volume ids, which name manifest prefixes).
 
-* **Envelope** (every object but ``config``, ``keys/*`` and packs; ``movers.repo.store.sealed`` applies it):
+* **Envelope** (every object but ``config``, ``keys/*`` and packs; ``movers.repo.sealed`` applies it):
   ``b"CBTENC\\x01" | nonce(12) | AES-GCM(k, nonce, plaintext, ad = repository id "\\0" object key)`` with
   ``k = HKDF-Expand(objects key, "object\\0" object key)``: an object copied to another key or from another
   repository fails its tag, and each key's subkey seals one object (random nonces stay far from GCM's limit).

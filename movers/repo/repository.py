@@ -54,8 +54,8 @@ from movers.repo.manifest import BACKUP_PREFIX, Manifest, volume_from_key, volum
 from movers.repo.pack import PackEntry
 from movers.repo.packtable import StoredPacks
 from movers.repo.prunestate import garbage_keys
+from movers.repo.sealed import SealedStore
 from movers.repo.store.base import Store
-from movers.repo.store.sealed import SealedStore
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ policy: ``movers.repo.retention``) and says which to keep and why:
 
 * the keep rules count **complete** runs only (``keep_last N``: the N newest complete runs; ``keep_daily N``:
   the newest complete run of each of the last N days that have one; weekly and monthly alike, UTC), as
-  ``movers.repo.retention.select_kept`` counts backups; a run's time is that of its newest backup;
+  ``movers.repo.retention_rules.select_kept`` counts backups; a run's time is that of its newest backup;
 * the newest complete run is always kept (``"newest complete"``): a forget never leaves a series that had a
   complete run without one;
 * a **partial** run (a member PVC has no backup in it: its mover failed) never takes a complete run's place
@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from movers.repo.retention import Policy, select_kept
+from movers.repo.retention_rules import Policy, select_kept
 
 PARTIAL_NEWER = "partial, newer than the newest complete run"
 PARTIAL_OLDER = "partial, older than the newest complete run"

@@ -10,6 +10,9 @@ repository. Each object is put as its envelope and opened on get (``movers.repo.
 An envelope that does not open (modified, truncated, moved to another key, copied from another repository)
 raises ``IntegrityError`` naming the object. ``size`` and ``get_range`` of a sealed object are of its
 plaintext (a range is read as the whole object). Listing, deletes and request counts are the inner store's.
+
+It wraps a ``movers.repo.store`` with the repository's keys (``movers.repo.crypto``), so it lives beside
+those, above the store package (which imports nothing of ``movers.repo``).
 """
 
 from __future__ import annotations
