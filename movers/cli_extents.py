@@ -138,8 +138,8 @@ def cmd_extents(args: argparse.Namespace, cbt_options: Callable) -> int:
 
 def _previous_handle(args: argparse.Namespace) -> str:
     """The CSI handle of ``--previous-snapshot``: its VolumeSnapshotContent's ``status.snapshotHandle``."""
-    from movers.cbt.discovery import resolve_snapshot
     from movers.kube.client import api_client
+    from movers.kube.snapshots import resolve_snapshot
 
     if not args.namespace:
         raise UsageError("--previous-snapshot needs --namespace")

@@ -23,6 +23,7 @@ from localcluster.snapshot_metadata import ImageSnapshot, InMemoryCatalog, Snaps
 from localcluster.snapshot_metadata.kube_auth import TokenReviewValidator
 from movers.cbt import discovery
 from movers.errors import CbtUnavailableError, MoverError
+from movers.kube import snapshots
 from tests.volumes import make_image, sha256_file, write_blocks
 
 MiB = 1 << 20
@@ -157,7 +158,7 @@ def test_discovery_reads_the_service_and_snapshot(cluster):
     kube, server, *_ = cluster
     sms = discovery.snapshot_metadata_service(kube.client, DRIVER)
     assert (sms.address, sms.audience, sms.ca_pem, sms.version) == (server.address, AUDIENCE, server.ca_pem, "v1beta1")
-    ref = discovery.resolve_snapshot(kube.client, NS, "snap-2")
+    ref = snapshots.resolve_snapshot(kube.client, NS, "snap-2")
     assert (ref.driver, ref.handle, ref.ready, ref.source_pvc, ref.restore_size) == (
         DRIVER,
         "handle-2",

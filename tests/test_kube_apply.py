@@ -14,10 +14,11 @@ from kubernetes import client
 
 from localcluster.kubelet.testing import wait_until
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
-from movers.cbt.discovery import resolve_snapshot, snapshot_metadata_service
+from movers.cbt.discovery import snapshot_metadata_service
 from movers.kube import apply as k
 from movers.kube import cleanup, pods, repokey, snapshots
 from movers.kube import manifests as m
+from movers.kube.snapshots import resolve_snapshot
 
 MiB = 1 << 20
 APP_CLASS = "csi-hostpath-sc"  # WaitForFirstConsumer: for claims a pod uses

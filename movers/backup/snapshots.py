@@ -44,6 +44,7 @@ from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import retained, snapshots
 from movers.kube.names import derived_name
+from movers.kube.snapshots import resolve_snapshot
 
 if TYPE_CHECKING:
     from movers.policy.model import BackupPolicy
@@ -112,8 +113,6 @@ class SnapshotSet:
 def member(api, namespace: str, snapshot: str) -> dict[str, Any]:
     """A member VolumeSnapshot as plain data: pvc, snapshot, content, handle, driver, restore_size and
     source_volume_mode (its content's ``spec.sourceVolumeMode``)."""
-    from movers.cbt.discovery import resolve_snapshot
-
     ref = resolve_snapshot(api, namespace, snapshot)
     content = k.get(api, "VolumeSnapshotContent", None, ref.content)
     return {

@@ -21,6 +21,7 @@ from movers.cbt.client import ExtentStream, SnapshotMetadataClient
 from movers.cbt.tokens import FileToken, TokenRequestToken, service_account_of
 from movers.errors import CbtUnavailableError, UsageError
 from movers.kube.client import api_client
+from movers.kube.snapshots import SnapshotRef, resolve_snapshot
 
 IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
@@ -55,7 +56,7 @@ class CbtSession:
 
     client: SnapshotMetadataClient
     stream: ExtentStream
-    snapshot: discovery.SnapshotRef | None
+    snapshot: SnapshotRef | None
     base_rejected: str | None = None  # why no delta since base_handle could be asked (the stream is allocated)
 
     def close(self) -> None:
@@ -116,7 +117,7 @@ def _base_by_name(api, opts: CbtOptions, driver: str) -> tuple[str | None, str |
         return None, f"{old} and none was given for base {opts.base_handle} (--base-snapshot)"
     what = f"the base VolumeSnapshot {opts.namespace}/{name}"
     try:
-        base = discovery.resolve_snapshot(api, opts.namespace, name)
+        base = resolve_snapshot(api, opts.namespace, name)
     except NotFoundError:
         return None, f"{old}, and {what} no longer exists"
     if base.handle != opts.base_handle:

@@ -5,6 +5,9 @@
 * ``group_members``: the member VolumeSnapshots of a VolumeGroupSnapshot, mapped to their PVCs
   and the snapshot handles of their contents (``GroupMember``).
 * ``patch_content_annotation``: merge-patches annotations onto a VolumeSnapshotContent.
+* ``resolve_snapshot(api, namespace, name)``: VolumeSnapshot -> VolumeSnapshotContent -> driver,
+  ``status.snapshotHandle`` (the base of the next delta), restore size, group, and the source volume's CSI
+  handle (``spec.source.volumeHandle``; None for a pre-provisioned content), as a ``SnapshotRef``.
 
 The served group snapshot version is ``apply.served_group_snapshot_version``.
 """
@@ -27,7 +30,7 @@ from movers.kube.apply import (
     list_objects,
     served_group_snapshot_version,
 )
-from movers.kube.manifests import GROUP_SNAPSHOT_GROUP, allow_volume_mode_change_patch
+from movers.kube.manifests import GROUP_SNAPSHOT_GROUP, SNAPSHOT_GROUP, allow_volume_mode_change_patch
 from movers.values import quantity_bytes
 
 
@@ -148,3 +151,68 @@ def patch_content_annotation(api_client, content: str, annotations: Mapping[str,
         )
     except ApiException as err:
         raise api_error(err, f"patching VolumeSnapshotContent {content}") from None
+
+
+SNAPSHOT_VERSION = "v1"
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    namespace: str
+    name: str
+    content: str
+    driver: str
+    handle: str | None
+    ready: bool
+    restore_size: int | None
+    source_pvc: str | None
+    group_snapshot: str | None
+    group_snapshot_handle: str | None
+    error: str | None
+    source_volume_handle: str | None = None  # the content's spec.source.volumeHandle: the snapshot's volume
+
+
+def _custom(api_client):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api_client)
+
+
+def resolve_snapshot(api_client, namespace: str, name: str) -> SnapshotRef:
+    from kubernetes.client.exceptions import ApiException
+
+    custom = _custom(api_client)
+    try:
+        vs = custom.get_namespaced_custom_object(SNAPSHOT_GROUP, SNAPSHOT_VERSION, namespace, "volumesnapshots", name)
+    except ApiException as err:
+        raise api_error(err, f"reading VolumeSnapshot {namespace}/{name}") from None
+    status = vs.get("status") or {}
+    content_name = status.get("boundVolumeSnapshotContentName")
+    vs_error = (status.get("error") or {}).get("message")
+    if not content_name:
+        return SnapshotRef(namespace, name, "", "", None, False, None, _source_pvc(vs), None, None, vs_error)
+    try:
+        vsc = custom.get_cluster_custom_object(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "volumesnapshotcontents", content_name)
+    except ApiException as err:
+        raise api_error(err, f"reading VolumeSnapshotContent {content_name}") from None
+    cstatus = vsc.get("status") or {}
+    ready = bool(status.get("readyToUse")) and bool(cstatus.get("readyToUse")) and bool(cstatus.get("snapshotHandle"))
+    size = cstatus.get("restoreSize") or status.get("restoreSize")
+    return SnapshotRef(
+        namespace=namespace,
+        name=name,
+        content=content_name,
+        driver=(vsc.get("spec") or {}).get("driver", ""),
+        handle=cstatus.get("snapshotHandle"),
+        ready=ready,
+        restore_size=quantity_bytes(size),
+        source_pvc=_source_pvc(vs),
+        group_snapshot=status.get("volumeGroupSnapshotName"),
+        group_snapshot_handle=cstatus.get("volumeGroupSnapshotHandle"),
+        error=vs_error or (cstatus.get("error") or {}).get("message"),
+        source_volume_handle=((vsc.get("spec") or {}).get("source") or {}).get("volumeHandle"),
+    )
+
+
+def _source_pvc(vs: dict) -> str | None:
+    return ((vs.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName") or None
