@@ -26,15 +26,15 @@ demo: deps-demo $(STAMP)
 	$(VENV)/bin/python -m localcluster.demo
 
 # The suite on TEST_WORKERS pytest-xdist workers (a test file per worker at a time), then the replay of what the
-# product's identities did in every test's cluster against the shipped roles (tests/test_shipped_rbac.py), which
+# product's identities did in every test's cluster against the shipped roles (tests/cluster/test_shipped_rbac.py), which
 # needs all of them to have run: both share a temporary --audit-dir, removed at the end.
 TEST_WORKERS ?= 2
 
 test: deps-test $(STAMP)
 	audit=$$(mktemp -d) && trap 'rm -rf "$$audit"' EXIT && \
 	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --audit-dir="$$audit" \
-		--deselect tests/test_shipped_rbac.py && \
-	$(VENV)/bin/python -m pytest -q -p no:xdist --audit-dir="$$audit" tests/test_shipped_rbac.py
+		--deselect tests/cluster/test_shipped_rbac.py && \
+	$(VENV)/bin/python -m pytest -q -p no:xdist --audit-dir="$$audit" tests/cluster/test_shipped_rbac.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

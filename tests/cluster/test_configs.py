@@ -1,5 +1,5 @@
 """configs/: every YAML parses, the policies and the work pool job template use the names the shipped RBAC
-(``cbt-mover install``, tests/test_install.py) creates, the CRD examples are accepted by the API emulator's
+(``cbt-mover install``, tests/cluster/test_install.py) creates, the CRD examples are accepted by the API emulator's
 schema validation, the Dockerfile."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 
 

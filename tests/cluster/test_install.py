@@ -4,7 +4,7 @@ The renderings for several namespaces validate strictly (``tests/k8svalidate``),
 grant nothing that widens itself (no wildcards, Secrets only by name) and bind what they define; applied to the
 API emulator, each namespace's movers get their namespaced reads there only and the cluster-scoped reads
 through their own binding. A bad namespace is one line and exit 2. The templates ship in the wheel.
-(What the roles grant exactly is replayed against every call of the flows in tests/test_shipped_rbac.py, which
+(What the roles grant exactly is replayed against every call of the flows in tests/cluster/test_shipped_rbac.py, which
 reads these same renderings.)
 """
 
@@ -25,7 +25,7 @@ from movers import install
 from movers.errors import UsageError
 from tests import k8svalidate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # "null", "0123" and "on" read as null, an int and a bool in unquoted YAML: they must stay strings
 NAMESPACES = ["shop", "team-a-prod", "null", "0123", "on", "a" * 63]
 BAD = ["Shop", "-shop", "shop-", "a" * 64, "shop.prod", "shop_db", "", "sh op", "${NAMESPACE}"]

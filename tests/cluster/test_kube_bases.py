@@ -6,7 +6,7 @@ from __future__ import annotations
 from localcluster.kubeapi.testing import serve
 from movers.kube.bases import SnapshotCheck
 from movers.repo.manifest import SnapshotIdentity
-from tests.test_cbt_kube import GROUP, NS, VERSION, add_snapshot, set_ready
+from tests.cluster.test_cbt_kube import GROUP, NS, VERSION, add_snapshot, set_ready
 
 
 def _recorded(name: str | None, handle: str | None = "h-1", namespace: str | None = NS) -> SnapshotIdentity:

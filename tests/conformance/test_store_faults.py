@@ -14,8 +14,8 @@ import pytest
 
 from movers.repo.leases import Lease
 from movers.repo.store import LocalStore
+from tests.functional.test_cli import CLI, run
 from tests.s3proxy import Request, S3Proxy
-from tests.test_cli import CLI, run
 from tests.volumes import make_image
 
 BUDGET_S = 8

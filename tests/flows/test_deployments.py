@@ -24,7 +24,7 @@ import yaml
 
 from localcluster.s3 import free_port, wait_http
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 POLICIES = ROOT / "configs" / "policies"
 FLOW_NAMES = {

@@ -11,7 +11,7 @@ import yaml
 
 from tasks import events
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "configs" / "automations" / "backup-failed.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "automations" / "backup-failed.yaml"
 
 
 def test_the_automation_example_parses_as_prefect_s_automation_and_matches_backup_failed():

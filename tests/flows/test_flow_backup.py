@@ -43,7 +43,7 @@ from tests.flowapp import (
     start_app_pod,
     task_run_names,
 )
-from tests.test_no_secrets_in_logs import forms
+from tests.functional.test_no_secrets_in_logs import forms
 
 NS = "flowapp"
 
@@ -57,6 +57,14 @@ def harness(prefect_api):
 def app(local_cluster):
     with pytest.MonkeyPatch.context() as mp:  # the flow reads the repository (latest backup) itself
         yield deploy_app(local_cluster, mp.setenv, NS, "flow-backups")
+
+
+@pytest.fixture(autouse=True)
+def app_env(clean_env, request, monkeypatch):
+    """A test of the module's app gets its S3 store's ``AWS_*`` again (``clean_env`` strips what ``app`` set)."""
+    if "app" in request.fixturenames:
+        for key, value in request.getfixturevalue("local_cluster").s3.env.items():
+            monkeypatch.setenv(key, value)
 
 
 def _backup(cluster, repo, NS=NS):  # noqa: N803

@@ -17,7 +17,7 @@ from kubernetes import client
 from localcluster.kubelet.testing import wait_until
 from tests.flowapp import HOOKS, SEL, any_run_objects, app_states, backup_params, deploy_app
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NS = "cancelme"
 
 

@@ -29,6 +29,14 @@ def app(local_cluster):
         yield deploy_app(local_cluster, mp.setenv, NS, "two-policies")
 
 
+@pytest.fixture(autouse=True)
+def app_env(clean_env, request, monkeypatch):
+    """A test of the module's app gets its S3 store's ``AWS_*`` again (``clean_env`` strips what ``app`` set)."""
+    if "app" in request.fixturenames:
+        for key, value in request.getfixturevalue("local_cluster").s3.env.items():
+            monkeypatch.setenv(key, value)
+
+
 def _runs(repo_url) -> dict[str, dict]:
     """run id -> {policy, pvcs} of every backup in the repository."""
     repo, found = open_repo(repo_url), {}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from movers.cbt._pb import schema_pb2 as pb
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PB = ROOT / "movers" / "cbt" / "_pb"
 
 

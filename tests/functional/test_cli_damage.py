@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import run
+from tests.functional.test_cli import run
 from tests.volumes import make_image
 
 MiB = 1 << 20

@@ -9,7 +9,7 @@ import pytest
 
 from movers.errors import IntegrityError, UsageError
 from movers.repo.manifest import Manifest, parse_tags
-from tests.test_cli import assert_one_line_error, run
+from tests.functional.test_cli import assert_one_line_error, run
 from tests.volumes import make_image
 
 MiB = 1 << 20

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import CLI, assert_one_line_error, run
+from tests.functional.test_cli import CLI, assert_one_line_error, run
 from tests.volumes import make_image, sha256_file
 
 MiB = 1 << 20

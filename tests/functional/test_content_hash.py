@@ -26,7 +26,7 @@ from movers.repo.digests import DIGEST_BLOCK, DIGEST_LEN, UNKNOWN
 from movers.repo.manifest import Manifest, VolumeIdentity
 from movers.repo.repository import Repository
 from movers.repo.store import LocalStore, MemoryStore
-from tests.test_cli import assert_one_line_error, run
+from tests.functional.test_cli import assert_one_line_error, run
 from tests.volumes import make_image, sha256_file, write_blocks
 
 MiB = 1 << 20

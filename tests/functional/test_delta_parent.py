@@ -20,7 +20,7 @@ from movers.repo.deltabase import AmbiguousParent, delta_parent
 from movers.repo.manifest import SnapshotIdentity, VolumeIdentity
 from movers.repo.repository import Repository
 from movers.repo.store import open_store
-from tests.test_cli import assert_one_line_error, run
+from tests.functional.test_cli import assert_one_line_error, run
 from tests.volumes import make_image, sha256_file, write_blocks
 
 MiB = 1 << 20
@@ -180,7 +180,7 @@ def test_the_flow_passes_the_parent_it_planned_to_the_mover():
 def test_a_cbt_delta_builds_on_the_named_parent_and_never_guesses(cbt_env, tmp_path):
     """Two backups recorded the base snapshot's handle: without --parent the mover reads the allocated blocks (a
     full backup, saying why) instead of choosing one; with --parent (what the flow passes) a delta on it."""
-    from tests.test_cbt_client import cbt_args, changed_blocks
+    from tests.cluster.test_cbt_client import cbt_args, changed_blocks
 
     env = cbt_env
     repo = f"file://{tmp_path}/repo"
@@ -205,7 +205,7 @@ def test_a_cbt_delta_builds_on_the_named_parent_and_never_guesses(cbt_env, tmp_p
 
 @pytest.fixture
 def cbt_env(tmp_path):
-    from tests.test_cbt_client import running_env
+    from tests.cluster.test_cbt_client import running_env
 
     with running_env(tmp_path, "FIXED_LENGTH") as e:
         yield e
@@ -214,7 +214,7 @@ def cbt_env(tmp_path):
 def test_what_cbt_mover_extents_prints_names_the_base_for_backup_extents(cbt_env, tmp_path):
     """``cbt-mover extents --base-handle H | cbt-mover backup --extents -`` builds on the backup of H, though a
     full backup of the volume committed in between; a listing from a starting offset names nothing."""
-    from tests.test_cbt_client import cbt_args
+    from tests.cluster.test_cbt_client import cbt_args
 
     env = cbt_env
     repo = f"file://{tmp_path}/repo"

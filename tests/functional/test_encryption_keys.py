@@ -13,8 +13,8 @@ from movers.repo.config import RepoConfig
 from movers.repo.keys import Credentials
 from movers.repo.repository import Repository
 from movers.repo.store import MemoryStore
-from tests.test_cli import assert_one_line_error, run
-from tests.test_encryption import KEY, PASSPHRASE, VOLUME, backup
+from tests.functional.test_cli import assert_one_line_error, run
+from tests.functional.test_encryption import KEY, PASSPHRASE, VOLUME, backup
 from tests.volumes import make_image, sha256_file, write_blocks
 
 MiB = 1 << 20

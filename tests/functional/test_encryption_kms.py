@@ -20,9 +20,9 @@ import pytest
 from localcluster.s3 import ACCESS_KEY, REGION, SECRET_KEY, free_port
 from movers.errors import IntegrityError, UsageError
 from movers.repo import keys
+from tests.functional.test_cli import assert_one_line_error, run
+from tests.functional.test_encryption import KEY, PASSPHRASE, VOLUME, backup
 from tests.s3proxy import S3Proxy
-from tests.test_cli import assert_one_line_error, run
-from tests.test_encryption import KEY, PASSPHRASE, VOLUME, backup
 from tests.volumes import make_image, sha256_file
 
 MiB = 1 << 20

@@ -16,7 +16,7 @@ import pytest
 from movers.cbt.tokens import FileToken
 from movers.kube import manifests as m
 from movers.redaction import KNOWN, RedactingFilter, Redactor
-from tests.test_cli import assert_one_line_error, run
+from tests.functional.test_cli import assert_one_line_error, run
 from tests.volumes import make_image, sha256_file
 
 MiB = 1 << 20

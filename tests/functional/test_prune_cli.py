@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.test_cli import assert_one_line_error, run
+from tests.functional.test_cli import assert_one_line_error, run
 from tests.volumes import make_image, sha256_file, write_blocks
 
 MiB = 1 << 20

@@ -17,7 +17,7 @@ from movers.repo.manifest import VolumeIdentity
 from movers.repo.prune import STATE_PREFIX, prune
 from movers.repo.repository import Repository
 from movers.repo.store import FaultyStore, LocalStore, MemoryStore
-from tests.test_prune import check_all_restore, forgotten_content, keys
+from tests.unit.test_prune import check_all_restore, forgotten_content, keys
 from tests.volumes import sha256_file
 
 
@@ -92,7 +92,7 @@ def test_a_backup_whose_lease_went_stale_does_not_commit():
 def test_cli_prune_waits_for_a_running_backup_as_long_as_told(tmp_path):
     """`cbt-mover prune --grace 0` beside a backup that holds its lease: with a short --wait-backups it deletes
     nothing and says so; a bad value is a one-line usage error."""
-    from tests.test_cli import assert_one_line_error, run
+    from tests.functional.test_cli import assert_one_line_error, run
 
     url = f"file://{tmp_path / 'repo'}"
     content_a, _ = dead_content(LocalStore(tmp_path / "repo"), tmp_path)
@@ -112,7 +112,7 @@ def test_prune_deletes_lease_objects_their_holders_left_behind(tmp_path):
     refreshed for twice the TTL; a live lease stays."""
     from movers.errors import AccessDeniedError
     from movers.repo.leases import EXPIRED_AFTER_S
-    from tests.test_prune import CONFIG, T0
+    from tests.unit.test_prune import CONFIG, T0
 
     inner = MemoryStore()
     store = FaultyStore(inner)

@@ -18,7 +18,7 @@ from movers.repo.prune import prune
 from movers.repo.prunelock import LOCK_PREFIX, PruneLock
 from movers.repo.repository import Repository
 from movers.repo.store import FaultyStore, LocalStore, MemoryStore
-from tests.test_prune import check_all_restore, forgotten_content, keys
+from tests.unit.test_prune import check_all_restore, forgotten_content, keys
 from tests.volumes import RecordingStore
 
 
@@ -41,7 +41,7 @@ def held_in_thread(store, started, go, reports, errors):
 
 def test_a_prune_while_another_holds_the_lock_fails_with_one_line_and_exit_5(tmp_path):
     """The second prune is the CLI, the first the engine (as the flow runs it): the CLI deletes nothing."""
-    from tests.test_cli import assert_one_line_error, run
+    from tests.functional.test_cli import assert_one_line_error, run
 
     store = LocalStore(tmp_path / "repo")
     _, expected = forgotten_content(store, tmp_path)

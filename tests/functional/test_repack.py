@@ -179,7 +179,7 @@ def test_prune_repacks_over_s3_and_the_cli_restore_follows(s3_bucket, tmp_path):
     overwritten and the full forgotten leave the second pack half dead."""
     import json
 
-    from tests.test_cli import run
+    from tests.functional.test_cli import run
 
     endpoint, bucket = s3_bucket
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
@@ -228,7 +228,7 @@ def test_the_emptiest_packs_are_repacked_first_within_the_bound(tmp_path):
 
 
 def test_the_cli_refuses_a_bad_repack_bound(tmp_path):
-    from tests.test_cli import assert_one_line_error, run
+    from tests.functional.test_cli import assert_one_line_error, run
 
     url = f"file://{tmp_path}/repo"
     run("init", "--insecure-no-encryption", "--repo", url, check_rc=0)

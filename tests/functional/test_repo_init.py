@@ -19,8 +19,8 @@ from movers.repo.keys import Credentials
 from movers.repo.repository import Repository
 from movers.repo.store import FaultyStore, LocalStore, MemoryStore, SimulatedCrash, Store
 from movers.repo.store.s3 import S3Store
-from tests.test_cli import CLI, assert_one_line_error, run
-from tests.test_encryption import KEY, VOLUME, backup
+from tests.functional.test_cli import CLI, assert_one_line_error, run
+from tests.functional.test_encryption import KEY, VOLUME, backup
 from tests.volumes import make_image
 
 FAKE = {"access_key": "testing", "secret_key": "testing", "region": "us-east-1"}

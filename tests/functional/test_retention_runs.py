@@ -8,7 +8,7 @@ import json
 from movers.repo.repository import Repository
 from movers.repo.selection import select
 from movers.repo.store import open_store
-from tests.test_cli import assert_one_line_error, run
+from tests.functional.test_cli import assert_one_line_error, run
 from tests.volumes import make_image, sha256_file, write_blocks
 
 MiB = 1 << 20

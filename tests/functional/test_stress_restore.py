@@ -293,7 +293,7 @@ def test_a_seeded_cli_sequence_restores_what_each_backup_read(repo, tmp_path):
     prune --grace 0, then every listed backup restored."""
     import json
 
-    from tests.test_cli import run
+    from tests.functional.test_cli import run
 
     seed = int(SEED) if SEED is not None else random.SystemRandom().randrange(1 << 32)
     rng = random.Random(seed)

@@ -1,6 +1,6 @@
 """A pack's framing (header, footer, trailer) damaged: restores still work, and verify says so, full and sampled.
 
-Damage as tests/test_cli_damage.py makes it: bytes of a ``file://`` repository's pack flipped in place.
+Damage as tests/functional/test_cli_damage.py makes it: bytes of a ``file://`` repository's pack flipped in place.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from movers.repo import pack
-from tests.test_cli import run
+from tests.functional.test_cli import run
 from tests.volumes import make_image, sha256_file
 
 MiB = 1 << 20

@@ -16,7 +16,7 @@ from movers.repo.config import RepoConfig
 from movers.repo.manifest import VolumeIdentity
 from movers.repo.repository import Repository
 from movers.repo.store import FaultyStore, LocalStore, MemoryStore
-from tests.test_cli import assert_one_line_error, run
+from tests.functional.test_cli import assert_one_line_error, run
 from tests.volumes import make_image, write_blocks
 
 MiB = 1 << 20

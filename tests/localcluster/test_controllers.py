@@ -26,7 +26,7 @@ from movers.cbt import discovery
 from movers.cbt.client import SnapshotMetadataClient
 from movers.cbt.tokens import TokenRequestToken
 from movers.errors import CbtAuthError, CbtUnavailableError
-from tests.test_controllers_helpers import (
+from tests.localcluster.test_controllers_helpers import (
     DISK,
     DRIVER,
     NS,

@@ -8,7 +8,7 @@ import pytest
 
 from localcluster.controllers import names as n
 from localcluster.controllers.kube import PV, VGS, VGS_CLASS, VGSC, VS, VSC
-from tests.test_controllers_helpers import (
+from tests.localcluster.test_controllers_helpers import (
     DRIVER,
     NS,
     MiB,

@@ -13,7 +13,7 @@ from localcluster.controllers.kube import PVC, VGS, VGS_CLASS, VGSC, VS, VS_CLAS
 from movers.cbt.client import SnapshotMetadataClient
 from movers.cbt.tokens import TokenRequestToken
 from movers.errors import CbtTransientError
-from tests.test_controllers_helpers import (
+from tests.localcluster.test_controllers_helpers import (
     DISK,
     DRIVER,
     NS,

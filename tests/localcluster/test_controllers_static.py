@@ -10,7 +10,7 @@ from localcluster.controllers.kube import PV, PVC
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import volumes
-from tests.test_controllers_helpers import (
+from tests.localcluster.test_controllers_helpers import (
     NS,
     bound,
     gone,

@@ -8,7 +8,7 @@ import pytest
 from localcluster.controllers import names as n
 from localcluster.controllers.kube import CSI_NODE, NODE, PV, PVC, VS
 from localcluster.nodes import NodeSpec
-from tests.test_controllers_helpers import (
+from tests.localcluster.test_controllers_helpers import (
     DISK,
     DRIVER,
     NS,

@@ -191,7 +191,8 @@ def test_cluster_without_cbt_or_group_snapshots(make_local_cluster):
 
 
 def test_apply_and_a_service_account_kubeconfig(make_local_cluster):
-    # its own cluster, not audited: the 403 below is wanted, the audit replay of tests/test_shipped_rbac.py is not
+    # its own cluster, not audited: the 403 below is wanted, the audit replay of
+    # tests/cluster/test_shipped_rbac.py is not
     cluster = make_local_cluster(s3=False, audit_log=None)
     created = cluster.apply(controller_objects())  # `cbt-mover install controller` unchanged, as the admin
     kinds = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterRole"]

@@ -32,7 +32,7 @@ from localcluster.snapshot_metadata import (
 from movers.cbt._pb import schema_pb2 as pb
 from movers.cbt._pb import schema_pb2_grpc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BS = 4096
 NS = "apps"
 AUDIENCE = "sms.test"

@@ -1,11 +1,12 @@
-"""The tests' waits say why when they time out: ``tests.test_controllers_helpers.wait_for`` names the last Events
-of the object it waited on (``localcluster.kubelet.testing.wait_pod`` likewise: tests/test_kubelet_volumes.py)."""
+"""The tests' waits say why when they time out: ``tests.localcluster.test_controllers_helpers.wait_for`` names the
+last Events of the object it waited on (``localcluster.kubelet.testing.wait_pod`` likewise:
+tests/localcluster/test_kubelet_volumes.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.test_controllers_helpers import NS, PVC, local_cluster, pvc, wait_event, wait_for
+from tests.localcluster.test_controllers_helpers import NS, PVC, local_cluster, pvc, wait_event, wait_for
 
 
 def test_wait_for_names_the_last_events_of_the_object_it_waited_on(tmp_path):

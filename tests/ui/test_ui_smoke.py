@@ -25,7 +25,7 @@ from localcluster.pngstats import png_stats
 from localcluster.prefect_server import PrefectServer
 from tests.ui_backup import NS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from movers.kube import manifests as m
 from movers.kube.volumes import source_identity
 from tests import k8svalidate
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 LABELS = m.run_labels("run-1", app="shop")
 TOLERATIONS = [{"key": "node-role.example.com/backup", "operator": "Exists", "effect": "NoSchedule"}]
 AFFINITY = {

@@ -19,7 +19,7 @@ from movers.policy import (
     parse_policy,
 )
 
-POLICIES = Path(__file__).resolve().parent.parent / "configs" / "policies"
+POLICIES = Path(__file__).resolve().parents[2] / "configs" / "policies"
 
 MINIMAL = {
     "name": "app",

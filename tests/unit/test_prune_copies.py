@@ -19,7 +19,7 @@ from movers.repo.pack import PackEntry
 from movers.repo.prune import DUPLICATE_HOLD_S, choose_homes, prune
 from movers.repo.repository import Repository
 from movers.repo.store import MemoryStore
-from tests.test_prune import DAY, T0, check_all_restore, forgotten_content
+from tests.unit.test_prune import DAY, T0, check_all_restore, forgotten_content
 from tests.volumes import sha256_file
 
 V1 = {"page_size": 4 << 20, "pack_target": 2 << 20, "format_version": 1}
@@ -66,7 +66,7 @@ def pack_bytes(store) -> int:
 
 
 def test_two_backups_that_re_upload_the_same_listed_chunks_leave_one_copy_after_prune(tmp_path):
-    """Format version 1 (version 2 pages name the copy they read: tests/test_format_v2.py)."""
+    """Format version 1 (version 2 pages name the copy they read: tests/unit/test_format_v2.py)."""
     store = ListingTogether(2)
     content_a, expected = forgotten_content(store, tmp_path, config=RepoConfig(**V1))
     listing = prune(Repository.open(store), grace_s=DAY, now=T0)  # lists content A's packs: backups re-upload

@@ -15,7 +15,7 @@ from movers.repo.manifest import VolumeIdentity
 from movers.repo.prune import prune
 from movers.repo.repository import Repository
 from movers.repo.store import FaultyStore, MemoryStore, SimulatedCrash
-from tests.test_prune import CONFIG, CRASHED, DAY, SIZE, T0, build, check_all_restore, keys
+from tests.unit.test_prune import CONFIG, CRASHED, DAY, SIZE, T0, build, check_all_restore, keys
 from tests.volumes import make_image, sha256_file
 
 
@@ -60,7 +60,7 @@ def compact(store, report):
 @pytest.mark.parametrize("reader", ["restore", "backup"])
 def test_a_read_that_overlaps_an_index_compaction_lists_the_index_again(reader, tmp_path):
     """Before the fix: ObjectNotFound "object index/... not found" (exit 3) from the first index object read.
-    Format version 1 (version 2 restores and incrementals read no index: tests/test_format_v2.py)."""
+    Format version 1 (version 2 restores and incrementals read no index: tests/unit/test_format_v2.py)."""
     store = HookStore("get", INDEX_PREFIX)
     repo = Repository.init(store, replace(CONFIG, format_version=1))
     expected = build(repo, tmp_path, volumes=("vol-a", "vol-b"), rounds=1)
