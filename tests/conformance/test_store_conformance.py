@@ -37,16 +37,15 @@ from movers.errors import (
 from movers.repo.config import RepoConfig
 from movers.repo.repository import Repository
 from movers.repo.store import (
-    FaultyStore,
     LocalStore,
     MemoryStore,
     RetryingStore,
-    SimulatedCrash,
     Store,
     open_store,
 )
 from movers.repo.store.retry import parse_retry_for
 from movers.repo.store.s3 import S3Store
+from movers.testing.faulty import FaultyStore, SimulatedCrash
 from tests.s3proxy import Request, S3Proxy, SilentServer
 
 MiB = 1024 * 1024

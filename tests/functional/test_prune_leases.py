@@ -16,7 +16,8 @@ from movers.repo.leases import LEASE_PREFIX, Lease, live_leases
 from movers.repo.manifest import VolumeIdentity
 from movers.repo.prune import STATE_PREFIX, prune
 from movers.repo.repository import Repository
-from movers.repo.store import FaultyStore, LocalStore, MemoryStore
+from movers.repo.store import LocalStore, MemoryStore
+from movers.testing.faulty import FaultyStore
 from tests.unit.test_prune import check_all_restore, forgotten_content, keys
 from tests.volumes import sha256_file
 

@@ -17,7 +17,8 @@ from movers.repo.leases import TTL_S, Lease
 from movers.repo.prune import prune
 from movers.repo.prunelock import LOCK_PREFIX, PruneLock
 from movers.repo.repository import Repository
-from movers.repo.store import FaultyStore, LocalStore, MemoryStore
+from movers.repo.store import LocalStore, MemoryStore
+from movers.testing.faulty import FaultyStore
 from tests.unit.test_prune import check_all_restore, forgotten_content, keys
 from tests.volumes import RecordingStore
 

@@ -17,8 +17,9 @@ from movers.repo import keys
 from movers.repo.config import CONFIG_KEY, RepoConfig
 from movers.repo.keys import Credentials
 from movers.repo.repository import Repository
-from movers.repo.store import FaultyStore, LocalStore, MemoryStore, SimulatedCrash, Store
+from movers.repo.store import LocalStore, MemoryStore, Store
 from movers.repo.store.s3 import S3Store
+from movers.testing.faulty import FaultyStore, SimulatedCrash
 from tests.functional.test_cli import CLI, assert_one_line_error, run
 from tests.functional.test_encryption import KEY, VOLUME, backup
 from tests.volumes import make_image

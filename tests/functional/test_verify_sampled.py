@@ -15,7 +15,8 @@ from movers.repo import pack, volmap
 from movers.repo.config import RepoConfig
 from movers.repo.manifest import VolumeIdentity
 from movers.repo.repository import Repository
-from movers.repo.store import FaultyStore, LocalStore, MemoryStore
+from movers.repo.store import LocalStore, MemoryStore
+from movers.testing.faulty import FaultyStore
 from tests.functional.test_cli import assert_one_line_error, run
 from tests.volumes import make_image, write_blocks
 

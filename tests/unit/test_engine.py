@@ -16,7 +16,8 @@ from movers.repo.config import RepoConfig
 from movers.repo.leases import live_leases
 from movers.repo.manifest import SnapshotIdentity, VolumeIdentity
 from movers.repo.repository import Repository
-from movers.repo.store import FaultyStore, LocalStore, MemoryStore, RetryingStore, SimulatedCrash
+from movers.repo.store import LocalStore, MemoryStore, RetryingStore
+from movers.testing.faulty import FaultyStore, SimulatedCrash
 from tests.volumes import RecordingStore, coalesce, make_image, sha256_file, write_blocks
 
 MiB = 1 << 20

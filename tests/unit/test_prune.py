@@ -19,7 +19,8 @@ from movers.repo.prune import STATE_PREFIX, prune
 from movers.repo.prunelock import LOCK_PREFIX
 from movers.repo.repository import Repository
 from movers.repo.retention import forget
-from movers.repo.store import FaultyStore, LocalStore, MemoryStore, SimulatedCrash
+from movers.repo.store import LocalStore, MemoryStore
+from movers.testing.faulty import FaultyStore, SimulatedCrash
 from tests.volumes import make_image, sha256_file, write_blocks
 
 MiB = 1 << 20

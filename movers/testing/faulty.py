@@ -1,4 +1,5 @@
-"""Scripted fault injection around any Store, for tests (in the spirit of kopia's blobtesting/faulty.go).
+"""Scripted fault injection around any Store, for tests (in the spirit of kopia's blobtesting/faulty.go); it owns
+``FaultyStore`` and ``SimulatedCrash``, which the product never raises or catches.
 
 Contract:
 
