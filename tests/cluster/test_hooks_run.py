@@ -9,13 +9,13 @@ import time
 import pytest
 from kubernetes import client
 
-from localcluster.demo_app import pod_manifest as demo_pod
+from demo.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
 from movers.hooks.model import Hook, HookSet, hookset_from_annotations
 from movers.hooks.run import HookError, _exit_code, annotation_hooks, quiesced, run_hooks
 
 NS = "hooks"
-APP = ["python", "-m", "localcluster.demo_app"]
+APP = ["python", "-m", "demo.demo_app"]
 SEL = {"app": "demo"}
 FREEZE = Hook(name="freeze", pod_selector=SEL, command=[*APP, "freeze"], timeout_s=10)
 THAW = Hook(name="thaw", pod_selector=SEL, command=[*APP, "thaw"], timeout_s=10)
@@ -37,9 +37,9 @@ def cluster(local_cluster):
     }  # the demo app's class
     core.create_namespaced_persistent_volume_claim(NS, {"metadata": {"name": "data"}, "spec": spec})
     annotations = {
-        "pre.hook.backup.velero.io/command": '["python", "-m", "localcluster.demo_app", "freeze"]',
+        "pre.hook.backup.velero.io/command": '["python", "-m", "demo.demo_app", "freeze"]',
         "pre.hook.backup.velero.io/timeout": "10s",
-        "post.hook.backup.velero.io/command": "python -m localcluster.demo_app thaw",
+        "post.hook.backup.velero.io/command": "python -m demo.demo_app thaw",
         "post.hook.backup.velero.io/container": "app",
     }
     core.create_namespaced_pod(NS, demo_pod("app", {"data": "/dev/xvda"}, labels=SEL, annotations=annotations))

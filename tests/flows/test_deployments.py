@@ -263,13 +263,13 @@ def test_dockerignore_keeps_the_context_small_and_secret_free():
 
 
 def test_make_ui_serves_on_loopback_with_its_own_home(monkeypatch):
-    from localcluster.prefect_server import server_env
+    from deploy.prefect_server import server_env
 
     out = subprocess.run(
         ["make", "-n", "ui", "pools", "PREFECT_UI_PORT=4399"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    (server,) = [ln for ln in out.splitlines() if "localcluster.prefect_server" in ln]
-    assert server.endswith("-m localcluster.prefect_server --home .prefect --port 4399"), server
+    (server,) = [ln for ln in out.splitlines() if "deploy.prefect_server" in ln]
+    assert server.endswith("-m deploy.prefect_server --home .prefect --port 4399"), server
     # the server's environment (it binds 127.0.0.1 itself): its own home, no analytics, and never a
     # PREFECT_API_URL of the caller's shell
     monkeypatch.setenv("PREFECT_API_URL", "http://elsewhere:4200/api")

@@ -105,7 +105,7 @@ def test_full_then_cbt_incremental_and_restore(local_cluster, app, harness, tmp_
         image = tmp_path / f"{NS}-{pvc}.img"
         _run_as_printed(local_cluster, restore_doc, pvc, tmp_path)
         out = subprocess.run(
-            [sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
+            [sys.executable, "-m", "demo.demo_app", "verify", "--device", str(image)],
             check=False,
             capture_output=True,
             text=True,
@@ -278,7 +278,7 @@ def _listed(app, volume: str) -> dict[str, dict]:
 
 def demo_records(image) -> list[tuple[int, int]]:
     """(device index, write time ns) of every intact demo app record on ``image``."""
-    from localcluster.demo_app import _HEAD, MAGIC, RECORD, check_record
+    from demo.demo_app import _HEAD, MAGIC, RECORD, check_record
 
     found = []
     with open(image, "rb") as f:

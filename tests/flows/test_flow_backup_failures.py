@@ -95,7 +95,7 @@ def _restore_verifies(env, repo, volume, tmp_path):
         capture_output=True,
     )
     out = subprocess.run(
-        [sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
+        [sys.executable, "-m", "demo.demo_app", "verify", "--device", str(image)],
         capture_output=True,
         text=True,
     )

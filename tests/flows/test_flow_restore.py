@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from localcluster.demo_app import pod_manifest as demo_pod
+from demo.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, pod_manifest, wait_pod, wait_until
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac, controller_role
 from movers.errors import NotFoundError, UsageError

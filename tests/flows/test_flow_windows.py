@@ -15,7 +15,7 @@ import json
 import pytest
 from kubernetes import client
 
-from localcluster.demo_app import pod_manifest as demo_pod
+from demo.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
 from localcluster.nodes import WINDOWS_TAINT_KEY
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, REPO_SECRET, apply_mover_rbac
@@ -29,7 +29,7 @@ WINAPP = "localcluster-winapp"
 WINDOWS = {"kubernetes.io/os": "windows"}
 TOLERATE_WINDOWS = [{"key": WINDOWS_TAINT_KEY, "operator": "Equal", "value": "windows", "effect": "NoSchedule"}]
 SEL = {"matchLabels": {"app": "winapp"}}
-APP = ["python", "-m", "localcluster.demo_app"]  # what the Windows image runs; the hooks exec it in the pod
+APP = ["python", "-m", "demo.demo_app"]  # what the Windows image runs; the hooks exec it in the pod
 HOOKS = {
     "pre": [{"name": "freeze", "pod_selector": SEL, "container": "app", "command": [*APP, "freeze"], "timeout": 10}],
     "post": [

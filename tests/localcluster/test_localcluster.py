@@ -14,7 +14,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
-from localcluster.demo_app import pod_manifest as demo_pod
+from demo.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac, controller_objects
 from movers.cbt.discovery import snapshot_metadata_service
@@ -62,7 +62,7 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
     wait_pod(core, "app", phase_in("Running"), namespace=NS, timeout=30)
     wait_until(lambda: core.read_namespaced_pod_log("app", NS).count("write seq=") >= 20, 30, "app writes")
 
-    assert exec_in(core, "app", ["python", "-m", "localcluster.demo_app", "freeze"]) == (0, "frozen")
+    assert exec_in(core, "app", ["python", "-m", "demo.demo_app", "freeze"]) == (0, "frozen")
     custom.create_namespaced_custom_object(
         "snapshot.storage.k8s.io",
         "v1",
@@ -85,7 +85,7 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
         30,
         "snapshot ready",
     )
-    assert exec_in(core, "app", ["python", "-m", "localcluster.demo_app", "thaw"]) == (0, "thawed")
+    assert exec_in(core, "app", ["python", "-m", "demo.demo_app", "thaw"]) == (0, "thawed")
     wait_until(lambda: "thawed" in core.read_namespaced_pod_log("app", NS), 10, "thaw logged")
     log = core.read_namespaced_pod_log("app", NS)
     frozen_t = int(log.split("frozen t=")[1].split()[0])
@@ -173,7 +173,7 @@ def test_app_consistent_snapshot_backed_up_by_a_mover_pod(local_cluster, tmp_pat
         capture_output=True,
     )
     check = subprocess.run(
-        [sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(restored)],
+        [sys.executable, "-m", "demo.demo_app", "verify", "--device", str(restored)],
         capture_output=True,
         text=True,
     )

@@ -24,7 +24,7 @@ def test_demo_runs_the_whole_story_and_says_ok(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_", "KUBECONFIG"))}
     env["TMPDIR"] = str(tmp)
     out = subprocess.run(
-        [sys.executable, "-m", "localcluster.demo"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "demo.demo"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     lines = out.stdout.strip().splitlines()
     assert out.returncode == 0 and lines[-1] == "demo: ok", (out.stdout[-3000:], out.stderr[-3000:])
@@ -43,7 +43,7 @@ def test_the_demo_logs_at_info_to_a_ui_and_keeps_its_prefect_state_where_make_ui
     one, to a temporary Prefect home the demo removes."""
     import shutil
 
-    from localcluster.demo import prefect_environment
+    from demo.demo import prefect_environment
 
     to_ui = {"PREFECT_API_URL": "http://127.0.0.1:4200/api"}
     assert prefect_environment(to_ui) is None

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-APP = [sys.executable, "-m", "localcluster.demo_app"]
+APP = [sys.executable, "-m", "demo.demo_app"]
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_no_write_while_frozen_and_records_verify(app):
 def test_verify_detects_a_torn_record(tmp_path):
     import random
 
-    from localcluster.demo_app import make_record
+    from demo.demo_app import make_record
 
     dev = tmp_path / "d.img"
     rec = bytearray(make_record(1, 0, random.Random(1)))

@@ -1,7 +1,7 @@
 """The Prefect UI shows what the flows report: a real ``prefect server start`` (with its UI, own temporary home,
 free loopback port), a ``backup-app`` run sent to it (``tests/ui_backup.py``, a process of its own with
 ``PREFECT_API_URL``, as a worker sends runs), then its pages rendered by headless Chromium (Debian's
-``chromium``, driven over the DevTools pipe: ``localcluster.headless``).
+``chromium``, driven over the DevTools pipe: ``demo.headless``).
 
 What a page must show is read from the server's API (the run's name, its logs, its artifacts' stored tables and
 markdown) and from the flow's result (volumes, backup ids), so the test follows whatever the flows report.
@@ -20,9 +20,9 @@ from subprocess import PIPE
 
 import pytest
 
-from localcluster.headless import Browser, chromium_path
-from localcluster.pngstats import png_stats
-from localcluster.prefect_server import PrefectServer
+from demo.headless import Browser, chromium_path
+from demo.pngstats import png_stats
+from deploy.prefect_server import PrefectServer
 from tests.ui_backup import NS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -62,7 +62,7 @@ def test_examples_load():
     assert (db.group_snapshot.freeze_timeout, db.group_snapshot.on_timeout) == (20.0, "per-pvc")
     assert db.retained_snapshots == "remove"
     demo = policies["demo"]
-    assert demo.hooks.pre[0].command[:3] == ["python", "-m", "localcluster.demo_app"]
+    assert demo.hooks.pre[0].command[:3] == ["python", "-m", "demo.demo_app"]
     assert demo.mover.image == "cbt-mover"
     assert demo.group_snapshot.freeze_timeout < 10, "the demo app thaws itself after 10 s"
 

@@ -1,11 +1,11 @@
-"""``make screenshots`` (``python -m localcluster.screenshots --out docs/ui``): PNG screenshots of the Prefect UI's
-main pages after the whole demo (``localcluster.demo``: two backups, a restore, maintenance) was sent to a fresh
+"""``make screenshots`` (``python -m demo.screenshots --out docs/ui``): PNG screenshots of the Prefect UI's
+main pages after the whole demo (``demo.demo``: two backups, a restore, maintenance) was sent to a fresh
 Prefect server, for docs/ui.md.
 
-It starts a real ``prefect server start`` with its UI (``localcluster.prefect_server``: free loopback port,
-temporary home), runs ``python -m localcluster.demo`` with ``PREFECT_API_URL`` pointing at it (what a user does
+It starts a real ``prefect server start`` with its UI (``deploy.prefect_server``: free loopback port,
+temporary home), runs ``python -m demo.demo`` with ``PREFECT_API_URL`` pointing at it (what a user does
 with ``make ui`` and ``make demo``), finds the runs and artifacts through the server's API and renders each page
-with headless Chromium (``localcluster.headless``). A page that never shows what it should (the run's name, the
+with headless Chromium (``demo.headless``). A page that never shows what it should (the run's name, the
 artifact's first cell or heading), or a screenshot with hardly any colours (blank, a spinner), is an error.
 With ``--server URL`` it photographs the runs already on that server instead (no new server, no demo).
 """
@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from localcluster.headless import Browser
-from localcluster.pngstats import png_stats
-from localcluster.prefect_server import PrefectServer
+from demo.headless import Browser
+from demo.pngstats import png_stats
+from deploy.prefect_server import PrefectServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 1400
@@ -166,17 +166,17 @@ def take(ui_url: str, shots: list[Shot], out: Path, say: Callable[[str], Any] = 
 
 
 def run_demo(api_url: str) -> None:
-    """``python -m localcluster.demo`` sent to ``api_url``, its output on this process's; ``RuntimeError`` if it
+    """``python -m demo.demo`` sent to ``api_url``, its output on this process's; ``RuntimeError`` if it
     does not end ``demo: ok``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_", "KUBECONFIG"))}
     env |= {"PREFECT_API_URL": api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    done = subprocess.run([sys.executable, "-m", "localcluster.demo"], cwd=REPO_ROOT, env=env, check=False)
+    done = subprocess.run([sys.executable, "-m", "demo.demo"], cwd=REPO_ROOT, env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the demo failed (exit status {done.returncode})")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m localcluster.screenshots", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.screenshots", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "ui", help="directory of the PNGs")
     parser.add_argument("--server", help="photograph the runs on this Prefect UI (e.g. http://127.0.0.1:4200)")
     args = parser.parse_args(argv)

@@ -1,11 +1,11 @@
 """The demo application: keeps writing to its block devices and obeys freeze/thaw.
 
-    python -m localcluster.demo_app run --device /dev/xvda [--device /dev/xvdb] [--interval 0.01]
-    python -m localcluster.demo_app run --file /data/records.dat [--file-size 4194304]  # on a filesystem
-    python -m localcluster.demo_app freeze [--timeout 10]   # (by exec) returns once no write can happen
-    python -m localcluster.demo_app thaw
-    python -m localcluster.demo_app status                  # JSON: frozen, writes, last write time
-    python -m localcluster.demo_app verify --device PATH    # every record on the device is intact
+    python -m demo.demo_app run --device /dev/xvda [--device /dev/xvdb] [--interval 0.01]
+    python -m demo.demo_app run --file /data/records.dat [--file-size 4194304]  # on a filesystem
+    python -m demo.demo_app freeze [--timeout 10]   # (by exec) returns once no write can happen
+    python -m demo.demo_app thaw
+    python -m demo.demo_app status                  # JSON: frozen, writes, last write time
+    python -m demo.demo_app verify --device PATH    # every record on the device is intact
 
 ``run`` writes 4 KiB records round-robin over its devices, each
 ``b"DEMOREC1" | seq (u64) | time ns (u64) | device index (u32) | crc32 of the rest | payload``,
@@ -40,7 +40,7 @@ MAGIC = b"DEMOREC1"
 _HEAD = struct.Struct("<8sQQII")  # magic, seq, time ns, device index, crc32
 
 
-IMAGE = "localcluster-demo-app"  # the local kubelet maps it to ``python -m localcluster.demo_app``
+IMAGE = "localcluster-demo-app"  # the local kubelet maps it to ``python -m demo.demo_app``
 CONTROL_DIR = "/run/demo"
 
 

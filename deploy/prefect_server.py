@@ -2,7 +2,7 @@
 temporary ``PREFECT_HOME`` (sqlite database, profiles): for tests and screenshots of the UI.
 
 ``make ui`` runs the same server in the foreground on a fixed port with its state in ``.prefect/``
-(``python -m localcluster.prefect_server --home .prefect --port 4200``); ``PrefectServer`` is thrown away with
+(``python -m deploy.prefect_server --home .prefect --port 4200``); ``PrefectServer`` is thrown away with
 its home when it stops. Analytics are off; nothing of the user's ``~/.prefect`` is read or written.
 """
 
@@ -134,7 +134,7 @@ class PrefectServer:
 
 def main(argv: list[str] | None = None) -> None:
     """``make ui``: the server in the foreground with its state in ``--home``, on loopback port ``--port``."""
-    parser = argparse.ArgumentParser(prog="python -m localcluster.prefect_server")
+    parser = argparse.ArgumentParser(prog="python -m deploy.prefect_server")
     parser.add_argument("--home", type=Path, required=True)
     parser.add_argument("--port", type=int, default=4200)
     args = parser.parse_args(argv)

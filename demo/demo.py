@@ -76,7 +76,7 @@ def _credentials(key: bytes):
 def _deploy(cluster, policy, key: bytes) -> None:
     from kubernetes import client
 
-    from localcluster.demo_app import pod_manifest
+    from demo.demo_app import pod_manifest
     from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
     from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
     from movers.kube import apply as k
@@ -173,7 +173,7 @@ def _identical(cluster, policy, restored: dict, key: bytes) -> list[tuple[str, s
         if _sha(image) != _sha(source):
             problems.append((row["pvc"], "restored bytes differ from the snapshot"))
         out = subprocess.run(
-            [sys.executable, "-m", "localcluster.demo_app", "verify", "--device", str(image)],
+            [sys.executable, "-m", "demo.demo_app", "verify", "--device", str(image)],
             capture_output=True,
             text=True,
         )
