@@ -60,3 +60,11 @@ def test_restore_placement_is_kubernetes_json_as_given():
     tolerations = [{"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"}]
     params = restore_app.validate_parameters({**RESTORE, "tolerations": tolerations, "node_selector": {"pool": 7}})
     assert params["tolerations"] == tolerations and params["node_selector"] == {"pool": "7"}
+
+
+def test_a_prunes_grace_takes_the_one_duration_syntax():
+    """``flows.maintenance.seconds`` (a prune's grace) takes the strings policies and hooks take
+    (tests/unit/test_durations.py)."""
+    from flows.maintenance import seconds
+
+    assert seconds("500ms") == 0.5 and seconds("7d") == 7 * 86400

@@ -19,7 +19,7 @@ from movers.repo.pack import PackEntry
 from movers.repo.prune import DUPLICATE_HOLD_S, choose_homes, prune
 from movers.repo.repository import Repository
 from movers.repo.store import MemoryStore
-from tests.unit.test_prune import DAY, T0, check_all_restore, forgotten_content
+from tests.functional.test_prune import DAY, T0, check_all_restore, forgotten_content
 from tests.volumes import sha256_file
 
 V1 = {"page_size": 4 << 20, "pack_target": 2 << 20, "format_version": 1}

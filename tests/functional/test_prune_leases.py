@@ -18,7 +18,7 @@ from movers.repo.prune import STATE_PREFIX, prune
 from movers.repo.repository import Repository
 from movers.repo.store import LocalStore, MemoryStore
 from movers.testing.faulty import FaultyStore
-from tests.unit.test_prune import check_all_restore, forgotten_content, keys
+from tests.functional.test_prune import check_all_restore, forgotten_content, keys
 from tests.volumes import sha256_file
 
 
@@ -113,7 +113,7 @@ def test_prune_deletes_lease_objects_their_holders_left_behind(tmp_path):
     refreshed for twice the TTL; a live lease stays."""
     from movers.errors import AccessDeniedError
     from movers.repo.leases import EXPIRED_AFTER_S
-    from tests.unit.test_prune import CONFIG, T0
+    from tests.functional.test_prune import CONFIG, T0
 
     inner = MemoryStore()
     store = FaultyStore(inner)

@@ -19,7 +19,7 @@ from movers.repo.prunelock import LOCK_PREFIX, PruneLock
 from movers.repo.repository import Repository
 from movers.repo.store import LocalStore, MemoryStore
 from movers.testing.faulty import FaultyStore
-from tests.unit.test_prune import check_all_restore, forgotten_content, keys
+from tests.functional.test_prune import check_all_restore, forgotten_content, keys
 from tests.volumes import RecordingStore
 
 

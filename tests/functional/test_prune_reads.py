@@ -16,7 +16,7 @@ from movers.repo.prune import prune
 from movers.repo.repository import Repository
 from movers.repo.store import MemoryStore
 from movers.testing.faulty import FaultyStore, SimulatedCrash
-from tests.unit.test_prune import CONFIG, CRASHED, DAY, SIZE, T0, build, check_all_restore, keys
+from tests.functional.test_prune import CONFIG, CRASHED, DAY, SIZE, T0, build, check_all_restore, keys
 from tests.volumes import make_image, sha256_file
 
 
