@@ -23,18 +23,18 @@ $(STAMP): requirements.lock pyproject.toml | deps-demo
 	touch $@
 
 demo: deps-demo $(STAMP)
-	$(VENV)/bin/python -m localcluster.demo
+	$(VENV)/bin/python -m demo.demo
 
 # The suite on TEST_WORKERS pytest-xdist workers (a test file per worker at a time), then the replay of what the
-# product's identities did in every test's cluster against the shipped roles (tests/test_shipped_rbac.py), which
+# product's identities did in every test's cluster against the shipped roles (tests/cluster/test_shipped_rbac.py), which
 # needs all of them to have run: both share a temporary --audit-dir, removed at the end.
 TEST_WORKERS ?= 2
 
 test: deps-test $(STAMP)
 	audit=$$(mktemp -d) && trap 'rm -rf "$$audit"' EXIT && \
 	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --audit-dir="$$audit" \
-		--deselect tests/test_shipped_rbac.py && \
-	$(VENV)/bin/python -m pytest -q -p no:xdist --audit-dir="$$audit" tests/test_shipped_rbac.py
+		--deselect tests/cluster/test_shipped_rbac.py && \
+	$(VENV)/bin/python -m pytest -q -p no:xdist --audit-dir="$$audit" tests/cluster/test_shipped_rbac.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -77,7 +77,7 @@ ui: $(STAMP)
 	@echo "Send a run to it:  PREFECT_API_URL=$(PREFECT_UI_API) make demo"
 	@echo "Deploy to it:      export PREFECT_API_URL=$(PREFECT_UI_API); make pools; $(VENV)/bin/prefect --no-prompt deploy --all"
 	@echo "(set PREFECT_API_URL per command rather than with 'prefect config set': tests and other runs stay off it)"
-	$(VENV)/bin/python -m localcluster.prefect_server --home .prefect --port $(PREFECT_UI_PORT)
+	$(VENV)/bin/python -m deploy.prefect_server --home .prefect --port $(PREFECT_UI_PORT)
 
 # Create or update the work pools of prefect.yaml (cbt-mover-local, cbt-mover-k8s) on the server
 # of PREFECT_API_URL, by default the one `make ui` runs. POOLS_ARGS: e.g. --image REGISTRY/cbt-mover:TAG.
@@ -87,4 +87,4 @@ pools: $(STAMP)
 # PNG screenshots of the UI's main pages (docs/ui/, shown in docs/ui.md): the demo sent to a fresh temporary
 # Prefect server, its pages rendered by headless Chromium (Debian's `chromium`). Takes a few minutes.
 screenshots: $(STAMP)
-	$(VENV)/bin/python -m localcluster.screenshots --out docs/ui
+	$(VENV)/bin/python -m demo.screenshots --out docs/ui

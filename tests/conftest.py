@@ -1,19 +1,23 @@
 """Shared pytest fixtures.
 
+* ``clean_env`` (autouse): every test starts without ``CBT_MOVER_*``, ``AWS_*`` and ``KUBECONFIG`` in
+  ``os.environ``, so what the developer's shell has set cannot steer a test; a test that needs one sets it
+  (``monkeypatch.setenv``, or an ``env=`` of its subprocess).
 * ``moto_server`` / ``s3_bucket`` / ``unconditional_s3``: the S3 test server (``tests/s3server.py``).
 * ``local_cluster`` (module scope): the whole local cluster (``localcluster.cluster.LocalCluster``)
   with default settings; ``make_local_cluster(**settings)`` starts one with other settings (no
   CBT, no group snapshots, older served versions) that is stopped when the test ends.
 * every cluster these fixtures start writes its API audit log into the session's ``audit_dir``;
-  ``tests/test_shipped_rbac.py`` (always run last) replays what the product's identities called
+  ``tests/cluster/test_shipped_rbac.py`` (always run last) replays what the product's identities called
   against the shipped roles and validates every manifest they sent. ``make test`` runs the suite on two
   pytest-xdist workers with ``--audit-dir DIR`` (shared by the workers; the test files each run collected are
-  listed there too), then ``tests/test_shipped_rbac.py`` on its own with the same ``--audit-dir``.
+  listed there too), then ``tests/cluster/test_shipped_rbac.py`` on its own with the same ``--audit-dir``.
 * ``prefect_api`` (session scope): Prefect's local API (``prefect_test_harness``: a temporary
   database and server) for the flow tests, results in a temporary directory; yields its URL. One server for the
   whole session, because each start costs 15-60 s on 2 cores; tests keep apart by namespace and artifact keys.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -22,13 +26,23 @@ from tests.audit import RAN_MODULES
 from tests.s3server import moto_server, s3_bucket, unconditional_s3  # noqa: F401  (fixtures, re-exported for all tests)
 
 AUDITED_LAST = "test_shipped_rbac.py"
+STRIPPED_ENV_PREFIXES = ("CBT_MOVER_", "AWS_")
+STRIPPED_ENV_NAMES = ("KUBECONFIG",)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    """Strip the product's and the cloud SDKs' variables from ``os.environ`` for the test (restored after it)."""
+    for name in list(os.environ):
+        if name.startswith(STRIPPED_ENV_PREFIXES) or name in STRIPPED_ENV_NAMES:
+            monkeypatch.delenv(name)
 
 
 def pytest_addoption(parser):
     parser.addoption(
         "--audit-dir",
         help="where the clusters' API audit logs go (default: a temporary directory of the session); shared by"
-        " pytest-xdist workers and a later run of tests/test_shipped_rbac.py",
+        " pytest-xdist workers and a later run of tests/cluster/test_shipped_rbac.py",
     )
 
 
@@ -100,7 +114,7 @@ def prefect_api(tmp_path_factory):
     )
     from prefect.testing.utilities import prefect_test_harness
 
-    # tasks called on their own (tests/test_maintenance.py) log without a flow run: not worth a warning; the
+    # tasks called on their own (tests/flows/test_maintenance.py) log without a flow run: not worth a warning; the
     # results of failed runs go to the session's temporary directory, not ~/.prefect/storage
     quiet = {
         PREFECT_SERVER_ANALYTICS_ENABLED: False,
@@ -115,7 +129,7 @@ def prefect_api(tmp_path_factory):
 @pytest.fixture
 def repo(tmp_path):
     """A ``file://`` repository made with ``cbt-mover init`` (its URL); a test module's own ``repo`` overrides it."""
-    from tests.test_cli import run
+    from tests.functional.test_cli import run
 
     url = f"file://{tmp_path}/repo"
     run("init", "--insecure-no-encryption", "--repo", url, check_rc=0)

@@ -20,13 +20,13 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-from localcluster.demo_app import pod_manifest as demo_pod
+from demo.demo_app import pod_manifest as demo_pod
 from localcluster.kubelet.testing import phase_in, wait_pod, wait_until
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, REPO_SECRET, apply_mover_rbac, controller_kubeconfig
 from movers.kube import apply as k
 from movers.kube import manifests as m
 
-APP = ["python", "-m", "localcluster.demo_app"]
+APP = ["python", "-m", "demo.demo_app"]
 # the flow tests' repository passphrase: distinctive, so that a scan of logs, artifacts and events finds any copy
 PASSPHRASE = "flow-tests: tr0ub4dor&3 correct horse 91c2"
 KEY_ENV = {"CBT_MOVER_PASSWORD": PASSPHRASE}

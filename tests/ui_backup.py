@@ -21,9 +21,9 @@ def main() -> int:
     if not os.environ.get("PREFECT_API_URL"):
         print("ui_backup: set PREFECT_API_URL to the server to send the run to", file=sys.stderr)
         return 2
+    from deploy.prefect_server import wait_healthy
     from flows.backup import backup_app
     from localcluster.cluster import LocalCluster
-    from localcluster.prefect_server import wait_healthy
     from tests.flowapp import backup_params, deploy_app
 
     with LocalCluster() as cluster:  # in a temporary directory of its own, removed when it stops

@@ -24,20 +24,33 @@ import contextlib
 import json
 import signal
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import WSMsgType, web
 
 from localcluster.kubeapi.calls import Call
 from localcluster.kubeapi.errors import bad_request, not_found
-from localcluster.kubelet.logs import pick_container
+from localcluster.kubelet.logs import PodLookup, pick_container
 from localcluster.kubelet.runtime import kill_group
 
 if TYPE_CHECKING:
-    from localcluster.kubelet.kubelet import LocalKubelet
+    from localcluster.kubelet.sandbox import Sandbox
 
 V4, V5 = "v4.channel.k8s.io", "v5.channel.k8s.io"
 STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
+
+
+class ExecHost(PodLookup, Protocol):
+    """What the exec handler needs from the kubelet (``LocalKubelet`` is one; this module does not import it): what
+    the log handler needs, the sandbox that launches the command, the longest an exec may run, and the bookkeeping
+    of process groups."""
+
+    sandbox: Sandbox
+    exec_timeout: float
+
+    def track(self, pgid: int) -> None: ...
+
+    def untrack(self, pgid: int) -> None: ...
 
 
 def _flag(query, name: str) -> bool:
@@ -68,7 +81,7 @@ def internal_error(message: str) -> dict:
     }
 
 
-def handler(kubelet: LocalKubelet):
+def handler(kubelet: ExecHost):
     async def serve(request: web.Request, call: Call) -> web.StreamResponse:
         ns, name = call.namespace or "", call.name or ""
         if request.method not in ("GET", "POST"):

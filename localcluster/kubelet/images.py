@@ -13,7 +13,7 @@ manifest: a node of another OS cannot pull it (``platform_error`` gives the erro
 gives, reported as ErrImagePull). An image that is not in the table is a Linux image.
 
 ``default_images()``: ``cbt-mover`` -> the venv's ``cbt-mover`` executable running this checkout's ``movers``, and
-``localcluster-demo-app`` -> ``python -m localcluster.demo_app`` (with this repository on
+``localcluster-demo-app`` -> ``python -m demo.demo_app`` (with this repository on
 PYTHONPATH), both Linux images; ``localcluster-winapp`` -> the same demo app program as a Windows
 image (the Windows node runs the same local Python programs). Pass
 ``images={**default_images(), "my-image": ["/bin/app"]}`` to extend it.
@@ -43,7 +43,7 @@ ImageTable = Mapping[str, "Image | Sequence[str]"]
 
 
 def default_images() -> dict[str, Image]:
-    demo = (sys.executable, "-m", "localcluster.demo_app")
+    demo = (sys.executable, "-m", "demo.demo_app")
     return {
         "cbt-mover": Image((str(Path(BIN_DIR) / "cbt-mover"),), env={"PYTHONPATH": REPO_ROOT}),
         "localcluster-winapp": Image(demo, env={"PYTHONPATH": REPO_ROOT}, os="windows"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
@@ -20,9 +20,20 @@ from localcluster.kubeapi.errors import bad_request, not_found
 from localcluster.kubelet.runtime import Record, parse_record, parse_time
 
 if TYPE_CHECKING:
-    from localcluster.kubelet.kubelet import LocalKubelet
+    from localcluster.kubelet.cluster import Cluster
+    from localcluster.kubelet.pods import PodWorker
 
 _POLL = 0.05
+
+
+class PodLookup(Protocol):
+    """What the log handler needs from the kubelet (``LocalKubelet`` is one; this module does not import it): the
+    API view of its pods, the worker of a pod it runs, and whether it is stopping."""
+
+    cluster: Cluster
+    stopping: bool
+
+    def worker(self, namespace: str, name: str, uid: str | None = None) -> PodWorker | None: ...
 
 
 def _truthy(value: str | None) -> bool:
@@ -47,7 +58,7 @@ def pick_container(pod: dict, requested: str | None) -> str:
     return requested
 
 
-def handler(kubelet: LocalKubelet):
+def handler(kubelet: PodLookup):
     async def serve(request: web.Request, call: Call) -> web.StreamResponse:
         if request.method != "GET":
             raise bad_request("pods/log supports GET only")

@@ -29,7 +29,7 @@ import re
 import shutil
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from localcluster.kubelet.images import ImageError, argv_of, lookup, platform_error
 from localcluster.kubelet.podenv import HOST_IP, POD_IP, ConfigError, base_env, container_env, expand
@@ -39,10 +39,42 @@ from localcluster.kubelet.volumes import PodVolumes, Volume, VolumeError, Volume
 from localcluster.storage import StorageError
 
 if TYPE_CHECKING:
-    from localcluster.kubelet.kubelet import LocalKubelet
+    from localcluster.kubelet.apiproxy import ApiTlsFront
+    from localcluster.kubelet.cluster import Cluster
+    from localcluster.kubelet.images import ImageTable
+    from localcluster.kubelet.sandbox import Sandbox
+    from localcluster.kubelet.volumes import Attachments
+    from localcluster.nodes import NodeSpec
 
 Obj = dict[str, Any]
 log = logging.getLogger("localcluster.kubelet")
+
+
+class PodHost(Protocol):
+    """What a ``PodWorker`` needs from the kubelet that runs it (``LocalKubelet`` is one; this module does not
+    import it): the node and its work directory, the API view, the attachments, the sandbox, the image table, the
+    limits (``grace_cap``, ``backoff``), the in-cluster endpoint, and the bookkeeping of process groups."""
+
+    workdir: Path
+    spec: NodeSpec
+    cluster: Cluster
+    attachments: Attachments
+    sandbox: Sandbox
+    images: ImageTable
+    automount: bool
+    api_front: ApiTlsFront | None
+    mkfs_path: str | None
+    grace_cap: float
+    backoff: tuple[float, float]
+
+    @property
+    def endpoint(self) -> tuple[str, int] | None: ...
+
+    def track(self, pgid: int) -> None: ...
+
+    def untrack(self, pgid: int) -> None: ...
+
+    def kill_execs(self, container: ContainerRun) -> None: ...
 
 
 class ContainerRun:
@@ -91,7 +123,7 @@ class ContainerRun:
 
 
 class PodWorker:
-    def __init__(self, kubelet: LocalKubelet, pod: Obj) -> None:
+    def __init__(self, kubelet: PodHost, pod: Obj) -> None:
         self.k = kubelet
         self.pod = pod
         md = pod["metadata"]

@@ -103,19 +103,18 @@ two prunes of one repository must not run at the same time: each holds the repos
    for ``EXPIRED_AFTER_S`` (twice their TTL: it crashed, or its credentials cannot delete), and superseded
    sequences of any lease, are deleted (``leases_deleted``); a dry run counts them.
 
-**Memory** (the contract; ``tests/test_maintenance_memory.py`` holds prune to it, ``bench/maintenance_bench.py``
-measures it): the chunk index is a ``movers.repo.packtable.PackTable``: per stored chunk (an index entry: a chunk
-stored twice counts twice) its 49-byte index record, its pack number (4), hash slots (~8) and a byte of marks,
-4 more when entries must be regrouped by pack (a sharded index: version 2), up to an eighth more while buffers
-grow: about 65 bytes (version 1) or 70 (version 2). Plus about 60 bytes per pack, 32-40 per map object listed or
-referenced, and Python objects (a few hundred bytes each) for chunk ids with copies in several candidate packs
-(version 1) and for every key the prune state lists (its JSON is read and written whole). Listings stream, pages
-and index objects are read a part at a time. Writing the new index adds the compressed object being written
-(~35 bytes per surviving chunk): version 2 one shard at a time; version 1's single object is compressed from the
-end of the table, which frees its records as it goes (``PackTable.drain``; the buffer shrinks once half of it is
-free), so a version 1 prune that rewrites the index peaks 15-25 bytes per chunk above its dry run. **Time**: linear
-in the index entries, the packs, the map objects listed and read, and the manifests (hash lookups, no sorting of
-chunk ids).
+**Memory** (the contract; ``tests/functional/test_maintenance_memory.py`` holds prune to it,
+``bench/maintenance_bench.py`` measures it): the chunk index is a ``movers.repo.packtable.PackTable``: per stored chunk
+(an index entry: a chunk stored twice counts twice) its 49-byte index record, its pack number (4), hash slots (~8) and a
+byte of marks, 4 more when entries must be regrouped by pack (a sharded index: version 2), up to an eighth more while
+buffers grow: about 65 bytes (version 1) or 70 (version 2). Plus about 60 bytes per pack, 32-40 per map object listed or
+referenced, and Python objects (a few hundred bytes each) for chunk ids with copies in several candidate packs (version
+1) and for every key the prune state lists (its JSON is read and written whole). Listings stream, pages and index
+objects are read a part at a time. Writing the new index adds the compressed object being written (~35 bytes per
+surviving chunk): version 2 one shard at a time; version 1's single object is compressed from the end of the table,
+which frees its records as it goes (``PackTable.drain``; the buffer shrinks once half of it is free), so a version 1
+prune that rewrites the index peaks 15-25 bytes per chunk above its dry run. **Time**: linear in the index entries, the
+packs, the map objects listed and read, and the manifests (hash lookups, no sorting of chunk ids).
 """
 
 from __future__ import annotations

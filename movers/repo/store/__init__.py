@@ -14,7 +14,6 @@ from movers.errors import UsageError
 from movers.redaction import has_userinfo, hide_userinfo
 from movers.repo.store.base import Store, validate_key
 from movers.repo.store.counting import RequestCounts
-from movers.repo.store.faulty import FaultyStore, SimulatedCrash
 from movers.repo.store.local import LocalStore
 from movers.repo.store.memory import MemoryStore
 from movers.repo.store.retry import DEFAULT_RETRY_FOR, RetryingStore
@@ -23,13 +22,11 @@ if TYPE_CHECKING:
     from movers.repo.store.s3 import S3Store
 
 __all__ = [
-    "FaultyStore",
     "LocalStore",
     "MemoryStore",
     "RequestCounts",
     "RetryingStore",
     "S3Store",
-    "SimulatedCrash",
     "Store",
     "open_store",
     "validate_key",

@@ -1,6 +1,6 @@
 """The Store protocol: the only way the engine touches persistent bytes.
 
-Guarantees every implementation gives (checked by ``tests/test_store_conformance.py``):
+Guarantees every implementation gives (checked by ``tests/conformance/test_store_conformance.py``):
 
 * Keys are ``/``-separated strings of ``[A-Za-z0-9._%-]`` segments; no leading ``/``,
   no empty segment, no segment starting with ``.tmp-`` (reserved for a local store's temporary

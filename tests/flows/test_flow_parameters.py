@@ -1,0 +1,70 @@
+"""The flows' parameters are typed with the policy's models: the Prefect UI builds forms from their schema and
+a deployment's enforce_parameter_schema (and Prefect's own validation) refuses what a policy would refuse."""
+
+from __future__ import annotations
+
+import pytest
+from prefect.exceptions import ParameterTypeError
+from prefect.utilities.callables import parameter_schema
+
+from flows.backup import backup_app
+from flows.restore import restore_app
+from movers.policy.model import Hooks
+
+RESTORE = {"repo": "s3://b", "namespace": "shop", "repo_secret": "creds"}
+HOOK = {"name": "freeze", "pod_selector": {"app": "db"}, "command": ["fsfreeze", "--freeze", "/data"]}
+
+
+def test_backup_hooks_are_a_form_of_pre_and_post_hooks():
+    schema = parameter_schema(backup_app).model_dump()
+    assert schema["properties"]["hooks"]["anyOf"][0] == {"$ref": "#/definitions/Hooks"}
+    hooks = schema["definitions"]["Hooks"]
+    assert set(hooks["properties"]) == {"pre", "post"} and hooks["additionalProperties"] is False
+    assert hooks["properties"]["pre"]["items"] == {"$ref": "#/definitions/HookSpec"}, "each hook a form"
+    spec = schema["definitions"]["HookSpec"]
+    assert set(spec["required"]) == {"name", "pod_selector", "command"}
+    assert spec["properties"]["on_error"]["enum"] == ["fail", "continue"]
+    assert {"type": "string"} in spec["properties"]["timeout"]["anyOf"], "a Go duration such as 90s is a timeout"
+    assert backup_app.validate_parameters({"hooks": {"pre": [HOOK]}})["hooks"] == Hooks(pre=[HOOK])
+
+
+@pytest.mark.parametrize(
+    ("hooks", "words"),
+    [
+        ({"pre": [HOOK], "prost": []}, "prost"),
+        ({"pre": [{**HOOK, "command": "fsfreeze --freeze /data"}]}, "hooks.pre.0.command: must be a list (an argv)"),
+        ({"post": [{**HOOK, "on_error": "ignore"}]}, "hooks.post.0.on_error: must be fail or continue"),
+    ],
+)
+def test_backup_refuses_bad_hooks_before_the_run(hooks, words):
+    with pytest.raises(ParameterTypeError, match="hooks") as err:
+        backup_app.validate_parameters({"hooks": hooks})
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("param", "value", "words"),
+    [
+        ("tolerations", [{"operator": "Maybe"}], "[0].operator: must be Exists or Equal"),
+        ("node_selector", {"disk type": "ssd"}, "is not a valid label key"),
+        ("affinity", {"podAffinity": {}}, "podAffinity: is not supported"),
+    ],
+)
+def test_restore_refuses_bad_writer_placement_before_the_run(param, value, words):
+    with pytest.raises(ParameterTypeError, match=param) as err:
+        restore_app.validate_parameters({**RESTORE, param: value})
+    assert words in str(err.value)
+
+
+def test_restore_placement_is_kubernetes_json_as_given():
+    tolerations = [{"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"}]
+    params = restore_app.validate_parameters({**RESTORE, "tolerations": tolerations, "node_selector": {"pool": 7}})
+    assert params["tolerations"] == tolerations and params["node_selector"] == {"pool": "7"}
+
+
+def test_a_prunes_grace_takes_the_one_duration_syntax():
+    """``flows.maintenance.seconds`` (a prune's grace) takes the strings policies and hooks take
+    (tests/unit/test_durations.py)."""
+    from flows.maintenance import seconds
+
+    assert seconds("500ms") == 0.5 and seconds("7d") == 7 * 86400

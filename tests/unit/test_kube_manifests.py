@@ -1,0 +1,414 @@
+"""Golden files of the manifest builders (``UPDATE_GOLDEN=1`` rewrites them) and their contracts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from movers.kube import manifests as m
+from movers.kube.volumes import source_identity
+from tests import k8svalidate
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+LABELS = m.run_labels("run-1", app="shop")
+TOLERATIONS = [{"key": "node-role.example.com/backup", "operator": "Exists", "effect": "NoSchedule"}]
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}]}
+            ]
+        }
+    }
+}
+
+
+def _cases() -> dict[str, dict]:
+    backup = m.backup_args(
+        volume="prod/shop/data",
+        namespace="shop",
+        snapshot="snap-data",
+        cluster="prod",
+        pvc="data",
+        base_handle="snap-handle-0",
+        group_snapshot="vgs-run-1",
+        storage_class="local-block",
+        volume_mode="Filesystem",
+        tags={"cbt-mover.io/run": "run-1", "cbt-mover.io/app": "shop"},
+        **{**source_identity(SOURCE_PV), "fs_type": "xfs"},
+        run_pvcs=["wal", "data"],
+    )
+    return {
+        "volume_group_snapshot_v1": m.volume_group_snapshot(
+            "vgs-run-1", "shop", {"matchLabels": {"app": "shop"}}, "local-groupclass", "v1", LABELS
+        ),
+        "volume_group_snapshot_v1beta1_default_class": m.volume_group_snapshot(
+            "vgs-run-1",
+            "shop",
+            {"matchExpressions": [{"key": "app", "operator": "In", "values": ["shop"]}]},
+            None,
+            "v1beta1",
+            LABELS,
+        ),
+        "volume_snapshot": m.volume_snapshot("snap-data", "shop", "data", "local-snapclass", LABELS),
+        "pvc_from_snapshot": m.pvc_from_snapshot("read-data", "shop", "snap-data", "32Mi", "local-block", LABELS),
+        "block_pvc": m.block_pvc("data", "restored", "32Mi", None, LABELS),
+        "allow_volume_mode_change_patch": m.allow_volume_mode_change_patch(),
+        "backup_args": {"args": backup},
+        "restore_args": {"args": m.restore_args(volume="prod/shop/data", backup="latest", assume_zeroed=True)},
+        "mover_pod_backup": m.mover_pod(
+            "mover-data",
+            "shop",
+            image="ghcr.io/example/cbt-mover:1.0",
+            args=backup,
+            pvc="read-data",
+            service_account="cbt-mover",
+            cbt_audience="cbt.example",
+            repo_secret="backup-repo",
+            repo_keys=["password"],
+            labels=LABELS,
+            active_deadline_seconds=3600,
+            tolerations=TOLERATIONS,
+            affinity=AFFINITY,
+        ),
+        "mover_pod_restore": m.mover_pod(
+            "writer-data",
+            "restored",
+            image="ghcr.io/example/cbt-mover:1.0",
+            args=m.restore_args(volume="prod/shop/data"),
+            pvc="data",
+            service_account="cbt-mover",
+            repo_secret="backup-repo",
+            repo_keys=["keyfile", "password"],
+            labels=LABELS,
+            resources={"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+            node_selector={"kubernetes.io/os": "linux", "pool": "backup"},
+        ),
+        "rebound_pv_filesystem": m.rebound_pv(
+            "pvc-1234-filesystem", SOURCE_PV, "restored", "data", "Filesystem", labels=LABELS
+        ),
+        "prebound_pvc": m.prebound_pvc(
+            "data", "restored", "pvc-1234-filesystem", "32Mi", "local-block", labels=LABELS, annotations={"note": "x"}
+        ),
+        "restored_patch": m.restored_patch("prod/shop/data", "20260101T000000000000Z-abcdef", "restore-1"),
+    }
+
+
+SOURCE_PV = {
+    "metadata": {
+        "name": "pvc-1234",
+        "annotations": {m.PROVISIONED_BY: "hostpath.csi.k8s.io", "other": "dropped"},
+        "finalizers": ["kubernetes.io/pv-protection"],
+    },
+    "spec": {
+        "accessModes": ["ReadWriteOnce"],
+        "capacity": {"storage": "32Mi"},
+        "volumeMode": "Block",
+        "persistentVolumeReclaimPolicy": "Delete",
+        "storageClassName": "local-block",
+        "mountOptions": ["noatime"],
+        "claimRef": {"name": "data-restore-1", "namespace": "restored", "uid": "u-1"},
+        "csi": {
+            "driver": "hostpath.csi.k8s.io",
+            "volumeHandle": "vol-1",
+            "volumeAttributes": {"a": "b"},
+            "nodeStageSecretRef": {"name": "s", "namespace": "kube-system"},
+        },
+        "nodeAffinity": {
+            "required": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}]}
+                ]
+            }
+        },
+    },
+}
+
+
+def test_rebound_pv_and_quantities_contract():
+    block = m.rebound_pv("pv-b", SOURCE_PV, "ns", "c", "Block")
+    assert "fsType" not in block["spec"]["csi"] and "mountOptions" not in block["spec"]
+    assert block["spec"]["claimRef"] == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "namespace": "ns",
+        "name": "c",
+    }, "no uid: the claim that names the PV binds it"
+    assert block["spec"]["persistentVolumeReclaimPolicy"] == "Retain" and "finalizers" not in block["metadata"]
+    with pytest.raises(ValueError):
+        m.rebound_pv("x", {"spec": {"csi": {"driver": "d"}}}, "ns", "c", "Block")
+    with pytest.raises(ValueError):
+        m.rebound_pv("x", SOURCE_PV, "ns", "c", "Raw")
+    with pytest.raises(ValueError):
+        m.reclaim_policy_patch("Keep")
+    assert [m.quantity(n) for n in (16 << 20, 1 << 30, 3 << 10, 1000)] == ["16Mi", "1Gi", "3Ki", "1000"]
+
+
+@pytest.mark.parametrize("name", sorted(_cases()))
+def test_golden(name):
+    got = json.dumps(_cases()[name], indent=2, sort_keys=True) + "\n"
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(got)
+    assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1"
+    assert got == path.read_text(), f"{name} differs from {path} (UPDATE_GOLDEN=1 rewrites it)"
+
+
+def test_builders_are_pure():
+    selector = {"matchLabels": {"app": "shop"}}
+    a = m.volume_group_snapshot("g", "ns", selector, None, "v1beta2", LABELS)
+    a["spec"]["source"]["selector"]["matchLabels"]["app"] = "other"
+    a["metadata"]["labels"]["x"] = "y"
+    assert selector == {"matchLabels": {"app": "shop"}} and "x" not in LABELS
+    pod = m.mover_pod("p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r")
+    pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = "9Gi"
+    assert m.DEFAULT_RESOURCES["limits"]["memory"] == "1Gi"
+    assert _cases() == _cases()
+
+
+def test_mover_pod_contract():
+    pod = m.mover_pod(
+        "p",
+        "ns",
+        image="i",
+        args=["backup", "--cbt-token-file", "/t"],
+        pvc="c",
+        service_account="s",
+        repo_secret="r",
+        cbt_audience="aud",
+    )
+    c = pod["spec"]["containers"][0]
+    assert c["args"].count("--cbt-token-file") == 1, "an explicit token file is kept"
+    assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert c["securityContext"]["privileged"] is False
+    optional = {e["name"] for e in c["env"] if e["valueFrom"]["secretKeyRef"].get("optional")}
+    assert {"AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"} <= optional and "AWS_ACCESS_KEY_ID" not in optional
+    no_token = m.mover_pod("p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r")
+    assert "volumeMounts" not in no_token["spec"]["containers"][0]
+    assert no_token["spec"]["containers"][0]["args"] == ["restore"]
+
+
+def test_the_repository_key_is_a_read_only_file_of_the_secret_named_by_path_only():
+    pod = m.mover_pod(
+        "p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r", repo_keys=["password"]
+    )
+    spec, c = pod["spec"], pod["spec"]["containers"][0]
+    [volume] = [v for v in spec["volumes"] if "secret" in v]
+    assert volume == {
+        "name": m.REPO_KEY_VOLUME,
+        "secret": {
+            "secretName": "r",
+            "items": [{"key": "password", "path": "password", "mode": 0o400}],
+            "defaultMode": 0o400,
+            "optional": True,
+        },
+    }
+    assert c["volumeMounts"] == [{"name": m.REPO_KEY_VOLUME, "mountPath": m.REPO_KEY_DIR, "readOnly": True}]
+    literal = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert literal == {"CBT_MOVER_PASSWORD_FILE": f"{m.REPO_KEY_DIR}/password"}
+    both = m.mover_pod(
+        "p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r",
+        repo_keys=["keyfile", "password"],
+    )  # fmt: skip
+    files = {e["name"]: e["value"] for e in both["spec"]["containers"][0]["env"] if "value" in e}
+    assert files == {
+        "CBT_MOVER_PASSWORD_FILE": f"{m.REPO_KEY_DIR}/password",
+        "CBT_MOVER_KEY_FILE": f"{m.REPO_KEY_DIR}/keyfile",
+    }
+    none = m.mover_pod("p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r")
+    assert [v["name"] for v in none["spec"]["volumes"]] == ["data"], "no key volume for an unencrypted repository"
+    with pytest.raises(ValueError, match="passphrase"):
+        m.mover_pod(
+            "p", "ns", image="i", args=["x"], pvc="c", service_account="s", repo_secret="r", repo_keys=["passphrase"]
+        )
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError):
+        m.volume_group_snapshot("g", "ns", {}, None, "v1alpha1")
+    with pytest.raises(ValueError):
+        m.volume_group_snapshot("g", "ns", {}, "", "v1")
+
+
+def test_args_parse_with_the_cli():
+    from movers.cli import build_parser
+
+    args = build_parser().parse_args(
+        m.backup_args(volume="v", namespace="ns", snapshot="s", base_handle="h", full=True, workers=2, pvc="p")
+    )
+    assert (args.command, args.kube, args.snapshot, args.base_handle, args.json) == ("backup", True, "s", "h", True)
+    assert args.result_file == "/dev/termination-log" and args.full and args.workers == 2
+    args = build_parser().parse_args(
+        m.backup_args(
+            volume="v",
+            namespace="ns",
+            snapshot="s",
+            storage_class="fast",
+            volume_mode="Block",
+            tags={"b": "2", "a": "x=y"},
+        )
+    )
+    assert (args.storage_class, args.volume_mode, args.tag) == ("fast", "Block", ["a=x=y", "b=2"])
+    args = build_parser().parse_args(
+        m.backup_args(volume="v", namespace="ns", snapshot="s", run_pvcs=["b", "a", "b"], **source_identity(SOURCE_PV))
+    )
+    assert (args.pv_name, args.pv_handle, args.csi_driver, args.fs_type, args.run_pvcs) == (
+        "pvc-1234",
+        "vol-1",
+        "hostpath.csi.k8s.io",
+        None,
+        "a,b",
+    )
+    assert json.loads(args.node_affinity) == SOURCE_PV["spec"]["nodeAffinity"]["required"]
+    args = build_parser().parse_args(
+        m.backup_args(volume="v", namespace="ns", snapshot="s", pvc_labels={"b": "2", "a": "1"})
+    )
+    assert args.pvc_labels == '{"a":"1","b":"2"}'
+    args = build_parser().parse_args(m.restore_args(volume="v", backup="b1", repo="s3://b/r", workers=3))
+    assert (args.command, args.backup, args.repo, args.workers, args.json) == ("restore", "b1", "s3://b/r", 3, True)
+
+
+@pytest.mark.parametrize("name", sorted(_cases()))
+def test_built_in_kinds_pass_strict_validation(name):
+    manifest = _cases()[name]
+    if "kind" not in manifest or not k8svalidate.has_schema(manifest):
+        pytest.skip("a patch, an argv or a custom resource (the API emulator checks those by their CRD schema)")
+    assert k8svalidate.validate(manifest) == []
+
+
+def test_every_object_of_a_run_carries_the_recommended_labels():
+    cases = _cases()
+    components = {
+        "volume_group_snapshot_v1": "snapshot",
+        "volume_snapshot": "snapshot",
+        "pvc_from_snapshot": "reader-claim",
+        "block_pvc": "restore-claim",
+        "mover_pod_backup": "mover",
+        "mover_pod_restore": "writer",
+        "rebound_pv_filesystem": "restore-volume",
+        "prebound_pvc": "restore-claim",
+    }
+    for name, component in components.items():
+        labels = cases[name]["metadata"]["labels"]
+        assert labels == {
+            "cbt-mover.io/run": "run-1",
+            "app.kubernetes.io/name": "cbt-mover",
+            "app.kubernetes.io/managed-by": "cbt-mover",
+            "app.kubernetes.io/instance": "run-1",
+            "app.kubernetes.io/part-of": "shop",
+            "app.kubernetes.io/component": component,
+        }, name
+    # a caller's component wins; objects that are not a run's (an app's own claim in a test) stay as given
+    own = m.block_pvc("d", "ns", "1Gi", None, m.run_labels("r", component="custom"))
+    assert own["metadata"]["labels"]["app.kubernetes.io/component"] == "custom"
+    assert m.block_pvc("d", "ns", "1Gi", None, {"app": "demo"})["metadata"]["labels"] == {"app": "demo"}
+    assert "labels" not in m.block_pvc("d", "ns", "1Gi")["metadata"]
+    long_app = m.run_labels("r", app="An App/with spaces " + "x" * 80)
+    assert all(m.label_value(v) == v for v in long_app.values())
+
+
+@pytest.mark.parametrize("text", ["shop", "backup-0123456789abcdef", "a", "", "x" * 63, "A.b_c-9"])
+def test_label_value_keeps_valid_values(text):
+    assert m.label_value(text) == text
+
+
+@pytest.mark.parametrize("text", ["x" * 64, "-leading", "trailing.", "a/b", "ns/pvc name", "ümlaut", "---", "_"])
+def test_label_value_makes_a_valid_distinct_value(text):
+    value = m.label_value(text)
+    assert len(value) <= 63 and re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?", value), value
+    assert value and value != text and m.label_value(text) == value
+    assert m.label_value("a-b") != m.label_value("a/b") and m.label_value("y" * 64) != m.label_value("y" * 65)
+    assert (
+        k8svalidate.validate(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"k": value}}}
+        )
+        == []
+    )
+
+
+def test_reader_claim_size_never_says_none():
+    assert m.reader_claim_size(16 << 20, "1Gi") == "16Mi", "restoreSize first"
+    assert m.reader_claim_size("20Gi", None) == "20Gi"
+    assert m.reader_claim_size(None, "1Gi") == "1Gi", "no restoreSize: the source claim's capacity"
+    assert m.reader_claim_size("", 5000) == "5000"
+    for bad in ((None, None), (None, "None"), ("None", None)):
+        with pytest.raises(ValueError):
+            m.reader_claim_size(*bad)
+    with pytest.raises(ValueError, match="'None' is not a Kubernetes quantity"):
+        m.pvc_from_snapshot("r", "ns", "s", "None")
+
+
+def test_source_identity_of_a_pv():
+    fs = {
+        **SOURCE_PV,
+        "metadata": {**SOURCE_PV["metadata"], "uid": "uid-1"},
+        "spec": {**SOURCE_PV["spec"], "volumeMode": "Filesystem", "csi": {**SOURCE_PV["spec"]["csi"], "fsType": "xfs"}},
+    }
+    assert source_identity(fs) == {
+        "pv_name": "pvc-1234",
+        "pv_uid": "uid-1",
+        "pv_handle": "vol-1",
+        "csi_driver": "hostpath.csi.k8s.io",
+        "fs_type": "xfs",
+        "node_affinity": SOURCE_PV["spec"]["nodeAffinity"]["required"],
+    }
+    block = {**fs, "spec": {**fs["spec"], "volumeMode": "Block"}}
+    assert source_identity(block)["fs_type"] is None, "a Block volume has no filesystem"
+    assert source_identity({"metadata": {"name": "p"}, "spec": {}})["node_affinity"] is None
+
+
+def test_writer_and_mover_pods():
+    writer = m.mover_pod(
+        "w", "ns", image="i", args=["restore", "--volume", "v"], pvc="c", service_account="s", repo_secret="r"
+    )
+    mover = m.mover_pod(
+        "p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r", cbt_audience="aud"
+    )
+    assert writer["spec"]["automountServiceAccountToken"] is False
+    assert [v for v in writer["spec"]["volumes"] if "projected" in v] == []
+    assert writer["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c"}
+    assert mover["spec"]["automountServiceAccountToken"] is True
+    assert mover["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": True}
+    with pytest.raises(ValueError, match="writer"):
+        m.mover_pod(
+            "w", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r", cbt_audience="aud"
+        )
+    with pytest.raises(ValueError, match="role"):
+        m.mover_pod("w", "ns", image="i", args=["x"], pvc="c", service_account="s", repo_secret="r", role="reader")
+    assert "tolerations" not in mover["spec"] and "affinity" not in mover["spec"]
+    placed = m.mover_pod(
+        "p",
+        "ns",
+        image="i",
+        args=["backup"],
+        pvc="c",
+        service_account="s",
+        repo_secret="r",
+        tolerations=TOLERATIONS,
+        affinity=AFFINITY,
+    )
+    assert (placed["spec"]["tolerations"], placed["spec"]["affinity"]) == (TOLERATIONS, AFFINITY)
+    placed["spec"]["tolerations"][0]["key"] = "changed"
+    assert TOLERATIONS[0]["key"] == "node-role.example.com/backup"
+
+
+def test_the_restored_patch_gives_the_claim_its_source_labels_but_keeps_the_runs_own():
+    source = {"app": "db", m.NAME_LABEL: "postgres", m.RUN_LABEL: "backup-old", "cbt-mover.io/pvc": "x"}
+    patch = m.restored_patch("ns/data", "b1", "restore-1", source)
+    assert patch["metadata"]["labels"] == {"app": "db", m.NAME_LABEL: "postgres"}
+    assert patch["metadata"]["annotations"] == {m.RESTORED_FROM: "ns/data@b1", m.RESTORED_BY: "restore-1"}
+    assert "labels" not in m.restored_patch("ns/data", "b1", "restore-1", None)["metadata"]
+
+
+def test_one_default_for_mover_and_writer_resources():
+    """A policy without mover.resources and a restore without resources give the same pod resources."""
+    from movers.policy.model import MoverSettings
+
+    pod = m.mover_pod(
+        "p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r", role=m.WRITER
+    )
+    assert MoverSettings().resources == m.DEFAULT_RESOURCES == pod["spec"]["containers"][0]["resources"]
