@@ -14,24 +14,24 @@ without it, from the worker's environment (as for the CLI).
 
 Artifacts: the retention table (one row per backup: kept and why, or forgotten), the prune report,
 the verify result, a failure artifact after a failure. Events ``cbt-mover.maintenance.started|completed|failed``
-about ``cbt-mover.repository.<url>`` (``tasks.events``). The run FAILS when verify finds damage, after the
+about ``cbt-mover.repository.<url>`` (``reporting.events``). The run FAILS when verify finds damage, after the
 artifacts.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
-from prefect import flow, get_run_logger, tags
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
+from flows import _run
 from movers.durations import parse_duration
 from movers.errors import IntegrityError, UsageError
 from movers.policy import BackupPolicy, load_policy
-from tasks import events, runs
-from tasks import maintenance_report as report
+from reporting import events, runs
+from reporting import maintenance_report as report
 from tasks.maintenance import forget_backups, prune_repo, repo_volumes, verify_repo
 from tasks.repository import KeySource, describe, key_source
 
@@ -45,7 +45,7 @@ KIND = "maintenance"
 
 
 def _run_name() -> str:
-    """``<run id> <repository URL without credentials>`` (``tasks.runs``)."""
+    """``<run id> <repository URL without credentials>`` (``reporting.runs``)."""
     return runs.run_name(KIND, report.public_url(str(flow_run.parameters.get("repo", "repo"))))
 
 
@@ -138,44 +138,40 @@ def maintain_repo(
     prune: the repository's prune lock); then the prune is skipped (reported), not failed.
     Raises ``IntegrityError`` when verify finds damage.
     """
-    started = time.monotonic()
     public = report.public_url(repo)
-    run_id = runs.current_run_id(KIND)
-    run_tags = runs.run_tags(KIND, run_id, repository=public)
-    runs.tag_flow_run(run_tags)
-    resource = events.repository_resource(public, KIND, run_id)
-    begun = {"run_id": run_id, "repository": public, "dry_run": dry_run}
-    events.emit(KIND, "started", resource, begun | {"prune": prune, "verify": verify})
-    progress = runs.Progress(step="maintain", thawed="not applicable: maintenance freezes no application")
+    run = _run.Run.start(
+        KIND,
+        lambda run_id: events.repository_resource(public, KIND, run_id),
+        {"repository": public, "dry_run": dry_run},
+        runs.Progress(step="maintain", thawed="not applicable: maintenance freezes no application"),
+        {"prune": prune, "verify": verify},
+        repository=public,
+    )
     summary: dict[str, Any] = {}
-    try:
-        with tags(*run_tags):
-            summary = _maintain(
-                repo,
-                policy_paths,
-                dict(zip(RULES, (keep_last, keep_daily, keep_weekly, keep_monthly), strict=True)),
-                prune,
-                grace,
-                verify,
-                sample,
-                seed,
-                dry_run,
-                lock_wait,
-                key_secret,
-                kubeconfig,
-                progress,
-            )
-        summary["run_id"], summary["duration_s"] = run_id, round(time.monotonic() - started, 3)
+    with run.guard(
+        f"maintenance {run.id} of {public}", report.artifact_key(repo, "failure"), lambda err: _run.Failure(summary)
+    ):
+        summary = _maintain(
+            repo,
+            policy_paths,
+            dict(zip(RULES, (keep_last, keep_daily, keep_weekly, keep_monthly), strict=True)),
+            prune,
+            grace,
+            verify,
+            sample,
+            seed,
+            dry_run,
+            lock_wait,
+            key_secret,
+            kubeconfig,
+            run.progress,
+        )
+        summary["run_id"], summary["duration_s"] = run.id, run.seconds()
         checked = summary["verify"]
         if checked is not None and not checked["ok"]:
-            progress.step = "verify"
+            run.progress.step = "verify"
             raise IntegrityError(f"verify of {public} found damage: " + "; ".join(checked["errors"][:5]))
-    except Exception as err:
-        payload = begun | summary | {"duration_s": round(time.monotonic() - started, 3)}
-        title = f"maintenance {run_id} of {public}"
-        runs.report_failure(KIND, title, err, progress, report.artifact_key(repo, "failure"), resource, payload)
-        raise
-    events.emit(KIND, "completed", resource, summary)
+    run.complete(summary)
     return summary
 
 

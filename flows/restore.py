@@ -30,25 +30,25 @@ deleted unless ``overwrite`` was asked for.
 Reported: a progress artifact per volume (``restore-progress-<ns>-<pvc>``), a summary table (``restore-<ns>``)
 and a markdown report (``restore-<ns>-report``) naming the backup run and linking its flow run (found by its
 ``run:<id>`` tag); a failure artifact (``restore-<ns>-failure``) after a failure; Prefect events
-``cbt-mover.restore.started|completed|failed`` about ``cbt-mover.namespace.<target namespace>`` (``tasks.events``).
+``cbt-mover.restore.started|completed|failed`` about ``cbt-mover.namespace.<target namespace>`` (``reporting.events``).
 """
 
 # no `from __future__ import annotations`: a served flow run gets the flow by cloudpickle, which keeps only
 # the globals its code uses, so string annotations naming the policy's models could not be resolved there
 
+import functools
+import logging
 import re
-import time
-import uuid
 from typing import Any
 
-from prefect import flow, get_run_logger, tags
-from prefect.futures import wait
+from prefect import get_run_logger
 from prefect.runtime import flow_run
-from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows import _run
+from flows._run import best_effort
 from movers.errors import UsageError
 from movers.policy import Affinity, Labels, Tolerations
-from tasks import events, restore_report, runs, state_hook_logger
+from reporting import events, restore_report, runs
 from tasks.kevents import record_restore_events, record_restore_failure
 from tasks.repository import key_source
 from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume, writer_settings
@@ -61,7 +61,7 @@ KIND = "restore"
 
 
 def _run_name() -> str:
-    """``<run id> <namespace>[/<pvcs>] from <backup>[ into <target>]`` (``tasks.runs``)."""
+    """``<run id> <namespace>[/<pvcs>] from <backup>[ into <target>]`` (``reporting.runs``)."""
     p = flow_run.parameters
     what = "+".join(p.get("pvcs") or [])
     target = p.get("target_namespace")
@@ -73,38 +73,27 @@ def _run_name() -> str:
 
 def run_id_for(flow_run_id: Any) -> str:
     """The run id (``cbt-mover.io/run`` label value) of a flow run: derived from its id only (state hooks
-    recompute it; ``tasks.runs.run_id_for``)."""
+    recompute it; ``reporting.runs.run_id_for``)."""
     return runs.run_id_for(KIND, flow_run_id)
 
 
-def _abandon_run(flow_run_: Any, why: str) -> None:
+def _abandon_run(run: _run.Abandoned) -> None:
     """Best effort after a cancelled/crashed run: delete the writer pods, claims and volumes of the run.
     Never raises (errors are logged)."""
     from movers.kube import restore as r
     from tasks.kube import api_client
 
-    log = state_hook_logger(flow_run_, __name__)
-    params = dict(getattr(flow_run_, "parameters", None) or {})
-    ns, run_id = params.get("target_namespace") or params.get("namespace"), run_id_for(flow_run_.id)
-    try:
-        deleted = r.discard_run(api_client(params.get("kubeconfig")), ns, run_id, everything=True)
-        log.info("run %s (%s): deleted %s", run_id, why, deleted)
-    except Exception as err:  # noqa: BLE001
-        log.error("run %s (%s): cleanup of %s failed: %s", run_id, why, ns, err)
+    params = run.params
+    ns = params.get("target_namespace") or params.get("namespace")
+    with best_effort(f"run {run.id} ({run.why}): cleanup of {ns} failed", run.log, logging.ERROR):
+        deleted = r.discard_run(api_client(params.get("kubeconfig")), ns, run.id, everything=True)
+        run.log.info("run %s (%s): deleted %s", run.id, run.why, deleted)
     if ns:
-        resource = events.namespace_resource(ns, KIND, run_id, source_namespace=params.get("namespace"))
-        events.emit(KIND, "failed", resource, {"run_id": run_id, "error": f"flow run {why}"})
+        run.failed(events.namespace_resource(ns, KIND, run.id, source_namespace=params.get("namespace")))
 
 
-# Prefect's runner calls state hooks by keyword: flow, flow_run, state
-def on_cancellation(flow: Any, flow_run: Any, state: Any) -> None:
-    """Flow state hook: delete the run's objects after a cancellation."""
-    _abandon_run(flow_run, "cancelled")
-
-
-def on_crashed(flow: Any, flow_run: Any, state: Any) -> None:
-    """Flow state hook: delete the run's objects after a crash."""
-    _abandon_run(flow_run, "crashed")
+# Prefect calls them after a cancellation or a crash: delete the run's objects
+on_cancellation, on_crashed = _run.state_hooks(KIND, _abandon_run, __name__)
 
 
 def check_parameters(
@@ -123,14 +112,7 @@ def check_parameters(
         raise UsageError("parallelism must be at least 1 and timeout positive")
 
 
-@flow(
-    name="restore-app",
-    flow_run_name=_run_name,
-    task_runner=ThreadPoolTaskRunner(max_workers=8),
-    log_prints=True,
-    on_cancellation=[on_cancellation],
-    on_crashed=[on_crashed],
-)
+@_run.run_flow("restore-app", _run_name, (on_cancellation, on_crashed))
 def restore_app(
     repo: str,
     namespace: str,
@@ -172,14 +154,15 @@ def restore_app(
     "duration_s", "volumes": [row]}`` (``backup_flow_run``: ``{"id", "name", "url"}`` or None).
     """
     target = target_namespace or namespace
-    run_id = run_id_for(flow_run.id or uuid.uuid4())
-    run_tags = runs.run_tags(KIND, run_id, namespace=target, source_namespace=namespace)
-    runs.tag_flow_run(run_tags)
-    resource = events.namespace_resource(target, KIND, run_id, source_namespace=namespace)
-    started = {"run_id": run_id, "source_namespace": namespace, "target_namespace": target, "backup": backup}
-    events.emit(KIND, "started", resource, started | {"pvcs": pvcs, "repository": repo})
-    t0 = time.monotonic()
-    progress = runs.Progress(thawed="not applicable: a restore freezes no application")
+    run = _run.Run.start(
+        KIND,
+        lambda run_id: events.namespace_resource(target, KIND, run_id, source_namespace=namespace),
+        {"source_namespace": namespace, "target_namespace": target, "backup": backup},
+        runs.Progress(thawed="not applicable: a restore freezes no application"),
+        {"pvcs": pvcs, "repository": repo},
+        namespace=target,
+        source_namespace=namespace,
+    )
     found: dict[str, Any] = {}  # the backups selected and the backup run's flow run, once known
     opts = {
         "storage_class": storage_class,
@@ -198,25 +181,20 @@ def restore_app(
         "tolerations": tolerations,
         "affinity": affinity,
     }
-    try:
-        with tags(*run_tags):
-            result = _restore(namespace, target, run_id, repo, repo_secret, pvcs, backup, opts, writer, progress, found)
-    except Exception as err:
+
+    def failure(err: BaseException) -> _run.Failure:
         from movers.kube.restore import describe_error
 
-        volumes = [f"{target}/{pvc}" for pvc in found.get("pvcs") or pvcs or []]
-        payload = started | {"duration_s": round(time.monotonic() - t0, 3), "reason": describe_error(err)}
-        related = events.volumes_related(volumes) + _backup_related(found)
-        title = f"restore {run_id} of {namespace} into {target}"
-        runs.report_failure(KIND, title, err, progress, f"restore-{target}-failure", resource, payload, related)
-        record_restore_failure(kubeconfig, target, found.get("pvcs") or pvcs or [], run_id, backup, payload["reason"])
-        raise
-    result["duration_s"] = round(time.monotonic() - t0, 3)
+        reason, pvcs_ = describe_error(err), found.get("pvcs") or pvcs or []
+        related = events.volumes_related([f"{target}/{pvc}" for pvc in pvcs_]) + _backup_related(found)
+        then = functools.partial(record_restore_failure, kubeconfig, target, pvcs_, run.id, backup, reason)
+        return _run.Failure({"reason": reason}, related, then)
+
+    with run.guard(f"restore {run.id} of {namespace} into {target}", f"restore-{target}-failure", failure):
+        result = _restore(namespace, target, run, repo, repo_secret, pvcs, backup, opts, writer, found)
+    result["duration_s"] = run.seconds()
     volumes = {f"{target}/{r['pvc']}": _event_row(r) for r in result["volumes"]}
-    events.emit(
-        KIND,
-        "completed",
-        resource,
+    run.complete(
         {k: v for k, v in result.items() if k != "volumes"} | {"volumes": volumes},
         events.volumes_related(sorted(volumes)) + _backup_related(found),
     )
@@ -236,23 +214,21 @@ def _event_row(row: dict[str, Any]) -> dict[str, Any]:
 def _restore(
     namespace: str,
     target: str,
-    run_id: str,
+    run: _run.Run,
     repo: str,
     repo_secret: str,
     pvcs: list[str] | None,
     backup: str,
     opts: dict[str, Any],
     writer: dict[str, Any],
-    progress: runs.Progress,
     found: dict[str, Any],
 ) -> dict[str, Any]:
     """Check, select, plan, write, finish (cleaning up in every outcome) and report; the run's result. ``progress``
     records the step and what was cleaned up; ``found`` the selected PVCs, backup run and its flow run."""
     log = get_run_logger()
-    kubeconfig, parallelism = opts["kubeconfig"], opts["parallelism"]
+    kubeconfig, parallelism, run_id, progress = opts["kubeconfig"], opts["parallelism"], run.id, run.progress
     targets: list[dict[str, Any]] = []
-    failed = True
-    try:
+    with _run.cleanup_after(run, lambda failed: discard_restore(kubeconfig, target, run_id, targets, failed)):
         progress.step = "check"
         check_parameters(namespace, pvcs, backup, target, parallelism, opts["timeout"])
         mover = writer_settings(opts["policy_path"], **writer)
@@ -275,26 +251,13 @@ def _restore(
         targets = plan_restore(kubeconfig, target, selected["volumes"], run_id, options)
         log.info("run %s: restoring %s of %s into %s%s", run_id, selected["how"], namespace, target, _link(found))
         progress.step = "write"
-        written: list[dict[str, Any]] = []
-        for start in range(0, len(targets), parallelism):
-            wave = [
-                write_volume.submit(kubeconfig, target, run_id, t, mover, repo_secret, opts["timeout"])
-                for t in targets[start : start + parallelism]
-            ]
-            wait(wave)  # all of the wave has ended before a failure triggers the cleanup
-            written += [f.result() for f in wave]
+
+        def write(t: dict[str, Any]):
+            return write_volume.submit(kubeconfig, target, run_id, t, mover, repo_secret, opts["timeout"])
+
+        written = _run.waves(targets, parallelism, write)
         progress.step = "finish"
         finished = [finish_volume(kubeconfig, target, run_id, t) for t in targets]
-        failed = False
-    finally:
-        try:
-            progress.cleaned_up = discard_restore(kubeconfig, target, run_id, targets, failed)
-            log.info("run %s: deleted %s", run_id, progress.cleaned_up)
-        except Exception as cleanup_err:  # noqa: BLE001
-            if not failed:
-                raise
-            progress.cleaned_up = f"the cleanup failed too: {runs.error_line(cleanup_err)}"
-            log.error("run %s: cleanup after the failure failed too: %s", run_id, cleanup_err)  # not masking it
     progress.step = "report"
     rows = [_row(t, w, f) for t, w, f in zip(targets, written, finished, strict=True)]
     record_restore_events(kubeconfig, target, run_id, repo, rows)
@@ -314,7 +277,7 @@ def _restore(
 
 
 def _found(selected: dict[str, Any]) -> dict[str, Any]:
-    """The selected PVCs, the backup run they come from and that run's flow run (``tasks.runs.find_flow_run``)."""
+    """The selected PVCs, the backup run they come from and that run's flow run (``reporting.runs.find_flow_run``)."""
     backup_run = selected.get("run")
     return {
         "pvcs": [v["pvc"] for v in selected["volumes"]],

@@ -16,9 +16,9 @@ from prefect import get_run_logger, task
 from movers.kube import backup, cleanup, client, preflight, snapshotset
 from movers.kube import manifests as m
 from movers.policy import BackupPolicy
+from reporting.progress import ProgressArtifact, progress_key
+from reporting.runs import PodLog
 from tasks import retry_if_retriable
-from tasks.progress import ProgressArtifact, progress_key
-from tasks.runs import PodLog
 
 # a member of the snapshot set as plain data (snapshotset.member: pvc, snapshot, content, handle, driver,
 # restore_size, source_volume_mode); the flow adds before moving it the claim's storage_class, size, volume_mode and
@@ -91,7 +91,7 @@ def move_volume(
     kubeconfig: str | None, run_id: str, member: Member, plan: backup.VolumePlan, policy: BackupPolicy
 ) -> backup.MoverResult:
     """``movers.kube.backup.move_volume`` of one member with a progress artifact fed from the mover's log; the
-    mover's own log records forwarded (``tasks.runs.PodLog``) and its outcome said in one line."""
+    mover's own log records forwarded (``reporting.runs.PodLog``) and its outcome said in one line."""
     log = get_run_logger()
     namespace, pvc = policy.namespace, member["pvc"]
     volume = f"{namespace}/{pvc}"

@@ -11,11 +11,11 @@ from prefect import get_run_logger, task
 from movers.kube import restore as r
 from movers.policy import MoverSettings
 from movers.units import human_bytes
+from reporting.progress import ProgressArtifact, progress_key
+from reporting.runs import PodLog
 from tasks import retry_if_retriable
 from tasks.kube import api_client
-from tasks.progress import ProgressArtifact, progress_key
 from tasks.repository import KeySource, open_repository
-from tasks.runs import PodLog
 
 
 @task(name="select-backups", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
@@ -96,7 +96,7 @@ def write_volume(
     timeout: float = 3600.0,
 ) -> dict[str, Any]:
     """``movers.kube.restore.write_volume`` of one target with a progress artifact, the writer's log records
-    forwarded (``tasks.runs.PodLog``) and its outcome in one line; its result plus ``wall_s``."""
+    forwarded (``reporting.runs.PodLog``) and its outcome in one line; its result plus ``wall_s``."""
     t = r.Target.from_dict(target)
     what = f"restore of {t.volume} backup {t.backup_id} into {namespace}/{t.pvc} ({run_id})"
     progress = ProgressArtifact(

@@ -295,7 +295,7 @@ def _assert_progress_done(ns, pvcs, runs):
     mode (full from the allocated blocks, then an incremental CBT delta)."""
     import re
 
-    from tasks.progress import progress_key
+    from reporting.progress import progress_key
 
     for pvc in pvcs:
         key = progress_key(ns, pvc)
@@ -318,7 +318,7 @@ def _assert_backup_artifacts(run):
     Returns the markdown."""
     import re
 
-    from tasks.tables import size
+    from reporting.tables import size
 
     [table] = [a for a in _artifacts(f"backup-{NS}") if run["run_id"] in (a.description or "")]
     shown = {r["volume"]: r for r in json.loads(table.data)}
@@ -409,7 +409,7 @@ def test_plan_is_said_and_selector_syntax():
 
     from movers.kube.backup import VolumePlan
     from movers.selectors import selector_string
-    from tasks.repo import plan_member
+    from tasks.repository import plan_member
 
     def plan(*args):
         with disable_run_logger():

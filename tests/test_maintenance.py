@@ -17,7 +17,7 @@ from movers.repo.config import RepoConfig
 from movers.repo.manifest import POLICY_TAG, VolumeIdentity
 from movers.repo.repository import Repository
 from movers.repo.store import open_store
-from tasks.maintenance_report import public_url
+from reporting.maintenance_report import public_url
 from tests.flowapp import artifact, flow_run_of, no_traceback_above_debug, run_events, run_logs
 from tests.volumes import make_image, sha256_file, write_blocks
 
@@ -105,7 +105,7 @@ def events(name, url):
     from prefect.client.orchestration import get_client
     from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 
-    from tasks.maintenance_report import public_url
+    from reporting.maintenance_report import public_url
 
     with get_client(sync_client=True) as prefect:
         page = prefect.read_events(
@@ -121,7 +121,7 @@ def events(name, url):
 def test_policy_retention_then_prune_and_full_verify(repo_url, harness, tmp_path):
     from flows.maintenance import maintain_repo
     from localcluster.kubelet.testing import wait_until
-    from tasks.maintenance_report import artifact_key
+    from reporting.maintenance_report import artifact_key
 
     expected = backups(repo_url, tmp_path, {"shop/db": 4, "shop/logs": 3, "other/x": 2})
     policy = policy_file(tmp_path, repo_url, "shop", keep_last=2)
@@ -181,8 +181,8 @@ def test_policy_retention_then_prune_and_full_verify(repo_url, harness, tmp_path
 def test_sampled_verify_finds_a_flipped_byte_and_the_flow_fails_after_its_artifacts(repo_url, harness, tmp_path):
     from flows.maintenance import maintain_repo
     from localcluster.kubelet.testing import wait_until
+    from reporting.maintenance_report import artifact_key
     from tasks.maintenance import verify_repo
-    from tasks.maintenance_report import artifact_key
 
     expected = backups(repo_url, tmp_path, {"app/data": 2})
     store = open_store(repo_url)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import re
@@ -18,7 +19,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks import events
+from reporting import events
+from reporting.best_effort import best_effort
 
 RUN_PREFIX = {"backup": "backup", "restore": "restore", "maintenance": "maintain"}
 REPORTED = "_cbt_mover_reported"  # set on an exception whose failure the flow has said in one line
@@ -56,12 +58,10 @@ def tag_flow_run(tags: list[str]) -> None:
 
     if not flow_run.id:
         return
-    try:
+    with best_effort("could not tag the flow run", logging.getLogger(__name__)):  # a label, never why a run fails
         with get_client(sync_client=True) as client:
             current = client.read_flow_run(flow_run.id).tags or []
             client.update_flow_run(flow_run.id, tags=sorted(set(current) | set(tags)))
-    except Exception as err:  # noqa: BLE001  (a label, never the reason a run fails)
-        logging.getLogger(__name__).warning("could not tag the flow run: %s", err)
 
 
 def find_flow_run(run_id: str) -> dict[str, str] | None:
@@ -70,14 +70,12 @@ def find_flow_run(run_id: str) -> dict[str, str] | None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 
-    try:
+    found = None
+    with best_effort(f"could not look up the flow run of {run_id}", logging.getLogger(__name__)):
         with get_client(sync_client=True) as client:
             found = client.read_flow_runs(
                 flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[f"run:{run_id}"])), limit=1
             )
-    except Exception as err:  # noqa: BLE001
-        logging.getLogger(__name__).warning("could not look up the flow run of %s: %s", run_id, err)
-        return None
     if not found:
         return None
     return {"id": str(found[0].id), "name": found[0].name, "url": flow_run_url(found[0].id)}
@@ -144,6 +142,7 @@ def report_failure(
     (``TracebacksAtDebug``). Never raises."""
     from prefect import get_run_logger
     from prefect.artifacts import create_markdown_artifact
+    from prefect.exceptions import MissingContextError
 
     line = error_line(err)
     committed = f"; committed: {', '.join(f'{v} {b}' for v, b in sorted(progress.committed.items()))}" * bool(
@@ -151,12 +150,10 @@ def report_failure(
     )
     try:
         get_run_logger().error("%s failed in step %s: %s%s", title, progress.step, line, committed)
-    except Exception:  # noqa: BLE001  (no run context)
+    except MissingContextError:  # no run context
         logging.getLogger(__name__).error("%s failed in step %s: %s", title, progress.step, line)
-    try:
+    with best_effort("could not create the failure artifact", logging.getLogger(__name__)):
         create_markdown_artifact(key=artifact_key, markdown=failure_markdown(title, err, progress), description=title)
-    except Exception as artifact_err:  # noqa: BLE001
-        logging.getLogger(__name__).warning("could not create the failure artifact: %s", artifact_err)
     full = {
         **payload,
         "error": line,
@@ -166,10 +163,10 @@ def report_failure(
         "thawed": progress.thawed,
     }
     events.emit(kind, "failed", resource, full, related)
-    try:
+    with contextlib.suppress(
+        AttributeError, TypeError
+    ):  # an exception that takes no attributes keeps the engine's line
         setattr(err, REPORTED, True)
-    except Exception:  # noqa: BLE001  (an exception that takes no attributes keeps the engine's line)
-        pass
 
 
 class TracebacksAtDebug(logging.Filter):

@@ -1,4 +1,4 @@
-"""What a maintenance run tells people: artifact tables and the verify summary (its events: ``tasks.events``).
+"""What a maintenance run tells people: artifact tables and the verify summary (its events: ``reporting.events``).
 
 Pure functions over the plain results of ``tasks.maintenance`` (no Prefect calls).
 """
@@ -9,7 +9,7 @@ import hashlib
 import re
 from typing import Any
 
-from tasks.tables import cell, markdown_table, seconds, size, table
+from reporting.tables import cell, markdown_table, seconds, size, table
 
 MAX_DAMAGE_ROWS = 200
 

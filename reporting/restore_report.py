@@ -1,4 +1,4 @@
-"""What a restore run tells people: the table ``restore-<target namespace>`` (one row per volume, ``tasks.tables``'
+"""What a restore run tells people: the table ``restore-<target namespace>`` (one row per volume, ``reporting.tables``'
 style: the same header words and units as the backup's table) and the markdown ``restore-<target namespace>-report``.
 Pure but for ``publish``."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.tables import rate, seconds, size, table
+from reporting.tables import rate, seconds, size, table
 
 
 def display_rows(target: str, rows: list[dict[str, Any]]) -> list[dict[str, str]]:

@@ -1,4 +1,4 @@
-"""What a backup run tells people: summary rows and Prefect artifacts (its events: ``tasks.events``).
+"""What a backup run tells people: summary rows and Prefect artifacts (its events: ``reporting.events``).
 
 A volume's byte counts (the mover's result, ``movers.pipeline.stats.BackupStats``) reconcile:
 
@@ -15,7 +15,7 @@ Ratios:
 - compression = raw bytes of the new chunks / bytes uploaded for them (data objects only);
 - throughput = bytes read from the snapshot per second of the mover's run.
 
-Artifacts (``publish``): the table ``backup-<app>`` (one row per volume, ``tasks.tables``' style) and the
+Artifacts (``publish``): the table ``backup-<app>`` (one row per volume, ``reporting.tables``' style) and the
 markdown ``backup-<app>-restore`` (the run, each volume's full backup id and base, and how to restore: the
 ``restore-app`` deployments the Prefect API has, and the CLI with the credentials of the Secret the run used).
 """
@@ -27,7 +27,8 @@ import math
 from typing import Any
 
 from movers.kube.backup import MoverResult, VolumePlan
-from tasks.tables import command, markdown_table, rate, seconds, size, table
+from reporting.best_effort import best_effort
+from reporting.tables import command, markdown_table, rate, seconds, size, table
 
 RESTORE_FLOW = "restore-app"
 # the Secret's keys the CLI needs, as (Secret key, how the CLI takes it): storage credentials, the repository key
@@ -91,7 +92,7 @@ def reason(row: dict[str, Any]) -> str:
 
 
 def display_rows(rows: list[dict[str, Any]], freeze_s: float | None = None) -> list[dict[str, str]]:
-    """The rows as people read them (``tasks.tables``: sizes in KiB/MiB/GiB, ratios as ``1.25x``); ``freeze_s``
+    """The rows as people read them (``reporting.tables``: sizes in KiB/MiB/GiB, ratios as ``1.25x``); ``freeze_s``
     is the run's freeze window (every volume's snapshot was taken in it). The numbers come first and the long texts
     (reason, snapshot) last: the UI shows as many columns as fit and scrolls the rest."""
     return table(
@@ -126,12 +127,10 @@ def restore_deployments() -> list[str]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
-    try:
+    found = []  # the report then shows the CLI only
+    with best_effort(f"cannot list the {RESTORE_FLOW} deployments", log):
         with get_client(sync_client=True) as client:
             found = client.read_deployments(flow_filter=FlowFilter(name=FlowFilterName(any_=[RESTORE_FLOW])))
-    except Exception as err:  # noqa: BLE001  (the report then shows the CLI only)
-        log.warning("cannot list the %s deployments: %s", RESTORE_FLOW, err)
-        return []
     return sorted(f"{RESTORE_FLOW}/{d.name}" for d in found)
 
 
@@ -143,11 +142,9 @@ def secret_keys(kubeconfig: str | None, namespace: str, name: str | None) -> lis
 
     if not name:
         return []
-    try:
+    secret = {}
+    with best_effort(f"cannot read the key names of Secret {namespace}/{name}", log):
         secret = k.find(api_client(kubeconfig), "Secret", namespace, name) or {}
-    except Exception as err:  # noqa: BLE001
-        log.warning("cannot read the key names of Secret %s/%s: %s", namespace, name, err)
-        return []
     return sorted(preflight.secret_keys(secret))
 
 

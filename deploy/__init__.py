@@ -1,0 +1,1 @@
+"""Prefect deployment tooling: work pools and the local Prefect server (make ui, make pools)."""
