@@ -93,9 +93,8 @@ class Run:
         except Exception as err:
             failure = on_failure(err) if on_failure else Failure()
             payload = self.started | failure.payload | {"duration_s": self.seconds()}
-            runs.report_failure(
-                self.kind, title, err, self.progress, artifact_key, self.resource, payload, failure.related
-            )
+            failed = runs.Failed(self.kind, title, artifact_key, self.resource, payload, failure.related)
+            runs.report_failure(err, self.progress, failed)
             if failure.then is not None:
                 failure.then()
             raise

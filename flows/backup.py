@@ -34,17 +34,30 @@ import logging
 from typing import Any
 
 from prefect import get_run_logger
+from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
 
 from flows import _run
 from flows._run import best_effort
 from movers.kube.backup import MoverResult, VolumePlan
+from movers.kube.preflight import DriverCbt, Source
+from movers.kube.snapshotset import Retired
 from movers.policy import BackupPolicy, Hooks, parse_policy
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG
 from reporting import events, report, runs
 from tasks.kevents import record_backup_events, record_backup_failure
-from tasks.kube import check_permissions, cleanup_run, inspect_cluster, keep_base_snapshots, move_volume, take_snapshots
-from tasks.maintenance import forget_backups
+from tasks.kube import (
+    Member,
+    Recorded,
+    Snapshots,
+    check_permissions,
+    cleanup_run,
+    inspect_cluster,
+    keep_base_snapshots,
+    move_volume,
+    take_snapshots,
+)
+from tasks.maintenance import KeepRules, forget_backups
 from tasks.repository import KeySource, check_repository, choose_base, key_source, plan_member
 
 KIND = "backup"
@@ -215,20 +228,21 @@ def _backup(policy: BackupPolicy, run: _run.Run, kubeconfig: str | None, forget_
     ns, url, run_id, progress = policy.namespace, policy.repository.url, run.id, run.progress
     keep_retained = _keep_retained(policy)
     with _run.cleanup_after(run, lambda failed: cleanup_run(kubeconfig, ns, run_id, keep_retained=keep_retained)):
-        snap, rows = _snapshot_and_move(policy, run_id, kubeconfig, progress)
+        snap, retired, rows = _snapshot_and_move(policy, run_id, kubeconfig, progress)
     progress.step = "retention"
     key = key_source(kubeconfig, ns, policy.repository.credentials_secret)
     expired = forget_backups_of(url, [r["volume"] for r in rows], policy, key) if forget_expired else None
     progress.step = "report"
-    report.publish(run_id, policy, snap, rows, kubeconfig)
+    report.publish(run_id, policy, snap, retired, rows, kubeconfig)
     record_backup_events(kubeconfig, run_id, url, rows)
-    if snap["fallback"]:
-        log.warning("backup %s: snapshots per PVC after a fallback: %s", run_id, snap["fallback"])
+    taken = snap.taken
+    if taken.fallback:
+        log.warning("backup %s: snapshots per PVC after a fallback: %s", run_id, taken.fallback)
     log.info(
         "backup %s done (%s snapshots: %s): %s",
         run_id,
-        snap["path"],
-        snap["reason"],
+        taken.path,
+        snap.reason,
         ", ".join(f"{r['volume']} {r['mode']}" for r in rows),
     )
     return {
@@ -236,21 +250,21 @@ def _backup(policy: BackupPolicy, run: _run.Run, kubeconfig: str | None, forget_
         "namespace": ns,
         "app": policy.name,
         "repository": url,
-        "freeze_s": snap["freeze_s"],
-        "freezes": snap["freezes"],
-        "snapshots": {k: snap[k] for k in ("path", "reason", "fallback", "kind")},
+        "freeze_s": snap.freeze_s,
+        "freezes": taken.freezes,
+        "snapshots": {"path": taken.path, "reason": snap.reason, "fallback": taken.fallback, "kind": taken.kind},
         "volumes": rows,
         "expired": expired,
-        "retained": snap["retained"],
+        "retained": [dataclasses.asdict(c) for c in retired.retained],
     }
 
 
 def _snapshot_and_move(
     policy: BackupPolicy, run_id: str, kubeconfig: str | None, progress: runs.Progress
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[Snapshots, Retired, list[dict[str, Any]]]:
     """Preflight, plan the bases, snapshot under a bounded freeze, move every member (``parallelism`` at a
-    time), keep the new base snapshots. Returns the snapshot set (with the path's reason) and one summary row
-    per volume; ``progress`` says the step, whether the app was thawed and the backups committed so far."""
+    time), keep the new base snapshots. Returns the snapshot set, the base snapshots it retired and one summary
+    row per volume; ``progress`` says the step, whether the app was thawed and the backups committed so far."""
     log = get_run_logger()
     ns, url = policy.namespace, policy.repository.url
     # preflight: nothing is frozen or created before all of it passed; the permissions first
@@ -258,57 +272,51 @@ def _snapshot_and_move(
     found = inspect_cluster(kubeconfig, policy)  # the credentials Secret among the rest
     key = key_source(kubeconfig, ns, policy.repository.credentials_secret)
     check_repository(url, key)
-    sources = {s["pvc"]: s for s in found["sources"]}
-    bases = {
-        pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"], key, kubeconfig)
-        for pvc, s in sources.items()
-    }
+    sources = {s.pvc: s for s in found.sources}
+    bases = {pvc: choose_base(url, f"{ns}/{pvc}", s, key, kubeconfig) for pvc, s in sources.items()}
     progress.step, progress.thawed = "snapshot", "the freeze ended with the snapshot step (its post hooks always run)"
-    snap = take_snapshots(kubeconfig, run_id, policy, found) | {"reason": found["path_reason"]}
+    snap = take_snapshots(kubeconfig, run_id, policy, found)
     progress.step, progress.thawed = (
         "move",
-        "thawed after the snapshots were cut: " + ("; ".join(snap["hooks"]) or "no hooks"),
+        "thawed after the snapshots were cut: " + ("; ".join(snap.taken.hooks) or "no hooks"),
     )
     members = _members(snap, sources, run_id, policy)
     plans: dict[str, VolumePlan] = {}
 
-    def move(member: dict[str, Any]):
-        audience, no_cbt = _cbt(found, snap, member["driver"])
-        by_name = found["cbt"][member["driver"]]["base_by_name"]  # a v1alpha1 service: the base by name
-        plans[member["pvc"]] = plan = plan_member(
-            f"{ns}/{member['pvc']}",
-            bases[member["pvc"]],
-            audience,
-            no_cbt,
-            policy.cbt.max_results,
-            member["snapshot"],
-            by_name,
+    def move(member: Member) -> PrefectFuture:
+        cbt = found.cbt[member.snapshot.driver]
+        audience, no_cbt = _cbt(cbt, snap)
+        volume = f"{ns}/{member.pvc}"
+        by_name = cbt.base_by_name  # a v1alpha1 service: the base by name
+        plan = plan_member(
+            volume, bases[member.pvc], audience, no_cbt, policy.cbt.max_results, member.snapshot.snapshot, by_name
         )
+        plans[member.pvc] = plan
         return move_volume.submit(kubeconfig, run_id, member, plan, policy)
 
-    def committed(member: dict[str, Any], result: MoverResult) -> None:
-        progress.committed[f"{ns}/{member['pvc']}"] = result.backup_id
+    def committed(member: Member, result: MoverResult) -> None:
+        progress.committed[f"{ns}/{member.pvc}"] = result.backup_id
 
     results = _run.waves(members, policy.parallelism, move, committed)
-    done = [(member, plans[member["pvc"]], result) for member, result in zip(members, results, strict=True)]
     rows = []
-    for member, plan, res in done:
-        rows.append(report.volume_row(f"{ns}/{member['pvc']}", plan, res, report.snapshot_text(snap)))
+    for member, res in zip(members, results, strict=True):
+        plan = plans[member.pvc]
+        rows.append(report.volume_row(f"{ns}/{member.pvc}", plan, res, report.snapshot_text(snap.taken)))
         if res.change_source != plan.change_source:
             log.warning(
                 "%s: planned %s but the mover used %s (%s)",
-                member["pvc"],
+                member.pvc,
                 plan.change_source,
                 res.change_source,
                 res.cbt_fallback or "no reason given",
             )
     progress.step = "keep-base-snapshots"
-    kept = [snap["group"]] if snap["group"] else [x["snapshot"] for x in members]
+    taken = snap.taken
+    kept = [taken.group] if taken.group else [x.snapshot.snapshot for x in members]
     retired = keep_base_snapshots(
-        kubeconfig, ns, policy.name, snap["kind"], snap["group_version"], kept, _keep_retained(policy)
+        kubeconfig, ns, policy.name, taken.kind, taken.group_version, kept, _keep_retained(policy)
     )
-    snap["retained"] = [dataclasses.asdict(c) for c in retired.retained]
-    return snap, rows
+    return snap, retired, rows
 
 
 def _keep_retained(policy: BackupPolicy) -> bool:
@@ -316,21 +324,18 @@ def _keep_retained(policy: BackupPolicy) -> bool:
     return policy.retained_snapshots == "keep"
 
 
-def _cbt(found: dict[str, Any], snap: dict[str, Any], driver: str) -> tuple[str | None, str | None]:
-    """The SnapshotMetadataService audience for a member of ``driver``, or None and why its CBT cannot work
-    (no service, CBT off, or a group member the service cannot serve)."""
-    cbt = found["cbt"][driver]
-    why = cbt["unavailable"] or (cbt["group_members"] if snap["kind"] == "VolumeGroupSnapshot" else None)
-    return (None, why) if why else (cbt["audience"], None)
+def _cbt(cbt: DriverCbt, snap: Snapshots) -> tuple[str | None, str | None]:
+    """The SnapshotMetadataService audience for a member of a driver that offers ``cbt``, or None and why its CBT
+    cannot work (no service, CBT off, or a group member the service cannot serve)."""
+    why = cbt.unavailable or (cbt.group_members if snap.taken.kind == "VolumeGroupSnapshot" else None)
+    return (None, why) if why else (cbt.audience, None)
 
 
-def _members(
-    snap: dict[str, Any], sources: dict[str, dict[str, Any]], run_id: str, policy: BackupPolicy
-) -> list[dict[str, Any]]:
-    """The snapshot set's members of the preflight's claims, with what their movers record: the claim's class,
-    size, mode and labels, its PV's identity, the run's claims, the group, the manifest tags, the app and the
+def _members(snap: Snapshots, sources: dict[str, Source], run_id: str, policy: BackupPolicy) -> list[Member]:
+    """The snapshot set's members of the preflight's claims, with what their movers record: the claim (its class,
+    size, mode and labels, its PV's identity), the run's claims, the group, the manifest tags, the app and the
     repository."""
-    taken = {x["pvc"] for x in snap["members"]}
+    taken = {x.pvc for x in snap.members}
     if set(sources) - taken:
         raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(set(sources) - taken)}")
     if taken - set(sources):  # a claim created since the preflight: the next run takes it
@@ -338,15 +343,14 @@ def _members(
             "the group snapshot also took PVC(s) %s, created since the preflight: not backed up by this run",
             sorted(taken - set(sources)),
         )
-    common = {
-        "run_pvcs": sorted(sources),
-        "group_snapshot": snap["group"],
-        "app": policy.name,
-        "tags": {RUN_TAG: run_id, APP_TAG: policy.name, POLICY_TAG: policy.name},
-        "repo": policy.repository.url,
-    }
-    mine = ("storage_class", "size", "volume_mode", "identity", "labels")
-    return [x | {f: sources[x["pvc"]][f] for f in mine} | common for x in snap["members"] if x["pvc"] in sources]
+    recorded = Recorded(
+        run_pvcs=sorted(sources),
+        group_snapshot=snap.taken.group,
+        app=policy.name,
+        tags={RUN_TAG: run_id, APP_TAG: policy.name, POLICY_TAG: policy.name},
+        repo=policy.repository.url,
+    )
+    return [Member(x, sources[x.pvc], recorded) for x in snap.members if x.pvc in sources]
 
 
 def forget_backups_of(
@@ -359,4 +363,4 @@ def forget_backups_of(
     if not rules:
         get_run_logger().info("retention: the policy keeps every backup")
         return None
-    return forget_backups(repo_url, volumes, key=key, policy=policy.name, **rules)
+    return forget_backups(repo_url, volumes, KeepRules(**rules), key=key, policy=policy.name).to_dict()

@@ -36,22 +36,38 @@ and a markdown report (``restore-<ns>-report``) naming the backup run and linkin
 # no `from __future__ import annotations`: a served flow run gets the flow by cloudpickle, which keeps only
 # the globals its code uses, so string annotations naming the policy's models could not be resolved there
 
+import dataclasses
 import functools
 import logging
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import get_run_logger
+from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
 
 from flows import _run
 from flows._run import best_effort
 from movers.errors import UsageError
+from movers.kube.restore import Target
 from movers.policy import Affinity, Labels, Tolerations
+from movers.repo.selection import Selection
 from reporting import events, restore_report, runs
 from tasks.kevents import record_restore_events, record_restore_failure
 from tasks.repository import key_source
-from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume, writer_settings
+from tasks.restore import (
+    Finished,
+    RestoreOptions,
+    Written,
+    application,
+    discard_restore,
+    finish_volume,
+    plan_restore,
+    select_backups,
+    write_volume,
+    writer_settings,
+)
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -163,46 +179,97 @@ def restore_app(
         namespace=target,
         source_namespace=namespace,
     )
-    found: dict[str, Any] = {}  # the backups selected and the backup run's flow run, once known
-    opts = {
-        "storage_class": storage_class,
-        "overwrite": overwrite,
-        "hand_over": hand_over,
-        "allow_partial": allow_partial,
-        "policy_path": policy_path,
-        "parallelism": parallelism,
-        "timeout": timeout,
-        "kubeconfig": kubeconfig,
-    }
-    writer = {
-        "image": image,
-        "service_account": service_account,
-        "node_selector": node_selector,
-        "tolerations": tolerations,
-        "affinity": affinity,
-    }
+    asked = Asked(
+        namespace=namespace,
+        target=target,
+        repo=repo,
+        repo_secret=repo_secret,
+        pvcs=pvcs,
+        backup=backup,
+        storage_class=storage_class,
+        overwrite=overwrite,
+        hand_over=hand_over,
+        allow_partial=allow_partial,
+        policy_path=policy_path,
+        parallelism=parallelism,
+        timeout=timeout,
+        kubeconfig=kubeconfig,
+        writer={
+            "image": image,
+            "service_account": service_account,
+            "node_selector": node_selector,
+            "tolerations": tolerations,
+            "affinity": affinity,
+        },
+    )
+    found = Found()  # the backups selected and the backup run's flow run, once known
 
     def failure(err: BaseException) -> _run.Failure:
         from movers.kube.restore import describe_error
 
-        reason, pvcs_ = describe_error(err), found.get("pvcs") or pvcs or []
-        related = events.volumes_related([f"{target}/{pvc}" for pvc in pvcs_]) + _backup_related(found)
+        reason, pvcs_ = describe_error(err), found.pvcs or pvcs or []
+        related = events.volumes_related([f"{target}/{pvc}" for pvc in pvcs_]) + found.related()
         then = functools.partial(record_restore_failure, kubeconfig, target, pvcs_, run.id, backup, reason)
         return _run.Failure({"reason": reason}, related, then)
 
     with run.guard(f"restore {run.id} of {namespace} into {target}", f"restore-{target}-failure", failure):
-        result = _restore(namespace, target, run, repo, repo_secret, pvcs, backup, opts, writer, found)
+        result = _restore(asked, run, found)
     result["duration_s"] = run.seconds()
     volumes = {f"{target}/{r['pvc']}": _event_row(r) for r in result["volumes"]}
     run.complete(
         {k: v for k, v in result.items() if k != "volumes"} | {"volumes": volumes},
-        events.volumes_related(sorted(volumes)) + _backup_related(found),
+        events.volumes_related(sorted(volumes)) + found.related(),
     )
     return result
 
 
-def _backup_related(found: dict[str, Any]) -> list[dict[str, str]]:
-    return events.backup_related(found.get("backup_run"), (found.get("backup_flow_run") or {}).get("id"))
+@dataclass(frozen=True)
+class Asked:
+    """The flow's parameters, for its steps (``target``: the target namespace, given or the source's; ``writer``:
+    the writer pods' settings given, over the policy's ``mover`` section)."""
+
+    namespace: str
+    target: str
+    repo: str
+    repo_secret: str
+    pvcs: list[str] | None
+    backup: str
+    storage_class: str | None
+    overwrite: bool
+    hand_over: bool | None
+    allow_partial: bool
+    policy_path: str | None
+    parallelism: int
+    timeout: float
+    kubeconfig: str | None
+    writer: dict[str, Any]
+
+
+@dataclass
+class Found:
+    """What the run found, once known: the selected PVCs, the backup run they come from and that run's flow run
+    (``reporting.runs.find_flow_run``)."""
+
+    pvcs: list[str] = field(default_factory=list)
+    backup_run: str | None = None
+    backup_flow_run: runs.FlowRunLink | None = None
+
+    def select(self, selection: Selection) -> None:
+        """Record the ``selection``'s PVCs, its backup run and that run's flow run."""
+        self.pvcs = [v.pvc for v in selection.volumes]
+        self.backup_run = selection.run
+        self.backup_flow_run = runs.find_flow_run(selection.run) if selection.run else None
+
+    def related(self) -> list[dict[str, str]]:
+        """The related resources of the backup run (``reporting.events.backup_related``)."""
+        return events.backup_related(self.backup_run, self.backup_flow_run.id if self.backup_flow_run else None)
+
+    def link(self) -> str:
+        """`` (backup flow run NAME: URL)`` for the logs and the report, or nothing when it is not known."""
+        run = self.backup_flow_run
+        if not run:
+            return ""
+        return f" (backup flow run {run.name}" + (f": {run.url})" if run.url else ")")
 
 
 def _event_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -211,107 +278,78 @@ def _event_row(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row.get(k) for k in keys}
 
 
-def _restore(
-    namespace: str,
-    target: str,
-    run: _run.Run,
-    repo: str,
-    repo_secret: str,
-    pvcs: list[str] | None,
-    backup: str,
-    opts: dict[str, Any],
-    writer: dict[str, Any],
-    found: dict[str, Any],
-) -> dict[str, Any]:
-    """Check, select, plan, write, finish (cleaning up in every outcome) and report; the run's result. ``progress``
-    records the step and what was cleaned up; ``found`` the selected PVCs, backup run and its flow run."""
+def _restore(asked: Asked, run: _run.Run, found: Found) -> dict[str, Any]:
+    """Check, select, plan, write, finish (cleaning up in every outcome) and report; the run's result.
+    ``run.progress`` records the step and what was cleaned up; ``found`` the selected PVCs, backup run and its flow
+    run."""
     log = get_run_logger()
-    kubeconfig, parallelism, run_id, progress = opts["kubeconfig"], opts["parallelism"], run.id, run.progress
-    targets: list[dict[str, Any]] = []
+    kubeconfig, target, run_id, progress = asked.kubeconfig, asked.target, run.id, run.progress
+    targets: list[Target] = []
     with _run.cleanup_after(run, lambda failed: discard_restore(kubeconfig, target, run_id, targets, failed)):
         progress.step = "check"
-        check_parameters(namespace, pvcs, backup, target, parallelism, opts["timeout"])
-        mover = writer_settings(opts["policy_path"], **writer)
+        check_parameters(asked.namespace, asked.pvcs, asked.backup, target, asked.parallelism, asked.timeout)
+        mover = writer_settings(asked.policy_path, **asked.writer)
         # the key the writer pods will mount: the repository Secret in the target namespace
-        key = key_source(kubeconfig, target, repo_secret)
+        key = key_source(kubeconfig, target, asked.repo_secret)
         progress.step = "select"
-        selected = select_backups(repo, namespace, pvcs, backup, opts["allow_partial"], key)
-        found.update(_found(selected))
-        if found["backup_run"]:
-            app = [f"app:{selected['app']}"] if selected["app"] else []
-            runs.tag_flow_run([f"backup-run:{found['backup_run']}", *app])
-        options = {
-            "storage_class": opts["storage_class"],
-            "overwrite": opts["overwrite"],
-            "hand_over": opts["hand_over"],
-            "repo_secret": repo_secret,
-            "service_account": mover.service_account,
-        }
+        selected = select_backups(asked.repo, asked.namespace, asked.pvcs, asked.backup, asked.allow_partial, key)
+        found.select(selected)
+        if found.backup_run:
+            app = application(selected)
+            runs.tag_flow_run([f"backup-run:{found.backup_run}", *([f"app:{app}"] if app else [])])
+        options = RestoreOptions(
+            storage_class=asked.storage_class,
+            overwrite=asked.overwrite,
+            hand_over=asked.hand_over,
+            repo_secret=asked.repo_secret,
+            service_account=mover.service_account,
+        )
         progress.step = "plan"
-        targets = plan_restore(kubeconfig, target, selected["volumes"], run_id, options)
-        log.info("run %s: restoring %s of %s into %s%s", run_id, selected["how"], namespace, target, _link(found))
+        targets = plan_restore(kubeconfig, target, selected, run_id, options)
+        log.info("run %s: restoring %s of %s into %s%s", run_id, selected.how, asked.namespace, target, found.link())
         progress.step = "write"
 
-        def write(t: dict[str, Any]):
-            return write_volume.submit(kubeconfig, target, run_id, t, mover, repo_secret, opts["timeout"])
+        def write(t: Target) -> PrefectFuture:
+            return write_volume.submit(kubeconfig, target, run_id, t, mover, asked.repo_secret, asked.timeout)
 
-        written = _run.waves(targets, parallelism, write)
+        written = _run.waves(targets, asked.parallelism, write)
         progress.step = "finish"
         finished = [finish_volume(kubeconfig, target, run_id, t) for t in targets]
     progress.step = "report"
     rows = [_row(t, w, f) for t, w, f in zip(targets, written, finished, strict=True)]
-    record_restore_events(kubeconfig, target, run_id, repo, rows)
-    backup_run = f"Backup run `{found['backup_run']}`{_link(found)}." if found.get("backup_run") else ""
-    restore_report.publish(namespace, target, run_id, repo, selected, rows, backup_run)
+    record_restore_events(kubeconfig, target, run_id, asked.repo, rows)
+    backup_run = f"Backup run `{found.backup_run}`{found.link()}." if found.backup_run else ""
+    restore_report.publish(asked.namespace, target, run_id, asked.repo, selected, rows, backup_run)
     log.info("restore %s done: %s", run_id, ", ".join(f"{r['pvc']} {r['written_bytes']} B" for r in rows))
     return {
         "run_id": run_id,
-        "namespace": namespace,
+        "namespace": asked.namespace,
         "target_namespace": target,
-        "selected": selected["how"],
-        "backup_run": found["backup_run"],
-        "backup_flow_run": found["backup_flow_run"],
-        "notes": selected["notes"],
+        "selected": selected.how,
+        "backup_run": found.backup_run,
+        "backup_flow_run": dataclasses.asdict(found.backup_flow_run) if found.backup_flow_run else None,
+        "notes": list(selected.notes),
         "volumes": rows,
     }
 
 
-def _found(selected: dict[str, Any]) -> dict[str, Any]:
-    """The selected PVCs, the backup run they come from and that run's flow run (``reporting.runs.find_flow_run``)."""
-    backup_run = selected.get("run")
+def _row(target: Target, written: Written, finished: Finished) -> dict[str, Any]:
+    seconds = written.duration_s or 0.0
     return {
-        "pvcs": [v["pvc"] for v in selected["volumes"]],
-        "backup_run": backup_run,
-        "backup_flow_run": runs.find_flow_run(backup_run) if backup_run else None,
-    }
-
-
-def _link(found: dict[str, Any]) -> str:
-    """`` (backup flow run NAME: URL)`` for the logs and the report, or nothing when it is not known."""
-    run = found.get("backup_flow_run")
-    if not run:
-        return ""
-    return f" (backup flow run {run['name']}" + (f": {run['url']})" if run["url"] else ")")
-
-
-def _row(target: dict[str, Any], written: dict[str, Any], finished: dict[str, Any]) -> dict[str, Any]:
-    seconds = written.get("duration_s") or 0.0
-    readback = written.get("readback") or {}
-    return {
-        "pvc": target["pvc"],
-        "volume": target["volume"],
-        "backup_id": target["backup_id"],
-        "volume_mode": target["volume_mode"],
-        "storage_class": target["storage_class"],
-        "pv": finished["pv"],
-        "replaced": finished["replaced"],
-        "written_bytes": written.get("written_bytes"),
-        "capacity_bytes": written.get("capacity_bytes"),
+        "pvc": target.pvc,
+        "volume": target.volume,
+        "backup_id": target.backup_id,
+        "volume_mode": target.volume_mode,
+        "storage_class": target.storage_class,
+        "pv": finished.pv,
+        "replaced": finished.replaced,
+        "written_bytes": written.written_bytes,
+        "capacity_bytes": written.capacity_bytes,
         "duration_s": seconds,
-        "mib_per_s": round(written.get("written_bytes", 0) / seconds / (1 << 20), 1) if seconds else None,
-        "readback_s": readback.get("duration_s"),
-        "wall_s": written.get("wall_s"),
-        "fs_type": finished.get("fs_type"),
-        "node_affinity": finished.get("node_affinity"),
-        "notes": [*target.get("notes", ()), *finished.get("notes", ())],
+        "mib_per_s": round((written.written_bytes or 0) / seconds / (1 << 20), 1) if seconds else None,
+        "readback_s": written.readback_s,
+        "wall_s": written.wall_s,
+        "fs_type": finished.fs_type,
+        "node_affinity": finished.node_affinity,
+        "notes": [*target.notes, *finished.notes],
     }

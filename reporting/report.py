@@ -24,11 +24,17 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from movers.kube.backup import MoverResult, VolumePlan
 from reporting.best_effort import best_effort
 from reporting.tables import command, markdown_table, rate, seconds, size, table
+
+if TYPE_CHECKING:
+    from movers.kube.snapshotset import Retired, SnapshotSet
+    from tasks.kube import Snapshots
 
 RESTORE_FLOW = "restore-app"
 # the Secret's keys the CLI needs, as (Secret key, how the CLI takes it): storage credentials, the repository key
@@ -75,9 +81,9 @@ def volume_row(volume: str, plan: VolumePlan, result: MoverResult, snapshot: str
     }
 
 
-def snapshot_text(snap: dict[str, Any]) -> str:
+def snapshot_text(taken: SnapshotSet) -> str:
     """How a run took its snapshots, for its table: ``group``, ``per-pvc`` or ``per-pvc (fallback: why)``."""
-    return f"{snap['path']} (fallback: {snap['fallback']})" if snap.get("fallback") else snap["path"]
+    return f"{taken.path} (fallback: {taken.fallback})" if taken.fallback else taken.path
 
 
 def _times(r: float | None) -> str:
@@ -148,24 +154,37 @@ def secret_keys(kubeconfig: str | None, namespace: str, name: str | None) -> lis
     return sorted(preflight.secret_keys(secret))
 
 
-def restore_markdown(
-    run_id: str,
-    namespace: str,
-    app: str,
-    repo_url: str,
-    rows: list[dict[str, Any]],
-    *,
-    secret: str | None = None,
-    secret_keys: list[str] = (),
-    deployments: list[str] = (),
-    writer: dict[str, str | None] | None = None,
-    snapshots: str | None = None,
-    freeze_s: float | None = None,
-) -> str:
+@dataclass(frozen=True)
+class BackupRun:
+    """A backup run as its restore report names it: run id, namespace, application, repository, how its snapshots
+    were taken (``snapshot_text`` and the path's reason) and its freeze window."""
+
+    run_id: str
+    namespace: str
+    app: str
+    repo_url: str
+    snapshots: str | None = None
+    freeze_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RestoreWith:
+    """What restoring a backup run takes: the credentials Secret ``secret`` (its keys ``secret_keys``, by name:
+    never a value), the ``restore-app`` deployments, the writer pods' ``image`` and ``service_account``."""
+
+    secret: str | None = None
+    secret_keys: Sequence[str] = ()
+    deployments: Sequence[str] = ()
+    writer: dict[str, str | None] | None = None
+
+
+def restore_markdown(run: BackupRun, rows: list[dict[str, Any]], how: RestoreWith = RestoreWith()) -> str:
     """The run (each volume's mode, base and full backup id, the reason for its mode) and what to run to restore
-    it, as printed: the ``restore-app`` deployments ``deployments`` (none: said so), and the CLI with the storage
-    credentials and key taken from Secret ``namespace/secret`` (its keys ``secret_keys``, by name: never a value).
-    ``writer``: the writer pods' ``image`` and ``service_account`` (the backup's movers')."""
+    it, as printed: the ``restore-app`` deployments (none: said so), and the CLI with the storage credentials and
+    key taken from the Secret the backup used."""
+    run_id, namespace, app, repo_url = run.run_id, run.namespace, run.app, run.repo_url
+    snapshots, freeze_s = run.snapshots, run.freeze_s
+    secret, secret_keys, deployments, writer = how.secret, how.secret_keys, how.deployments, how.writer
     volumes = [
         {
             "volume": r["volume"],
@@ -212,7 +231,9 @@ def restore_markdown(
     return "\n".join(out)
 
 
-def _cli(repo_url: str, namespace: str, rows: list[dict[str, Any]], secret: str | None, keys: list[str]) -> list[str]:
+def _cli(
+    repo_url: str, namespace: str, rows: list[dict[str, Any]], secret: str | None, keys: Sequence[str]
+) -> list[str]:
     key = [(option, file) for name, option, file in CLI_KEY_FILES if name in keys][:1]
     env = [name for name in CLI_ENV if name in keys]
     out = []
@@ -236,37 +257,35 @@ def _cli(repo_url: str, namespace: str, rows: list[dict[str, Any]], secret: str 
     return out
 
 
-def retained_text(snap: dict[str, Any]) -> str:
+def retained_text(retired: Retired) -> str:
     """What the run left behind of the bases it retired (``retained_snapshots: keep``), for the table's description."""
-    left = snap.get("retained") or []
+    left = retired.retained
     if not left:
         return ""
-    names = ", ".join(f"{c['kind']} {c['name']} ({c['handle'] or 'no handle'})" for c in left)
+    names = ", ".join(f"{c.kind} {c.name} ({c.handle or 'no handle'})" for c in left)
     return f"; left behind (retained_snapshots: keep): {names}"
 
 
-def publish(run_id: str, policy: Any, snap: dict[str, Any], rows: list[dict[str, Any]], kubeconfig: str | None) -> None:
-    """The run's table (``backup-<app>``) and restore markdown (``backup-<app>-restore``) artifacts."""
+def publish(
+    run_id: str, policy: Any, snap: Snapshots, retired: Retired, rows: list[dict[str, Any]], kubeconfig: str | None
+) -> None:
+    """The run's table (``backup-<app>``) and restore markdown (``backup-<app>-restore``) artifacts: its snapshot
+    set ``snap``, the bases it ``retired``, its summary ``rows``."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     ns, url, secret = policy.namespace, policy.repository.url, policy.repository.credentials_secret
-    freeze = snap.get("freeze_s")
+    freeze = snap.freeze_s
     create_table_artifact(
         key=f"backup-{policy.name}",
         table=display_rows(rows, freeze),
-        description=f"backup {run_id} of {ns} to {url}; freeze window {seconds(freeze)}{retained_text(snap)}",
+        description=f"backup {run_id} of {ns} to {url}; freeze window {seconds(freeze)}{retained_text(retired)}",
     )
-    markdown = restore_markdown(
-        run_id,
-        ns,
-        policy.name,
-        url,
-        rows,
+    run = BackupRun(run_id, ns, policy.name, url, f"{snapshot_text(snap.taken)} ({snap.reason or '-'})", freeze)
+    how = RestoreWith(
         secret=secret,
         secret_keys=secret_keys(kubeconfig, ns, secret),
         deployments=restore_deployments(),
         writer={"image": policy.mover.image, "service_account": policy.mover.service_account},
-        snapshots=f"{snapshot_text(snap)} ({snap.get('reason') or '-'})",
-        freeze_s=freeze,
     )
+    markdown = restore_markdown(run, rows, how)
     create_markdown_artifact(key=f"backup-{policy.name}-restore", markdown=markdown)

@@ -4,9 +4,12 @@ Pure but for ``publish``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reporting.tables import rate, seconds, size, table
+
+if TYPE_CHECKING:
+    from movers.repo.selection import Selection
 
 
 def display_rows(target: str, rows: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -34,7 +37,7 @@ def report_markdown(
     target: str,
     run_id: str,
     repo: str,
-    selected: dict[str, Any],
+    selected: Selection,
     rows: list[dict[str, Any]],
     backup_run: str = "",
 ) -> str:
@@ -47,9 +50,9 @@ def report_markdown(
         + "".join(f"\n  - note: {n}" for n in r["notes"])
         for r in rows
     )
-    notes = "".join(f"- {n}\n" for n in selected["notes"])
+    notes = "".join(f"- {n}\n" for n in selected.notes)
     return (
-        f"# Restore {run_id}\n\nFrom `{repo}`, {selected['how']}, namespace `{namespace}` into `{target}`:\n\n"
+        f"# Restore {run_id}\n\nFrom `{repo}`, {selected.how}, namespace `{namespace}` into `{target}`:\n\n"
         + (f"{backup_run}\n\n" if backup_run else "")
         + (f"{notes}\n" if notes else "")
         + f"{lines}\n\n"
@@ -62,7 +65,7 @@ def publish(
     target: str,
     run_id: str,
     repo: str,
-    selected: dict[str, Any],
+    selected: Selection,
     rows: list[dict[str, Any]],
     backup_run: str = "",
 ) -> None:

@@ -18,6 +18,8 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from movers.kube.backup import VolumePlan
+from movers.kube.preflight import Source
+from movers.repo.lineage import BaseChoice
 from tasks import retry_if_retriable
 
 KeySource = dict[str, Any]  # {"kubeconfig": str | None, "namespace": str, "secret": str}
@@ -108,23 +110,21 @@ def check_repository(repo_url: str, key: KeySource | None = None) -> None:
 def choose_base(
     repo_url: str,
     volume_id: str,
-    pv_handle: str | None,
-    pv_uid: str | None,
+    source: Source,
     key: KeySource | None = None,
     kubeconfig: str | None = None,
-) -> dict[str, Any]:
-    """The next CBT delta's base of ``volume_id``, whose source is now volume ``pv_handle`` (PV ``pv_uid``): the
-    newest backup of that volume whose snapshot still exists in the cluster of ``kubeconfig``
-    (``movers.repo.lineage.choose_base`` with ``movers.kube.bases.SnapshotCheck``): ``{"handle", "reason",
-    "snapshot", "parent"}``, handle None for a full backup, snapshot the base's VolumeSnapshot name, parent the
-    backup (id) the delta builds on."""
+) -> BaseChoice:
+    """The next CBT delta's base of ``volume_id``, whose source is now the PV of ``source`` (the preflight's claim:
+    its volume handle and uid): the newest backup of that volume whose snapshot still exists in the cluster of
+    ``kubeconfig`` (``movers.repo.lineage.choose_base`` with ``movers.kube.bases.SnapshotCheck``); handle None for
+    a full backup, snapshot the base's VolumeSnapshot name, backup_id the backup the delta builds on."""
     from movers.kube.bases import SnapshotCheck
     from movers.repo.lineage import choose_base as choose
     from tasks.kube import api_client
 
     check = SnapshotCheck(api_client(kubeconfig))
-    choice = choose(open_repository(repo_url, key), volume_id, pv_handle, pv_uid, check.missing)
-    return {"handle": choice.handle, "reason": choice.reason, "snapshot": choice.snapshot, "parent": choice.backup_id}
+    pv_handle, pv_uid = source.identity.get("pv_handle"), source.identity.get("pv_uid")
+    return choose(open_repository(repo_url, key), volume_id, pv_handle, pv_uid, check.missing)
 
 
 PLANNED = {
@@ -137,7 +137,7 @@ PLANNED = {
 @task(name="plan-member", task_run_name="plan {volume_id}")
 def plan_member(
     volume_id: str,
-    base: dict[str, Any],
+    base: BaseChoice,
     audience: str | None,
     no_cbt: str | None = None,
     max_results: int = 4096,
@@ -146,7 +146,8 @@ def plan_member(
 ) -> VolumePlan:
     """``movers.kube.backup.VolumePlan.of``, said in one line of the run's log with its reason (a plan is never
     silent): ``ns/pvc: plan incremental from the CBT delta of snapshot S: delta since backup B ...``."""
-    plan = VolumePlan.of(base, audience, no_cbt, max_results, by_name)
+    chosen = {"handle": base.handle, "reason": base.reason, "snapshot": base.snapshot, "parent": base.backup_id}
+    plan = VolumePlan.of(chosen, audience, no_cbt, max_results, by_name)
     of = f" of snapshot {snapshot}" if snapshot else ""
     get_run_logger().info("%s: plan %s%s: %s", volume_id, PLANNED[plan.change_source], of, plan.why)
     return plan

@@ -408,6 +408,7 @@ def test_plan_is_said_and_selector_syntax():
     from prefect.logging import disable_run_logger
 
     from movers.kube.backup import VolumePlan
+    from movers.repo.lineage import BaseChoice
     from movers.selectors import selector_string
     from tasks.repository import plan_member
 
@@ -415,7 +416,7 @@ def test_plan_is_said_and_selector_syntax():
         with disable_run_logger():
             return plan_member.fn(*args)
 
-    delta, full = {"handle": "h1", "reason": "delta since b1"}, {"handle": None, "reason": "another volume"}
+    delta, full = BaseChoice("h1", "delta since b1"), BaseChoice(None, "another volume")
     assert plan("ns/a", delta, "aud") == VolumePlan("cbt-delta", "delta since b1", "h1", "aud", 4096)
     assert plan("ns/a", full, "aud") == VolumePlan("cbt-allocated", "another volume", None, "aud", 4096)
     assert plan("ns/a", delta, None, "CBT disabled") == VolumePlan("scan", "CBT disabled")
