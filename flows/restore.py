@@ -319,7 +319,9 @@ def _restore(asked: Asked, run: _run.Run, found: Found) -> dict[str, Any]:
     rows = [_row(t, w, f) for t, w, f in zip(targets, written, finished, strict=True)]
     record_restore_events(kubeconfig, target, run_id, asked.repo, rows)
     backup_run = f"Backup run `{found.backup_run}`{found.link()}." if found.backup_run else ""
-    restore_report.publish(asked.namespace, target, run_id, asked.repo, selected, rows, backup_run)
+    restore_report.publish(
+        restore_report.RestoreRun(asked.namespace, target, run_id, asked.repo, selected, backup_run), rows
+    )
     log.info("restore %s done: %s", run_id, ", ".join(f"{r['pvc']} {r['written_bytes']} B" for r in rows))
     return {
         "run_id": run_id,
