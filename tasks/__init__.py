@@ -1,4 +1,7 @@
-"""Thin Prefect tasks over ``movers`` (5-20 lines each); they return small serialisable results.
+"""Thin Prefect tasks over ``movers`` (5-20 lines each); every module here defines tasks. They hand each other typed
+objects (dataclasses: the preflight, the snapshot set, targets, write results, reports), never dicts, and turn
+them into the plain data a ``movers`` function takes where it takes one. How runs show in Prefect (events,
+artifacts, failure reports) is ``reporting``; the flows' shared skeleton is ``flows._run``.
 
 Importing them protects the process's logs (``movers.logsetup.protect``): tasks open repositories and call the
 Kubernetes API in the worker's own process, whatever logging configuration it runs with. It also keeps
