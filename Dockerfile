@@ -40,6 +40,8 @@ COPY movers/ movers/
 RUN pip install --no-deps . && rm -rf build *.egg-info
 COPY flows/ flows/
 COPY tasks/ tasks/
+COPY reporting/ reporting/
+COPY deploy/ deploy/
 COPY configs/ configs/
 COPY prefect.yaml ./
 

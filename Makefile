@@ -82,7 +82,7 @@ ui: $(STAMP)
 # Create or update the work pools of prefect.yaml (cbt-mover-local, cbt-mover-k8s) on the server
 # of PREFECT_API_URL, by default the one `make ui` runs. POOLS_ARGS: e.g. --image REGISTRY/cbt-mover:TAG.
 pools: $(STAMP)
-	PREFECT_API_URL=$${PREFECT_API_URL:-$(PREFECT_UI_API)} $(VENV)/bin/python -m flows.pools $(POOLS_ARGS)
+	PREFECT_API_URL=$${PREFECT_API_URL:-$(PREFECT_UI_API)} $(VENV)/bin/python -m deploy.pools $(POOLS_ARGS)
 
 # PNG screenshots of the UI's main pages (docs/ui/, shown in docs/ui.md): the demo sent to a fresh temporary
 # Prefect server, its pages rendered by headless Chromium (Debian's `chromium`). Takes a few minutes.

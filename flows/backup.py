@@ -30,36 +30,48 @@ leaves them and reports them (``movers.kube.retained``): a warning each, the sum
 # the globals its code uses, so string annotations naming the policy's models could not be resolved there
 
 import dataclasses
-import time
-import uuid
+import logging
 from typing import Any
 
-from prefect import flow, get_run_logger, tags
-from prefect.futures import wait
+from prefect import get_run_logger
+from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
-from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows import _run
+from flows._run import best_effort
 from movers.backup.movers import MoverResult
 from movers.backup.plan import VolumePlan
+from movers.backup.preflight import DriverCbt, Source
+from movers.backup.snapshots import Retired
 from movers.policy.model import BackupPolicy, Hooks, parse_policy
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG
-from tasks import events, report, runs, state_hook_logger
+from reporting import events, report, runs
 from tasks.kevents import record_backup_events, record_backup_failure
-from tasks.kube import check_permissions, cleanup_run, inspect_cluster, keep_base_snapshots, move_volume, take_snapshots
-from tasks.maintenance import forget_backups
-from tasks.repo import check_repository, choose_base, plan_member
-from tasks.repository import KeySource, key_source
+from tasks.kube import (
+    Member,
+    Recorded,
+    Snapshots,
+    check_permissions,
+    cleanup_run,
+    inspect_cluster,
+    keep_base_snapshots,
+    move_volume,
+    take_snapshots,
+)
+from tasks.maintenance import KeepRules, forget_backups
+from tasks.repository import KeySource, check_repository, choose_base, key_source, plan_member
 
 KIND = "backup"
 
 
 def _run_name() -> str:
-    """``<run id> <namespace>/<app>`` (``tasks.runs``), from the policy the parameters make (else the file's name)."""
+    """``<run id> <namespace>/<app>`` (``reporting.runs``), from the policy the parameters make (else the file's
+    name)."""
     p = dict(flow_run.parameters)
     try:
         policy = resolve_policy(p.get("policy_path"), **{key: p.get(key) for key in POLICY_OVERRIDES})
         what = f"{policy.namespace}/{policy.name}"
-    except Exception:  # noqa: BLE001  (the run fails on it with the reason; the name is only a label)
+    except Exception:  # noqa: BLE001  (silent, not best_effort: the name is only a label; the run fails on it)
         what = p.get("namespace") or (p.get("policy_path") or "policy").rsplit("/", 1)[-1].removesuffix(".yaml")
     return runs.run_name(KIND, what)
 
@@ -99,11 +111,11 @@ POLICY_OVERRIDES = ("namespace", "selector", "repo", "repo_secret", "hooks", "im
 
 def run_id_for(flow_run_id: Any) -> str:
     """The run id (``cbt-mover.io/run`` label value) of a flow run: derived from its id only, so that
-    the state hooks can recompute it (``tasks.runs.run_id_for``)."""
+    the state hooks can recompute it (``reporting.runs.run_id_for``)."""
     return runs.run_id_for(KIND, flow_run_id)
 
 
-def _abandon_run(flow_run_: Any, why: str) -> None:
+def _abandon_run(run: _run.Abandoned) -> None:
     """Best effort after a cancelled/crashed run: the policy's post hooks (thaw), then delete everything
     labelled with the run. Never raises (errors are logged)."""
     from movers.hooks import app_hooks, run_hooks
@@ -112,63 +124,38 @@ def _abandon_run(flow_run_: Any, why: str) -> None:
     from movers.policy.hooks import DEFAULT_TIMEOUT_S
     from tasks.kube import api_client
 
-    log = state_hook_logger(flow_run_, __name__)
-    params = dict(getattr(flow_run_, "parameters", None) or {})
-    kubeconfig = params.get("kubeconfig")
-    run_id = run_id_for(flow_run_.id)
-    try:
+    log, params, said = run.log, run.params, f"run {run.id} ({run.why})"
+    ns, hooks, annotations = params.get("namespace"), params.get("hooks"), False
+    app, hook_timeout, keep_retained = ns, DEFAULT_TIMEOUT_S, False
+    with best_effort(f"{said}: cannot resolve the policy; using the parameters", log):
         policy = resolve_policy(
             params.get("policy_path"), **{key: v for key, v in params.items() if key in POLICY_OVERRIDES}
         )
         ns, hooks, annotations = policy.namespace, policy.hooks, policy.use_pod_annotations
         app, hook_timeout, keep_retained = policy.name, policy.timeouts.hook, _keep_retained(policy)
-    except Exception as err:  # noqa: BLE001  (fall back to the raw parameters)
-        log.warning("run %s (%s): cannot resolve the policy (%s); using the parameters", run_id, why, err)
-        ns, hooks, annotations = params.get("namespace"), params.get("hooks"), False
-        app, hook_timeout, keep_retained = ns, DEFAULT_TIMEOUT_S, False
     if not ns:
-        log.error("run %s (%s): no namespace known, nothing to thaw or clean up", run_id, why)
+        log.error("%s: no namespace known, nothing to thaw or clean up", said)
         return
-    try:
-        api = api_client(kubeconfig)
-    except Exception as err:  # noqa: BLE001
-        log.error("run %s (%s): no cluster client: %s", run_id, why, err)
+    api = None
+    with best_effort(f"{said}: no cluster client", log, logging.ERROR):
+        api = api_client(params.get("kubeconfig"))
+    if api is None:
         return
-    try:
+    with best_effort(f"{said}: post hooks failed", log, logging.ERROR):  # then still clean up
         hookset = app_hooks(api, ns, hooks, use_pod_annotations=annotations, default_timeout=hook_timeout)
         for result in run_hooks(api, ns, list(reversed(hookset.post)), stop_on_failure=False):
-            log.info("run %s (%s): %s", run_id, why, result.describe())
-    except Exception as err:  # noqa: BLE001  (best effort: still clean up)
-        log.error("run %s (%s): post hooks failed: %s", run_id, why, err)
-    try:
-        deleted = cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}={run_id}", wait=True, keep_retained=keep_retained)
-        log.info("run %s (%s): deleted %s", run_id, why, deleted)
-    except Exception as err:  # noqa: BLE001
-        log.error("run %s (%s): cleanup failed: %s", run_id, why, err)
-    events.emit(
-        KIND, "failed", events.app_resource(ns, app, KIND, run_id), {"run_id": run_id, "error": f"flow run {why}"}
-    )
+            log.info("%s: %s", said, result.describe())
+    with best_effort(f"{said}: cleanup failed", log, logging.ERROR):
+        deleted = cleanup.delete_by_label(api, ns, f"{m.RUN_LABEL}={run.id}", wait=True, keep_retained=keep_retained)
+        log.info("%s: deleted %s", said, deleted)
+    run.failed(events.app_resource(ns, app, KIND, run.id))
 
 
-# Prefect calls state hooks with the keywords flow, flow_run and state (the runner does, by name)
-def on_cancellation(flow: Any, flow_run: Any, state: Any) -> None:
-    """Flow state hook: thaw the app and delete the run's objects after a cancellation."""
-    _abandon_run(flow_run, "cancelled")
+# Prefect calls them after a cancellation or a crash: thaw the app and delete the run's objects
+on_cancellation, on_crashed = _run.state_hooks(KIND, _abandon_run, __name__)
 
 
-def on_crashed(flow: Any, flow_run: Any, state: Any) -> None:
-    """Flow state hook: thaw the app and delete the run's objects after a crash."""
-    _abandon_run(flow_run, "crashed")
-
-
-@flow(
-    name="backup-app",
-    flow_run_name=_run_name,
-    task_runner=ThreadPoolTaskRunner(max_workers=8),
-    log_prints=True,
-    on_cancellation=[on_cancellation],
-    on_crashed=[on_crashed],
-)
+@_run.run_flow("backup-app", _run_name, (on_cancellation, on_crashed))
 def backup_app(
     policy_path: str | None = None,
     namespace: str | None = None,
@@ -186,8 +173,8 @@ def backup_app(
 
     Direct parameters override the policy file's. ``forget_expired``: after a successful run, expire
     the backed-up volumes' backups by the policy's retention (manifests only; the maintenance flow
-    prunes the data). Emits ``cbt-mover.backup.started``, then ``.completed`` or ``.failed`` (``tasks.events``); a
-    failure is one ERROR line and the artifact ``backup-<app>-failure`` (``tasks.runs.report_failure``).
+    prunes the data). Emits ``cbt-mover.backup.started``, then ``.completed`` or ``.failed`` (``reporting.events``); a
+    failure is one ERROR line and the artifact ``backup-<app>-failure`` (``reporting.runs.report_failure``).
     """
     log = get_run_logger()
     policy = resolve_policy(
@@ -202,30 +189,26 @@ def backup_app(
         parallelism=parallelism,
     )
     ns, url, app = policy.namespace, policy.repository.url, policy.name
-    run_id = run_id_for(flow_run.id or uuid.uuid4())
-    runs.tag_flow_run(runs.run_tags(KIND, run_id, namespace=ns, app=app))
-    resource = events.app_resource(ns, app, KIND, run_id)
-    started = {"run_id": run_id, "namespace": ns, "app": app, "repository": url}
-    events.emit(KIND, "started", resource, started | {"selector": policy.pvc_selector})
-    log.info("run %s: backing up %s (selector %s) to %s", run_id, ns, policy.pvc_selector, url)
-    t0 = time.monotonic()
-    progress = runs.Progress()
-    try:
-        with tags(*runs.run_tags(KIND, run_id, namespace=ns, app=app)):
-            summary = _backup(policy, run_id, kubeconfig, forget_expired, progress)
-    except Exception as err:
-        title = f"backup {run_id} of {ns}/{app}"
-        payload = started | {"duration_s": round(time.monotonic() - t0, 3)}
-        related = events.volumes_related(sorted(progress.committed))
-        runs.report_failure(KIND, title, err, progress, f"backup-{app}-failure", resource, payload, related)
-        record_backup_failure(kubeconfig, policy, run_id, str(err))
-        raise
-    summary["duration_s"] = round(time.monotonic() - t0, 3)
-    rows = summary["volumes"]
-    events.emit(
+    run = _run.Run.start(
         KIND,
-        "completed",
-        resource,
+        lambda run_id: events.app_resource(ns, app, KIND, run_id),
+        {"namespace": ns, "app": app, "repository": url},
+        runs.Progress(),
+        {"selector": policy.pvc_selector},
+        namespace=ns,
+        app=app,
+    )
+    log.info("run %s: backing up %s (selector %s) to %s", run.id, ns, policy.pvc_selector, url)
+
+    def failure(err: BaseException) -> _run.Failure:
+        related = events.volumes_related(sorted(run.progress.committed))
+        return _run.Failure(related=related, then=lambda: record_backup_failure(kubeconfig, policy, run.id, str(err)))
+
+    with run.guard(f"backup {run.id} of {ns}/{app}", f"backup-{app}-failure", failure):
+        summary = _backup(policy, run, kubeconfig, forget_expired)
+    summary["duration_s"] = run.seconds()
+    rows = summary["volumes"]
+    run.complete(
         {k: v for k, v in summary.items() if k != "volumes"} | {"volumes": {r["volume"]: _event_row(r) for r in rows}},
         events.volumes_related([r["volume"] for r in rows]),
     )
@@ -239,39 +222,28 @@ def _event_row(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row.get(k) for k in (*keys, *sizes)}
 
 
-def _backup(
-    policy: BackupPolicy, run_id: str, kubeconfig: str | None, forget_expired: bool, progress: runs.Progress
-) -> dict[str, Any]:
+def _backup(policy: BackupPolicy, run: _run.Run, kubeconfig: str | None, forget_expired: bool) -> dict[str, Any]:
     """Snapshot and move (cleaning up in every outcome), expire by retention, report; the run's summary.
-    ``progress`` records what was done, for the failure report."""
+    ``run.progress`` records what was done, for the failure report."""
     log = get_run_logger()
-    ns, url = policy.namespace, policy.repository.url
-    failed = True
-    try:
-        snap, rows = _snapshot_and_move(policy, run_id, kubeconfig, progress)
-        failed = False
-    finally:
-        try:
-            progress.cleaned_up = cleanup_run(kubeconfig, ns, run_id, keep_retained=_keep_retained(policy))
-            log.info("run %s: deleted %s", run_id, progress.cleaned_up)
-        except Exception as cleanup_err:  # noqa: BLE001
-            if not failed:
-                raise
-            progress.cleaned_up = f"the cleanup failed too: {runs.error_line(cleanup_err)}"
-            log.error("run %s: cleanup after the failure failed too: %s", run_id, cleanup_err)  # not masking it
+    ns, url, run_id, progress = policy.namespace, policy.repository.url, run.id, run.progress
+    keep_retained = _keep_retained(policy)
+    with _run.cleanup_after(run, lambda failed: cleanup_run(kubeconfig, ns, run_id, keep_retained=keep_retained)):
+        snap, retired, rows = _snapshot_and_move(policy, run_id, kubeconfig, progress)
     progress.step = "retention"
     key = key_source(kubeconfig, ns, policy.repository.credentials_secret)
     expired = forget_backups_of(url, [r["volume"] for r in rows], policy, key) if forget_expired else None
     progress.step = "report"
-    report.publish(run_id, policy, snap, rows, kubeconfig)
+    report.publish(run_id, policy, snap, retired, rows, kubeconfig)
     record_backup_events(kubeconfig, run_id, url, rows)
-    if snap["fallback"]:
-        log.warning("backup %s: snapshots per PVC after a fallback: %s", run_id, snap["fallback"])
+    taken = snap.taken
+    if taken.fallback:
+        log.warning("backup %s: snapshots per PVC after a fallback: %s", run_id, taken.fallback)
     log.info(
         "backup %s done (%s snapshots: %s): %s",
         run_id,
-        snap["path"],
-        snap["reason"],
+        taken.path,
+        snap.reason,
         ", ".join(f"{r['volume']} {r['mode']}" for r in rows),
     )
     return {
@@ -279,21 +251,21 @@ def _backup(
         "namespace": ns,
         "app": policy.name,
         "repository": url,
-        "freeze_s": snap["freeze_s"],
-        "freezes": snap["freezes"],
-        "snapshots": {k: snap[k] for k in ("path", "reason", "fallback", "kind")},
+        "freeze_s": snap.freeze_s,
+        "freezes": taken.freezes,
+        "snapshots": {"path": taken.path, "reason": snap.reason, "fallback": taken.fallback, "kind": taken.kind},
         "volumes": rows,
         "expired": expired,
-        "retained": snap["retained"],
+        "retained": [dataclasses.asdict(c) for c in retired.retained],
     }
 
 
 def _snapshot_and_move(
     policy: BackupPolicy, run_id: str, kubeconfig: str | None, progress: runs.Progress
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[Snapshots, Retired, list[dict[str, Any]]]:
     """Preflight, plan the bases, snapshot under a bounded freeze, move every member (``parallelism`` at a
-    time), keep the new base snapshots. Returns the snapshot set (with the path's reason) and one summary row
-    per volume; ``progress`` says the step, whether the app was thawed and the backups committed so far."""
+    time), keep the new base snapshots. Returns the snapshot set, the base snapshots it retired and one summary
+    row per volume; ``progress`` says the step, whether the app was thawed and the backups committed so far."""
     log = get_run_logger()
     ns, url = policy.namespace, policy.repository.url
     # preflight: nothing is frozen or created before all of it passed; the permissions first
@@ -301,54 +273,51 @@ def _snapshot_and_move(
     found = inspect_cluster(kubeconfig, policy)  # the credentials Secret among the rest
     key = key_source(kubeconfig, ns, policy.repository.credentials_secret)
     check_repository(url, key)
-    sources = {s["pvc"]: s for s in found["sources"]}
-    bases = {
-        pvc: choose_base(url, f"{ns}/{pvc}", s["identity"]["pv_handle"], s["identity"]["pv_uid"], key, kubeconfig)
-        for pvc, s in sources.items()
-    }
+    sources = {s.pvc: s for s in found.sources}
+    bases = {pvc: choose_base(url, f"{ns}/{pvc}", s, key, kubeconfig) for pvc, s in sources.items()}
     progress.step, progress.thawed = "snapshot", "the freeze ended with the snapshot step (its post hooks always run)"
-    snap = take_snapshots(kubeconfig, run_id, policy, found) | {"reason": found["path_reason"]}
+    snap = take_snapshots(kubeconfig, run_id, policy, found)
     progress.step, progress.thawed = (
         "move",
-        "thawed after the snapshots were cut: " + ("; ".join(snap["hooks"]) or "no hooks"),
+        "thawed after the snapshots were cut: " + ("; ".join(snap.taken.hooks) or "no hooks"),
     )
     members = _members(snap, sources, run_id, policy)
-    done: list[tuple[dict[str, Any], VolumePlan, MoverResult]] = []
-    # submit in waves of `parallelism` (the task runner has more threads than that)
-    for start in range(0, len(members), policy.parallelism):
-        wave = []
-        for member in members[start : start + policy.parallelism]:
-            audience, no_cbt = _cbt(found, snap, member["driver"])
-            volume = f"{ns}/{member['pvc']}"
-            by_name = found["cbt"][member["driver"]]["base_by_name"]  # a v1alpha1 service: the base by name
-            plan = plan_member(
-                volume, bases[member["pvc"]], audience, no_cbt, policy.cbt.max_results, member["snapshot"], by_name
-            )
-            fut = move_volume.submit(kubeconfig, run_id, member, plan, policy)
-            wave.append((member, plan, fut))
-        wait([fut for _, _, fut in wave])  # all of the wave has ended before a failure triggers the cleanup
-        for member, _plan, fut in wave:
-            if fut.state.is_completed():
-                progress.committed[f"{ns}/{member['pvc']}"] = fut.result().backup_id
-        done += [(member, plan, fut.result()) for member, plan, fut in wave]
+    plans: dict[str, VolumePlan] = {}
+
+    def move(member: Member) -> PrefectFuture:
+        cbt = found.cbt[member.snapshot.driver]
+        audience, no_cbt = _cbt(cbt, snap)
+        volume = f"{ns}/{member.pvc}"
+        by_name = cbt.base_by_name  # a v1alpha1 service: the base by name
+        plan = plan_member(
+            volume, bases[member.pvc], audience, no_cbt, policy.cbt.max_results, member.snapshot.snapshot, by_name
+        )
+        plans[member.pvc] = plan
+        return move_volume.submit(kubeconfig, run_id, member, plan, policy)
+
+    def committed(member: Member, result: MoverResult) -> None:
+        progress.committed[f"{ns}/{member.pvc}"] = result.backup_id
+
+    results = _run.waves(members, policy.parallelism, move, committed)
     rows = []
-    for member, plan, res in done:
-        rows.append(report.volume_row(f"{ns}/{member['pvc']}", plan, res, report.snapshot_text(snap)))
+    for member, res in zip(members, results, strict=True):
+        plan = plans[member.pvc]
+        rows.append(report.volume_row(f"{ns}/{member.pvc}", plan, res, report.snapshot_text(snap.taken)))
         if res.change_source != plan.change_source:
             log.warning(
                 "%s: planned %s but the mover used %s (%s)",
-                member["pvc"],
+                member.pvc,
                 plan.change_source,
                 res.change_source,
                 res.cbt_fallback or "no reason given",
             )
     progress.step = "keep-base-snapshots"
-    kept = [snap["group"]] if snap["group"] else [x["snapshot"] for x in members]
+    taken = snap.taken
+    kept = [taken.group] if taken.group else [x.snapshot.snapshot for x in members]
     retired = keep_base_snapshots(
-        kubeconfig, ns, policy.name, snap["kind"], snap["group_version"], kept, _keep_retained(policy)
+        kubeconfig, ns, policy.name, taken.kind, taken.group_version, kept, _keep_retained(policy)
     )
-    snap["retained"] = [dataclasses.asdict(c) for c in retired.retained]
-    return snap, rows
+    return snap, retired, rows
 
 
 def _keep_retained(policy: BackupPolicy) -> bool:
@@ -356,21 +325,18 @@ def _keep_retained(policy: BackupPolicy) -> bool:
     return policy.retained_snapshots == "keep"
 
 
-def _cbt(found: dict[str, Any], snap: dict[str, Any], driver: str) -> tuple[str | None, str | None]:
-    """The SnapshotMetadataService audience for a member of ``driver``, or None and why its CBT cannot work
-    (no service, CBT off, or a group member the service cannot serve)."""
-    cbt = found["cbt"][driver]
-    why = cbt["unavailable"] or (cbt["group_members"] if snap["kind"] == "VolumeGroupSnapshot" else None)
-    return (None, why) if why else (cbt["audience"], None)
+def _cbt(cbt: DriverCbt, snap: Snapshots) -> tuple[str | None, str | None]:
+    """The SnapshotMetadataService audience for a member of a driver that offers ``cbt``, or None and why its CBT
+    cannot work (no service, CBT off, or a group member the service cannot serve)."""
+    why = cbt.unavailable or (cbt.group_members if snap.taken.kind == "VolumeGroupSnapshot" else None)
+    return (None, why) if why else (cbt.audience, None)
 
 
-def _members(
-    snap: dict[str, Any], sources: dict[str, dict[str, Any]], run_id: str, policy: BackupPolicy
-) -> list[dict[str, Any]]:
-    """The snapshot set's members of the preflight's claims, with what their movers record: the claim's class,
-    size, mode and labels, its PV's identity, the run's claims, the group, the manifest tags, the app and the
+def _members(snap: Snapshots, sources: dict[str, Source], run_id: str, policy: BackupPolicy) -> list[Member]:
+    """The snapshot set's members of the preflight's claims, with what their movers record: the claim (its class,
+    size, mode and labels, its PV's identity), the run's claims, the group, the manifest tags, the app and the
     repository."""
-    taken = {x["pvc"] for x in snap["members"]}
+    taken = {x.pvc for x in snap.members}
     if set(sources) - taken:
         raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(set(sources) - taken)}")
     if taken - set(sources):  # a claim created since the preflight: the next run takes it
@@ -378,15 +344,14 @@ def _members(
             "the group snapshot also took PVC(s) %s, created since the preflight: not backed up by this run",
             sorted(taken - set(sources)),
         )
-    common = {
-        "run_pvcs": sorted(sources),
-        "group_snapshot": snap["group"],
-        "app": policy.name,
-        "tags": {RUN_TAG: run_id, APP_TAG: policy.name, POLICY_TAG: policy.name},
-        "repo": policy.repository.url,
-    }
-    mine = ("storage_class", "size", "volume_mode", "identity", "labels")
-    return [x | {f: sources[x["pvc"]][f] for f in mine} | common for x in snap["members"] if x["pvc"] in sources]
+    recorded = Recorded(
+        run_pvcs=sorted(sources),
+        group_snapshot=snap.taken.group,
+        app=policy.name,
+        tags={RUN_TAG: run_id, APP_TAG: policy.name, POLICY_TAG: policy.name},
+        repo=policy.repository.url,
+    )
+    return [Member(x, sources[x.pvc], recorded) for x in snap.members if x.pvc in sources]
 
 
 def forget_backups_of(
@@ -399,4 +364,4 @@ def forget_backups_of(
     if not rules:
         get_run_logger().info("retention: the policy keeps every backup")
         return None
-    return forget_backups(repo_url, volumes, key=key, policy=policy.name, **rules)
+    return forget_backups(repo_url, volumes, KeepRules(**rules), key=key, policy=policy.name).to_dict()

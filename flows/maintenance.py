@@ -14,25 +14,27 @@ without it, from the worker's environment (as for the CLI).
 
 Artifacts: the retention table (one row per backup: kept and why, or forgotten), the prune report,
 the verify result, a failure artifact after a failure. Events ``cbt-mover.maintenance.started|completed|failed``
-about ``cbt-mover.repository.<url>`` (``tasks.events``). The run FAILS when verify finds damage, after the
+about ``cbt-mover.repository.<url>`` (``reporting.events``). The run FAILS when verify finds damage, after the
 artifacts.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from prefect import flow, get_run_logger, tags
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
+from flows import _run
 from movers.errors import IntegrityError, UsageError
+from movers.pipeline.verify import VerifyReport
 from movers.policy.model import BackupPolicy, load_policy
 from movers.values import parse_duration
-from tasks import events, runs
-from tasks import maintenance_report as report
-from tasks.maintenance import forget_backups, prune_repo, repo_volumes, verify_repo
+from reporting import events, runs
+from reporting import maintenance_report as report
+from tasks.maintenance import KeepRules, Pruned, forget_backups, prune_repo, repo_volumes, verify_repo
 from tasks.repository import KeySource, describe, key_source
 
 RULES = ("keep_last", "keep_daily", "keep_weekly", "keep_monthly")
@@ -45,7 +47,7 @@ KIND = "maintenance"
 
 
 def _run_name() -> str:
-    """``<run id> <repository URL without credentials>`` (``tasks.runs``)."""
+    """``<run id> <repository URL without credentials>`` (``reporting.runs``)."""
     return runs.run_name(KIND, report.public_url(str(flow_run.parameters.get("repo", "repo"))))
 
 
@@ -138,79 +140,92 @@ def maintain_repo(
     prune: the repository's prune lock); then the prune is skipped (reported), not failed.
     Raises ``IntegrityError`` when verify finds damage.
     """
-    started = time.monotonic()
     public = report.public_url(repo)
-    run_id = runs.current_run_id(KIND)
-    run_tags = runs.run_tags(KIND, run_id, repository=public)
-    runs.tag_flow_run(run_tags)
-    resource = events.repository_resource(public, KIND, run_id)
-    begun = {"run_id": run_id, "repository": public, "dry_run": dry_run}
-    events.emit(KIND, "started", resource, begun | {"prune": prune, "verify": verify})
-    progress = runs.Progress(step="maintain", thawed="not applicable: maintenance freezes no application")
+    run = _run.Run.start(
+        KIND,
+        lambda run_id: events.repository_resource(public, KIND, run_id),
+        {"repository": public, "dry_run": dry_run},
+        runs.Progress(step="maintain", thawed="not applicable: maintenance freezes no application"),
+        {"prune": prune, "verify": verify},
+        repository=public,
+    )
     summary: dict[str, Any] = {}
-    try:
-        with tags(*run_tags):
-            summary = _maintain(
-                repo,
-                policy_paths,
-                dict(zip(RULES, (keep_last, keep_daily, keep_weekly, keep_monthly), strict=True)),
-                prune,
-                grace,
-                verify,
-                sample,
-                seed,
-                dry_run,
-                lock_wait,
-                key_secret,
-                kubeconfig,
-                progress,
-            )
-        summary["run_id"], summary["duration_s"] = run_id, round(time.monotonic() - started, 3)
+    with run.guard(
+        f"maintenance {run.id} of {public}", report.artifact_key(repo, "failure"), lambda err: _run.Failure(summary)
+    ):
+        asked = Asked(
+            repo=repo,
+            policy_paths=policy_paths or [],
+            overrides=dict(zip(RULES, (keep_last, keep_daily, keep_weekly, keep_monthly), strict=True)),
+            prune=prune,
+            grace=grace,
+            verify=verify,
+            sample=sample,
+            seed=seed,
+            dry_run=dry_run,
+            lock_wait=lock_wait,
+            key_secret=key_secret,
+            kubeconfig=kubeconfig,
+        )
+        summary = _maintain(asked, run.progress)
+        summary["run_id"], summary["duration_s"] = run.id, run.seconds()
         checked = summary["verify"]
         if checked is not None and not checked["ok"]:
-            progress.step = "verify"
+            run.progress.step = "verify"
             raise IntegrityError(f"verify of {public} found damage: " + "; ".join(checked["errors"][:5]))
-    except Exception as err:
-        payload = begun | summary | {"duration_s": round(time.monotonic() - started, 3)}
-        title = f"maintenance {run_id} of {public}"
-        runs.report_failure(KIND, title, err, progress, report.artifact_key(repo, "failure"), resource, payload)
-        raise
-    events.emit(KIND, "completed", resource, summary)
+    run.complete(summary)
     return summary
 
 
-def _maintain(
-    repo: str,
-    policy_paths: list[str] | None,
-    overrides: dict[str, int | None],
-    prune: bool,
-    grace: float | str,
-    verify: str,
-    sample: float,
-    seed: int | None,
-    dry_run: bool,
-    lock_wait: float,
-    key_secret: str | None,
-    kubeconfig: str | None,
-    progress: runs.Progress,
-) -> dict[str, Any]:
-    log, public = get_run_logger(), report.public_url(repo)
-    grace_s = seconds(grace)
-    if not 0 <= sample <= 1:
-        raise UsageError(f"sample must be a fraction between 0 and 1, not {sample}")
-    for name, value in overrides.items():
+@dataclass(frozen=True)
+class Asked:
+    """The flow's parameters, for its steps (``overrides``: the ``keep_*`` parameters by name, None when not given)."""
+
+    repo: str
+    policy_paths: list[str]
+    overrides: dict[str, int | None]
+    prune: bool
+    grace: float | str
+    verify: str
+    sample: float
+    seed: int | None
+    dry_run: bool
+    lock_wait: float
+    key_secret: str | None
+    kubeconfig: str | None
+
+
+PRUNE_SHOWN = (
+    "packs_deleted",
+    "map_objects_deleted",
+    "bytes_deleted",
+    "packs_in_grace",
+    "dead_bytes",
+    "packs_repacked",
+    "duration_s",
+)
+VERIFY_SHOWN = ("mode", "sample", "seed", "backups_checked", "packs_read", "fetched_bytes")
+
+
+def _maintain(asked: Asked, progress: runs.Progress) -> dict[str, Any]:
+    log, repo, dry_run = get_run_logger(), asked.repo, asked.dry_run
+    public = report.public_url(repo)
+    grace_s = seconds(asked.grace)
+    if not 0 <= asked.sample <= 1:
+        raise UsageError(f"sample must be a fraction between 0 and 1, not {asked.sample}")
+    for name, value in asked.overrides.items():
         if value is not None and value < 0:
             raise UsageError(f"{name} must be >= 0, not {value}")
-    policies = [load_policy(p) for p in policy_paths or []]
-    key = key_for(key_secret, kubeconfig)
+    policies = [load_policy(p) for p in asked.policy_paths]
+    key = key_for(asked.key_secret, asked.kubeconfig)
     log.info("repository key (if it is encrypted): from %s", describe(key))
 
     progress.step = "retention"
-    groups, notes = retention_groups(repo, repo_volumes(repo, key), policies, overrides)
+    groups, notes = retention_groups(repo, repo_volumes(repo, key), policies, asked.overrides)
     for note in notes:
         log.info("retention: %s", note)
     results = [
-        (rules, forget_backups(repo, vols, dry_run=dry_run, key=key, policy=name, **rules))
+        (rules, forget_backups(repo, vols, KeepRules(**rules), dry_run=dry_run, key=key, policy=name))
         for rules, vols, name in groups
     ]
     rows = report.retention_rows(results)
@@ -219,13 +234,13 @@ def _maintain(
         table=rows or [{"note": "; ".join(notes)}],
         description=f"retention of {public}" + " (dry run)" * dry_run,
     )
-    forgotten = sum(len(r["deleted"]) for _rules, r in results)
+    forgotten = sum(len(r.deleted) for _rules, r in results)
 
     pruned = None
     progress.step = "prune"
-    if prune:
-        would_forget = [key for _rules, r in results for key in r["deleted"]] if dry_run else None
-        pruned = prune_repo(repo, grace_s, dry_run, lock_wait, would_forget, key)
+    if asked.prune:
+        would_forget = [key for _rules, r in results for key in r.deleted] if dry_run else None
+        pruned = prune_repo(repo, grace_s, dry_run, asked.lock_wait, would_forget, key)
         create_table_artifact(
             key=report.artifact_key(repo, "prune"),
             table=report.prune_rows(pruned),
@@ -233,8 +248,8 @@ def _maintain(
         )
     checked = None
     progress.step = "verify"
-    if verify != "off":
-        checked = verify_repo(repo, verify, sample, seed, key)
+    if asked.verify != "off":
+        checked = verify_repo(repo, asked.verify, asked.sample, asked.seed, key)
         create_markdown_artifact(
             key=report.artifact_key(repo, "verify"),
             description="verify of " + public,
@@ -246,29 +261,23 @@ def _maintain(
         "notes": notes,
         "forgotten": forgotten,
         "kept": sum(r["action"] == "keep" for r in rows),
-        "prune": None
-        if pruned is None
-        else {
-            k: pruned.get(k)
-            for k in (
-                "skipped",
-                "packs_deleted",
-                "map_objects_deleted",
-                "bytes_deleted",
-                "packs_in_grace",
-                "dead_bytes",
-                "packs_repacked",
-                "duration_s",
-            )
-        },
-        "verify": None
-        if checked is None
-        else {
-            **{
-                k: checked[k]
-                for k in ("ok", "mode", "sample", "seed", "backups_checked", "packs_read", "fetched_bytes")
-            },
-            **{k: checked[k][:SHOWN] for k in ("errors", "damage", "warnings")},
-            "damaged": len(checked["damage"]),
-        },
+        "prune": None if pruned is None else _prune_summary(pruned),
+        "verify": None if checked is None else _verify_summary(checked),
     }
+
+
+def _prune_summary(pruned: Pruned) -> dict[str, Any]:
+    """The prune's part of the run's result and events: why it was skipped, or its main counters."""
+    done = pruned.report
+    return {"skipped": pruned.skipped} | {k: None if done is None else getattr(done, k) for k in PRUNE_SHOWN}
+
+
+def _verify_summary(checked: VerifyReport) -> dict[str, Any]:
+    """The verify's part of the run's result and events: the verdict, what was read, the first ``SHOWN`` errors,
+    damage entries and warnings, how many damage entries in all."""
+    return (
+        {"ok": checked.ok}
+        | {k: getattr(checked, k) for k in VERIFY_SHOWN}
+        | {k: getattr(checked, k)[:SHOWN] for k in ("errors", "damage", "warnings")}
+        | {"damaged": len(checked.damage)}
+    )

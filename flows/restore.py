@@ -30,28 +30,44 @@ deleted unless ``overwrite`` was asked for.
 Reported: a progress artifact per volume (``restore-progress-<ns>-<pvc>``), a summary table (``restore-<ns>``)
 and a markdown report (``restore-<ns>-report``) naming the backup run and linking its flow run (found by its
 ``run:<id>`` tag); a failure artifact (``restore-<ns>-failure``) after a failure; Prefect events
-``cbt-mover.restore.started|completed|failed`` about ``cbt-mover.namespace.<target namespace>`` (``tasks.events``).
+``cbt-mover.restore.started|completed|failed`` about ``cbt-mover.namespace.<target namespace>`` (``reporting.events``).
 """
 
 # no `from __future__ import annotations`: a served flow run gets the flow by cloudpickle, which keeps only
 # the globals its code uses, so string annotations naming the policy's models could not be resolved there
 
+import dataclasses
+import functools
+import logging
 import re
-import time
-import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
-from prefect import flow, get_run_logger, tags
-from prefect.futures import wait
+from prefect import get_run_logger
+from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
-from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows import _run
+from flows._run import best_effort
 from movers.errors import UsageError
 from movers.policy.model import Affinity, Labels, Tolerations
-from tasks import events, restore_report, runs, state_hook_logger
+from movers.repo.selection import Selection
+from movers.restore import Target
+from reporting import events, restore_report, runs
 from tasks.kevents import record_restore_events, record_restore_failure
 from tasks.repository import key_source
-from tasks.restore import discard_restore, finish_volume, plan_restore, select_backups, write_volume, writer_settings
+from tasks.restore import (
+    Finished,
+    RestoreOptions,
+    Written,
+    application,
+    discard_restore,
+    finish_volume,
+    plan_restore,
+    select_backups,
+    write_volume,
+    writer_settings,
+)
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -61,7 +77,7 @@ KIND = "restore"
 
 
 def _run_name() -> str:
-    """``<run id> <namespace>[/<pvcs>] from <backup>[ into <target>]`` (``tasks.runs``)."""
+    """``<run id> <namespace>[/<pvcs>] from <backup>[ into <target>]`` (``reporting.runs``)."""
     p = flow_run.parameters
     what = "+".join(p.get("pvcs") or [])
     target = p.get("target_namespace")
@@ -73,38 +89,27 @@ def _run_name() -> str:
 
 def run_id_for(flow_run_id: Any) -> str:
     """The run id (``cbt-mover.io/run`` label value) of a flow run: derived from its id only (state hooks
-    recompute it; ``tasks.runs.run_id_for``)."""
+    recompute it; ``reporting.runs.run_id_for``)."""
     return runs.run_id_for(KIND, flow_run_id)
 
 
-def _abandon_run(flow_run_: Any, why: str) -> None:
+def _abandon_run(run: _run.Abandoned) -> None:
     """Best effort after a cancelled/crashed run: delete the writer pods, claims and volumes of the run.
     Never raises (errors are logged)."""
     from movers import restore as r
     from tasks.kube import api_client
 
-    log = state_hook_logger(flow_run_, __name__)
-    params = dict(getattr(flow_run_, "parameters", None) or {})
-    ns, run_id = params.get("target_namespace") or params.get("namespace"), run_id_for(flow_run_.id)
-    try:
-        deleted = r.discard_run(api_client(params.get("kubeconfig")), ns, run_id, everything=True)
-        log.info("run %s (%s): deleted %s", run_id, why, deleted)
-    except Exception as err:  # noqa: BLE001
-        log.error("run %s (%s): cleanup of %s failed: %s", run_id, why, ns, err)
+    params = run.params
+    ns = params.get("target_namespace") or params.get("namespace")
+    with best_effort(f"run {run.id} ({run.why}): cleanup of {ns} failed", run.log, logging.ERROR):
+        deleted = r.discard_run(api_client(params.get("kubeconfig")), ns, run.id, everything=True)
+        run.log.info("run %s (%s): deleted %s", run.id, run.why, deleted)
     if ns:
-        resource = events.namespace_resource(ns, KIND, run_id, source_namespace=params.get("namespace"))
-        events.emit(KIND, "failed", resource, {"run_id": run_id, "error": f"flow run {why}"})
+        run.failed(events.namespace_resource(ns, KIND, run.id, source_namespace=params.get("namespace")))
 
 
-# Prefect's runner calls state hooks by keyword: flow, flow_run, state
-def on_cancellation(flow: Any, flow_run: Any, state: Any) -> None:
-    """Flow state hook: delete the run's objects after a cancellation."""
-    _abandon_run(flow_run, "cancelled")
-
-
-def on_crashed(flow: Any, flow_run: Any, state: Any) -> None:
-    """Flow state hook: delete the run's objects after a crash."""
-    _abandon_run(flow_run, "crashed")
+# Prefect calls them after a cancellation or a crash: delete the run's objects
+on_cancellation, on_crashed = _run.state_hooks(KIND, _abandon_run, __name__)
 
 
 def check_parameters(
@@ -123,14 +128,7 @@ def check_parameters(
         raise UsageError("parallelism must be at least 1 and timeout positive")
 
 
-@flow(
-    name="restore-app",
-    flow_run_name=_run_name,
-    task_runner=ThreadPoolTaskRunner(max_workers=8),
-    log_prints=True,
-    on_cancellation=[on_cancellation],
-    on_crashed=[on_crashed],
-)
+@_run.run_flow("restore-app", _run_name, (on_cancellation, on_crashed))
 def restore_app(
     repo: str,
     namespace: str,
@@ -172,59 +170,106 @@ def restore_app(
     "duration_s", "volumes": [row]}`` (``backup_flow_run``: ``{"id", "name", "url"}`` or None).
     """
     target = target_namespace or namespace
-    run_id = run_id_for(flow_run.id or uuid.uuid4())
-    run_tags = runs.run_tags(KIND, run_id, namespace=target, source_namespace=namespace)
-    runs.tag_flow_run(run_tags)
-    resource = events.namespace_resource(target, KIND, run_id, source_namespace=namespace)
-    started = {"run_id": run_id, "source_namespace": namespace, "target_namespace": target, "backup": backup}
-    events.emit(KIND, "started", resource, started | {"pvcs": pvcs, "repository": repo})
-    t0 = time.monotonic()
-    progress = runs.Progress(thawed="not applicable: a restore freezes no application")
-    found: dict[str, Any] = {}  # the backups selected and the backup run's flow run, once known
-    opts = {
-        "storage_class": storage_class,
-        "overwrite": overwrite,
-        "hand_over": hand_over,
-        "allow_partial": allow_partial,
-        "policy_path": policy_path,
-        "parallelism": parallelism,
-        "timeout": timeout,
-        "kubeconfig": kubeconfig,
-    }
-    writer = {
-        "image": image,
-        "service_account": service_account,
-        "node_selector": node_selector,
-        "tolerations": tolerations,
-        "affinity": affinity,
-    }
-    try:
-        with tags(*run_tags):
-            result = _restore(namespace, target, run_id, repo, repo_secret, pvcs, backup, opts, writer, progress, found)
-    except Exception as err:
-        from movers.restore.finish import describe_error
-
-        volumes = [f"{target}/{pvc}" for pvc in found.get("pvcs") or pvcs or []]
-        payload = started | {"duration_s": round(time.monotonic() - t0, 3), "reason": describe_error(err)}
-        related = events.volumes_related(volumes) + _backup_related(found)
-        title = f"restore {run_id} of {namespace} into {target}"
-        runs.report_failure(KIND, title, err, progress, f"restore-{target}-failure", resource, payload, related)
-        record_restore_failure(kubeconfig, target, found.get("pvcs") or pvcs or [], run_id, backup, payload["reason"])
-        raise
-    result["duration_s"] = round(time.monotonic() - t0, 3)
-    volumes = {f"{target}/{r['pvc']}": _event_row(r) for r in result["volumes"]}
-    events.emit(
+    run = _run.Run.start(
         KIND,
-        "completed",
-        resource,
+        lambda run_id: events.namespace_resource(target, KIND, run_id, source_namespace=namespace),
+        {"source_namespace": namespace, "target_namespace": target, "backup": backup},
+        runs.Progress(thawed="not applicable: a restore freezes no application"),
+        {"pvcs": pvcs, "repository": repo},
+        namespace=target,
+        source_namespace=namespace,
+    )
+    asked = Asked(
+        namespace=namespace,
+        target=target,
+        repo=repo,
+        repo_secret=repo_secret,
+        pvcs=pvcs,
+        backup=backup,
+        storage_class=storage_class,
+        overwrite=overwrite,
+        hand_over=hand_over,
+        allow_partial=allow_partial,
+        policy_path=policy_path,
+        parallelism=parallelism,
+        timeout=timeout,
+        kubeconfig=kubeconfig,
+        writer={
+            "image": image,
+            "service_account": service_account,
+            "node_selector": node_selector,
+            "tolerations": tolerations,
+            "affinity": affinity,
+        },
+    )
+    found = Found()  # the backups selected and the backup run's flow run, once known
+
+    def failure(err: BaseException) -> _run.Failure:
+        from movers.restore import describe_error
+
+        reason, pvcs_ = describe_error(err), found.pvcs or pvcs or []
+        related = events.volumes_related([f"{target}/{pvc}" for pvc in pvcs_]) + found.related()
+        then = functools.partial(record_restore_failure, kubeconfig, target, pvcs_, run.id, backup, reason)
+        return _run.Failure({"reason": reason}, related, then)
+
+    with run.guard(f"restore {run.id} of {namespace} into {target}", f"restore-{target}-failure", failure):
+        result = _restore(asked, run, found)
+    result["duration_s"] = run.seconds()
+    volumes = {f"{target}/{r['pvc']}": _event_row(r) for r in result["volumes"]}
+    run.complete(
         {k: v for k, v in result.items() if k != "volumes"} | {"volumes": volumes},
-        events.volumes_related(sorted(volumes)) + _backup_related(found),
+        events.volumes_related(sorted(volumes)) + found.related(),
     )
     return result
 
 
-def _backup_related(found: dict[str, Any]) -> list[dict[str, str]]:
-    return events.backup_related(found.get("backup_run"), (found.get("backup_flow_run") or {}).get("id"))
+@dataclass(frozen=True)
+class Asked:
+    """The flow's parameters, for its steps (``target``: the target namespace, given or the source's; ``writer``:
+    the writer pods' settings given, over the policy's ``mover`` section)."""
+
+    namespace: str
+    target: str
+    repo: str
+    repo_secret: str
+    pvcs: list[str] | None
+    backup: str
+    storage_class: str | None
+    overwrite: bool
+    hand_over: bool | None
+    allow_partial: bool
+    policy_path: str | None
+    parallelism: int
+    timeout: float
+    kubeconfig: str | None
+    writer: dict[str, Any]
+
+
+@dataclass
+class Found:
+    """What the run found, once known: the selected PVCs, the backup run they come from and that run's flow run
+    (``reporting.runs.find_flow_run``)."""
+
+    pvcs: list[str] = field(default_factory=list)
+    backup_run: str | None = None
+    backup_flow_run: runs.FlowRunLink | None = None
+
+    def select(self, selection: Selection) -> None:
+        """Record the ``selection``'s PVCs, its backup run and that run's flow run."""
+        self.pvcs = [v.pvc for v in selection.volumes]
+        self.backup_run = selection.run
+        self.backup_flow_run = runs.find_flow_run(selection.run) if selection.run else None
+
+    def related(self) -> list[dict[str, str]]:
+        """The related resources of the backup run (``reporting.events.backup_related``)."""
+        return events.backup_related(self.backup_run, self.backup_flow_run.id if self.backup_flow_run else None)
+
+    def link(self) -> str:
+        """`` (backup flow run NAME: URL)`` for the logs and the report, or nothing when it is not known."""
+        run = self.backup_flow_run
+        if not run:
+            return ""
+        return f" (backup flow run {run.name}" + (f": {run.url})" if run.url else ")")
 
 
 def _event_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -233,122 +278,80 @@ def _event_row(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row.get(k) for k in keys}
 
 
-def _restore(
-    namespace: str,
-    target: str,
-    run_id: str,
-    repo: str,
-    repo_secret: str,
-    pvcs: list[str] | None,
-    backup: str,
-    opts: dict[str, Any],
-    writer: dict[str, Any],
-    progress: runs.Progress,
-    found: dict[str, Any],
-) -> dict[str, Any]:
-    """Check, select, plan, write, finish (cleaning up in every outcome) and report; the run's result. ``progress``
-    records the step and what was cleaned up; ``found`` the selected PVCs, backup run and its flow run."""
+def _restore(asked: Asked, run: _run.Run, found: Found) -> dict[str, Any]:
+    """Check, select, plan, write, finish (cleaning up in every outcome) and report; the run's result.
+    ``run.progress`` records the step and what was cleaned up; ``found`` the selected PVCs, backup run and its flow
+    run."""
     log = get_run_logger()
-    kubeconfig, parallelism = opts["kubeconfig"], opts["parallelism"]
-    targets: list[dict[str, Any]] = []
-    failed = True
-    try:
+    kubeconfig, target, run_id, progress = asked.kubeconfig, asked.target, run.id, run.progress
+    targets: list[Target] = []
+    with _run.cleanup_after(run, lambda failed: discard_restore(kubeconfig, target, run_id, targets, failed)):
         progress.step = "check"
-        check_parameters(namespace, pvcs, backup, target, parallelism, opts["timeout"])
-        mover = writer_settings(opts["policy_path"], **writer)
+        check_parameters(asked.namespace, asked.pvcs, asked.backup, target, asked.parallelism, asked.timeout)
+        mover = writer_settings(asked.policy_path, **asked.writer)
         # the key the writer pods will mount: the repository Secret in the target namespace
-        key = key_source(kubeconfig, target, repo_secret)
+        key = key_source(kubeconfig, target, asked.repo_secret)
         progress.step = "select"
-        selected = select_backups(repo, namespace, pvcs, backup, opts["allow_partial"], key)
-        found.update(_found(selected))
-        if found["backup_run"]:
-            app = [f"app:{selected['app']}"] if selected["app"] else []
-            runs.tag_flow_run([f"backup-run:{found['backup_run']}", *app])
-        options = {
-            "storage_class": opts["storage_class"],
-            "overwrite": opts["overwrite"],
-            "hand_over": opts["hand_over"],
-            "repo_secret": repo_secret,
-            "service_account": mover.service_account,
-        }
+        selected = select_backups(asked.repo, asked.namespace, asked.pvcs, asked.backup, asked.allow_partial, key)
+        found.select(selected)
+        if found.backup_run:
+            app = application(selected)
+            runs.tag_flow_run([f"backup-run:{found.backup_run}", *([f"app:{app}"] if app else [])])
+        options = RestoreOptions(
+            storage_class=asked.storage_class,
+            overwrite=asked.overwrite,
+            hand_over=asked.hand_over,
+            repo_secret=asked.repo_secret,
+            service_account=mover.service_account,
+        )
         progress.step = "plan"
-        targets = plan_restore(kubeconfig, target, selected["volumes"], run_id, options)
-        log.info("run %s: restoring %s of %s into %s%s", run_id, selected["how"], namespace, target, _link(found))
+        targets = plan_restore(kubeconfig, target, selected, run_id, options)
+        log.info("run %s: restoring %s of %s into %s%s", run_id, selected.how, asked.namespace, target, found.link())
         progress.step = "write"
-        written: list[dict[str, Any]] = []
-        for start in range(0, len(targets), parallelism):
-            wave = [
-                write_volume.submit(kubeconfig, target, run_id, t, mover, repo_secret, opts["timeout"])
-                for t in targets[start : start + parallelism]
-            ]
-            wait(wave)  # all of the wave has ended before a failure triggers the cleanup
-            written += [f.result() for f in wave]
+
+        def write(t: Target) -> PrefectFuture:
+            return write_volume.submit(kubeconfig, target, run_id, t, mover, asked.repo_secret, asked.timeout)
+
+        written = _run.waves(targets, asked.parallelism, write)
         progress.step = "finish"
         finished = [finish_volume(kubeconfig, target, run_id, t) for t in targets]
-        failed = False
-    finally:
-        try:
-            progress.cleaned_up = discard_restore(kubeconfig, target, run_id, targets, failed)
-            log.info("run %s: deleted %s", run_id, progress.cleaned_up)
-        except Exception as cleanup_err:  # noqa: BLE001
-            if not failed:
-                raise
-            progress.cleaned_up = f"the cleanup failed too: {runs.error_line(cleanup_err)}"
-            log.error("run %s: cleanup after the failure failed too: %s", run_id, cleanup_err)  # not masking it
     progress.step = "report"
     rows = [_row(t, w, f) for t, w, f in zip(targets, written, finished, strict=True)]
-    record_restore_events(kubeconfig, target, run_id, repo, rows)
-    backup_run = f"Backup run `{found['backup_run']}`{_link(found)}." if found.get("backup_run") else ""
-    restore_report.publish(namespace, target, run_id, repo, selected, rows, backup_run)
+    record_restore_events(kubeconfig, target, run_id, asked.repo, rows)
+    backup_run = f"Backup run `{found.backup_run}`{found.link()}." if found.backup_run else ""
+    restore_report.publish(
+        restore_report.RestoreRun(asked.namespace, target, run_id, asked.repo, selected, backup_run), rows
+    )
     log.info("restore %s done: %s", run_id, ", ".join(f"{r['pvc']} {r['written_bytes']} B" for r in rows))
     return {
         "run_id": run_id,
-        "namespace": namespace,
+        "namespace": asked.namespace,
         "target_namespace": target,
-        "selected": selected["how"],
-        "backup_run": found["backup_run"],
-        "backup_flow_run": found["backup_flow_run"],
-        "notes": selected["notes"],
+        "selected": selected.how,
+        "backup_run": found.backup_run,
+        "backup_flow_run": dataclasses.asdict(found.backup_flow_run) if found.backup_flow_run else None,
+        "notes": list(selected.notes),
         "volumes": rows,
     }
 
 
-def _found(selected: dict[str, Any]) -> dict[str, Any]:
-    """The selected PVCs, the backup run they come from and that run's flow run (``tasks.runs.find_flow_run``)."""
-    backup_run = selected.get("run")
+def _row(target: Target, written: Written, finished: Finished) -> dict[str, Any]:
+    seconds = written.duration_s or 0.0
     return {
-        "pvcs": [v["pvc"] for v in selected["volumes"]],
-        "backup_run": backup_run,
-        "backup_flow_run": runs.find_flow_run(backup_run) if backup_run else None,
-    }
-
-
-def _link(found: dict[str, Any]) -> str:
-    """`` (backup flow run NAME: URL)`` for the logs and the report, or nothing when it is not known."""
-    run = found.get("backup_flow_run")
-    if not run:
-        return ""
-    return f" (backup flow run {run['name']}" + (f": {run['url']})" if run["url"] else ")")
-
-
-def _row(target: dict[str, Any], written: dict[str, Any], finished: dict[str, Any]) -> dict[str, Any]:
-    seconds = written.get("duration_s") or 0.0
-    readback = written.get("readback") or {}
-    return {
-        "pvc": target["pvc"],
-        "volume": target["volume"],
-        "backup_id": target["backup_id"],
-        "volume_mode": target["volume_mode"],
-        "storage_class": target["storage_class"],
-        "pv": finished["pv"],
-        "replaced": finished["replaced"],
-        "written_bytes": written.get("written_bytes"),
-        "capacity_bytes": written.get("capacity_bytes"),
+        "pvc": target.pvc,
+        "volume": target.volume,
+        "backup_id": target.backup_id,
+        "volume_mode": target.volume_mode,
+        "storage_class": target.storage_class,
+        "pv": finished.pv,
+        "replaced": finished.replaced,
+        "written_bytes": written.written_bytes,
+        "capacity_bytes": written.capacity_bytes,
         "duration_s": seconds,
-        "mib_per_s": round(written.get("written_bytes", 0) / seconds / (1 << 20), 1) if seconds else None,
-        "readback_s": readback.get("duration_s"),
-        "wall_s": written.get("wall_s"),
-        "fs_type": finished.get("fs_type"),
-        "node_affinity": finished.get("node_affinity"),
-        "notes": [*target.get("notes", ()), *finished.get("notes", ())],
+        "mib_per_s": round((written.written_bytes or 0) / seconds / (1 << 20), 1) if seconds else None,
+        "readback_s": written.readback_s,
+        "wall_s": written.wall_s,
+        "fs_type": finished.fs_type,
+        "node_affinity": finished.node_affinity,
+        "notes": [*target.notes, *finished.notes],
     }

@@ -11,15 +11,15 @@ from prefect import get_run_logger, task
 from movers.kube import apply, kevents
 from movers.policy.model import BackupPolicy
 from movers.values import selector_string
+from reporting.best_effort import best_effort
 from tasks.kube import api_client
 
 
 def _post(kubeconfig: str | None, notes: list[kevents.Note]) -> int:
     log = get_run_logger()
-    try:
+    recorded, problem = 0, None
+    with best_effort(f"Kubernetes Events: 0 of {len(notes)} recorded", log):  # no client: still never fails the run
         recorded, problem = kevents.post(api_client(kubeconfig), notes)
-    except Exception as err:  # noqa: BLE001  (no client: still never fails the run)
-        recorded, problem = 0, str(err)
     if problem:
         log.warning("Kubernetes Events: %d of %d recorded: %s", recorded, len(notes), problem)
     return recorded
@@ -35,12 +35,12 @@ def record_backup_events(kubeconfig: str | None, run_id: str, repo: str, rows: l
 def record_backup_failure(kubeconfig: str | None, policy: BackupPolicy, run_id: str, error: str) -> int:
     """A ``BackupFailed`` Event on each PVC the policy selects; how many were recorded."""
     ns = policy.namespace
-    try:
+    claims = None
+    with best_effort("Kubernetes Events: none recorded", get_run_logger()):
         claims = apply.list_objects(
             api_client(kubeconfig), "PersistentVolumeClaim", ns, selector_string(policy.pvc_selector)
         )
-    except Exception as err:  # noqa: BLE001
-        get_run_logger().warning("Kubernetes Events: none recorded: %s", err)
+    if claims is None:
         return 0
     pvcs = sorted(c["metadata"]["name"] for c in claims)
     return _post(kubeconfig, kevents.backup_failed(ns, pvcs, run_id, policy.repository.url, error))

@@ -1,5 +1,6 @@
-"""Thin Prefect tasks over ``movers.kube`` / ``movers.hooks``: inputs are the run's ``BackupPolicy`` and plain
-data, results plain data.
+"""Thin Prefect tasks over ``movers.kube`` / ``movers.hooks``: inputs are the run's ``BackupPolicy`` and the typed
+results of the tasks before (the preflight's ``Preflight``, the snapshot set's ``Snapshots``, a ``Member`` to move),
+never dicts; they turn them into the plain data the movers' functions take.
 
 Every task takes ``kubeconfig`` (None: in-cluster, then ``KUBECONFIG`` / ``~/.kube/config``) and
 builds its API client itself (cached per process), so that task inputs stay serialisable.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -20,17 +22,74 @@ from movers.backup.plan import VolumePlan
 from movers.kube import cleanup, client
 from movers.kube import manifests as m
 from movers.policy.model import BackupPolicy
+from reporting.progress import ProgressArtifact, progress_key
+from reporting.runs import PodLog
 from tasks import retry_if_retriable
-from tasks.progress import ProgressArtifact, progress_key
-from tasks.runs import PodLog
-
-# a member of the snapshot set as plain data (snapshotset.member: pvc, snapshot, content, handle, driver,
-# restore_size, source_volume_mode); the flow adds before moving it the claim's storage_class, size, volume_mode and
-# labels, its PV's identity (volumes.source_identity), the run's claims (run_pvcs), the manifest tags (run, app), the
-# application (app) and the repository (repo)
-Member = dict[str, Any]
 
 KEPT_LABEL = snapshotset.KEPT_LABEL
+
+
+@dataclass(frozen=True)
+class SnapshotMember:
+    """A member VolumeSnapshot of the run's set (``snapshotset.member``): its claim, name, content, CSI handle and
+    driver, restore size and its content's ``spec.sourceVolumeMode``."""
+
+    pvc: str
+    snapshot: str
+    content: str | None
+    handle: str | None
+    driver: str
+    restore_size: Any
+    source_volume_mode: str | None
+
+
+@dataclass(frozen=True)
+class Snapshots:
+    """The run's snapshot set (``snapshotset.take``), its members and why the preflight chose its path."""
+
+    taken: snapshotset.SnapshotSet
+    members: list[SnapshotMember]
+    reason: str
+
+    @property
+    def freeze_s(self) -> float:
+        """Every freeze window together, seconds."""
+        return round(sum(self.taken.freezes), 3)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What every mover of a run records: the run's claims, its group snapshot, the application, the manifest
+    tags (run, app, policy) and the repository."""
+
+    run_pvcs: list[str]
+    group_snapshot: str | None
+    app: str
+    tags: dict[str, str]
+    repo: str
+
+
+@dataclass(frozen=True)
+class Member:
+    """A member of the snapshot set as its mover takes it: its snapshot, its claim (the preflight's ``Source``:
+    class, size, mode, labels, its PV's identity) and what the run records."""
+
+    snapshot: SnapshotMember
+    source: preflight.Source
+    recorded: Recorded
+
+    @property
+    def pvc(self) -> str:
+        return self.snapshot.pvc
+
+    def plain(self) -> dict[str, Any]:
+        """The member as ``movers.kube.backup.move_volume`` reads it (plain data)."""
+        claim = ("storage_class", "size", "volume_mode", "identity", "labels")
+        return (
+            dataclasses.asdict(self.snapshot)
+            | {f: getattr(self.source, f) for f in claim}
+            | dataclasses.asdict(self.recorded)
+        )
 
 
 @functools.lru_cache(maxsize=8)
@@ -47,7 +106,7 @@ def check_permissions(kubeconfig: str | None, policy: BackupPolicy) -> None:
 
 
 @task(name="inspect-cluster", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
-def inspect_cluster(kubeconfig: str | None, policy: BackupPolicy) -> dict[str, Any]:
+def inspect_cluster(kubeconfig: str | None, policy: BackupPolicy) -> preflight.Preflight:
     """Preflight: the claims, the mover identity, the snapshot path, classes and CBT (``preflight.inspect``)."""
     log = get_run_logger()
     found = preflight.inspect(api_client(kubeconfig), policy)
@@ -57,13 +116,13 @@ def inspect_cluster(kubeconfig: str | None, policy: BackupPolicy) -> dict[str, A
             log.warning("CBT unavailable for %s: %s (its volumes are scanned)", driver, why)
     for line in [*found.warnings, *([found.fallback_problem] if found.fallback_problem else [])]:
         log.warning(line)
-    return dataclasses.asdict(found)
+    return found
 
 
 @task(name="snapshot-set")
-def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, plan: dict[str, Any]) -> dict[str, Any]:
-    """The claims' snapshots under a freeze bounded by the policy (``snapshotset.take``): its result as plain
-    data, with ``members`` (``snapshotset.member`` of each) and ``freeze_s`` (every freeze window together)."""
+def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, found: preflight.Preflight) -> Snapshots:
+    """The claims ``found`` (the preflight's) snapshotted under a freeze bounded by the policy (``snapshotset.take``)
+    by the path it chose, with each member (``snapshotset.member``)."""
     from movers.hooks import app_hooks
 
     api, namespace = api_client(kubeconfig), policy.namespace
@@ -74,19 +133,20 @@ def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, pl
         use_pod_annotations=policy.use_pod_annotations,
         default_timeout=policy.timeouts.hook,
     )
-    request = snapshotset.Request.of(run_id, m.run_labels(run_id, app=policy.name), policy, plan)
+    labels = m.run_labels(run_id, app=policy.name)
+    request = snapshotset.Request.of(run_id, labels, policy, dataclasses.asdict(found))
     log = get_run_logger()
     done = snapshotset.take(api, namespace, request, hookset, log)
     for line in done.hooks:
         log.info(line)
     log.info("freeze window(s) %s s; %d member snapshot(s)", done.freezes, len(done.snapshots))
-    members = [snapshotset.member(api, namespace, s) for s in done.snapshots]
-    return dataclasses.asdict(done) | {"members": members, "freeze_s": round(sum(done.freezes), 3)}
+    members = [SnapshotMember(**snapshotset.member(api, namespace, s)) for s in done.snapshots]
+    return Snapshots(done, members, found.path_reason)
 
 
 @task(
     name="move-volume",
-    task_run_name="move {policy.namespace}/{member[pvc]}",
+    task_run_name="move {policy.namespace}/{member.pvc}",
     retries=1,
     retry_delay_seconds=2,
     retry_condition_fn=retry_if_retriable,
@@ -94,10 +154,10 @@ def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, pl
 def move_volume(
     kubeconfig: str | None, run_id: str, member: Member, plan: VolumePlan, policy: BackupPolicy
 ) -> backup.MoverResult:
-    """``movers.backup.movers.move_volume`` of one member with a progress artifact fed from the mover's log; the
-    mover's own log records forwarded (``tasks.runs.PodLog``) and its outcome said in one line."""
+    """``movers.kube.backup.move_volume`` of one member with a progress artifact fed from the mover's log; the
+    mover's own log records forwarded (``reporting.runs.PodLog``) and its outcome said in one line."""
     log = get_run_logger()
-    namespace, pvc = policy.namespace, member["pvc"]
+    namespace, pvc = policy.namespace, member.pvc
     volume = f"{namespace}/{pvc}"
     planned = f"planned {plan.change_source}: {plan.why}"
     progress = ProgressArtifact(progress_key(namespace, pvc), f"backup of {volume} ({run_id})", planned)
@@ -108,7 +168,7 @@ def move_volume(
         progress.on_line(line)
 
     result = backup.move_volume(
-        api_client(kubeconfig), run_id, member, plan, policy, on_log_line=on_log_line, logger=log
+        api_client(kubeconfig), run_id, member.plain(), plan, policy, on_log_line=on_log_line, logger=log
     )
     progress.finish()
     log.info("%s", outcome_line(volume, result))

@@ -1,6 +1,7 @@
 """Thin Prefect tasks over repository maintenance: retention (forget), prune and verify.
 
-Inputs and results are plain data. Each task opens the repository from its URL itself (storage credentials
+Results are typed (``Forgotten``, ``Pruned``, the engine's ``VerifyReport``); keep rules travel as
+``movers.repo.retention.Policy``. Each task opens the repository from its URL itself (storage credentials
 from the environment; an encrypted repository's key from ``key``, ``tasks.repository.KeySource``, or without one
 from the environment, as for the CLI). Damage that verify finds is in its result, never raised:
 the caller decides (the ``maintain-repo`` flow fails after writing its artifacts). Only errors the
@@ -15,14 +16,51 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from prefect import get_run_logger, task
 
+from movers.pipeline.verify import VerifyReport
+from movers.repo.prune import PruneReport
+from movers.repo.retention import ForgetReport
+from movers.repo.retention import Policy as KeepRules
 from tasks import retry_if_retriable
 from tasks.repository import KeySource, open_repository
 
 HOUR = 3600
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What a forget did (``movers.repo.retention.ForgetReport``) and the named volumes that had no backups."""
+
+    report: ForgetReport
+    missing: list[str]
+
+    @property
+    def deleted(self) -> list[str]:
+        """The manifest keys deleted (a dry run's: that would be)."""
+        return self.report.deleted
+
+    def to_dict(self) -> dict[str, Any]:
+        """``ForgetReport.to_dict()`` plus ``missing``: what a flow's result shows."""
+        return {**self.report.to_dict(), "missing": self.missing}
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """A prune's report, or why it did not run (``skipped``: another prune held the lock)."""
+
+    dry_run: bool
+    report: PruneReport | None
+    skipped: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``PruneReport.to_dict()`` plus ``skipped`` (None), or ``{"dry_run", "skipped"}``."""
+        if self.report is None:
+            return {"dry_run": self.dry_run, "skipped": self.skipped}
+        return {**self.report.to_dict(), "skipped": None}
 
 
 def _log_progress(what: str, interval: float = 30.0) -> Callable[[int, int], None]:
@@ -49,29 +87,24 @@ def repo_volumes(repo_url: str, key: KeySource | None = None) -> list[str]:
 )
 def forget_backups(
     repo_url: str,
-    volumes: list[str] | None = None,
-    keep_last: int | None = None,
-    keep_daily: int | None = None,
-    keep_weekly: int | None = None,
-    keep_monthly: int | None = None,
+    volumes: list[str] | None,
+    rules: KeepRules,
     dry_run: bool = False,
     key: KeySource | None = None,
     policy: str | None = None,
-) -> dict[str, Any]:
-    """Expire backups by the keep rules (``movers.repo.retention.forget_each``: an application's runs whole, other
-    backups per volume) of ``volumes`` (None: every volume of the repository); ``policy``: only the backups that
-    policy made (None: each policy's backups, counted separately).
+) -> Forgotten:
+    """Expire backups by the keep ``rules`` (``movers.repo.retention.forget_each``: an application's runs whole,
+    other backups per volume) of ``volumes`` (None: every volume of the repository); ``policy``: only the backups
+    that policy made (None: each policy's backups, counted separately).
 
-    Returns ``movers.repo.retention.ForgetReport.to_dict()`` (``dry_run``, ``deleted`` manifest keys,
-    ``volumes``: ``[{volume, kept: [{backup_id, created, reasons, run, policy}], expired: [ids]}]``, ``runs``: each
-    application run judged, ``unreadable``: manifests kept because they cannot be read) plus
-    ``missing``: named volumes without backups (logged, not an error). No rule at all: ``UsageError``.
+    Returns the ``ForgetReport`` (``dry_run``, ``deleted`` manifest keys, each volume's kept and expired backups,
+    each application run judged, manifests kept because they cannot be read) and the named volumes without
+    backups (logged, not an error). No rule at all: ``UsageError``.
     """
     from movers.repo.retention import forget_each
 
     repo = open_repository(repo_url, key)
-    rules = {"keep_last": keep_last, "keep_daily": keep_daily, "keep_weekly": keep_weekly, "keep_monthly": keep_monthly}
-    result, missing = forget_each(repo, volumes, dry_run=dry_run, policy=policy, **rules)
+    result, missing = forget_each(repo, volumes, dry_run=dry_run, policy=policy, **asdict(rules))
     for r in result.runs:
         verdict = (
             f"keep ({', '.join(r.reasons)})"
@@ -85,7 +118,7 @@ def forget_backups(
         )
     if missing:
         get_run_logger().warning("no backups of %s in %s: nothing to expire", ", ".join(missing), repo.describe())
-    return {**result.to_dict(), "missing": missing}
+    return Forgotten(result, missing)
 
 
 @task(
@@ -102,9 +135,9 @@ def prune_repo(
     lock_wait_s: float = 600,
     assume_forgotten: list[str] | None = None,
     key: KeySource | None = None,
-) -> dict[str, Any]:
-    """Prune the repository under its prune lock: ``movers.repo.prune.PruneReport.to_dict()`` plus
-    ``skipped`` (None, or why nothing was done: another prune held the lock for ``lock_wait_s``).
+) -> Pruned:
+    """Prune the repository under its prune lock: its ``PruneReport``, or ``skipped``: why nothing was done (another
+    prune held the lock for ``lock_wait_s``).
     ``assume_forgotten``: with ``dry_run``, manifest keys a forget's dry run named (count them as gone)."""
     from movers.errors import PruneLockedError
     from movers.repo.prune import prune
@@ -120,9 +153,9 @@ def prune_repo(
         )
     except PruneLockedError as err:
         get_run_logger().warning("not pruning %s now: %s", repo_url, err)
-        return {"dry_run": dry_run, "skipped": str(err)}
+        return Pruned(dry_run, None, str(err))
     get_run_logger().info("prune: %s", report)
-    return {**report.to_dict(), "skipped": None}
+    return Pruned(dry_run, report)
 
 
 @task(
@@ -134,10 +167,10 @@ def prune_repo(
 )
 def verify_repo(
     repo_url: str, mode: str = "sampled", sample: float = 0.05, seed: int | None = None, key: KeySource | None = None
-) -> dict[str, Any]:
+) -> VerifyReport:
     """Verify every backup of the repository: ``mode`` "full" reads all referenced data, "sampled"
-    checks every map and reads about ``sample`` of the packs whole. ``VerifyReport.to_dict()``
-    (``ok``, ``errors``, ``damage`` with volume/backup/offset, ``warnings``, counters, ``seed``)."""
+    checks every map and reads about ``sample`` of the packs whole. The ``VerifyReport`` (``ok``, ``errors``,
+    ``damage`` with volume/backup/offset, ``warnings``, counters, ``seed``)."""
     from movers.errors import UsageError
     from movers.pipeline.verify import run_verify, run_verify_sampled
 
@@ -156,4 +189,4 @@ def verify_repo(
         len(report.errors),
         len(report.warnings),
     )
-    return report.to_dict()
+    return report

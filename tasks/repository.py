@@ -1,4 +1,5 @@
-"""How the flows' tasks open the repository, an encrypted one with its key.
+"""The flows' tasks on the repository (preflight check, a volume's next base, its plan) and how they open it,
+an encrypted one with its key.
 
 The key comes from the repository Secret the policy names, the one the mover and writer pods mount
 (``movers.kube.repokey``): read through the API with the flow's identity (``get`` on that Secret by name, which
@@ -13,6 +14,13 @@ from __future__ import annotations
 
 import functools
 from typing import Any
+
+from prefect import get_run_logger, task
+
+from movers.backup.plan import VolumePlan
+from movers.backup.preflight import Source
+from movers.repo.lineage import BaseChoice
+from tasks import retry_if_retriable
 
 KeySource = dict[str, Any]  # {"kubeconfig": str | None, "namespace": str, "secret": str}
 
@@ -71,3 +79,75 @@ def _read(kubeconfig: str | None, namespace: str, secret: str):
     from tasks.kube import api_client
 
     return read_credentials(api_client(kubeconfig), namespace, secret)
+
+
+@task(name="check-repository", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
+def check_repository(repo_url: str, key: KeySource | None = None) -> None:
+    """Preflight: the repository opens with the flow's own environment (storage credentials, endpoint) and the
+    key of ``key`` (``tasks.repository``: the repository Secret the mover pods mount). A missing bucket, a
+    bucket without a repository, rejected credentials, a wrong key or none for an encrypted repository: a
+    ``PreflightError`` of one line with the cause's exit code (6 for a key), not retried; an unreachable
+    endpoint is retried first."""
+    from movers.errors import MoverError, PreflightError
+
+    try:
+        repo = open_repository(repo_url, key)
+    except MoverError as err:
+        if err.retriable:
+            raise
+        raise PreflightError(f"the repository {repo_url} cannot be used: {err}", err.exit_code) from None
+    if repo.config.encrypted:
+        get_run_logger().info("repository %s: encrypted, opened with the key of %s", repo_url, describe(key))
+
+
+@task(
+    name="choose-base",
+    task_run_name="base {volume_id}",
+    retries=2,
+    retry_delay_seconds=2,
+    retry_condition_fn=retry_if_retriable,
+)
+def choose_base(
+    repo_url: str,
+    volume_id: str,
+    source: Source,
+    key: KeySource | None = None,
+    kubeconfig: str | None = None,
+) -> BaseChoice:
+    """The next CBT delta's base of ``volume_id``, whose source is now the PV of ``source`` (the preflight's claim:
+    its volume handle and uid): the newest backup of that volume whose snapshot still exists in the cluster of
+    ``kubeconfig`` (``movers.repo.lineage.choose_base`` with ``movers.kube.bases.SnapshotCheck``); handle None for
+    a full backup, snapshot the base's VolumeSnapshot name, backup_id the backup the delta builds on."""
+    from movers.backup.bases import SnapshotCheck
+    from movers.repo.lineage import choose_base as choose
+    from tasks.kube import api_client
+
+    check = SnapshotCheck(api_client(kubeconfig))
+    pv_handle, pv_uid = source.identity.get("pv_handle"), source.identity.get("pv_uid")
+    return choose(open_repository(repo_url, key), volume_id, pv_handle, pv_uid, check.missing)
+
+
+PLANNED = {
+    "cbt-delta": "incremental from the CBT delta",
+    "cbt-allocated": "full from the CBT allocated blocks",
+    "scan": "full by reading the whole volume (scan)",
+}
+
+
+@task(name="plan-member", task_run_name="plan {volume_id}")
+def plan_member(
+    volume_id: str,
+    base: BaseChoice,
+    audience: str | None,
+    no_cbt: str | None = None,
+    max_results: int = 4096,
+    snapshot: str | None = None,
+    by_name: bool = False,
+) -> VolumePlan:
+    """``movers.kube.backup.VolumePlan.of``, said in one line of the run's log with its reason (a plan is never
+    silent): ``ns/pvc: plan incremental from the CBT delta of snapshot S: delta since backup B ...``."""
+    chosen = {"handle": base.handle, "reason": base.reason, "snapshot": base.snapshot, "parent": base.backup_id}
+    plan = VolumePlan.of(chosen, audience, no_cbt, max_results, by_name)
+    of = f" of snapshot {snapshot}" if snapshot else ""
+    get_run_logger().info("%s: plan %s%s: %s", volume_id, PLANNED[plan.change_source], of, plan.why)
+    return plan

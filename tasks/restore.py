@@ -1,21 +1,68 @@
-"""Thin Prefect tasks over ``movers.repo.selection`` and ``movers.restore``: inputs and results are plain
-data (targets travel as ``Target.to_dict()``)."""
+"""Thin Prefect tasks over ``movers.repo.selection`` and ``movers.kube.restore``: they hand each other typed objects
+(the ``Selection``, each ``Target``, what a writer ``Written`` and a finish ``Finished``), never dicts."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from prefect import get_run_logger, task
 
 from movers import restore as r
 from movers.policy.model import MoverSettings
+from movers.repo.manifest import APP_TAG
+from movers.repo.selection import Selection
 from movers.values import human_bytes
+from reporting.progress import ProgressArtifact, progress_key
+from reporting.runs import PodLog
 from tasks import retry_if_retriable
 from tasks.kube import api_client
-from tasks.progress import ProgressArtifact, progress_key
 from tasks.repository import KeySource, open_repository
-from tasks.runs import PodLog
+
+
+@dataclass(frozen=True)
+class RestoreOptions:
+    """How the targets are made (``movers.kube.restore.plan_targets``): the claims' ``storage_class`` (None: the
+    recorded one), ``overwrite`` of existing claims, ``hand_over`` to a Filesystem claim (None: as recorded), the
+    repository Secret and the writers' ServiceAccount that must exist in the target namespace."""
+
+    storage_class: str | None
+    overwrite: bool
+    hand_over: bool | None
+    repo_secret: str
+    service_account: str
+
+
+@dataclass(frozen=True)
+class Written:
+    """A writer pod's outcome (``movers.kube.restore.write_volume``): bytes written, the volume's capacity, the
+    write's and the read-back's seconds, and the task's wall time."""
+
+    written_bytes: int | None
+    capacity_bytes: int | None
+    duration_s: float | None
+    readback_s: float | None
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A volume given its final claim (``movers.kube.restore.finish_volume``): the claim, its PV, whether it replaced
+    an existing claim, the PV's fsType and required node affinity, and notes (e.g. restored elsewhere)."""
+
+    pvc: str
+    pv: str
+    replaced: bool
+    fs_type: str | None
+    node_affinity: dict[str, Any] | None
+    notes: list[str]
+
+
+def application(selection: Selection) -> str | None:
+    """The application the selected backups were made of, when they all name the same one."""
+    apps = {s.manifest.tags.get(APP_TAG) for s in selection.volumes} - {None}
+    return apps.pop() if len(apps) == 1 else None
 
 
 @task(name="select-backups", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
@@ -26,8 +73,8 @@ def select_backups(
     backup: str,
     allow_partial: bool = False,
     key: KeySource | None = None,
-) -> dict[str, Any]:
-    """``movers.repo.selection.select(...).to_dict()`` (a whole-app "latest" is the newest complete run; a partial
+) -> Selection:
+    """``movers.repo.selection.select(...)`` (a whole-app "latest" is the newest complete run; a partial
     run needs ``allow_partial``); logs which run was taken and why (a newer partial run, missing PVCs). The
     repository is opened with the key of ``key`` (``tasks.repository``)."""
     from movers.repo.selection import select
@@ -42,7 +89,7 @@ def select_backups(
             "restoring the partial %s (allow_partial): PVC(s) %s are not in it", sel.how, ", ".join(sel.missing)
         )
     (log.warning if sel.run is None else log.info)("restoring %s", sel.how)
-    return sel.to_dict()
+    return sel
 
 
 def writer_settings(policy_path: str | None = None, **given: Any) -> MoverSettings:
@@ -57,11 +104,12 @@ def writer_settings(policy_path: str | None = None, **given: Any) -> MoverSettin
 
 @task(name="plan-restore")
 def plan_restore(
-    kubeconfig: str | None, namespace: str, volumes: list[dict[str, Any]], run_id: str, options: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """The checked targets (``movers.restore.plan.plan_targets``; ``options``: storage_class, overwrite,
-    hand_over, repo_secret, service_account); refuses before anything is created."""
-    targets = r.plan_targets(api_client(kubeconfig), namespace, volumes, run_id, **options)
+    kubeconfig: str | None, namespace: str, selection: Selection, run_id: str, options: RestoreOptions
+) -> list[r.Target]:
+    """The checked targets of the ``selection``'s volumes (``movers.kube.restore.plan_targets``); refuses before
+    anything is created."""
+    volumes = [v.to_dict() for v in selection.volumes]
+    targets = r.plan_targets(api_client(kubeconfig), namespace, volumes, run_id, **asdict(options))
     log = get_run_logger()
     for t in targets:
         log.info(
@@ -76,12 +124,12 @@ def plan_restore(
             ", replacing the existing claim" if t.replace else "",
             "".join(f"; {n}" for n in t.notes),
         )
-    return [t.to_dict() for t in targets]
+    return targets
 
 
 @task(
     name="write-volume",
-    task_run_name="restore {namespace}/{target[pvc]}",
+    task_run_name="restore {namespace}/{target.pvc}",
     retries=1,
     retry_delay_seconds=2,
     retry_condition_fn=retry_if_retriable,
@@ -90,14 +138,14 @@ def write_volume(
     kubeconfig: str | None,
     namespace: str,
     run_id: str,
-    target: dict[str, Any],
+    target: r.Target,
     writer: MoverSettings,
     repo_secret: str,
     timeout: float = 3600.0,
-) -> dict[str, Any]:
-    """``movers.restore.writers.write_volume`` of one target with a progress artifact, the writer's log records
-    forwarded (``tasks.runs.PodLog``) and its outcome in one line; its result plus ``wall_s``."""
-    t = r.Target.from_dict(target)
+) -> Written:
+    """``movers.kube.restore.write_volume`` of one target with a progress artifact, the writer's log records
+    forwarded (``reporting.runs.PodLog``) and its outcome in one line."""
+    t = target
     what = f"restore of {t.volume} backup {t.backup_id} into {namespace}/{t.pvc} ({run_id})"
     progress = ProgressArtifact(
         "restore-" + progress_key(namespace, t.pvc), what, "written, then read back: the total counts the volume twice"
@@ -122,27 +170,33 @@ def write_volume(
         human_bytes(result.get("written_bytes") or 0),
         result.get("duration_s") or 0.0,
     )
-    return {**result, "wall_s": round(time.monotonic() - started, 3)}
+    return Written(
+        written_bytes=result.get("written_bytes"),
+        capacity_bytes=result.get("capacity_bytes"),
+        duration_s=result.get("duration_s"),
+        readback_s=(result.get("readback") or {}).get("duration_s"),
+        wall_s=round(time.monotonic() - started, 3),
+    )
 
 
-@task(name="finish-volume", task_run_name="finish {namespace}/{target[pvc]}")
-def finish_volume(kubeconfig: str | None, namespace: str, run_id: str, target: dict[str, Any]) -> dict[str, Any]:
-    """Hand the written volume to its final claim and mark it restored (``movers.restore.finish.finish_volume``);
+@task(name="finish-volume", task_run_name="finish {namespace}/{target.pvc}")
+def finish_volume(kubeconfig: str | None, namespace: str, run_id: str, target: r.Target) -> Finished:
+    """Hand the written volume to its final claim and mark it restored (``movers.kube.restore.finish_volume``);
     a volume restored elsewhere than its source was is logged as a warning."""
-    done = r.finish_volume(api_client(kubeconfig), namespace, run_id, r.Target.from_dict(target))
-    for note in done["notes"]:
-        get_run_logger().warning("%s/%s: %s", namespace, done["pvc"], note)
+    done = Finished(**r.finish_volume(api_client(kubeconfig), namespace, run_id, target))
+    for note in done.notes:
+        get_run_logger().warning("%s/%s: %s", namespace, done.pvc, note)
     return done
 
 
 @task(name="discard-restore")
 def discard_restore(
-    kubeconfig: str | None, namespace: str, run_id: str, targets: list[dict[str, Any]], failed: bool
+    kubeconfig: str | None, namespace: str, run_id: str, targets: list[r.Target], failed: bool
 ) -> dict[str, list[str]]:
     """Writer pods always; after a failure also the run's claims and volumes, except restored volumes whose
     overwritten claim is already gone (kept with policy Retain, logged)."""
     api = api_client(kubeconfig)
-    keep = r.kept_after_failure(api, namespace, run_id, [r.Target.from_dict(t) for t in targets]) if failed else []
+    keep = r.kept_after_failure(api, namespace, run_id, targets) if failed else []
     for pvc in keep:
         get_run_logger().error(
             "%s/%s: the claim it replaced is gone; keeping the restored volume (labelled"

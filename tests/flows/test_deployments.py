@@ -1,7 +1,7 @@
 """prefect.yaml, the work pools and the image: every deployment's entrypoint loads and its parameters
 fit the flow; each policy has a backup deployment on the policy's schedule; maintenance is weekly;
 the Dockerfile holds what the deployments need. Then for real, against a Prefect server started
-here (own PREFECT_HOME, loopback): ``python -m flows.pools`` creates the pools (and is idempotent),
+here (own PREFECT_HOME, loopback): ``python -m deploy.pools`` creates the pools (and is idempotent),
 ``prefect deploy --all`` registers the deployments with their schedules and parameters, and a
 process worker runs the maintenance deployment once against a moto S3 repository."""
 
@@ -89,7 +89,7 @@ def test_project_file_names_every_deployment_on_one_target():
 
 
 def test_targets_pair_each_pool_with_its_pull_step():
-    from flows.pools import K8S_POOL, LOCAL_POOL
+    from deploy.pools import K8S_POOL, LOCAL_POOL
 
     config = project()
     targets = config["definitions"]["targets"]
@@ -277,7 +277,7 @@ def test_make_ui_serves_on_loopback_with_its_own_home(monkeypatch):
     assert env["PREFECT_HOME"] == str(ROOT / ".prefect") and env["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"
     assert "PREFECT_API_URL" not in env and env["PREFECT_SERVER_UI_API_URL"] == "http://127.0.0.1:4399/api"
     assert "PREFECT_API_URL=http://127.0.0.1:4399/api make demo" in out
-    assert "http://127.0.0.1:4399/api} .venv/bin/python -m flows.pools" in out
+    assert "http://127.0.0.1:4399/api} .venv/bin/python -m deploy.pools" in out
 
 
 # ---------------------------------------------------------------- for real: server, pools, deploy, worker
@@ -346,10 +346,10 @@ def _client(api):
 
 @pytest.fixture(scope="module")
 def deployed(prefect_api):
-    """The pools (flows.pools, run twice) and ``prefect deploy`` of prefect.yaml, from the project."""
+    """The pools (deploy.pools, run twice) and ``prefect deploy`` of prefect.yaml, from the project."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows import pools
+    from deploy import pools
 
     with temporary_settings({PREFECT_API_URL: prefect_api["url"]}):
         first = pools.ensure_pools()
@@ -383,7 +383,7 @@ def deployed(prefect_api):
 
 @pytest.mark.slow
 def test_pools_are_created_once_and_updated_in_place(prefect_api, deployed):
-    from flows.pools import K8S_POOL, LOCAL_POOL, k8s_job_template
+    from deploy.pools import K8S_POOL, LOCAL_POOL, k8s_job_template
 
     first, again, image = deployed["pools"]
     assert first == {LOCAL_POOL: "created", K8S_POOL: "created"}
@@ -401,7 +401,7 @@ def test_pools_cli_refuses_without_api_url_and_a_pool_of_another_type(prefect_ap
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.pools import PoolError, ensure_pool, main
+    from deploy.pools import PoolError, ensure_pool, main
 
     with temporary_settings(restore_defaults={PREFECT_API_URL}):
         assert main([]) == 2
@@ -469,7 +469,7 @@ def test_a_process_worker_runs_the_maintenance_deployment(prefect_api, deployed,
     """The local target end to end: a run of the maintenance deployment, picked up by ``prefect worker
     start --run-once`` on the process pool, pulled into the checkout, expires the older of two backups
     in a moto S3 repository by its policy's retention (the demo policy with keep_last 1)."""
-    from flows.pools import LOCAL_POOL
+    from deploy.pools import LOCAL_POOL
 
     if "flows/maintenance.py:maintain_repo" in deployed["missing"]:
         pytest.skip("flows/maintenance.py is not in the tree yet")

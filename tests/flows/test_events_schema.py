@@ -1,4 +1,4 @@
-"""The event schema (``tasks.events``) and the shipped automation example: the example is what
+"""The event schema (``reporting.events``) and the shipped automation example: the example is what
 ``prefect automation create --from-file`` accepts (Prefect's own model parses it) and it triggers on the
 event and resources the backup flow emits."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks import events
+from reporting import events
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "automations" / "backup-failed.yaml"
 

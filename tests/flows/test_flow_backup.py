@@ -303,7 +303,7 @@ def _assert_progress_done(ns, pvcs, runs):
     mode (full from the allocated blocks, then an incremental CBT delta)."""
     import re
 
-    from tasks.progress import progress_key
+    from reporting.progress import progress_key
 
     for pvc in pvcs:
         key = progress_key(ns, pvc)
@@ -326,7 +326,7 @@ def _assert_backup_artifacts(run):
     Returns the markdown."""
     import re
 
-    from tasks.tables import size
+    from reporting.tables import size
 
     [table] = [a for a in _artifacts(f"backup-{NS}") if run["run_id"] in (a.description or "")]
     shown = {r["volume"]: r for r in json.loads(table.data)}
@@ -416,14 +416,15 @@ def test_plan_is_said_and_selector_syntax():
     from prefect.logging import disable_run_logger
 
     from movers.backup.plan import VolumePlan
+    from movers.repo.lineage import BaseChoice
     from movers.values import selector_string
-    from tasks.repo import plan_member
+    from tasks.repository import plan_member
 
     def plan(*args):
         with disable_run_logger():
             return plan_member.fn(*args)
 
-    delta, full = {"handle": "h1", "reason": "delta since b1"}, {"handle": None, "reason": "another volume"}
+    delta, full = BaseChoice("h1", "delta since b1"), BaseChoice(None, "another volume")
     assert plan("ns/a", delta, "aud") == VolumePlan("cbt-delta", "delta since b1", "h1", "aud", 4096)
     assert plan("ns/a", full, "aud") == VolumePlan("cbt-allocated", "another volume", None, "aud", 4096)
     assert plan("ns/a", delta, None, "CBT disabled") == VolumePlan("scan", "CBT disabled")

@@ -12,7 +12,7 @@ from kubernetes import client
 
 from movers.repo.manifest import POLICY_TAG, RUN_TAG
 from movers.repo.selection import select
-from tasks.maintenance_report import artifact_key
+from reporting.maintenance_report import artifact_key
 from tests.flowapp import REPO_SECRET, app_states, artifact, deploy_app, flow_kubeconfig, open_repo, policy_file
 
 NS = "twopolicies"

@@ -17,7 +17,7 @@ from movers.repo.config import RepoConfig
 from movers.repo.manifest import POLICY_TAG, VolumeIdentity
 from movers.repo.repository import Repository
 from movers.repo.store import open_store
-from tasks.maintenance_report import public_url
+from reporting.maintenance_report import public_url
 from tests.flowapp import artifact, flow_run_of, no_traceback_above_debug, run_events, run_logs
 from tests.volumes import make_image, sha256_file, write_blocks
 
@@ -105,7 +105,7 @@ def events(name, url):
     from prefect.client.orchestration import get_client
     from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 
-    from tasks.maintenance_report import public_url
+    from reporting.maintenance_report import public_url
 
     with get_client(sync_client=True) as prefect:
         page = prefect.read_events(
@@ -121,7 +121,7 @@ def events(name, url):
 def test_policy_retention_then_prune_and_full_verify(repo_url, harness, tmp_path):
     from flows.maintenance import maintain_repo
     from localcluster.kubelet.testing import wait_until
-    from tasks.maintenance_report import artifact_key
+    from reporting.maintenance_report import artifact_key
 
     expected = backups(repo_url, tmp_path, {"shop/db": 4, "shop/logs": 3, "other/x": 2})
     policy = policy_file(tmp_path, repo_url, "shop", keep_last=2)
@@ -181,8 +181,8 @@ def test_policy_retention_then_prune_and_full_verify(repo_url, harness, tmp_path
 def test_sampled_verify_finds_a_flipped_byte_and_the_flow_fails_after_its_artifacts(repo_url, harness, tmp_path):
     from flows.maintenance import maintain_repo
     from localcluster.kubelet.testing import wait_until
+    from reporting.maintenance_report import artifact_key
     from tasks.maintenance import verify_repo
-    from tasks.maintenance_report import artifact_key
 
     expected = backups(repo_url, tmp_path, {"app/data": 2})
     store = open_store(repo_url)
@@ -204,11 +204,9 @@ def test_sampled_verify_finds_a_flipped_byte_and_the_flow_fails_after_its_artifa
     )
 
     clean_maps = verify_repo(repo_url, "sampled", 0.0, 1)
-    assert clean_maps["ok"] and clean_maps["packs_read"] == 0  # the maps are fine: the damage is in the data
+    assert clean_maps.ok and clean_maps.packs_read == 0  # the maps are fine: the damage is in the data
     found = verify_repo(repo_url, "sampled", 1.0, 1)
-    assert not found["ok"] and [(d["volume"], d["backup_id"], d["offset"]) for d in found["damage"]] == [
-        ("app/data", *first)
-    ]
+    assert not found.ok and [(d["volume"], d["backup_id"], d["offset"]) for d in found.damage] == [("app/data", *first)]
     assert voff >= first[1] or first[0] < ref.backup_id
 
     state = maintain_repo(repo=repo_url, prune=False, verify="sampled", sample=1.0, return_state=True)
@@ -232,7 +230,7 @@ def test_prune_waits_for_the_repository_lock_then_skips_and_forget_reports_missi
     runs holds it; the flow's prune waits ``lock_wait`` for it, then skips (reported), and prunes once free."""
     from flows.maintenance import maintain_repo
     from movers.repo.prunelock import PruneLock
-    from tasks.maintenance import forget_backups, prune_repo
+    from tasks.maintenance import KeepRules, forget_backups, prune_repo
 
     expected = backups(repo_url, tmp_path, {"ns/a": 3})
     before = set(open_store(repo_url).list())
@@ -240,18 +238,18 @@ def test_prune_waits_for_the_repository_lock_then_skips_and_forget_reports_missi
         dry = prune_repo(repo_url, 0, True)  # a dry run writes nothing and takes no lock
         skipped = prune_repo(repo_url, 0, False, 1.0)
         summary = maintain_repo(repo=repo_url, keep_last=1, grace=0, verify="off", lock_wait=1.0)
-    assert dry["skipped"] is None and dry["dry_run"]
-    assert "holds the prune lock: prune by the CLI" in skipped["skipped"], skipped
+    assert dry.skipped is None and dry.dry_run
+    assert "holds the prune lock: prune by the CLI" in skipped.skipped, skipped
     assert "holds the prune lock" in summary["prune"]["skipped"], summary
     assert summary["forgotten"] == 2
     packs_before = {k for k in before if k.startswith(pack.PACK_PREFIX)}
     assert set(open_store(repo_url).list(pack.PACK_PREFIX)) == packs_before, "nothing pruned under another's lock"
     after = prune_repo(repo_url, 0, False, 60.0)  # released: the next run prunes
-    assert after["skipped"] is None and after["packs_deleted"] > 0, after
+    assert after.skipped is None and after.report.packs_deleted > 0, after
     assert len(restores_exactly(repo_url, expected, tmp_path)) == 1
 
-    result = forget_backups(repo_url, ["ns/a", "ns/gone"], keep_last=1)
-    assert result["missing"] == ["ns/gone"] and [v["volume"] for v in result["volumes"]] == ["ns/a"]
+    result = forget_backups(repo_url, ["ns/a", "ns/gone"], KeepRules(keep_last=1))
+    assert result.missing == ["ns/gone"] and [v.volume for v in result.report.volumes] == ["ns/a"]
 
 
 def test_retention_groups_keep_each_policy_to_its_own_apply_overrides_and_skip_other_repositories(tmp_path):

@@ -1,4 +1,4 @@
-"""A volume's progress artifact (``tasks.progress``) through Prefect's local API: fed the mover's progress lines,
+"""A volume's progress artifact (``reporting.progress``) through Prefect's local API: fed the mover's progress lines,
 it shows bytes done of the total in human units, the rate, the time left and the mode, moves while the total of a
 CBT stream is not known yet (by the position on the volume), and is updated at most once per interval."""
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tasks.progress import ProgressArtifact, Reading, describe
+from reporting.progress import ProgressArtifact, Reading, describe
 
 MiB = 1 << 20
 
@@ -85,11 +85,11 @@ def test_a_known_total_gives_the_time_left_and_old_lines_still_parse(harness):
 
 
 def test_the_restore_instructions_name_the_restore_app_deployments_the_api_has(harness):
-    """``tasks.report.restore_deployments`` finds ``restore-app`` deployments by their real names (none: the
+    """``reporting.report.restore_deployments`` finds ``restore-app`` deployments by their real names (none: the
     report leaves the Prefect form out)."""
     from prefect.client.orchestration import get_client
 
-    from tasks.report import restore_deployments
+    from reporting.report import restore_deployments
 
     assert restore_deployments() == []
     with get_client(sync_client=True) as prefect:
@@ -104,7 +104,7 @@ def test_the_restore_instructions_name_the_restore_app_deployments_the_api_has(h
 FEED_FROM_A_THREAD = """
 import sys, threading
 from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
-from tasks.progress import ProgressArtifact
+from reporting.progress import ProgressArtifact
 with temporary_settings({PREFECT_API_URL: sys.argv[1], PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
     progress = ProgressArtifact("progress-test-thread", "backup of ns/data (run-3)", interval=0.0)
     line = "progress done=1048576 total=2097152 position=1048576 capacity=2097152"

@@ -19,7 +19,7 @@ from tests.volumes import make_image
 MiB = 1 << 20
 CLI = [sys.executable, "-m", "movers"]
 PLAIN = re.compile(r"progress done=\d+ total=(\d+|\?)")
-# a backup's line goes on with how far along the volume it is (tasks/progress.py reads both)
+# a backup's line goes on with how far along the volume it is (reporting/progress.py reads both)
 BACKUP_PLAIN = re.compile(PLAIN.pattern + r" position=\d+ capacity=\d+ mode=\S+")
 
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import re
@@ -18,7 +19,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks import events
+from reporting import events
+from reporting.best_effort import best_effort
 
 RUN_PREFIX = {"backup": "backup", "restore": "restore", "maintenance": "maintain"}
 REPORTED = "_cbt_mover_reported"  # set on an exception whose failure the flow has said in one line
@@ -56,31 +58,35 @@ def tag_flow_run(tags: list[str]) -> None:
 
     if not flow_run.id:
         return
-    try:
+    with best_effort("could not tag the flow run", logging.getLogger(__name__)):  # a label, never why a run fails
         with get_client(sync_client=True) as client:
             current = client.read_flow_run(flow_run.id).tags or []
             client.update_flow_run(flow_run.id, tags=sorted(set(current) | set(tags)))
-    except Exception as err:  # noqa: BLE001  (a label, never the reason a run fails)
-        logging.getLogger(__name__).warning("could not tag the flow run: %s", err)
 
 
-def find_flow_run(run_id: str) -> dict[str, str] | None:
-    """The flow run tagged ``run:<run_id>`` (``{"id", "name", "url"}``; url: where PREFECT_UI_URL shows it, else
-    None), or None. Best effort."""
+@dataclass(frozen=True)
+class FlowRunLink:
+    """A flow run: its ``id``, ``name`` and ``url`` (where PREFECT_UI_URL shows it, else None)."""
+
+    id: str
+    name: str
+    url: str | None
+
+
+def find_flow_run(run_id: str) -> FlowRunLink | None:
+    """The flow run tagged ``run:<run_id>``, or None. Best effort."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 
-    try:
+    found = None
+    with best_effort(f"could not look up the flow run of {run_id}", logging.getLogger(__name__)):
         with get_client(sync_client=True) as client:
             found = client.read_flow_runs(
                 flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[f"run:{run_id}"])), limit=1
             )
-    except Exception as err:  # noqa: BLE001
-        logging.getLogger(__name__).warning("could not look up the flow run of %s: %s", run_id, err)
-        return None
     if not found:
         return None
-    return {"id": str(found[0].id), "name": found[0].name, "url": flow_run_url(found[0].id)}
+    return FlowRunLink(str(found[0].id), found[0].name, flow_run_url(found[0].id))
 
 
 def flow_run_url(flow_run_id: Any) -> str | None:
@@ -129,47 +135,51 @@ def failure_markdown(title: str, err: BaseException, progress: Progress, links: 
     )
 
 
-def report_failure(
-    kind: str,
-    title: str,
-    err: BaseException,
-    progress: Progress,
-    artifact_key: str,
-    resource: events.Resource,
-    payload: dict[str, Any],
-    related: list[events.Resource] | None = None,
-) -> None:
-    """Say a failed run once: one ERROR line, the failure artifact ``artifact_key``, the ``failed`` event (with
-    ``payload`` and the progress); the exception is marked so that the engine's own report of it goes to DEBUG
+@dataclass(frozen=True)
+class Failed:
+    """How a failed run of ``kind`` is said: its ``title`` (``backup <run id> of <ns>/<app>``), the key of its
+    failure artifact, the ``failed`` event's resource, payload and related resources."""
+
+    kind: str
+    title: str
+    artifact_key: str
+    resource: events.Resource
+    payload: dict[str, Any]
+    related: list[events.Resource] | None = None
+
+
+def report_failure(err: BaseException, progress: Progress, failed: Failed) -> None:
+    """Say a failed run once: one ERROR line, the failure artifact, the ``failed`` event (with the payload and the
+    progress); the exception is marked so that the engine's own report of it goes to DEBUG
     (``TracebacksAtDebug``). Never raises."""
     from prefect import get_run_logger
     from prefect.artifacts import create_markdown_artifact
+    from prefect.exceptions import MissingContextError
 
     line = error_line(err)
     committed = f"; committed: {', '.join(f'{v} {b}' for v, b in sorted(progress.committed.items()))}" * bool(
         progress.committed
     )
     try:
-        get_run_logger().error("%s failed in step %s: %s%s", title, progress.step, line, committed)
-    except Exception:  # noqa: BLE001  (no run context)
-        logging.getLogger(__name__).error("%s failed in step %s: %s", title, progress.step, line)
-    try:
-        create_markdown_artifact(key=artifact_key, markdown=failure_markdown(title, err, progress), description=title)
-    except Exception as artifact_err:  # noqa: BLE001
-        logging.getLogger(__name__).warning("could not create the failure artifact: %s", artifact_err)
+        get_run_logger().error("%s failed in step %s: %s%s", failed.title, progress.step, line, committed)
+    except MissingContextError:  # no run context
+        logging.getLogger(__name__).error("%s failed in step %s: %s", failed.title, progress.step, line)
+    with best_effort("could not create the failure artifact", logging.getLogger(__name__)):
+        create_markdown_artifact(
+            key=failed.artifact_key, markdown=failure_markdown(failed.title, err, progress), description=failed.title
+        )
     full = {
-        **payload,
+        **failed.payload,
         "error": line,
         "step": progress.step,
         "committed": dict(progress.committed),
         "cleaned_up": progress.cleaned_up,
         "thawed": progress.thawed,
     }
-    events.emit(kind, "failed", resource, full, related)
-    try:
+    events.emit(failed.kind, "failed", failed.resource, full, failed.related)
+    # an exception that takes no attributes keeps the engine's line
+    with contextlib.suppress(AttributeError, TypeError):
         setattr(err, REPORTED, True)
-    except Exception:  # noqa: BLE001  (an exception that takes no attributes keeps the engine's line)
-        pass
 
 
 class TracebacksAtDebug(logging.Filter):

@@ -1,15 +1,19 @@
-"""What a maintenance run tells people: artifact tables and the verify summary (its events: ``tasks.events``).
+"""What a maintenance run tells people: artifact tables and the verify summary (its events: ``reporting.events``).
 
-Pure functions over the plain results of ``tasks.maintenance`` (no Prefect calls).
+Pure functions over the typed results of ``tasks.maintenance`` (no Prefect calls), read as their ``to_dict()``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tasks.tables import cell, markdown_table, seconds, size, table
+from reporting.tables import cell, markdown_table, seconds, size, table
+
+if TYPE_CHECKING:
+    from movers.pipeline.verify import VerifyReport
+    from tasks.maintenance import Forgotten, Pruned
 
 MAX_DAMAGE_ROWS = 200
 
@@ -25,13 +29,14 @@ def artifact_key(url: str, what: str) -> str:
     return f"maintenance-{slug}-{hashlib.sha256(public_url(url).encode()).hexdigest()[:6]}-{what}"
 
 
-def retention_rows(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, str]]:
+def retention_rows(results: list[tuple[dict[str, Any], Forgotten]]) -> list[dict[str, str]]:
     """One row per backup: volume, backup id, created, its application run and policy, keep / forget (or would
     forget), why, the rules. A run's backups share its verdict (``movers.repo.retention``)."""
     from movers.repo.retention import backup_time
 
     rows: list[dict[str, str]] = []
-    for rules, result in results:
+    for rules, forgotten in results:
+        result = forgotten.to_dict()
         shown = ", ".join(f"{k.removeprefix('keep_')} {v}" for k, v in rules.items() if v) or "-"
         verb = "would forget" if result["dry_run"] else "forget"
         run_of = {b["backup_id"]: r for r in result.get("runs", []) for b in r["backups"]}
@@ -74,9 +79,10 @@ def _run_cell(run: dict[str, Any] | None) -> str:
     return f"{run['run']} ({'complete' if run['complete'] else 'partial: no ' + ', '.join(run['missing'])})"
 
 
-def prune_rows(report: dict[str, Any]) -> list[dict[str, str]]:
+def prune_rows(pruned: Pruned) -> list[dict[str, str]]:
     """The prune report (``movers.repo.prune.PruneReport``: every counter) as one table row, or why it did not
     run."""
+    report = pruned.to_dict()
     if report.get("skipped"):
         return table([{"result": "skipped", "why": report["skipped"]}])
     r = report
@@ -108,11 +114,11 @@ def prune_rows(report: dict[str, Any]) -> list[dict[str, str]]:
     )
 
 
-def verify_markdown(url: str, report: dict[str, Any]) -> str:
+def verify_markdown(url: str, checked: VerifyReport) -> str:
     """The verify result: verdict, what the mode checked and read (a full verify reads every referenced chunk; a
     sampled one checks every map and reads a sample of the packs whole), the damage (volume, backup, offset) and
     warnings."""
-    r = report
+    r = checked.to_dict()
     verdict = "OK" if r["ok"] else f"DAMAGED ({len(r['damage'])} finding(s))"
     checked = f"- {r['backups_checked']} backups and {r['map_objects_checked']} map objects checked"
     if r["mode"] == "sampled":

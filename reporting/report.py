@@ -1,4 +1,4 @@
-"""What a backup run tells people: summary rows and Prefect artifacts (its events: ``tasks.events``).
+"""What a backup run tells people: summary rows and Prefect artifacts (its events: ``reporting.events``).
 
 A volume's byte counts (the mover's result, ``movers.pipeline.stats.BackupStats``) reconcile:
 
@@ -15,7 +15,7 @@ Ratios:
 - compression = raw bytes of the new chunks / bytes uploaded for them (data objects only);
 - throughput = bytes read from the snapshot per second of the mover's run.
 
-Artifacts (``publish``): the table ``backup-<app>`` (one row per volume, ``tasks.tables``' style) and the
+Artifacts (``publish``): the table ``backup-<app>`` (one row per volume, ``reporting.tables``' style) and the
 markdown ``backup-<app>-restore`` (the run, each volume's full backup id and base, and how to restore: the
 ``restore-app`` deployments the Prefect API has, and the CLI with the credentials of the Secret the run used).
 """
@@ -24,11 +24,18 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from movers.backup.movers import MoverResult
 from movers.backup.plan import VolumePlan
-from tasks.tables import command, markdown_table, rate, seconds, size, table
+from reporting.best_effort import best_effort
+from reporting.tables import command, markdown_table, rate, seconds, size, table
+
+if TYPE_CHECKING:
+    from movers.backup.snapshots import Retired, SnapshotSet
+    from tasks.kube import Snapshots
 
 RESTORE_FLOW = "restore-app"
 # the Secret's keys the CLI needs, as (Secret key, how the CLI takes it): storage credentials, the repository key
@@ -75,9 +82,9 @@ def volume_row(volume: str, plan: VolumePlan, result: MoverResult, snapshot: str
     }
 
 
-def snapshot_text(snap: dict[str, Any]) -> str:
+def snapshot_text(taken: SnapshotSet) -> str:
     """How a run took its snapshots, for its table: ``group``, ``per-pvc`` or ``per-pvc (fallback: why)``."""
-    return f"{snap['path']} (fallback: {snap['fallback']})" if snap.get("fallback") else snap["path"]
+    return f"{taken.path} (fallback: {taken.fallback})" if taken.fallback else taken.path
 
 
 def _times(r: float | None) -> str:
@@ -92,7 +99,7 @@ def reason(row: dict[str, Any]) -> str:
 
 
 def display_rows(rows: list[dict[str, Any]], freeze_s: float | None = None) -> list[dict[str, str]]:
-    """The rows as people read them (``tasks.tables``: sizes in KiB/MiB/GiB, ratios as ``1.25x``); ``freeze_s``
+    """The rows as people read them (``reporting.tables``: sizes in KiB/MiB/GiB, ratios as ``1.25x``); ``freeze_s``
     is the run's freeze window (every volume's snapshot was taken in it). The numbers come first and the long texts
     (reason, snapshot) last: the UI shows as many columns as fit and scrolls the rest."""
     return table(
@@ -127,12 +134,10 @@ def restore_deployments() -> list[str]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
-    try:
+    found = []  # the report then shows the CLI only
+    with best_effort(f"cannot list the {RESTORE_FLOW} deployments", log):
         with get_client(sync_client=True) as client:
             found = client.read_deployments(flow_filter=FlowFilter(name=FlowFilterName(any_=[RESTORE_FLOW])))
-    except Exception as err:  # noqa: BLE001  (the report then shows the CLI only)
-        log.warning("cannot list the %s deployments: %s", RESTORE_FLOW, err)
-        return []
     return sorted(f"{RESTORE_FLOW}/{d.name}" for d in found)
 
 
@@ -144,32 +149,43 @@ def secret_keys(kubeconfig: str | None, namespace: str, name: str | None) -> lis
 
     if not name:
         return []
-    try:
+    secret = {}
+    with best_effort(f"cannot read the key names of Secret {namespace}/{name}", log):
         secret = k.find(api_client(kubeconfig), "Secret", namespace, name) or {}
-    except Exception as err:  # noqa: BLE001
-        log.warning("cannot read the key names of Secret %s/%s: %s", namespace, name, err)
-        return []
     return sorted(preflight.secret_keys(secret))
 
 
-def restore_markdown(
-    run_id: str,
-    namespace: str,
-    app: str,
-    repo_url: str,
-    rows: list[dict[str, Any]],
-    *,
-    secret: str | None = None,
-    secret_keys: list[str] = (),
-    deployments: list[str] = (),
-    writer: dict[str, str | None] | None = None,
-    snapshots: str | None = None,
-    freeze_s: float | None = None,
-) -> str:
+@dataclass(frozen=True)
+class BackupRun:
+    """A backup run as its restore report names it: run id, namespace, application, repository, how its snapshots
+    were taken (``snapshot_text`` and the path's reason) and its freeze window."""
+
+    run_id: str
+    namespace: str
+    app: str
+    repo_url: str
+    snapshots: str | None = None
+    freeze_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RestoreWith:
+    """What restoring a backup run takes: the credentials Secret ``secret`` (its keys ``secret_keys``, by name:
+    never a value), the ``restore-app`` deployments, the writer pods' ``image`` and ``service_account``."""
+
+    secret: str | None = None
+    secret_keys: Sequence[str] = ()
+    deployments: Sequence[str] = ()
+    writer: dict[str, str | None] | None = None
+
+
+def restore_markdown(run: BackupRun, rows: list[dict[str, Any]], how: RestoreWith = RestoreWith()) -> str:
     """The run (each volume's mode, base and full backup id, the reason for its mode) and what to run to restore
-    it, as printed: the ``restore-app`` deployments ``deployments`` (none: said so), and the CLI with the storage
-    credentials and key taken from Secret ``namespace/secret`` (its keys ``secret_keys``, by name: never a value).
-    ``writer``: the writer pods' ``image`` and ``service_account`` (the backup's movers')."""
+    it, as printed: the ``restore-app`` deployments (none: said so), and the CLI with the storage credentials and
+    key taken from the Secret the backup used."""
+    run_id, namespace, app, repo_url = run.run_id, run.namespace, run.app, run.repo_url
+    snapshots, freeze_s = run.snapshots, run.freeze_s
+    secret, secret_keys, deployments, writer = how.secret, how.secret_keys, how.deployments, how.writer
     volumes = [
         {
             "volume": r["volume"],
@@ -216,7 +232,9 @@ def restore_markdown(
     return "\n".join(out)
 
 
-def _cli(repo_url: str, namespace: str, rows: list[dict[str, Any]], secret: str | None, keys: list[str]) -> list[str]:
+def _cli(
+    repo_url: str, namespace: str, rows: list[dict[str, Any]], secret: str | None, keys: Sequence[str]
+) -> list[str]:
     key = [(option, file) for name, option, file in CLI_KEY_FILES if name in keys][:1]
     env = [name for name in CLI_ENV if name in keys]
     out = []
@@ -240,37 +258,35 @@ def _cli(repo_url: str, namespace: str, rows: list[dict[str, Any]], secret: str 
     return out
 
 
-def retained_text(snap: dict[str, Any]) -> str:
+def retained_text(retired: Retired) -> str:
     """What the run left behind of the bases it retired (``retained_snapshots: keep``), for the table's description."""
-    left = snap.get("retained") or []
+    left = retired.retained
     if not left:
         return ""
-    names = ", ".join(f"{c['kind']} {c['name']} ({c['handle'] or 'no handle'})" for c in left)
+    names = ", ".join(f"{c.kind} {c.name} ({c.handle or 'no handle'})" for c in left)
     return f"; left behind (retained_snapshots: keep): {names}"
 
 
-def publish(run_id: str, policy: Any, snap: dict[str, Any], rows: list[dict[str, Any]], kubeconfig: str | None) -> None:
-    """The run's table (``backup-<app>``) and restore markdown (``backup-<app>-restore``) artifacts."""
+def publish(
+    run_id: str, policy: Any, snap: Snapshots, retired: Retired, rows: list[dict[str, Any]], kubeconfig: str | None
+) -> None:
+    """The run's table (``backup-<app>``) and restore markdown (``backup-<app>-restore``) artifacts: its snapshot
+    set ``snap``, the bases it ``retired``, its summary ``rows``."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     ns, url, secret = policy.namespace, policy.repository.url, policy.repository.credentials_secret
-    freeze = snap.get("freeze_s")
+    freeze = snap.freeze_s
     create_table_artifact(
         key=f"backup-{policy.name}",
         table=display_rows(rows, freeze),
-        description=f"backup {run_id} of {ns} to {url}; freeze window {seconds(freeze)}{retained_text(snap)}",
+        description=f"backup {run_id} of {ns} to {url}; freeze window {seconds(freeze)}{retained_text(retired)}",
     )
-    markdown = restore_markdown(
-        run_id,
-        ns,
-        policy.name,
-        url,
-        rows,
+    run = BackupRun(run_id, ns, policy.name, url, f"{snapshot_text(snap.taken)} ({snap.reason or '-'})", freeze)
+    how = RestoreWith(
         secret=secret,
         secret_keys=secret_keys(kubeconfig, ns, secret),
         deployments=restore_deployments(),
         writer={"image": policy.mover.image, "service_account": policy.mover.service_account},
-        snapshots=f"{snapshot_text(snap)} ({snap.get('reason') or '-'})",
-        freeze_s=freeze,
     )
+    markdown = restore_markdown(run, rows, how)
     create_markdown_artifact(key=f"backup-{policy.name}-restore", markdown=markdown)

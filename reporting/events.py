@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from reporting.best_effort import best_effort
+
 log = logging.getLogger(__name__)
 
 KINDS = ("backup", "restore", "maintenance")
@@ -102,7 +104,5 @@ def emit(
     from prefect.events import emit_event
 
     name = event_name(kind, outcome)
-    try:
+    with best_effort(f"could not emit {name} about {resource.get('prefect.resource.id')}", log):
         emit_event(event=name, resource=resource, related=related or None, payload=payload)
-    except Exception as err:  # noqa: BLE001
-        log.warning("could not emit %s about %s: %s", name, resource.get("prefect.resource.id"), err)

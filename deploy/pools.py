@@ -1,8 +1,8 @@
 """Create or update the two work pools that prefect.yaml's deployments use; safe to run again.
 
-    python -m flows.pools                       # both pools, against PREFECT_API_URL
-    python -m flows.pools --only local          # just the process pool
-    python -m flows.pools --image registry.example.com/cbt-mover:0.1.0 --namespace cbt-mover-system
+    python -m deploy.pools                       # both pools, against PREFECT_API_URL
+    python -m deploy.pools --only local          # just the process pool
+    python -m deploy.pools --image registry.example.com/cbt-mover:0.1.0 --namespace cbt-mover-system
 
 * ``cbt-mover-local`` (type ``process``): flow runs are subprocesses of a worker on this machine
   (``prefect worker start --pool cbt-mover-local``), with Prefect's default process job template.
@@ -129,7 +129,7 @@ def ensure_pools(image: str | None = None, namespace: str | None = None, only: s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.pools", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m deploy.pools", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=("local", "k8s"), help="ensure only this pool")
     parser.add_argument("--image", help=f"default image of {K8S_POOL}'s Jobs (the cbt-mover image you pushed)")
     parser.add_argument(

@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tasks.tables import rate, seconds, size
+from reporting.best_effort import best_effort
+from reporting.tables import rate, seconds, size
 
 _LINE = re.compile(r"progress done=(\d+) total=(\d+|\?)((?: [a-z_]+=\S+)*)")
 
@@ -117,9 +118,7 @@ class ProgressArtifact:
         from prefect.artifacts import update_progress_artifact
 
         text = describe(self.what, reading, now - self.started, self.mode)
-        try:
+        with best_effort("progress artifact update failed", logging.getLogger(__name__)):  # progress is informational
             self.context.copy().run(
                 update_progress_artifact, self.artifact_id, round(100.0 * reading.fraction(), 1), description=text
             )
-        except Exception as err:  # noqa: BLE001  (progress is informational)
-            logging.getLogger(__name__).warning("progress artifact update failed: %s", err)

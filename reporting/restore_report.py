@@ -1,12 +1,16 @@
-"""What a restore run tells people: the table ``restore-<target namespace>`` (one row per volume, ``tasks.tables``'
+"""What a restore run tells people: the table ``restore-<target namespace>`` (one row per volume, ``reporting.tables``'
 style: the same header words and units as the backup's table) and the markdown ``restore-<target namespace>-report``.
 Pure but for ``publish``."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from tasks.tables import rate, seconds, size, table
+from reporting.tables import rate, seconds, size, table
+
+if TYPE_CHECKING:
+    from movers.repo.selection import Selection
 
 
 def display_rows(target: str, rows: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -29,17 +33,23 @@ def display_rows(target: str, rows: list[dict[str, Any]]) -> list[dict[str, str]
     )
 
 
-def report_markdown(
-    namespace: str,
-    target: str,
-    run_id: str,
-    repo: str,
-    selected: dict[str, Any],
-    rows: list[dict[str, Any]],
-    backup_run: str = "",
-) -> str:
-    """Where each volume came from and went, what was written, the selection's notes; ``backup_run``: the line
-    naming the backup run restored (and linking its flow run), if known."""
+@dataclass(frozen=True)
+class RestoreRun:
+    """A restore run as its report names it: the source ``namespace``, the ``target`` namespace, its run id, the
+    repository, the backups ``selected`` and ``backup_run``: the line naming the backup run restored (and linking
+    its flow run), if known."""
+
+    namespace: str
+    target: str
+    run_id: str
+    repo: str
+    selected: Selection
+    backup_run: str = ""
+
+
+def report_markdown(run: RestoreRun, rows: list[dict[str, Any]]) -> str:
+    """Where each volume came from and went, what was written, the selection's notes, the backup run."""
+    target, selected, backup_run = run.target, run.selected, run.backup_run
     lines = "\n".join(
         f"- `{target}/{r['pvc']}` ({r['volume_mode']}, class `{r['storage_class']}`, PV `{r['pv']}`"
         f"{', replaced the existing claim' if r['replaced'] else ''}): backup `{r['backup_id']}` of `{r['volume']}`,"
@@ -47,9 +57,9 @@ def report_markdown(
         + "".join(f"\n  - note: {n}" for n in r["notes"])
         for r in rows
     )
-    notes = "".join(f"- {n}\n" for n in selected["notes"])
+    notes = "".join(f"- {n}\n" for n in selected.notes)
     return (
-        f"# Restore {run_id}\n\nFrom `{repo}`, {selected['how']}, namespace `{namespace}` into `{target}`:\n\n"
+        f"# Restore {run.run_id}\n\nFrom `{run.repo}`, {selected.how}, namespace `{run.namespace}` into `{target}`:\n\n"
         + (f"{backup_run}\n\n" if backup_run else "")
         + (f"{notes}\n" if notes else "")
         + f"{lines}\n\n"
@@ -57,24 +67,16 @@ def report_markdown(
     )
 
 
-def publish(
-    namespace: str,
-    target: str,
-    run_id: str,
-    repo: str,
-    selected: dict[str, Any],
-    rows: list[dict[str, Any]],
-    backup_run: str = "",
-) -> None:
-    """The restore's table and markdown artifacts (``report_markdown``'s ``backup_run`` line)."""
+def publish(run: RestoreRun, rows: list[dict[str, Any]]) -> None:
+    """The restore's table and markdown artifacts."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     create_table_artifact(
-        key=f"restore-{target}",
-        table=display_rows(target, rows),
-        description=f"restore {run_id} of {namespace} into {target} from {repo}",
+        key=f"restore-{run.target}",
+        table=display_rows(run.target, rows),
+        description=f"restore {run.run_id} of {run.namespace} into {run.target} from {run.repo}",
     )
     create_markdown_artifact(
-        key=f"restore-{target}-report",
-        markdown=report_markdown(namespace, target, run_id, repo, selected, rows, backup_run),
+        key=f"restore-{run.target}-report",
+        markdown=report_markdown(run, rows),
     )
