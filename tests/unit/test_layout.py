@@ -11,19 +11,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("movers", "tasks", "flows", "localcluster")
-
-# Cycles other helpers of issue 22 are removing while this test is written; the lead empties this list once their
-# work is merged (each is then an unexpected pass, and the test is strict).
-KNOWN_CYCLES: list[frozenset[str]] = [
-    frozenset({"movers.cli", "movers.cli_keys"}),
-    frozenset({"movers.repo.retention", "movers.repo.runretention"}),
-]
-# Package-level cycles being removed likewise: (package, package) pairs that import each other through any module.
-KNOWN_PACKAGE_CYCLES: list[frozenset[str]] = [
-    frozenset({"movers.cbt", "movers.kube", "movers.policy"}),
-    frozenset({"movers.repo", "movers.repo.store"}),
-]
+PACKAGES = ("movers", "tasks", "flows", "reporting", "deploy", "demo", "localcluster")
+# What each layer may not import: the engine knows no orchestration, the double knows no flows, Kubernetes
+# primitives know no use case.
+FORBIDDEN = {
+    "movers": ("tasks", "flows", "reporting", "deploy", "demo", "localcluster"),
+    "localcluster": ("tasks", "flows", "reporting", "deploy", "demo"),
+    "reporting": ("flows", "deploy", "demo", "localcluster"),
+    "tasks": ("flows", "deploy", "demo", "localcluster"),
+    "movers.kube": ("movers.cbt", "movers.policy", "movers.backup", "movers.restore", "movers.cli"),
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -134,40 +131,37 @@ def test_the_product_never_imports_its_test_doubles():
     assert {name: found for name, found in offenders.items() if found} == {}
 
 
-def test_the_cluster_double_never_imports_the_orchestration():
+def _layer_of(name: str, layer: str) -> bool:
+    return name == layer or name.startswith(layer + ".")
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_each_layer_imports_only_what_is_below_it(layer):
     offenders = {
-        name: sorted(t for t in targets if t.split(".")[0] in ("flows", "tasks"))
+        name: sorted(t for t in targets if any(_layer_of(t, f) for f in FORBIDDEN[layer]))
         for name, targets in GRAPH.items()
-        if name.split(".")[0] == "localcluster"
+        if _layer_of(name, layer)
     }
     assert {name: found for name, found in offenders.items() if found} == {}
 
 
-@pytest.mark.parametrize(
-    "known",
-    [pytest.param(cycle, marks=pytest.mark.xfail(strict=True, reason="being removed")) for cycle in KNOWN_CYCLES],
-    ids=["<->".join(sorted(cycle)) for cycle in KNOWN_CYCLES],
-)
-def test_a_known_module_cycle_is_gone(known):
-    assert known not in _cycles(GRAPH)
+def test_the_engine_never_imports_prefect():
+    offenders = set()
+    for name, path in MODULES.items():
+        if not _layer_of(name, "movers"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                modules = [node.module or ""]
+            if any(m == "prefect" or m.startswith("prefect.") for m in modules):
+                offenders.add(name)
+    assert sorted(offenders) == []
 
 
-def test_no_other_module_imports_in_a_cycle():
-    assert [sorted(c) for c in _cycles(GRAPH) if c not in KNOWN_CYCLES] == []
+def test_no_module_imports_in_a_cycle():
+    assert [sorted(c) for c in _cycles(GRAPH)] == []
 
 
-@pytest.mark.parametrize(
-    "known",
-    [
-        pytest.param(cycle, marks=pytest.mark.xfail(strict=True, reason="being removed"))
-        for cycle in KNOWN_PACKAGE_CYCLES
-    ],
-    ids=["<->".join(sorted(cycle)) for cycle in KNOWN_PACKAGE_CYCLES],
-)
-def test_a_known_package_cycle_is_gone(known):
-    assert not any(known <= cycle for cycle in _cycles(_package_graph()))
-
-
-def test_no_other_packages_import_in_a_cycle():
-    known = set().union(*KNOWN_PACKAGE_CYCLES, *KNOWN_CYCLES)  # a module cycle is a package cycle too
-    assert [sorted(c) for c in _cycles(_package_graph()) if not c <= known] == []
+def test_no_package_imports_in_a_cycle():
+    assert [sorted(c) for c in _cycles(_package_graph())] == []
