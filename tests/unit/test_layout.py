@@ -1,7 +1,8 @@
 """The layout's rules, read from the sources with ``ast`` (nothing is imported): the product never imports its
-test doubles (``movers.testing``), the modules of ``movers``, ``tasks``, ``flows`` and ``localcluster`` import
-each other without cycles, and the cluster double (``localcluster``) never imports the orchestration
-(``flows``, ``tasks``). Imports under ``if TYPE_CHECKING:`` count: a cycle there is a cycle of the design."""
+test doubles (``movers.testing``); each layer imports only what is below it (``FORBIDDEN``: the engine no
+orchestration and no Prefect, the cluster double no flows, Kubernetes primitives no use case); no module and no
+package of the product, the double or the tooling imports in a cycle. Imports under ``if TYPE_CHECKING:`` count: a
+cycle there is a cycle of the design."""
 
 from __future__ import annotations
 
