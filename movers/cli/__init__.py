@@ -3,9 +3,9 @@
 Every failure a user can cause prints one line ``cbt-mover: error: ...`` on stderr and exits
 with the code documented in ``movers.errors`` (never a traceback; ``--log-level DEBUG``
 logs one). ``--json`` prints exactly one JSON object on stdout. Progress goes to stderr as ``--progress`` says
-(``movers.cli_progress``: a bar on a terminal, else ``progress done=N total=N`` lines, a backup's followed by
+(``movers.cli.progress``: a bar on a terminal, else ``progress done=N total=N`` lines, a backup's followed by
 ``position=N capacity=N mode=M``). ``extents`` also takes the
-upstream snapshot-metadata-lister's command line (``movers.cli_extents``).
+upstream snapshot-metadata-lister's command line (``movers.cli.extents``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from contextlib import nullcontext
 from typing import Any, NoReturn
 
 from movers import device, errors, logsetup, redaction
-from movers.cli_progress import MODES, Reporter, open_reporter
+from movers.cli.progress import MODES, Reporter, open_reporter
 from movers.errors import MoverError, UsageError
 from movers.units import human_bytes
 
@@ -66,7 +66,7 @@ def _add_repo(p: argparse.ArgumentParser) -> None:
 
 def _add_cbt(p: argparse.ArgumentParser, lister: bool = False) -> None:
     """The CBT options; ``lister``: with the upstream snapshot-metadata-lister's spellings too (``extents``)."""
-    from movers.cli_extents import LISTER_ALIASES
+    from movers.cli.extents import LISTER_ALIASES
 
     def flags(name: str) -> tuple[str, ...]:
         return (*LISTER_ALIASES.get(name, ()), name) if lister else (name,)
@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a tag recorded in the manifest (repeatable), e.g. cbt-mover.io/run=RUN_ID",
     )
 
-    from movers.cli_extents import add_parser as add_extents_parser
+    from movers.cli.extents import add_parser as add_extents_parser
 
     add_extents_parser(sub, _add_cbt)
 
@@ -303,8 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
 
-    from movers.cli_install import add_install_parsers
-    from movers.cli_keys import add_key_parsers
+    from movers.cli.install import add_install_parsers
+    from movers.cli.key import add_key_parsers
 
     add_key_parsers(sub, _add_repo)
     add_install_parsers(sub)
@@ -312,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _reporter(args: argparse.Namespace) -> Reporter:
-    """The command's progress on stderr as ``--progress`` asks (``movers.cli_progress``)."""
+    """The command's progress on stderr as ``--progress`` asks (``movers.cli.progress``)."""
     return open_reporter(args.progress, args.progress_interval)
 
 
@@ -672,7 +672,7 @@ def _fallback(args, err, repo, volume, snapshot, run, extra):
 
 
 def cmd_extents(args: argparse.Namespace) -> int:
-    from movers.cli_extents import cmd_extents as run
+    from movers.cli.extents import cmd_extents as run
 
     return run(args, _cbt_options)
 
@@ -930,13 +930,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_key(args: argparse.Namespace) -> int:
-    from movers.cli_keys import cmd_key as run
+    from movers.cli.key import cmd_key as run
 
     return run(args)
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from movers.cli_install import cmd_install as run
+    from movers.cli.install import cmd_install as run
 
     return run(args)
 
