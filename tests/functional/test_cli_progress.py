@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from movers.cli_progress import Rate
+from movers.cli.progress import Rate
 from tests.volumes import make_image
 
 MiB = 1 << 20

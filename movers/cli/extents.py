@@ -32,30 +32,23 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
 from typing import IO
 
+from movers.cli._common import add_cbt_options, cbt_options
 from movers.errors import NotFoundError, UsageError
 
 log = logging.getLogger("movers")
 
 OUTPUT_FORMATS = ("jsonl", "json", "table")
 DEFAULT_MAX_RESULTS = {"jsonl": 4096, "json": 0, "table": 0}
-# the lister's other spellings of the flags the extents command shares with backup
-LISTER_ALIASES = {
-    "--base-handle": ("-P", "-previous-snapshot-id", "--previous-snapshot-id"),
-    "--cbt-max-results": ("-max-results", "--max-results"),
-    "--kubeconfig": ("-kubeconfig",),
-    "--service-account": ("-service-account",),
-}
 TABLE_HEADER = (
     "Record#   VolCapBytes  BlockMetadataType   ByteOffset     SizeBytes\n"
     "------- -------------- ----------------- -------------- --------------\n"
 )
 
 
-def add_parser(sub, add_cbt) -> None:
-    """The ``extents`` subcommand; ``add_cbt(parser, lister=True)`` adds the CBT options it shares with backup."""
+def add_parsers(sub) -> None:
+    """The ``extents`` subcommand, with the CBT options it shares with backup in the lister's spellings too."""
     p = sub.add_parser(
         "extents",
         help="list the allocated or changed extents of a snapshot (JSON lines, or as snapshot-metadata-lister"
@@ -101,11 +94,12 @@ def add_parser(sub, add_cbt) -> None:
         metavar="BYTES",
         help="list from the block holding this byte offset",
     )
-    add_cbt(p, lister=True)
+    add_cbt_options(p, lister=True)
+    p.set_defaults(handler=cmd_extents)
 
 
-def cmd_extents(args: argparse.Namespace, cbt_options: Callable) -> int:
-    """List; ``cbt_options(args)``: the ``CbtOptions`` of the parsed arguments (``movers.cli``)."""
+def cmd_extents(args: argparse.Namespace) -> int:
+    """List the extents as ``--output-format`` says."""
     from movers.cbt.source import open_session
 
     if args.starting_offset < 0:

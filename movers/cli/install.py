@@ -13,7 +13,8 @@ import sys
 from movers import install
 
 
-def add_install_parsers(sub) -> None:
+def add_parsers(sub) -> None:
+    """The ``install`` and its ``controller`` and ``movers`` subcommands, with its handler."""
     p = sub.add_parser(
         "install",
         help="print the Kubernetes objects to apply (kubectl apply -f -): the controller's, or the movers'",
@@ -40,6 +41,7 @@ def add_install_parsers(sub) -> None:
         metavar="NAMESPACE",
         help="an application namespace (repeat for several)",
     )
+    p.set_defaults(handler=cmd_install)
 
 
 def cmd_install(args: argparse.Namespace) -> int:
