@@ -16,7 +16,7 @@ from typing import Any
 
 from movers.cli.progress import MODES, Reporter, open_reporter
 from movers.errors import UsageError
-from movers.units import human_bytes
+from movers.values import human_bytes
 
 log = logging.getLogger("movers")
 

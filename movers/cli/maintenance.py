@@ -133,7 +133,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def _duration(text: str, option: str = "--grace") -> float:
-    from movers.durations import parse_duration
+    from movers.values import parse_duration
 
     try:
         seconds = parse_duration(text)
@@ -145,7 +145,7 @@ def _duration(text: str, option: str = "--grace") -> float:
 
 
 def _size(text: str, option: str = "--repack-max") -> int:
-    from movers.quantities import quantity_bytes
+    from movers.values import quantity_bytes
 
     try:
         size = quantity_bytes(text)
