@@ -30,12 +30,36 @@ STRIPPED_ENV_PREFIXES = ("CBT_MOVER_", "AWS_")
 STRIPPED_ENV_NAMES = ("KUBECONFIG",)
 
 
+class ModuleEnv:
+    """Variables a module-scoped fixture sets for the tests of its module: set at once, and again by ``clean_env``
+    for each later test of the module (after it strips them); all undone when the module ends."""
+
+    def __init__(self, patch: pytest.MonkeyPatch) -> None:
+        self._patch = patch
+        self.kept: dict[str, str] = {}
+
+    def setenv(self, name: str, value: str) -> None:
+        self.kept[name] = value
+        self._patch.setenv(name, value)
+
+
+@pytest.fixture(scope="module")
+def module_env():
+    """A ``ModuleEnv`` of the test module (e.g. the local S3's ``AWS_*`` for a module's flows, which read the
+    repository in-process)."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield ModuleEnv(patch)
+
+
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    """Strip the product's and the cloud SDKs' variables from ``os.environ`` for the test (restored after it)."""
+def clean_env(monkeypatch, module_env):
+    """Strip the product's and the cloud SDKs' variables from ``os.environ`` for the test (restored after it); what
+    a module-scoped fixture set through ``module_env`` is set again."""
     for name in list(os.environ):
         if name.startswith(STRIPPED_ENV_PREFIXES) or name in STRIPPED_ENV_NAMES:
             monkeypatch.delenv(name)
+    for name, value in module_env.kept.items():
+        monkeypatch.setenv(name, value)
 
 
 def pytest_addoption(parser):

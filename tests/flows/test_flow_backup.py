@@ -54,17 +54,8 @@ def harness(prefect_api):
 
 
 @pytest.fixture(scope="module")
-def app(local_cluster):
-    with pytest.MonkeyPatch.context() as mp:  # the flow reads the repository (latest backup) itself
-        yield deploy_app(local_cluster, mp.setenv, NS, "flow-backups")
-
-
-@pytest.fixture(autouse=True)
-def app_env(clean_env, request, monkeypatch):
-    """A test of the module's app gets its S3 store's ``AWS_*`` again (``clean_env`` strips what ``app`` set)."""
-    if "app" in request.fixturenames:
-        for key, value in request.getfixturevalue("local_cluster").s3.env.items():
-            monkeypatch.setenv(key, value)
+def app(local_cluster, module_env):  # the flow reads the repository (latest backup) itself
+    return deploy_app(local_cluster, module_env.setenv, NS, "flow-backups")
 
 
 def _backup(cluster, repo, NS=NS):  # noqa: N803

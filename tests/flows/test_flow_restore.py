@@ -73,7 +73,7 @@ def harness(prefect_api):
 
 
 @pytest.fixture(scope="module")
-def backed_up(local_cluster, harness):
+def backed_up(local_cluster, harness, module_env):
     """The app in SRC on node-b, backed up twice; the second run made partial (its logs backup forgotten)."""
     from flows.backup import backup_app
 
@@ -82,51 +82,50 @@ def backed_up(local_cluster, harness):
     cluster.s3.client().create_bucket(Bucket="flow-restore")
     repo = "s3://flow-restore/repo"
     init_repo(cluster, repo)  # encrypted: PASSPHRASE, in every namespace's Secret
-    with pytest.MonkeyPatch.context() as mp:  # the flows read the repository themselves
-        for key, value in cluster.s3.env.items():
-            mp.setenv(key, value)
-        _namespace(cluster, SRC, repo)
-        for pvc, mode, size in CLAIMS:
-            claim = m.block_pvc(pvc, SRC, size, XFS_CLASS if mode == "Filesystem" else APP_CLASS, CLAIM_LABELS)
-            claim["spec"]["volumeMode"] = mode
-            k.create(api, claim)
-        _run_pod(core, SRC, "writer", "echo kept > /mnt/files/hello && sync", "files", ON_NODE)
-        devices = {"data": "/dev/xvda", "logs": "/dev/xvdb"}
-        core.create_namespaced_pod(
-            SRC, demo_pod("app", devices, labels={"app": "demo"}, interval=0.02, node_selector=ON_NODE)
-        )
-        wait_pod(core, "app", phase_in("Running"), namespace=SRC, timeout=30)
-        wait_until(lambda: core.read_namespaced_pod_log("app", SRC).count("write seq=") >= 5, 30, "app writes")
-        params = {
-            "namespace": SRC,
-            "selector": SEL,
-            "repo": repo,
-            "repo_secret": REPO_SECRET,
-            "hooks": HOOKS,
-            "image": "cbt-mover",
-            "service_account": MOVER_SERVICE_ACCOUNT,
-            "parallelism": 4,
-            "kubeconfig": flow_kubeconfig(cluster),
-        }
-        first = backup_app(**params)
-        shas = _snapshot_shas(cluster, repo, first)  # the next run replaces these snapshots as its bases
-        second = backup_app(**params)
-        shas |= _snapshot_shas(cluster, repo, second)
-        forgotten = next(r["backup_id"] for r in second["volumes"] if r["volume"] == f"{SRC}/logs")
-        _forget(repo, f"{SRC}/logs", forgotten)  # as if the mover of logs had failed in the second run
-        sources = {}
-        for pvc, _, _ in CLAIMS:
-            _, _, pv = _volume_image(cluster, SRC, pvc)
-            sources[pvc] = pv["spec"]["nodeAffinity"]["required"]
-        yield {
-            "cluster": cluster,
-            "repo": repo,
-            "app": first,
-            "partial": second["run_id"],
-            "shas": shas,
-            "sources": sources,
-            "backups": {r["volume"].split("/", 1)[1]: r["backup_id"] for r in first["volumes"]},
-        }
+    for key, value in cluster.s3.env.items():  # the flows read the repository themselves
+        module_env.setenv(key, value)
+    _namespace(cluster, SRC, repo)
+    for pvc, mode, size in CLAIMS:
+        claim = m.block_pvc(pvc, SRC, size, XFS_CLASS if mode == "Filesystem" else APP_CLASS, CLAIM_LABELS)
+        claim["spec"]["volumeMode"] = mode
+        k.create(api, claim)
+    _run_pod(core, SRC, "writer", "echo kept > /mnt/files/hello && sync", "files", ON_NODE)
+    devices = {"data": "/dev/xvda", "logs": "/dev/xvdb"}
+    core.create_namespaced_pod(
+        SRC, demo_pod("app", devices, labels={"app": "demo"}, interval=0.02, node_selector=ON_NODE)
+    )
+    wait_pod(core, "app", phase_in("Running"), namespace=SRC, timeout=30)
+    wait_until(lambda: core.read_namespaced_pod_log("app", SRC).count("write seq=") >= 5, 30, "app writes")
+    params = {
+        "namespace": SRC,
+        "selector": SEL,
+        "repo": repo,
+        "repo_secret": REPO_SECRET,
+        "hooks": HOOKS,
+        "image": "cbt-mover",
+        "service_account": MOVER_SERVICE_ACCOUNT,
+        "parallelism": 4,
+        "kubeconfig": flow_kubeconfig(cluster),
+    }
+    first = backup_app(**params)
+    shas = _snapshot_shas(cluster, repo, first)  # the next run replaces these snapshots as its bases
+    second = backup_app(**params)
+    shas |= _snapshot_shas(cluster, repo, second)
+    forgotten = next(r["backup_id"] for r in second["volumes"] if r["volume"] == f"{SRC}/logs")
+    _forget(repo, f"{SRC}/logs", forgotten)  # as if the mover of logs had failed in the second run
+    sources = {}
+    for pvc, _, _ in CLAIMS:
+        _, _, pv = _volume_image(cluster, SRC, pvc)
+        sources[pvc] = pv["spec"]["nodeAffinity"]["required"]
+    yield {
+        "cluster": cluster,
+        "repo": repo,
+        "app": first,
+        "partial": second["run_id"],
+        "shas": shas,
+        "sources": sources,
+        "backups": {r["volume"].split("/", 1)[1]: r["backup_id"] for r in first["volumes"]},
+    }
 
 
 def _snapshot_shas(cluster, repo, app) -> dict[str, str]:

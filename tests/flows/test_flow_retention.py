@@ -24,17 +24,8 @@ def harness(prefect_api):
 
 
 @pytest.fixture(scope="module")
-def app(local_cluster):
-    with pytest.MonkeyPatch.context() as mp:
-        yield deploy_app(local_cluster, mp.setenv, NS, "two-policies")
-
-
-@pytest.fixture(autouse=True)
-def app_env(clean_env, request, monkeypatch):
-    """A test of the module's app gets its S3 store's ``AWS_*`` again (``clean_env`` strips what ``app`` set)."""
-    if "app" in request.fixturenames:
-        for key, value in request.getfixturevalue("local_cluster").s3.env.items():
-            monkeypatch.setenv(key, value)
+def app(local_cluster, module_env):
+    return deploy_app(local_cluster, module_env.setenv, NS, "two-policies")
 
 
 def _runs(repo_url) -> dict[str, dict]:
