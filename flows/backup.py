@@ -39,8 +39,8 @@ from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from movers.backup.movers import MoverResult
 from movers.backup.plan import VolumePlan
+from movers.backup.request import BackupResult
 from movers.policy.model import BackupPolicy, Hooks, parse_policy
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG
 from tasks import events, report, runs, state_hook_logger
@@ -313,7 +313,7 @@ def _snapshot_and_move(
         "thawed after the snapshots were cut: " + ("; ".join(snap["hooks"]) or "no hooks"),
     )
     members = _members(snap, sources, run_id, policy)
-    done: list[tuple[dict[str, Any], VolumePlan, MoverResult]] = []
+    done: list[tuple[dict[str, Any], VolumePlan, BackupResult]] = []
     # submit in waves of `parallelism` (the task runner has more threads than that)
     for start in range(0, len(members), policy.parallelism):
         wave = []

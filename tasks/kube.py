@@ -17,6 +17,7 @@ from movers.backup import movers as backup
 from movers.backup import preflight
 from movers.backup import snapshots as snapshotset
 from movers.backup.plan import VolumePlan
+from movers.backup.request import BackupResult
 from movers.kube import cleanup, client
 from movers.kube import manifests as m
 from movers.policy.model import BackupPolicy
@@ -93,7 +94,7 @@ def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, pl
 )
 def move_volume(
     kubeconfig: str | None, run_id: str, member: Member, plan: VolumePlan, policy: BackupPolicy
-) -> backup.MoverResult:
+) -> BackupResult:
     """``movers.backup.movers.move_volume`` of one member with a progress artifact fed from the mover's log; the
     mover's own log records forwarded (``tasks.runs.PodLog``) and its outcome said in one line."""
     log = get_run_logger()
@@ -115,7 +116,7 @@ def move_volume(
     return result
 
 
-def outcome_line(volume: str, r: backup.MoverResult) -> str:
+def outcome_line(volume: str, r: BackupResult) -> str:
     """A mover's outcome in one line: ``ns/pvc: incremental-cbt done (cbt-delta): changed 12.0 MiB, read ...,
     uploaded ... in 4.1 s, backup id B`` and the fallback's reason when it took another change source."""
     from movers.values import human_bytes
