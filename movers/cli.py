@@ -422,8 +422,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
             device=args.device, tags=parse_tags(args.tag), run_pvcs=parse_run_pvcs(args.run_pvcs),
             workers=max(1, args.workers), zstd_level=args.zstd_level,
         )  # fmt: skip
-    result = back_up_volume(lambda: _open_repo(args), request, cbt=cbt, progress=_reporter(args))
-    r = result
+    r = back_up_volume(lambda: _open_repo(args), request, cbt=cbt, progress=lambda: _reporter(args))
     _emit(
         args,
         r.as_output(),

@@ -38,12 +38,12 @@ log = logging.getLogger("movers")
 
 
 class Progress(Protocol):
-    """A progress display around the backup (``movers.cli_progress.Reporter``): entered once the repository is
-    open, ``phase("backup")`` is the engine's callback."""
+    """A progress display around the backup (``movers.cli_progress.Reporter``): made and entered once the
+    repository is open; ``phase("backup")`` is the engine's callback."""
 
     def phase(self, name: str) -> ProgressFn: ...
 
-    def __enter__(self) -> Any: ...
+    def __enter__(self) -> Progress: ...
 
     def __exit__(self, *exc: object) -> Any: ...
 
@@ -98,20 +98,20 @@ def back_up_volume(
     request: BackupRequest,
     *,
     cbt: CbtConnection | None = None,
-    progress: Progress | None = None,
+    progress: Callable[[], Progress] | None = None,
 ) -> BackupResult:
     """Back up ``request.device`` into the repository ``open_repo()`` returns, from the change source the request
     names (see the module doc); ``cbt``: how to reach the SnapshotMetadata service (``source`` ``cbt`` needs one
-    that is ``wanted``). ``progress`` is entered once the repository is open."""
+    that is ``wanted``). ``progress`` makes the display, once the repository is open (a terminal's bar starts when
+    made), and the backup runs inside it."""
     changes = request.changes
     if changes.source == "cbt" and not (cbt and cbt.wanted):
         raise UsageError("a CBT backup needs --cbt-address (with --cbt-ca-file) or --kube")
     device.check_source(request.device)
     checked = _checked_extents(changes.extents, _device_size(request.device)) if changes.extents else None
     repo = open_repo()
-    progress = progress or _Quiet()
-    with progress:
-        backup = _Backup(repo, request, progress.phase("backup"))
+    with (progress or _Quiet)() as display:
+        backup = _Backup(repo, request, display.phase("backup"))
         if changes.source == "cbt":
             assert cbt is not None
             outcome = _cbt_backup(backup, cbt)
