@@ -39,9 +39,9 @@ from prefect.runtime import flow_run
 
 from flows import _run
 from flows._run import best_effort
-from movers.backup.movers import MoverResult
 from movers.backup.plan import VolumePlan
 from movers.backup.preflight import DriverCbt, Source
+from movers.backup.request import BackupResult
 from movers.backup.snapshots import Retired
 from movers.policy.model import BackupPolicy, Hooks, parse_policy
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG
@@ -295,7 +295,7 @@ def _snapshot_and_move(
         plans[member.pvc] = plan
         return move_volume.submit(kubeconfig, run_id, member, plan, policy)
 
-    def committed(member: Member, result: MoverResult) -> None:
+    def committed(member: Member, result: BackupResult) -> None:
         progress.committed[f"{ns}/{member.pvc}"] = result.backup_id
 
     results = _run.waves(members, policy.parallelism, move, committed)

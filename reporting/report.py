@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from movers.backup.movers import MoverResult
 from movers.backup.plan import VolumePlan
+from movers.backup.request import BackupResult
 from reporting.best_effort import best_effort
 from reporting.tables import command, markdown_table, rate, seconds, size, table
 
@@ -50,7 +50,7 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return math.inf if denominator <= 0 else round(numerator / denominator, 2)
 
 
-def volume_row(volume: str, plan: VolumePlan, result: MoverResult, snapshot: str | None = None) -> dict[str, Any]:
+def volume_row(volume: str, plan: VolumePlan, result: BackupResult, snapshot: str | None = None) -> dict[str, Any]:
     """One volume's summary (plain numbers) from its plan and its mover's result; ``snapshot`` says how its
     snapshot was taken (e.g. ``per-pvc (fallback: ...)``), ``why`` is the plan's reason, ``cbt_fallback`` the mover's
     when it used another change source, ``base_backup`` the backup an incremental built on."""

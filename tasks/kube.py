@@ -19,6 +19,7 @@ from movers.backup import movers as backup
 from movers.backup import preflight
 from movers.backup import snapshots as snapshotset
 from movers.backup.plan import VolumePlan
+from movers.backup.request import BackupResult
 from movers.kube import cleanup, client
 from movers.kube import manifests as m
 from movers.policy.model import BackupPolicy
@@ -83,7 +84,7 @@ class Member:
         return self.snapshot.pvc
 
     def plain(self) -> dict[str, Any]:
-        """The member as ``movers.kube.backup.move_volume`` reads it (plain data)."""
+        """The member as ``movers.backup.movers.move_volume`` reads it (plain data)."""
         claim = ("storage_class", "size", "volume_mode", "identity", "labels")
         return (
             dataclasses.asdict(self.snapshot)
@@ -153,8 +154,8 @@ def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, fo
 )
 def move_volume(
     kubeconfig: str | None, run_id: str, member: Member, plan: VolumePlan, policy: BackupPolicy
-) -> backup.MoverResult:
-    """``movers.kube.backup.move_volume`` of one member with a progress artifact fed from the mover's log; the
+) -> BackupResult:
+    """``movers.backup.movers.move_volume`` of one member with a progress artifact fed from the mover's log; the
     mover's own log records forwarded (``reporting.runs.PodLog``) and its outcome said in one line."""
     log = get_run_logger()
     namespace, pvc = policy.namespace, member.pvc
@@ -175,7 +176,7 @@ def move_volume(
     return result
 
 
-def outcome_line(volume: str, r: backup.MoverResult) -> str:
+def outcome_line(volume: str, r: BackupResult) -> str:
     """A mover's outcome in one line: ``ns/pvc: incremental-cbt done (cbt-delta): changed 12.0 MiB, read ...,
     uploaded ... in 4.1 s, backup id B`` and the fallback's reason when it took another change source."""
     from movers.values import human_bytes

@@ -1,11 +1,14 @@
 """The backup's mover of one volume (no Prefect): a Block claim from a member's snapshot and the mover pod that
 backs it up, as ``movers.restore.writers`` is the restore's.
 
-* ``mover_objects``: the reader claim and the mover pod of a member, as its plan says
-  (``movers.backup.plan.VolumePlan``; pure: checked without a cluster);
+* ``volume_request``: the member's ``movers.backup.request.BackupRequest``, as its plan says
+  (``movers.backup.plan.VolumePlan``); the operator's CLI builds the same one from its flags;
+* ``mover_objects``: the reader claim and the mover pod of a member, its request rendered whole into the pod as
+  one env value (``REQUEST_ENV``) (pure: checked without a cluster);
 * ``move_volume``: creates them, waits for the pod to be scheduled (``timeouts.pvc_bound``), running
-  (``timeouts.start``) and finished (``timeouts.mover``); the mover's result (``MoverResult``: what it did and
-  why), or ``MoverPodFailed`` (one line; ``pods.PodFailed``'s retry rule).
+  (``timeouts.start``) and finished (``timeouts.mover``); the mover's result (``BackupResult``, parsed by the
+  class the mover wrote it with: what it did and why), or ``MoverPodFailed``
+  (one line; ``pods.PodFailed``'s retry rule).
 
 A member is plain data (``tasks.kube.Member``: the snapshot set's member with the claim's class, size,
 mode, labels, PV identity, the run's claims, tags, app and repository); ``policy`` is the
@@ -18,9 +21,10 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from movers.backup.plan import VolumePlan
+from movers.backup.request import REQUEST_ENV, BackupRequest, BackupResult, Changes, SourceSnapshot, SourceVolume
 from movers.errors import EXIT_INCOMPATIBLE, NotFoundError
 from movers.kube import apply as k
 from movers.kube import manifests as m
@@ -35,30 +39,40 @@ class MoverPodFailed(pods.PodFailed):
     """A backup's mover pod did not succeed (``pods.PodFailed``: its exit status and the retry rule)."""
 
 
-class MoverResult(BaseModel):
-    """A mover pod's result line (``cbt-mover backup --json``): the backup it committed, the backup it built on
-    (``parent``), the change source it used and, when that is not the planned one, why (``cbt_fallback``), and
-    its byte counts (``movers.pipeline.stats.BackupStats``: they reconcile). Other keys of the line are kept as
-    they are."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    backup_id: str
-    mode: str
-    change_source: str
-    parent: str | None = None  # the backup an incremental built on
-    cbt_fallback: str | None = None
-    changed_bytes: int = 0
-    read_bytes: int = 0
-    zero_bytes: int = 0
-    new_chunk_bytes: int = 0
-    dedup_bytes: int = 0
-    unchanged_bytes: int = 0
-    stored_bytes: int = 0
-    pack_bytes: int = 0
-    metadata_bytes: int = 0
-    reused_packs: int = 0
-    duration_s: float = 0.0
+def volume_request(member: Mapping[str, Any], plan: VolumePlan, namespace: str) -> BackupRequest:
+    """The ``BackupRequest`` of a member's mover, as its plan says: the source claim's identity (its PV's:
+    ``volumes.source_identity``), the member's snapshot, the planned change source (``scan``, else CBT with the
+    planned base, its VolumeSnapshot name, the delta's parent and ``max_results``), the run's tags and claims."""
+    identity = dict(member.get("identity") or {})
+    cbt = plan.change_source != "scan"
+    return BackupRequest(
+        volume=SourceVolume(
+            id=f"{namespace}/{member['pvc']}",
+            namespace=namespace,
+            pvc=member["pvc"],
+            pv_volume_handle=identity.pop("pv_handle", None),
+            storage_class=member.get("storage_class"),
+            volume_mode=member.get("volume_mode"),
+            labels=member.get("labels"),
+            **identity,
+        ),
+        snapshot=SourceSnapshot(
+            volume_snapshot=member["snapshot"],
+            namespace=namespace,
+            snapshot_handle=member.get("handle"),
+            group_snapshot=member.get("group_snapshot"),
+        ),
+        changes=Changes(
+            source="cbt" if cbt else "scan",
+            base_handle=plan.base_handle,
+            base_snapshot=plan.base_snapshot,
+            parent=plan.parent if plan.change_source == "cbt-delta" else None,
+            **({"cbt_max_results": plan.max_results} if plan.max_results is not None else {}),
+        ),
+        device=m.DEVICE_PATH,
+        tags=member.get("tags") or {},
+        run_pvcs=member.get("run_pvcs"),
+    )
 
 
 def mover_objects(
@@ -74,25 +88,11 @@ def mover_objects(
     labels = m.run_labels(run_id, app=member.get("app"), **{m.PVC_LABEL: m.label_value(pvc)})
     size = m.reader_claim_size(member["restore_size"], member.get("size"))
     claim = m.pvc_from_snapshot(name, namespace, member["snapshot"], size, member.get("storage_class"), labels)
+    request = volume_request(member, plan, namespace)
     args = m.backup_args(
-        volume=f"{namespace}/{pvc}",
-        namespace=namespace,
-        snapshot=member["snapshot"],
-        pvc=pvc,
+        request_env=REQUEST_ENV,
+        cbt=request.changes.source == "cbt",
         repo=member.get("repo"),
-        base_handle=plan.base_handle,
-        base_snapshot=plan.base_snapshot,
-        parent=plan.parent if plan.change_source == "cbt-delta" else None,
-        scan=plan.change_source == "scan",
-        snapshot_handle=member.get("handle"),
-        group_snapshot=member.get("group_snapshot"),
-        storage_class=member.get("storage_class"),
-        volume_mode=member.get("volume_mode"),
-        tags=member.get("tags"),
-        run_pvcs=member.get("run_pvcs"),
-        pvc_labels=member.get("labels"),
-        cbt_max_results=plan.max_results,
-        **(member.get("identity") or {}),
         extra=["--progress-interval", f"{mover.progress_interval:g}"],
     )
     pod = m.mover_pod(
@@ -100,6 +100,8 @@ def mover_objects(
         namespace,
         image=mover.image,
         args=args,
+        env={REQUEST_ENV: request.model_dump_json()},
+        device_path=request.device,
         pvc=name,
         service_account=mover.service_account,
         repo_secret=policy.repository.credentials_secret,
@@ -124,7 +126,7 @@ def move_volume(
     *,
     on_log_line: Callable[[str], None] | None = None,
     logger: logging.Logger | logging.LoggerAdapter | None = None,
-) -> MoverResult:
+) -> BackupResult:
     """Back up one member: its claim and mover pod (``mover_objects``, with the key files the credentials Secret
     holds now: ``repokey.key_names``), the pod scheduled within the policy's
     ``timeouts.pvc_bound`` (``pods.PodNotScheduled`` names FailedScheduling), running within ``timeouts.start``
@@ -165,7 +167,7 @@ def move_volume(
             f"mover pod {namespace}/{name} for {member['pvc']} failed (exit {res.exit_code}): {why}", res.exit_code
         )
     try:
-        return MoverResult.model_validate(res.result)
+        return BackupResult.model_validate(res.result)
     except ValidationError as err:  # not retried: a new pod would commit another backup and write it again
         bad = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors(include_url=False))
         raise MoverPodFailed(

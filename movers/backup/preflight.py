@@ -69,7 +69,7 @@ class Source:
     size: str | None
     storage_class: str | None
     driver: str
-    identity: dict[str, Any]  # volumes.source_identity of its PV: backup_args keywords
+    identity: dict[str, Any]  # volumes.source_identity of its PV: the request's SourceVolume fields
     labels: dict[str, str] = field(default_factory=dict)  # the claim's metadata.labels (a restore reapplies them)
 
 

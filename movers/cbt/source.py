@@ -50,6 +50,49 @@ class CbtOptions:
         return bool(self.kube or self.address)
 
 
+_CONNECTION = (
+    "address",
+    "ca_file",
+    "token_file",
+    "audience",
+    "service_account",
+    "service_account_namespace",
+    "token_expiry",
+    "kube",
+    "kubeconfig",
+    "wait_timeout",
+)
+
+
+@dataclass(frozen=True)
+class CbtConnection:
+    """How a pod reaches the SnapshotMetadata service (``CbtOptions``' connection fields): the pod's wiring, not
+    what a backup asks for (``movers.backup.request.BackupRequest`` holds the snapshot, base and page size)."""
+
+    address: str | None = None
+    ca_file: str | None = None
+    token_file: str | None = None
+    audience: str | None = None
+    service_account: str | None = None
+    service_account_namespace: str | None = None
+    token_expiry: int = 600
+    kube: bool = False
+    kubeconfig: str | None = None
+    wait_timeout: float = 300.0
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.kube or self.address)
+
+    @classmethod
+    def of(cls, opts: CbtOptions) -> CbtConnection:
+        return cls(**{name: getattr(opts, name) for name in _CONNECTION})
+
+    def options(self, **target) -> CbtOptions:
+        """The session's options: this connection and ``target`` (namespace, snapshot, base_handle, ...)."""
+        return CbtOptions(**{name: getattr(self, name) for name in _CONNECTION}, **target)
+
+
 @dataclass
 class CbtSession:
     """An open client, its stream and what was learned about the snapshot."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -49,6 +48,7 @@ MOVER, WRITER, SNAPSHOT, READER_CLAIM, RESTORE_CLAIM, RESTORE_VOLUME = (
 COMPONENTS = (MOVER, WRITER, SNAPSHOT, READER_CLAIM, RESTORE_CLAIM, RESTORE_VOLUME)
 ALLOW_VOLUME_MODE_CHANGE = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
 TERMINATION_LOG = "/dev/termination-log"
+DEVICE_PATH = "/dev/xvda"  # where a mover or writer pod sees its Block claim (mover_pod's default device_path)
 CBT_TOKEN_DIR = "/var/run/secrets/cbt.storage.k8s.io"
 CBT_TOKEN_FILE = f"{CBT_TOKEN_DIR}/token"
 CBT_TOKEN_SECONDS = 600
@@ -257,95 +257,17 @@ def allow_volume_mode_change_patch() -> dict[str, Any]:
     return {"metadata": {"annotations": {ALLOW_VOLUME_MODE_CHANGE: "true"}}}
 
 
-def backup_args(
-    *,
-    volume: str,
-    namespace: str,
-    snapshot: str,
-    device: str = "/dev/xvda",
-    repo: str | None = None,
-    base_handle: str | None = None,
-    base_snapshot: str | None = None,
-    parent: str | None = None,
-    cluster: str | None = None,
-    pvc: str | None = None,
-    group_snapshot: str | None = None,
-    full: bool = False,
-    cbt_fallback: str = "scan",
-    workers: int | None = None,
-    storage_class: str | None = None,
-    volume_mode: str | None = None,
-    tags: Mapping[str, str] | None = None,
-    pv_name: str | None = None,
-    pv_uid: str | None = None,
-    pv_handle: str | None = None,
-    csi_driver: str | None = None,
-    fs_type: str | None = None,
-    node_affinity: Mapping[str, Any] | None = None,
-    pvc_labels: Mapping[str, str] | None = None,
-    run_pvcs: Sequence[str] | None = None,
-    scan: bool = False,
-    snapshot_handle: str | None = None,
-    cbt_max_results: int | None = None,
-    extra: Sequence[str] = (),
-) -> list[str]:
-    """The argv (after the ``cbt-mover`` entrypoint) of a mover pod backing up ``snapshot`` via CBT, or with
-        ``scan`` by reading the whole device (``--scan``: no snapshot lookup, no CBT; ``snapshot_handle``, the
-        snapshot's CSI handle, is recorded for a later delta since it). ``cbt_max_results``: the CBT calls'
-        ``max_results`` (policy ``cbt.max_results``; None: the mover's default).
-
-        ``--kube`` looks the snapshot, its driver's SnapshotMetadataService and CA up in-cluster; the
-        JSON result goes to stdout and to the termination log. ``repo`` None: the pod's
-        ``CBT_MOVER_REPO`` (from the repository Secret). ``base_handle``: a delta since that snapshot,
-        built on backup ``parent`` (its id); ``base_snapshot``: its VolumeSnapshot name, for a v1alpha1
-        SnapshotMetadataService (sidecar v0.1.0).
-        ``storage_class`` / ``volume_mode`` (the source PVC's) and ``tags`` (e.g. ``cbt-mover.io/run``,
-        ``cbt-mover.io/app``; sorted by key) are recorded in the manifest for restores.
-
-        The source volume's identity (``volumes.source_identity`` of its PV gives all of them): ``pv_name``,
-        ``pv_uid``, ``pv_handle`` (``spec.csi.volumeHandle``), ``csi_driver``, ``fs_type`` (``spec.csi.fsType``,
-        None for Block) and ``node_affinity`` (the PV's ``spec.nodeAffinity.required``, a NodeSelector, as
-        compact JSON) are recorded; a delta is only applied on a parent of the same volume. ``pvc_labels``: the
-    source PVC's labels (compact JSON), which a restored claim gets back. ``run_pvcs``: every
-        PVC of the application run (sorted, comma-separated), so that a restore can tell a complete run.
+def backup_args(*, request_env: str, cbt: bool, repo: str | None = None, extra: Sequence[str] = ()) -> list[str]:
+    """The argv (after the ``cbt-mover`` entrypoint) of a mover pod whose whole backup request
+    (``movers.backup.request.BackupRequest``: volume, identity, snapshot, change source, tags) is the JSON of env
+    variable ``request_env`` (``mover_pod``'s ``env``). ``cbt``: the request's change source is CBT, and
+    ``--kube`` looks the snapshot, its driver's SnapshotMetadataService and CA up in-cluster (how the pod reaches
+    the service, not part of the request). ``repo`` None: the pod's ``CBT_MOVER_REPO`` (from the repository
+    Secret). The JSON result goes to stdout and to the termination log.
     """
-    source = ["--scan"] if scan else ["--kube"]
-    args = ["backup", "--volume", volume, "--device", device, *source, "--namespace", namespace, "--snapshot", snapshot]
-    if not scan:
-        args += ["--cbt-fallback", cbt_fallback]
-        if cbt_max_results is not None:
-            args += ["--cbt-max-results", str(cbt_max_results)]
-    affinity = json.dumps(node_affinity, sort_keys=True, separators=(",", ":")) if node_affinity else None
-    members = ",".join(sorted(set(run_pvcs))) if run_pvcs else None
-    labels = json.dumps(dict(pvc_labels), sort_keys=True, separators=(",", ":")) if pvc_labels else None
-    for flag, value in (
-        ("--repo", repo),
-        ("--base-handle", base_handle),
-        ("--base-snapshot", base_snapshot),
-        ("--parent", parent),
-        ("--cluster", cluster),
-        ("--pvc", pvc),
-        ("--snapshot-handle", snapshot_handle),
-        ("--group-snapshot", group_snapshot),
-        ("--storage-class", storage_class),
-        ("--volume-mode", volume_mode),
-        ("--pv-name", pv_name),
-        ("--pv-uid", pv_uid),
-        ("--pv-handle", pv_handle),
-        ("--csi-driver", csi_driver),
-        ("--fs-type", fs_type),
-        ("--node-affinity", affinity),
-        ("--pvc-labels", labels),
-        ("--run-pvcs", members),
-    ):
-        if value:
-            args += [flag, value]
-    for key, value in sorted((tags or {}).items()):
-        args += ["--tag", f"{key}={value}"]
-    if workers is not None:
-        args += ["--workers", str(workers)]
-    if full:
-        args.append("--full")
+    args = ["backup", "--request-env", request_env, *(["--kube"] if cbt else [])]
+    if repo:
+        args += ["--repo", repo]
     return [*args, *extra, "--json", "--result-file", TERMINATION_LOG]
 
 
@@ -409,7 +331,7 @@ def mover_pod(
     service_account: str,
     repo_secret: str,
     repo_keys: Sequence[str] = (),
-    device_path: str = "/dev/xvda",
+    device_path: str = DEVICE_PATH,
     cbt_audience: str | None = None,
     resources: Mapping[str, Any] | None = None,
     labels: Mapping[str, str] | None = None,

@@ -22,8 +22,8 @@ def source_identity(pv: Mapping[str, Any]) -> dict[str, Any]:
     """What a backup records about its source volume, from the PV (a dict) bound to the source claim:
     ``pv_name``, ``pv_uid``, ``pv_handle`` (``spec.csi.volumeHandle``), ``csi_driver``, ``fs_type``
     (``spec.csi.fsType``; None for a Block volume or when not set) and ``node_affinity`` (the PV's
-    ``spec.nodeAffinity.required`` NodeSelector, None when it has none). The keys are ``backup_args``'s
-    keyword arguments."""
+    ``spec.nodeAffinity.required`` NodeSelector, None when it has none). The keys are fields of the backup
+    request's source volume (``movers.backup.request.SourceVolume``), ``pv_handle`` being its ``pv_volume_handle``."""
     meta, spec = pv.get("metadata") or {}, pv.get("spec") or {}
     csi = spec.get("csi") or {}
     block = spec.get("volumeMode") == "Block"

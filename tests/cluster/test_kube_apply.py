@@ -14,6 +14,7 @@ from kubernetes import client
 
 from localcluster.kubelet.testing import wait_until
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
+from movers.backup.request import REQUEST_ENV, BackupRequest
 from movers.cbt.discovery import snapshot_metadata_service
 from movers.kube import apply as k
 from movers.kube import cleanup, pods, repokey, snapshots
@@ -169,14 +170,19 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns, tmp_path):
     core.create_namespaced_secret(ns, secret)
     assert repokey.key_names(k.get(api, "Secret", ns, "repo")) == ["keyfile"]
 
-    args = m.backup_args(
-        volume=f"{ns}/data", namespace=ns, snapshot="snap", pvc="data", extra=["--progress-interval", "0"]
+    request = BackupRequest(
+        volume={"id": f"{ns}/data", "namespace": ns, "pvc": "data"},
+        snapshot={"volume_snapshot": "snap", "namespace": ns},
+        changes={"source": "cbt"},
+        device=m.DEVICE_PATH,
     )
+    args = m.backup_args(request_env=REQUEST_ENV, cbt=True, extra=["--progress-interval", "0"])
     pod = m.mover_pod(
         "mover",
         ns,
         image="cbt-mover",
         args=args,
+        env={REQUEST_ENV: request.model_dump_json()},
         pvc="snap-read",
         service_account=MOVER_SERVICE_ACCOUNT,
         repo_secret="repo",

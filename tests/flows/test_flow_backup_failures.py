@@ -476,7 +476,7 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
     second = backup_app(policy_path=str(policy), kubeconfig=flow_kubeconfig(local_cluster))
     assert first["app"] == second["app"] == "bypolicy"
     movers = [o for o in audited_creations(local_cluster, ns) if o.get("kind") == "Pod"]
-    assert len(movers) == 4 and all(_flag(p, "--cbt-max-results") == "512" for p in movers), "cbt.max_results"
+    assert len(movers) == 4 and all(_request(p).changes.cbt_max_results == 512 for p in movers), "cbt.max_results"
     ls = subprocess.run(
         [sys.executable, "-m", "movers", "ls", "--repo", app["repo"], "--json"],
         check=True,
@@ -498,9 +498,11 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
     assert {"dedup", "compression", "throughput", "uploaded"} <= set(rows[0]), rows
 
 
-def _flag(pod: dict, name: str) -> str | None:
-    args = pod["spec"]["containers"][0]["args"]
-    return args[args.index(name) + 1] if name in args else None
+def _request(pod: dict):
+    """The mover pod's BackupRequest, read back from its env value by the class that wrote it."""
+    from tests.unit.test_flow_backup_plan import _request as request_of
+
+    return request_of(pod)
 
 
 def test_a_hook_without_its_own_timeout_is_bounded_by_timeouts_hook(local_cluster, harness, monkeypatch, tmp_path):

@@ -159,6 +159,7 @@ def test_the_flow_passes_the_parent_it_planned_to_the_mover():
     from movers.backup.movers import mover_objects
     from movers.backup.plan import VolumePlan
     from movers.policy.model import parse_policy
+    from tests.unit.test_flow_backup_plan import _request
 
     member = {"pvc": "data", "snapshot": "snap", "restore_size": None, "size": "1Gi", "handle": "h1"}
     policy = parse_policy(
@@ -171,11 +172,11 @@ def test_the_flow_passes_the_parent_it_planned_to_the_mover():
         }
     )
     base = {"handle": "h0", "reason": "delta since b0", "parent": "b0"}
-    args = mover_objects("run-1", member, VolumePlan.of(base, "aud"), policy)[1]["spec"]["containers"][0]["args"]
-    assert args[args.index("--base-handle") + 1] == "h0" and args[args.index("--parent") + 1] == "b0"
+    changes = _request(mover_objects("run-1", member, VolumePlan.of(base, "aud"), policy)[1]).changes
+    assert (changes.base_handle, changes.parent) == ("h0", "b0")
     for plan in (VolumePlan.of({"handle": None, "reason": "first", "parent": None}, "aud"), VolumePlan.of(base, None)):
-        args = mover_objects("run-1", member, plan, policy)[1]["spec"]["containers"][0]["args"]
-        assert "--parent" not in args and "--base-handle" not in args
+        changes = _request(mover_objects("run-1", member, plan, policy)[1]).changes
+        assert changes.parent is None and changes.base_handle is None
 
 
 def test_a_cbt_delta_builds_on_the_named_parent_and_never_guesses(cbt_env, tmp_path):

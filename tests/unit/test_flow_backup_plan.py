@@ -114,26 +114,92 @@ def test_the_permissions_a_run_asks_for():
     ]
 
 
+def _request(pod: dict):
+    """The ``BackupRequest`` a mover pod carries (``movers.backup.request.REQUEST_ENV``), read back by its class."""
+    from movers.backup.request import REQUEST_ENV, BackupRequest
+
+    [value] = [e["value"] for e in pod["spec"]["containers"][0]["env"] if e["name"] == REQUEST_ENV]
+    return BackupRequest.model_validate_json(value)
+
+
+def _shop_policy():
+    return parse_policy(
+        {
+            "name": "shop",
+            "namespace": "ns",
+            "pvc_selector": {"matchLabels": {"app": "db"}},
+            "repository": {"url": "s3://b", "credentials_secret": "cbt-mover-repo"},
+            "mover": {"image": "cbt-mover", "tolerations": [{"operator": "Exists"}]},
+            "timeouts": {"mover": "10m"},
+        }
+    )
+
+
 def test_a_planned_scan_reaches_the_mover():
     """A mover planned to scan (no CBT for its volume, or CBT off) reads the whole device and asks no CBT service:
     with ``--kube`` it would ask the driver's service anyway; the snapshot's handle is recorded all the same."""
-    from movers.kube.manifests import backup_args
+    from movers.backup.movers import mover_objects
+    from movers.backup.plan import VolumePlan
 
-    scan = backup_args(volume="ns/a", namespace="ns", snapshot="s", scan=True, snapshot_handle="snap-1")
-    assert "--scan" in scan and "--kube" not in scan and "--cbt-fallback" not in scan
-    assert scan[scan.index("--snapshot-handle") + 1] == "snap-1"
-    cbt = backup_args(volume="ns/a", namespace="ns", snapshot="s")
-    assert "--kube" in cbt and "--scan" not in cbt
+    member = {"pvc": "a", "snapshot": "s", "restore_size": None, "size": "1Gi", "handle": "snap-1"}
+    _, pod = mover_objects("run-1", member, VolumePlan.of({}, None, "CBT off"), _shop_policy())
+    scan = _request(pod)
+    assert scan.changes.source == "scan" and scan.snapshot.snapshot_handle == "snap-1"
+    assert "--kube" not in pod["spec"]["containers"][0]["args"]
+    _, pod = mover_objects("run-1", member, VolumePlan.of({"handle": None, "reason": "first"}, "aud"), _shop_policy())
+    assert _request(pod).changes.source == "cbt" and "--kube" in pod["spec"]["containers"][0]["args"]
 
 
 def test_cbt_max_results_reaches_the_cbt_movers_only():
-    from movers.cli import build_parser
-    from movers.kube.manifests import backup_args
+    from movers.backup.movers import volume_request
+    from movers.backup.plan import VolumePlan
 
-    cbt = backup_args(volume="ns/a", namespace="ns", snapshot="s", cbt_max_results=512)
-    assert build_parser().parse_args(cbt).cbt_max_results == 512
-    scan = backup_args(volume="ns/a", namespace="ns", snapshot="s", scan=True, cbt_max_results=512)
-    assert "--cbt-max-results" not in scan
+    member = {"pvc": "a", "snapshot": "s"}
+    cbt = volume_request(member, VolumePlan.of({"handle": None, "reason": "first"}, "aud", max_results=512), "ns")
+    assert cbt.changes.cbt_max_results == 512
+    assert volume_request(member, VolumePlan.of({}, None, "CBT off"), "ns").changes.source == "scan"
+
+
+def test_a_flow_and_the_cli_build_the_same_request():
+    """The mover pod's request (the flow: a planned volume's pod, its env value decoded) is the request the
+    operator's CLI builds from the equivalent flags: one contract across the pod."""
+    from movers.backup.movers import mover_objects
+    from movers.backup.plan import VolumePlan
+    from movers.cli import build_parser
+    from movers.cli.backup import backup_request
+    from movers.kube.volumes import source_identity
+    from tests.unit.test_kube_manifests import SOURCE_PV
+
+    member = {
+        "pvc": "data",
+        "snapshot": "snap",
+        "restore_size": None,
+        "size": "1Gi",
+        "storage_class": "fast",
+        "volume_mode": "Filesystem",
+        "handle": "h1",
+        "group_snapshot": "vgs-1",
+        "labels": {"app": "db"},
+        "identity": {**source_identity(SOURCE_PV), "fs_type": "xfs"},
+        "tags": {"cbt-mover.io/run": "run-1"},
+        "run_pvcs": ["wal", "data"],
+    }
+    plan = VolumePlan.of({"handle": "h0", "reason": "delta since b0", "parent": "b0"}, "aud", max_results=512)
+    _, pod = mover_objects("run-1", member, plan, _shop_policy())
+    from_the_flow = _request(pod)
+
+    flags = [
+        "backup", "--volume", "ns/data", "--device", "/dev/xvda", "--kube", "--namespace", "ns", "--snapshot", "snap",
+        "--pvc", "data", "--base-handle", "h0", "--parent", "b0", "--cbt-max-results", "512",
+        "--snapshot-handle", "h1", "--group-snapshot", "vgs-1", "--storage-class", "fast",
+        "--volume-mode", "Filesystem", "--pv-name", "pvc-1234", "--pv-handle", "vol-1",
+        "--csi-driver", "hostpath.csi.k8s.io", "--fs-type", "xfs", "--pvc-labels", '{"app": "db"}',
+        "--node-affinity", '{"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone",'
+        ' "operator": "In", "values": ["z1"]}]}]}',
+        "--run-pvcs", "data,wal", "--tag", "cbt-mover.io/run=run-1", "--repo", "file:///nowhere", "--json",
+    ]  # fmt: skip
+    from_the_cli = backup_request(build_parser().parse_args(flags), cbt_wanted=True)
+    assert from_the_cli.model_copy(update={"workers": None}) == from_the_flow
 
 
 def test_mover_objects_are_built_without_a_cluster():
@@ -153,30 +219,25 @@ def test_mover_objects_are_built_without_a_cluster():
         "app": "shop",
         "labels": {"app": "db"},
     }
-    policy = parse_policy(
-        {
-            "name": "shop",
-            "namespace": "ns",
-            "pvc_selector": {"matchLabels": {"app": "db"}},
-            "repository": {"url": "s3://b", "credentials_secret": "cbt-mover-repo"},
-            "mover": {"image": "cbt-mover", "tolerations": [{"operator": "Exists"}]},
-            "timeouts": {"mover": "10m"},
-        }
-    )
+    policy = _shop_policy()
     cbt = VolumePlan.of({"handle": "h0", "reason": "delta since b0"}, "aud", max_results=512)
     claim, pod = mover_objects("run-1", member, cbt, policy)
     assert (claim["spec"]["storageClassName"], claim["spec"]["resources"]["requests"]["storage"]) == ("fast", "1Gi")
-    args = pod["spec"]["containers"][0]["args"]
-    assert args[args.index("--cbt-max-results") + 1] == "512" and args[args.index("--base-handle") + 1] == "h0"
+    request = _request(pod)
+    assert (request.changes.cbt_max_results, request.changes.base_handle) == (512, "h0")
+    assert (request.volume.storage_class, request.volume.labels, request.snapshot.snapshot_handle) == (
+        "fast",
+        {"app": "db"},
+        "h1",
+    )
     assert any("projected" in v for v in pod["spec"]["volumes"]) and pod["spec"]["tolerations"] == [
         {"operator": "Exists"}
     ]
     assert pod["metadata"]["labels"][m.PVC_LABEL] == "data" and pod["spec"]["activeDeadlineSeconds"] == 600
     _, scan_pod = mover_objects("run-1", member, VolumePlan.of({}, None, "CBT off"), policy)
-    scan_args = scan_pod["spec"]["containers"][0]["args"]
-    assert "--scan" in scan_args and "--cbt-max-results" not in scan_args
+    assert _request(scan_pod).changes.source == "scan" and "--kube" not in scan_pod["spec"]["containers"][0]["args"]
     assert not any("projected" in v for v in scan_pod["spec"]["volumes"])
-    assert "--base-snapshot" not in args, "a v1beta1 service gets the handle only"
+    assert request.changes.base_snapshot is None, "a v1beta1 service gets the handle only"
 
     # a v1alpha1 service (sidecar v0.1.0) names the base by its VolumeSnapshot; a base without one is no base
     base = {"handle": "h0", "reason": "delta since b0", "snapshot": "snap-b0"}
@@ -185,23 +246,26 @@ def test_mover_objects_are_built_without_a_cluster():
     assert (
         by_name.why == "delta since b0; asked by its VolumeSnapshot name snap-b0 (a v1alpha1 SnapshotMetadataService)"
     )
-    args = mover_objects("run-1", member, by_name, policy)[1]["spec"]["containers"][0]["args"]
-    assert args[args.index("--base-snapshot") + 1] == "snap-b0" and args[args.index("--base-handle") + 1] == "h0"
+    changes = _request(mover_objects("run-1", member, by_name, policy)[1]).changes
+    assert (changes.base_snapshot, changes.base_handle) == ("snap-b0", "h0")
     nameless = VolumePlan.of({**base, "snapshot": None}, "aud", by_name=True)
     assert (nameless.change_source, nameless.base_handle, nameless.base_snapshot) == ("cbt-allocated", None, None)
     assert nameless.why.endswith("names the base by VolumeSnapshot name and that backup recorded none"), nameless.why
 
 
 def test_the_movers_result_is_typed_and_keeps_what_it_does_not_name():
-    """movers.backup.movers.MoverResult: what the flow reads of a mover's result line; a line without the backup
-    it committed is refused (the flow then fails the volume without a retry, which would commit another)."""
+    """movers.backup.request.BackupResult: what the flow reads of a mover's result line (the class the mover
+    wrote it with); a line without the backup it committed is refused (the flow then fails the volume without a
+    retry, which would commit another)."""
     from pydantic import ValidationError
 
-    from movers.backup.movers import MoverResult
+    from movers.backup.request import BackupResult
 
-    line = {"backup_id": "b1", "mode": "incremental", "change_source": "scan", "cbt_fallback": "CBT down"}
-    res = MoverResult.model_validate(line | {"read_bytes": 4096, "cbt": {"messages": 3}})
+    line = {"backup_id": "b1", "volume": "ns/a", "mode": "incremental", "change_source": "scan"}
+    line |= {"cbt_fallback": "CBT down"}
+    res = BackupResult.model_validate(line | {"read_bytes": 4096, "cbt": {"messages": 3}, "newer": 1})
     assert (res.change_source, res.cbt_fallback, res.read_bytes, res.stored_bytes) == ("scan", "CBT down", 4096, 0)
-    assert res.model_extra == {"cbt": {"messages": 3}}
+    assert res.cbt is not None and res.cbt.messages == 3 and res.model_extra == {"newer": 1}
+    assert "cbt" not in BackupResult.model_validate(line).as_output()
     with pytest.raises(ValidationError, match="backup_id"):
-        MoverResult.model_validate({k: v for k, v in line.items() if k != "backup_id"})
+        BackupResult.model_validate({k: v for k, v in line.items() if k != "backup_id"})

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from movers.backup.request import REQUEST_ENV, BackupRequest
 from movers.kube import manifests as m
 from movers.kube.volumes import source_identity
 from tests import k8svalidate
@@ -28,20 +29,7 @@ AFFINITY = {
 
 
 def _cases() -> dict[str, dict]:
-    backup = m.backup_args(
-        volume="prod/shop/data",
-        namespace="shop",
-        snapshot="snap-data",
-        cluster="prod",
-        pvc="data",
-        base_handle="snap-handle-0",
-        group_snapshot="vgs-run-1",
-        storage_class="local-block",
-        volume_mode="Filesystem",
-        tags={"cbt-mover.io/run": "run-1", "cbt-mover.io/app": "shop"},
-        **{**source_identity(SOURCE_PV), "fs_type": "xfs"},
-        run_pvcs=["wal", "data"],
-    )
+    backup = m.backup_args(request_env=REQUEST_ENV, cbt=True)
     return {
         "volume_group_snapshot_v1": m.volume_group_snapshot(
             "vgs-run-1", "shop", {"matchLabels": {"app": "shop"}}, "local-groupclass", "v1", LABELS
@@ -65,6 +53,7 @@ def _cases() -> dict[str, dict]:
             "shop",
             image="ghcr.io/example/cbt-mover:1.0",
             args=backup,
+            env={REQUEST_ENV: BACKUP_REQUEST.model_dump_json()},
             pvc="read-data",
             service_account="cbt-mover",
             cbt_audience="cbt.example",
@@ -127,6 +116,26 @@ SOURCE_PV = {
         },
     },
 }
+
+
+def _backup_request() -> BackupRequest:
+    """The request of the golden mover pod: what its argv said before it became one env value."""
+    identity = {**source_identity(SOURCE_PV), "fs_type": "xfs"}
+    return BackupRequest(
+        volume={
+            "id": "prod/shop/data", "cluster": "prod", "namespace": "shop", "pvc": "data",
+            "pv_volume_handle": identity.pop("pv_handle"), "storage_class": "local-block",
+            "volume_mode": "Filesystem", **identity,
+        },
+        snapshot={"volume_snapshot": "snap-data", "namespace": "shop", "group_snapshot": "vgs-run-1"},
+        changes={"source": "cbt", "base_handle": "snap-handle-0"},
+        device=m.DEVICE_PATH,
+        tags={"cbt-mover.io/run": "run-1", "cbt-mover.io/app": "shop"},
+        run_pvcs=["wal", "data"],
+    )  # fmt: skip
+
+
+BACKUP_REQUEST = _backup_request()
 
 
 def test_rebound_pv_and_quantities_contract():
@@ -237,39 +246,27 @@ def test_invalid_arguments():
 def test_args_parse_with_the_cli():
     from movers.cli import build_parser
 
-    args = build_parser().parse_args(
-        m.backup_args(volume="v", namespace="ns", snapshot="s", base_handle="h", full=True, workers=2, pvc="p")
+    args = build_parser().parse_args(m.backup_args(request_env=REQUEST_ENV, cbt=True, repo="s3://b/r"))
+    assert (args.command, args.request_env, args.kube, args.repo, args.json) == (
+        "backup",
+        REQUEST_ENV,
+        True,
+        "s3://b/r",
+        True,
     )
-    assert (args.command, args.kube, args.snapshot, args.base_handle, args.json) == ("backup", True, "s", "h", True)
-    assert args.result_file == "/dev/termination-log" and args.full and args.workers == 2
-    args = build_parser().parse_args(
-        m.backup_args(
-            volume="v",
-            namespace="ns",
-            snapshot="s",
-            storage_class="fast",
-            volume_mode="Block",
-            tags={"b": "2", "a": "x=y"},
-        )
-    )
-    assert (args.storage_class, args.volume_mode, args.tag) == ("fast", "Block", ["a=x=y", "b=2"])
-    args = build_parser().parse_args(
-        m.backup_args(volume="v", namespace="ns", snapshot="s", run_pvcs=["b", "a", "b"], **source_identity(SOURCE_PV))
-    )
-    assert (args.pv_name, args.pv_handle, args.csi_driver, args.fs_type, args.run_pvcs) == (
-        "pvc-1234",
-        "vol-1",
-        "hostpath.csi.k8s.io",
-        None,
-        "a,b",
-    )
-    assert json.loads(args.node_affinity) == SOURCE_PV["spec"]["nodeAffinity"]["required"]
-    args = build_parser().parse_args(
-        m.backup_args(volume="v", namespace="ns", snapshot="s", pvc_labels={"b": "2", "a": "1"})
-    )
-    assert args.pvc_labels == '{"a":"1","b":"2"}'
+    assert args.result_file == "/dev/termination-log" and args.volume is None and args.device is None
+    args = build_parser().parse_args(m.backup_args(request_env=REQUEST_ENV, cbt=False))
+    assert not args.kube and not args.scan, "a scan is the request's change source, not a flag"
     args = build_parser().parse_args(m.restore_args(volume="v", backup="b1", repo="s3://b/r", workers=3))
     assert (args.command, args.backup, args.repo, args.workers, args.json) == ("restore", "b1", "s3://b/r", 3, True)
+
+
+def test_the_mover_pod_carries_its_request_whole():
+    """The golden mover pod's request, read back from its one env value by the class that wrote it."""
+    pod = _cases()["mover_pod_backup"]
+    [value] = [e["value"] for e in pod["spec"]["containers"][0]["env"] if e["name"] == REQUEST_ENV]
+    assert BackupRequest.model_validate_json(value) == BACKUP_REQUEST
+    assert BACKUP_REQUEST.run_pvcs == ["data", "wal"] and BACKUP_REQUEST.volume.node_affinity is not None
 
 
 @pytest.mark.parametrize("name", sorted(_cases()))
