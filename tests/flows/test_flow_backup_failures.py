@@ -697,6 +697,7 @@ def test_snapshot_classes_the_cluster_lacks(make_local_cluster, harness, monkeyp
 
 
 BOUND = 4.0  # group_snapshot.freeze_timeout of the tests below, seconds
+THAW_SLACK = 0.5  # how much longer than the freeze the thaw hook may take on a loaded machine, seconds
 
 
 @pytest.mark.parametrize(
@@ -740,7 +741,9 @@ def test_group_not_cut_in_time_thaws_then_falls_back_to_one_snapshot_per_pvc(
     )
     assert app_states(core, ns) == ["frozen", "thawed"] * 3  # the failed run's, the group's, the per-PVC one's
     windows = freeze_windows(core, ns)
-    assert len(windows) == 3 and max(windows) < BOUND, windows
+    # the cut's deadline sets aside the pre hooks' time for the thaw (movers.backup.snapshots: "about
+    # freeze_timeout"); on a loaded machine the thaw can take a little longer than the freeze did (4.0016 s seen)
+    assert len(windows) == 3 and max(windows) < BOUND + THAW_SLACK, windows
     assert _group_leftovers(api, ns) == ([], [])
     assert any_run_objects(api, ns) == {}
     kept = k.list_objects(api, "VolumeSnapshot", ns, KEPT)
