@@ -167,14 +167,14 @@ def write_volume(
         t.pvc,
         t.backup_id,
         t.volume,
-        human_bytes(result.get("written_bytes") or 0),
-        result.get("duration_s") or 0.0,
+        human_bytes(result.written_bytes),
+        result.duration_s,
     )
     return Written(
-        written_bytes=result.get("written_bytes"),
-        capacity_bytes=result.get("capacity_bytes"),
-        duration_s=result.get("duration_s"),
-        readback_s=(result.get("readback") or {}).get("duration_s"),
+        written_bytes=result.written_bytes,
+        capacity_bytes=result.capacity_bytes,
+        duration_s=result.duration_s,
+        readback_s=result.readback.duration_s if result.readback is not None else None,
         wall_s=round(time.monotonic() - started, 3),
     )
 

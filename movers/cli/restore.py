@@ -1,21 +1,39 @@
 """``cbt-mover restore``: write a backup onto a device or image file, and with ``--verify-device`` read it
-back and compare."""
+back and compare.
+
+The flags (or, in a writer pod, ``--request-env``) make one ``movers.restore.request.RestoreRequest``, checked
+before any work; the JSON result is its ``WriteResult``, which the restore flow reads back from the writer pod's
+termination log.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from movers import device
 from movers.cli._common import add_repo_options, emit, mib, open_repo, progress_reporter
+from movers.errors import UsageError
+
+if TYPE_CHECKING:
+    from movers.restore.request import RestoreRequest
 
 
 def add_parsers(sub) -> None:
     """The ``restore`` subcommand, with its handler."""
     p = sub.add_parser("restore", help="restore a backup onto a device or image file")
     add_repo_options(p)
-    p.add_argument("--volume", required=True)
+    # required unless --request-env: restore_request says so in argparse's words
+    p.add_argument("--volume")
     p.add_argument("--backup", default="latest", help="backup id or latest (default)")
-    p.add_argument("--device", required=True, help="target block device or image file")
+    p.add_argument("--device", help="target block device or image file")
+    p.add_argument(
+        "--request-env",
+        metavar="VAR",
+        help="read the whole restore request (movers.restore.request.RestoreRequest, JSON) from this environment"
+        " variable instead of the flags of the volume, backup, device, --assume-zeroed, --verify-device and"
+        " --workers (the writer pod's)",
+    )
     p.add_argument("--assume-zeroed", action="store_true", help="the target reads as zeros: skip zeroing holes")
     p.add_argument(
         "--verify-device",
@@ -26,44 +44,73 @@ def add_parsers(sub) -> None:
     p.set_defaults(handler=cmd_restore)
 
 
+def restore_request(args: argparse.Namespace) -> RestoreRequest:
+    """The ``RestoreRequest`` of the parsed flags: with ``--request-env VAR`` the flow's (the writer pod), else the
+    same request built from the volume, backup, device, ``--assume-zeroed``, ``--verify-device`` and ``--workers``
+    flags."""
+    from movers.restore.request import RestoreRequest
+
+    if args.request_env:
+        return RestoreRequest.from_env(args.request_env)
+    missing = [flag for flag in ("--volume", "--device") if getattr(args, flag[2:]) is None]
+    if missing:
+        raise UsageError(f"the following arguments are required: {', '.join(missing)} (see cbt-mover restore --help)")
+    return RestoreRequest(
+        volume=args.volume,
+        backup=args.backup,
+        device=str(args.device),
+        assume_zeroed=args.assume_zeroed,
+        verify_device=args.verify_device,
+        workers=max(1, args.workers),
+    )
+
+
 def cmd_restore(args: argparse.Namespace) -> int:
     from movers.pipeline.restore import run_restore
+    from movers.restore.request import ReadbackCounters, WriteResult
 
-    device.check_target(args.device)
+    request = restore_request(args)
+    target = request.device
+    device.check_target(target)
     repo = open_repo(args)
-    manifest = repo.resolve(args.volume, args.backup)
-    phases = 2 if args.verify_device else 1  # writing, then reading back
+    manifest = repo.resolve(request.volume, request.backup)
+    phases = 2 if request.verify_device else 1  # writing, then reading back
     with progress_reporter(args) as reporter:
         try:
             stats = run_restore(
                 repo,
                 manifest,
-                args.device,
-                assume_zeroed=args.assume_zeroed,
-                workers=max(1, args.workers),
+                target,
+                assume_zeroed=request.assume_zeroed,
+                workers=request.workers,
                 progress=reporter.phase("restore", part=0, parts=phases),
             )
         except device.NoRoom as err:
             raise device.NoRoom(
-                f"restore target {args.device} has no room for backup {manifest.backup_id}"
+                f"restore target {target} has no room for backup {manifest.backup_id}"
                 f" ({mib(manifest.capacity_bytes)}): {err}; the target is incomplete"
             ) from None
         except device.ReadOnly as err:
-            raise device.ReadOnly(f"restore target {args.device}: {err}; the target is incomplete") from None
+            raise device.ReadOnly(f"restore target {target}: {err}; the target is incomplete") from None
         check = None
-        if args.verify_device:
+        if request.verify_device:
             from movers.pipeline.readback import verify_device
 
             readback = reporter.phase("readback", part=1, parts=phases)
-            check = verify_device(repo, manifest, args.device, workers=max(1, args.workers), progress=readback)
-    result = {"backup_id": manifest.backup_id, "volume": args.volume, "mode": manifest.mode, **stats.as_dict()}
+            check = verify_device(repo, manifest, target, workers=request.workers, progress=readback)
+    result = WriteResult(
+        backup_id=manifest.backup_id,
+        volume=request.volume,
+        mode=manifest.mode,
+        readback=ReadbackCounters(**check.as_dict()) if check is not None else None,
+        requests=repo.store.requests.as_dict(),
+        **stats.as_dict(),
+    )
     text = (
-        f"restored {manifest.backup_id} of {args.volume} to {args.device}: {mib(stats.written_bytes)} written,"
+        f"restored {manifest.backup_id} of {request.volume} to {target}: {mib(stats.written_bytes)} written,"
         f" verified {stats.chunks_verified} chunks in {stats.duration_s} s"
     )
     if check is not None:
-        result["readback"] = check.as_dict()
         text += f"; read back {mib(check.checked_bytes + check.zero_bytes)} in {check.duration_s} s: identical"
-    result["requests"] = repo.store.requests.as_dict()
-    emit(args, result, text)
+    emit(args, result.as_output(), text)
     return 0

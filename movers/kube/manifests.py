@@ -271,27 +271,15 @@ def backup_args(*, request_env: str, cbt: bool, repo: str | None = None, extra: 
     return [*args, *extra, "--json", "--result-file", TERMINATION_LOG]
 
 
-def restore_args(
-    *,
-    volume: str,
-    backup: str = "latest",
-    device: str = "/dev/xvda",
-    repo: str | None = None,
-    assume_zeroed: bool = False,
-    workers: int | None = None,
-    extra: Sequence[str] = (),
-) -> list[str]:
-    """The argv of a writer pod restoring ``backup`` of ``volume`` onto its Block device.
-
-    ``assume_zeroed`` only for a freshly provisioned volume known to read as zeros.
+def restore_args(*, request_env: str, repo: str | None = None, extra: Sequence[str] = ()) -> list[str]:
+    """The argv (after the ``cbt-mover`` entrypoint) of a writer pod whose whole restore request
+    (``movers.restore.request.RestoreRequest``: volume, backup, device, ``assume_zeroed``, ``verify_device``,
+    workers) is the JSON of env variable ``request_env`` (``mover_pod``'s ``env``). ``repo`` None: the pod's
+    ``CBT_MOVER_REPO`` (from the repository Secret). The JSON result goes to stdout and to the termination log.
     """
-    args = ["restore", "--volume", volume, "--backup", backup, "--device", device]
+    args = ["restore", "--request-env", request_env]
     if repo:
         args += ["--repo", repo]
-    if workers is not None:
-        args += ["--workers", str(workers)]
-    if assume_zeroed:
-        args.append("--assume-zeroed")
     return [*args, *extra, "--json", "--result-file", TERMINATION_LOG]
 
 

@@ -1,9 +1,10 @@
 """The "restore an application" use case, written against ``movers.kube``'s primitives (no Prefect: the flows
 and tasks call these), one module per phase: ``plan`` checks the targets before anything is created,
 ``writers`` writes each volume from a writer pod into a new Block claim, ``finish`` hands it to its final claim
-(and cleans up after a run).
+(and cleans up after a run). ``request`` is the writer pod's contract: the ``RestoreRequest`` it reads and the
+``WriteResult`` it writes, the same classes in the pod, the flow and the operator's CLI.
 
-The main names of the three are re-exported here (``from movers import restore as r``; ``r.plan_targets``).
+The main names of the four are re-exported here (``from movers import restore as r``; ``r.plan_targets``).
 """
 
 from movers.restore.finish import (
@@ -29,6 +30,7 @@ from movers.restore.plan import (
     required_permissions,
     write_claim_name,
 )
+from movers.restore.request import RestoreRequest, WriteResult
 from movers.restore.writers import (
     PLACEMENT_WEIGHT,
     WriterError,
@@ -37,6 +39,7 @@ from movers.restore.writers import (
     write_volume,
     writer_affinity,
     writer_pod,
+    writer_request,
 )
 
 __all__ = [
@@ -46,8 +49,10 @@ __all__ = [
     "PVC_LABEL",
     "PermissionsMissing",
     "RestoreRefused",
+    "RestoreRequest",
     "Target",
     "WriterError",
+    "WriteResult",
     "WriterNotScheduled",
     "bounded_name",
     "check_permissions",
@@ -66,4 +71,5 @@ __all__ = [
     "write_volume",
     "writer_affinity",
     "writer_pod",
+    "writer_request",
 ]

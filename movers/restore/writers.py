@@ -19,11 +19,15 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
+from movers.errors import EXIT_INCOMPATIBLE
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import repokey
 from movers.kube.pods import PodFailed, PodNotScheduled, run_scheduled
 from movers.restore.plan import Target, labels_of
+from movers.restore.request import REQUEST_ENV, RestoreRequest, WriteResult
 
 if TYPE_CHECKING:
     from movers.policy.model import MoverSettings
@@ -66,6 +70,15 @@ def writer_affinity(recorded: Mapping[str, Any] | None, affinity: Mapping[str, A
     return out
 
 
+def writer_request(target: Target, *, verify_device: bool = True) -> RestoreRequest:
+    """The ``RestoreRequest`` of ``target``'s writer: its backup of its volume onto the pod's Block device
+    (``manifests.DEVICE_PATH``), read back with ``verify_device``; the operator's CLI builds the same one from
+    its flags (``movers.cli.restore.restore_request``)."""
+    return RestoreRequest(
+        volume=target.volume, backup=target.backup_id, device=m.DEVICE_PATH, verify_device=verify_device
+    )
+
+
 def writer_pod(
     namespace: str,
     run_id: str,
@@ -77,18 +90,20 @@ def writer_pod(
     verify_device: bool = True,
     repo_keys: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The writer pod of ``target`` (``pod_name``): ``cbt-mover restore`` of its backup onto the claim
-    ``target.write_claim`` (reading the device back with ``verify_device``), the repository key files
-    ``repo_keys`` of Secret ``repo_secret`` (``manifests.mover_pod``), no API token (a writer),
-    the run's labels (``labels_of``), ``writer``'s image, ServiceAccount, resources and placement (flow
+    """The writer pod of ``target`` (``pod_name``): ``cbt-mover restore`` of its request (``writer_request``,
+    rendered whole into the pod as one env value, ``REQUEST_ENV``) onto the claim ``target.write_claim``, the
+    repository key files ``repo_keys`` of Secret ``repo_secret`` (``manifests.mover_pod``), no API token (a
+    writer), the run's labels (``labels_of``), ``writer``'s image, ServiceAccount, resources and placement (flow
     parameters or a policy's mover section) with the source volume's placement added to its affinity
     (``writer_affinity``)."""
-    extra = ["--progress-interval", "1", *(["--verify-device"] if verify_device else [])]
+    request = writer_request(target, verify_device=verify_device)
     return m.mover_pod(
         pod_name(run_id, target.pvc),
         namespace,
         image=writer.image,
-        args=m.restore_args(volume=target.volume, backup=target.backup_id, extra=extra),
+        args=m.restore_args(request_env=REQUEST_ENV, extra=["--progress-interval", "1"]),
+        env={REQUEST_ENV: request.model_dump_json()},
+        device_path=request.device,
         pvc=target.write_claim,
         service_account=writer.service_account,
         repo_secret=repo_secret,
@@ -115,17 +130,18 @@ def write_volume(
     start_timeout: float = 600.0,
     verify_device: bool = True,
     on_log_line: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> WriteResult:
     """A new Block claim ``target.write_claim`` of the recorded capacity and class, and a writer pod
     (``writer_pod``, with the key files Secret ``repo_secret`` holds now: ``repokey.key_names``) restoring the
-    backup onto it (and reading it back with ``verify_device``); the mover's
-    result JSON.
+    backup onto it (and reading it back with ``verify_device``); the writer's result, parsed by the class it
+    wrote it with.
 
     The claim and the pod are created together and the pod is waited for (``pods.run_scheduled``: scheduled
     within ``start_timeout`` s, running within ``start_timeout`` s more, finished within ``timeout`` s in all):
     a WaitForFirstConsumer claim binds when the pod is scheduled. The pod is deleted in every outcome (a retry
     starts a fresh one); the claim stays for ``finish_volume`` or ``discard_run``. ``WriterError`` names the
-    exit code and the log tail; ``WriterNotScheduled`` / ``pods.PodNotStarted`` (not retried) /
+    exit code and the log tail (or, exit ``EXIT_INCOMPATIBLE``, a result this flow cannot read: another image
+    version); ``WriterNotScheduled`` / ``pods.PodNotStarted`` (not retried) /
     ``PodTimeoutError`` (not retried) the last Warning about the pod and about its claim.
     """
     labels = labels_of(run_id, target.pvc, target.app)
@@ -167,4 +183,12 @@ def write_volume(
             + "\n".join(res.log_tail),
             res.exit_code,
         )
-    return res.result
+    try:
+        return WriteResult.model_validate(res.result)
+    except ValidationError as err:  # not retried: the volume is written, a new pod would write it again
+        bad = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors(include_url=False))
+        raise WriterError(
+            f"writer pod {namespace}/{name} wrote a result this flow cannot read ({bad}): is its image another"
+            " version?",
+            EXIT_INCOMPATIBLE,
+        ) from None

@@ -20,6 +20,7 @@ from movers.kube import apply as k
 from movers.kube import cleanup, pods, repokey, snapshots
 from movers.kube import manifests as m
 from movers.kube.snapshots import resolve_snapshot
+from movers.restore.request import RestoreRequest
 
 MiB = 1 << 20
 APP_CLASS = "csi-hostpath-sc"  # WaitForFirstConsumer: for claims a pod uses
@@ -206,7 +207,8 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns, tmp_path):
         "wrongkey",
         ns,
         image="cbt-mover",
-        args=m.restore_args(volume=f"{ns}/data", device="/dev/xvda"),
+        args=m.restore_args(request_env=REQUEST_ENV),
+        env={REQUEST_ENV: RestoreRequest(volume=f"{ns}/data", device=m.DEVICE_PATH).model_dump_json()},
         pvc="data",
         service_account=MOVER_SERVICE_ACCOUNT,
         repo_secret="repo",
@@ -247,12 +249,13 @@ def test_failed_pod_reports_exit_code_and_log_tail(local_cluster, ns):
             },
         },
     )
-    args = m.restore_args(volume="v", repo="file:///nonexistent/repo")
+    args = m.restore_args(request_env=REQUEST_ENV, repo="file:///nonexistent/repo")
     pod = m.mover_pod(
         "bad",
         ns,
         image="cbt-mover",
         args=args,
+        env={REQUEST_ENV: RestoreRequest(volume="v", device=m.DEVICE_PATH).model_dump_json()},
         pvc="data",
         service_account=MOVER_SERVICE_ACCOUNT,
         repo_secret="repo",

@@ -12,6 +12,7 @@ import pytest
 from movers.backup.request import REQUEST_ENV, BackupRequest
 from movers.kube import manifests as m
 from movers.kube.volumes import source_identity
+from movers.restore.request import RestoreRequest
 from tests import k8svalidate
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -47,7 +48,7 @@ def _cases() -> dict[str, dict]:
         "block_pvc": m.block_pvc("data", "restored", "32Mi", None, LABELS),
         "allow_volume_mode_change_patch": m.allow_volume_mode_change_patch(),
         "backup_args": {"args": backup},
-        "restore_args": {"args": m.restore_args(volume="prod/shop/data", backup="latest", assume_zeroed=True)},
+        "restore_args": {"args": m.restore_args(request_env=REQUEST_ENV)},
         "mover_pod_backup": m.mover_pod(
             "mover-data",
             "shop",
@@ -68,7 +69,8 @@ def _cases() -> dict[str, dict]:
             "writer-data",
             "restored",
             image="ghcr.io/example/cbt-mover:1.0",
-            args=m.restore_args(volume="prod/shop/data"),
+            args=m.restore_args(request_env=REQUEST_ENV),
+            env={REQUEST_ENV: RESTORE_REQUEST.model_dump_json()},
             pvc="data",
             service_account="cbt-mover",
             repo_secret="backup-repo",
@@ -136,6 +138,7 @@ def _backup_request() -> BackupRequest:
 
 
 BACKUP_REQUEST = _backup_request()
+RESTORE_REQUEST = RestoreRequest(volume="prod/shop/data", device=m.DEVICE_PATH, verify_device=True)
 
 
 def test_rebound_pv_and_quantities_contract():
@@ -257,16 +260,20 @@ def test_args_parse_with_the_cli():
     assert args.result_file == "/dev/termination-log" and args.volume is None and args.device is None
     args = build_parser().parse_args(m.backup_args(request_env=REQUEST_ENV, cbt=False))
     assert not args.kube and not args.scan, "a scan is the request's change source, not a flag"
-    args = build_parser().parse_args(m.restore_args(volume="v", backup="b1", repo="s3://b/r", workers=3))
-    assert (args.command, args.backup, args.repo, args.workers, args.json) == ("restore", "b1", "s3://b/r", 3, True)
+    args = build_parser().parse_args(m.restore_args(request_env=REQUEST_ENV, repo="s3://b/r"))
+    assert (args.command, args.request_env, args.repo, args.json) == ("restore", REQUEST_ENV, "s3://b/r", True)
+    assert args.result_file == "/dev/termination-log" and args.volume is None and args.device is None
 
 
-def test_the_mover_pod_carries_its_request_whole():
-    """The golden mover pod's request, read back from its one env value by the class that wrote it."""
+def test_the_mover_and_writer_pods_carry_their_request_whole():
+    """The golden mover and writer pods' requests, each read back from its one env value by the class that wrote it."""
     pod = _cases()["mover_pod_backup"]
     [value] = [e["value"] for e in pod["spec"]["containers"][0]["env"] if e["name"] == REQUEST_ENV]
     assert BackupRequest.model_validate_json(value) == BACKUP_REQUEST
     assert BACKUP_REQUEST.run_pvcs == ["data", "wal"] and BACKUP_REQUEST.volume.node_affinity is not None
+    pod = _cases()["mover_pod_restore"]
+    [value] = [e["value"] for e in pod["spec"]["containers"][0]["env"] if e["name"] == REQUEST_ENV]
+    assert RestoreRequest.model_validate_json(value) == RESTORE_REQUEST, "the writer pod's, the same way"
 
 
 @pytest.mark.parametrize("name", sorted(_cases()))

@@ -11,6 +11,7 @@ import pytest
 from movers import restore as r
 from movers.kube import manifests as m
 from movers.policy.model import MoverSettings
+from movers.restore.request import REQUEST_ENV, RestoreRequest
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -167,14 +168,33 @@ def test_the_writer_pod_mounts_no_token_and_carries_the_run_s_labels_and_placeme
         m.PART_OF_LABEL: "shop",
         r.PVC_LABEL: m.label_value(pvc),
     }
-    assert spec["containers"][0]["args"][:6] == [
-        "restore",
-        "--volume",
-        f"shop/{pvc}",
-        "--backup",
-        t.backup_id,
-        "--device",
-    ]
+    assert spec["containers"][0]["args"][:3] == ["restore", "--request-env", REQUEST_ENV]
+    assert _request(pod) == RestoreRequest(
+        volume=f"shop/{pvc}", backup=t.backup_id, device=m.DEVICE_PATH, verify_device=True
+    )
+    assert spec["containers"][0]["volumeDevices"][0]["devicePath"] == m.DEVICE_PATH
+
+
+def _request(pod: dict) -> RestoreRequest:
+    """The ``RestoreRequest`` a writer pod carries (``movers.restore.request.REQUEST_ENV``), read back by its class."""
+    [value] = [e["value"] for e in pod["spec"]["containers"][0]["env"] if e["name"] == REQUEST_ENV]
+    return RestoreRequest.model_validate_json(value)
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_flow_and_the_cli_build_the_same_restore_request(verify):
+    """The writer pod's request (the flow: a planned target's pod, its env value decoded) is the request the
+    operator's CLI builds from the equivalent flags: one contract across the pod."""
+    from movers.cli import build_parser
+    from movers.cli.restore import restore_request
+
+    t = r.Target("data", "shop/data", "20260101T000000000000Z-abcdef", 1 << 24, "fast", "Block", "data", False)
+    pod = r.writer_pod("restored", RUN, t, MoverSettings(image="cbt-mover"), "cbt-mover-repo", verify_device=verify)
+    flags = [
+        "restore", "--repo", "file:///nowhere", "--volume", "shop/data", "--backup", t.backup_id,
+        "--device", "/dev/xvda", *(["--verify-device"] if verify else []), "--json",
+    ]  # fmt: skip
+    assert restore_request(build_parser().parse_args(flags)) == _request(pod)
 
 
 def test_movers_and_writers_share_one_retry_rule():

@@ -1,0 +1,107 @@
+"""The restore of one volume onto a device as one typed contract, the same class on both sides of the writer pod.
+
+* ``RestoreRequest``: what to write and how: the volume id, the backup (an id or ``latest``), the target device,
+  whether it reads as zeros (``assume_zeroed``), whether it is read back and compared (``verify_device``) and the
+  engine's workers. The flow renders it into the writer pod as one env value (``REQUEST_ENV``,
+  ``model_dump_json``; ``movers.restore.writers.writer_pod``), the pod reads it back (``from_env``); the operator's
+  CLI builds the same object from its flags (``movers.cli.restore``: ``restore_request``).
+* ``WriteResult``: what the writer did: the backup written, its mode, ``RestoreStats``' counters (declared once
+  there), the read-back's (``ReadbackStats``', with ``verify_device``) and the store requests. The writer writes
+  ``as_output()`` as its ``--json`` line and to the termination log; the flow parses that line with
+  ``WriteResult.model_validate`` (``movers.restore.writers.write_volume``).
+
+Validation is pure (no cluster, no device, no repository): it runs when the object is built, before any call, and
+a request the CLI's flags could not express is refused with the CLI's own ``UsageError`` line (exit code 2). The
+target's checks that need the device (``movers.device.check_target``) stay the writer's, before any work.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+
+from movers.errors import UsageError
+from movers.pipeline.readback import ReadbackStats
+from movers.pipeline.stats import RestoreStats
+from movers.repo.manifest import check_volume_id
+
+REQUEST_ENV = "CBT_MOVER_REQUEST"  # the writer pod's env variable holding the RestoreRequest (JSON)
+LATEST = "latest"  # ``backup``: the volume's newest backup
+
+
+class RestoreRequest(BaseModel):
+    """One volume's restore, as the flow renders it into the writer pod and as the CLI builds it from its flags
+    (see the module doc). ``backup``: a backup id or ``latest``; ``workers``: the engine's threads."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    volume: str
+    backup: str = LATEST
+    device: str
+    assume_zeroed: bool = False
+    verify_device: bool = False
+    workers: int = Field(default=4, ge=1)
+
+    @field_validator("volume")
+    @classmethod
+    def _volume(cls, value: str) -> str:
+        return check_volume_id(value)
+
+    @classmethod
+    def from_env(cls, name: str = REQUEST_ENV) -> RestoreRequest:
+        """The request in env variable ``name`` (the writer pod's); ``UsageError`` when it is missing or is not
+        a request this version reads."""
+        text = os.environ.get(name)
+        if not text:
+            raise UsageError(f"--request-env {name}: the variable is not set")
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as err:
+            raise UsageError(
+                f"--request-env {name} is not a restore request this writer reads ({_summary(err)})"
+            ) from None
+
+
+def _summary(err: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors(include_url=False))
+
+
+def _counters(name: str, stats: type, doc: str) -> type[BaseModel]:
+    """A dataclass of counters as a frozen model (its fields, types and defaults: declared there, once)."""
+    hints = get_type_hints(stats)
+    return create_model(
+        name,
+        __config__=ConfigDict(frozen=True, extra="allow"),
+        __doc__=doc,
+        **{f.name: (hints[f.name], f.default) for f in fields(stats)},
+    )
+
+
+RestoreCounters = _counters(
+    "RestoreCounters", RestoreStats, "``movers.pipeline.stats.RestoreStats``' counters as a model: declared there."
+)
+ReadbackCounters = _counters(
+    "ReadbackCounters", ReadbackStats, "``movers.pipeline.readback.ReadbackStats``' counters as a model."
+)
+
+
+class WriteResult(RestoreCounters):
+    """A restore's result (see the module doc): the backup it wrote (``backup_id`` of ``volume``, its ``mode``),
+    ``RestoreStats``' counters, the read-back's (``readback``: only with ``verify_device``) and the store's
+    requests by kind. Keys of a newer writer's line are kept (``model_extra``)."""
+
+    backup_id: str
+    volume: str
+    mode: str
+    readback: ReadbackCounters | None = None
+    requests: dict[str, int] = {}
+
+    def as_output(self) -> dict[str, Any]:
+        """The ``--json`` line's object: every field, but ``readback`` only when there is one."""
+        doc = self.model_dump(mode="json")
+        if doc.get("readback") is None:
+            doc.pop("readback", None)
+        return doc
