@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from prefect import get_run_logger, task
 
 from movers import restore as r
+from movers.kube.pods import PodTimeouts
 from movers.policy.model import MoverSettings
 from movers.repo.manifest import APP_TAG
 from movers.repo.selection import Selection
@@ -19,19 +20,6 @@ from reporting.runs import PodLog
 from tasks import retry_if_retriable
 from tasks.kube import api_client
 from tasks.repository import KeySource, open_repository
-
-
-@dataclass(frozen=True)
-class RestoreOptions:
-    """How the targets are made (``movers.kube.restore.plan_targets``): the claims' ``storage_class`` (None: the
-    recorded one), ``overwrite`` of existing claims, ``hand_over`` to a Filesystem claim (None: as recorded), the
-    repository Secret and the writers' ServiceAccount that must exist in the target namespace."""
-
-    storage_class: str | None
-    overwrite: bool
-    hand_over: bool | None
-    repo_secret: str
-    service_account: str
 
 
 @dataclass(frozen=True)
@@ -104,12 +92,12 @@ def writer_settings(policy_path: str | None = None, **given: Any) -> MoverSettin
 
 @task(name="plan-restore")
 def plan_restore(
-    kubeconfig: str | None, namespace: str, selection: Selection, run_id: str, options: RestoreOptions
+    kubeconfig: str | None, namespace: str, selection: Selection, run_id: str, options: r.RestoreOptions
 ) -> list[r.Target]:
     """The checked targets of the ``selection``'s volumes (``movers.kube.restore.plan_targets``); refuses before
     anything is created."""
     volumes = [v.to_dict() for v in selection.volumes]
-    targets = r.plan_targets(api_client(kubeconfig), namespace, volumes, run_id, **asdict(options))
+    targets = r.plan_targets(api_client(kubeconfig), namespace, volumes, run_id, options)
     log = get_run_logger()
     for t in targets:
         log.info(
@@ -159,7 +147,8 @@ def write_volume(
 
     started = time.monotonic()
     api = api_client(kubeconfig)
-    result = r.write_volume(api, namespace, run_id, t, writer, repo_secret, timeout=timeout, on_log_line=on_log_line)
+    run = r.WriterRun(namespace, run_id, writer, repo_secret, timeouts=PodTimeouts(start=600.0, total=timeout))
+    result = r.write_volume(api, run, t, on_log_line=on_log_line)
     progress.finish()
     log.info(
         "%s/%s: restored backup %s of %s: wrote %s in %.1f s, read back identical",

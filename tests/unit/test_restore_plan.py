@@ -151,7 +151,7 @@ def test_the_writer_pod_mounts_no_token_and_carries_the_run_s_labels_and_placeme
     )
     tolerations = [{"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"}]
     writer = MoverSettings(image="cbt-mover", tolerations=tolerations)
-    pod = r.writer_pod("restored", RUN, t, writer, "cbt-mover-repo")
+    pod = r.writer_pod(r.WriterRun("restored", RUN, writer, "cbt-mover-repo"), t)
     spec, labels = pod["spec"], pod["metadata"]["labels"]
     assert spec["automountServiceAccountToken"] is False and len(spec["volumes"]) == 1, "no API token"
     assert "readOnly" not in spec["volumes"][0]["persistentVolumeClaim"], "a writer writes its claim"
