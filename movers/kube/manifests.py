@@ -20,6 +20,7 @@ import copy
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from movers.kube.podspec import MoverProfile, MoverTask, RepoAccess
@@ -453,6 +454,42 @@ _CSI_KEPT = (
 )
 
 
+@dataclass(frozen=True)
+class Handover:
+    """The claim a volume is handed to (``rebound_pv``, ``volumes.rebind_volume``): ``claim`` (its name) of
+    ``volume_mode`` (Block or Filesystem), the ``fs_type`` a Filesystem volume gets when its PV records none;
+    ``replace_existing``: an existing claim of that name is deleted first (``volumes.rebind_volume``)."""
+
+    claim: str
+    volume_mode: str
+    fs_type: str = "ext4"
+    replace_existing: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimedVolume:
+    """The PV a pre-bound claim names (``prebound_pvc``) and what the claim must match: its ``storage_class``
+    ("" for none), a ``size`` at most its capacity, its ``volume_mode`` and ``access_modes``."""
+
+    volume: str
+    size: str
+    storage_class: str
+    volume_mode: str = "Filesystem"
+    access_modes: Sequence[str] = ("ReadWriteOnce",)
+
+    @classmethod
+    def of(cls, pv: Mapping[str, Any]) -> ClaimedVolume:
+        """All of PV ``pv`` (a dict): its name, capacity, class, mode and access modes."""
+        spec = pv["spec"]
+        return cls(
+            pv["metadata"]["name"],
+            spec["capacity"]["storage"],
+            spec["storageClassName"],
+            spec["volumeMode"],
+            tuple(spec["accessModes"]),
+        )
+
+
 def reclaim_policy_patch(policy: str) -> dict[str, Any]:
     """The merge patch setting a PV's ``persistentVolumeReclaimPolicy`` (Retain keeps the storage when the PV goes)."""
     if policy not in ("Retain", "Delete", "Recycle"):
@@ -464,23 +501,23 @@ def rebound_pv(
     name: str,
     source_pv: Mapping[str, Any],
     claim_namespace: str,
-    claim_name: str,
-    volume_mode: str,
+    handover: Handover,
     *,
-    fs_type: str = "ext4",
     reclaim_policy: str = "Retain",
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A new PV for the storage behind ``source_pv`` (a PV as a dict), pre-bound to claim ``claim_name``.
+    """A new PV for the storage behind ``source_pv`` (a PV as a dict), pre-bound to claim ``handover.claim`` of
+    ``handover.volume_mode`` in ``claim_namespace``.
 
     A PV's ``volumeMode`` is immutable, so a volume changes mode (or claim) by a new PV object with the
     same ``csi`` source (driver, volumeHandle, attributes, secret refs), capacity, access modes, class and
     node affinity. ``claimRef`` names the claim without a uid: the PV controller binds the claim whose
-    ``volumeName`` is this PV and fills the uid in. ``fs_type`` is set for Filesystem mode (dropped for
+    ``volumeName`` is this PV and fills the uid in. ``handover.fs_type`` is set for Filesystem mode (dropped for
     Block); ``mountOptions`` are kept for Filesystem only. ``reclaim_policy`` Retain (default) so that
     nothing deletes the storage while the hand-over is in progress; the caller restores the original
     policy after binding. The provisioned-by annotation is kept (the provisioner deletes what it made).
     """
+    claim_name, volume_mode, fs_type = handover.claim, handover.volume_mode, handover.fs_type
     if volume_mode not in ("Block", "Filesystem"):
         raise ValueError(f"volume_mode must be Block or Filesystem, not {volume_mode!r}")
     spec = source_pv.get("spec") or {}
@@ -517,25 +554,22 @@ def rebound_pv(
 def prebound_pvc(
     name: str,
     namespace: str,
-    volume: str,
-    size: str,
-    storage_class: str,
-    volume_mode: str = "Filesystem",
-    access_modes: Sequence[str] = ("ReadWriteOnce",),
+    claimed: ClaimedVolume,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A claim of PV ``volume`` (``spec.volumeName``): the PV controller binds exactly that PV, nothing is
-    provisioned. ``storage_class`` must be the PV's class ("" for none), ``size`` at most its capacity."""
+    """A claim of PV ``claimed.volume`` (``spec.volumeName``): the PV controller binds exactly that PV, nothing
+    is provisioned. ``claimed.storage_class`` must be the PV's class ("" for none), ``claimed.size`` at most its
+    capacity."""
     meta = _meta(name, namespace, labels, RESTORE_CLAIM)
     if annotations:
         meta["annotations"] = dict(annotations)
     spec = {
-        "accessModes": list(access_modes),
-        "volumeMode": volume_mode,
-        "resources": {"requests": {"storage": size}},
-        "storageClassName": storage_class,
-        "volumeName": volume,
+        "accessModes": list(claimed.access_modes),
+        "volumeMode": claimed.volume_mode,
+        "resources": {"requests": {"storage": claimed.size}},
+        "storageClassName": claimed.storage_class,
+        "volumeName": claimed.volume,
     }
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
 

@@ -81,10 +81,14 @@ def _cases() -> dict[str, dict]:
             labels=LABELS,
         ),
         "rebound_pv_filesystem": m.rebound_pv(
-            "pvc-1234-filesystem", SOURCE_PV, "restored", "data", "Filesystem", labels=LABELS
+            "pvc-1234-filesystem", SOURCE_PV, "restored", m.Handover("data", "Filesystem"), labels=LABELS
         ),
         "prebound_pvc": m.prebound_pvc(
-            "data", "restored", "pvc-1234-filesystem", "32Mi", "local-block", labels=LABELS, annotations={"note": "x"}
+            "data",
+            "restored",
+            m.ClaimedVolume("pvc-1234-filesystem", "32Mi", "local-block"),
+            labels=LABELS,
+            annotations={"note": "x"},
         ),
         "restored_patch": m.restored_patch("prod/shop/data", "20260101T000000000000Z-abcdef", "restore-1"),
     }
@@ -142,7 +146,7 @@ BACKUP_REQUEST = _backup_request()
 
 
 def test_rebound_pv_and_quantities_contract():
-    block = m.rebound_pv("pv-b", SOURCE_PV, "ns", "c", "Block")
+    block = m.rebound_pv("pv-b", SOURCE_PV, "ns", m.Handover("c", "Block"))
     assert "fsType" not in block["spec"]["csi"] and "mountOptions" not in block["spec"]
     assert block["spec"]["claimRef"] == {
         "apiVersion": "v1",
@@ -152,9 +156,9 @@ def test_rebound_pv_and_quantities_contract():
     }, "no uid: the claim that names the PV binds it"
     assert block["spec"]["persistentVolumeReclaimPolicy"] == "Retain" and "finalizers" not in block["metadata"]
     with pytest.raises(ValueError):
-        m.rebound_pv("x", {"spec": {"csi": {"driver": "d"}}}, "ns", "c", "Block")
+        m.rebound_pv("x", {"spec": {"csi": {"driver": "d"}}}, "ns", m.Handover("c", "Block"))
     with pytest.raises(ValueError):
-        m.rebound_pv("x", SOURCE_PV, "ns", "c", "Raw")
+        m.rebound_pv("x", SOURCE_PV, "ns", m.Handover("c", "Raw"))
     with pytest.raises(ValueError):
         m.reclaim_policy_patch("Keep")
     assert [m.quantity(n) for n in (16 << 20, 1 << 30, 3 << 10, 1000)] == ["16Mi", "1Gi", "3Ki", "1000"]
