@@ -128,7 +128,7 @@ def check_parameters(
 
 
 @_run.run_flow("restore-app", _run_name, (on_cancellation, on_crashed))
-def restore_app(
+def restore_app(  # noqa: PLR0913 a Prefect deployment entry point: its parameters are the deployment's form (user-facing); a later step gives it a typed request
     repo: str,
     namespace: str,
     repo_secret: str,
