@@ -156,7 +156,7 @@ on_cancellation, on_crashed = _run.state_hooks(KIND, _abandon_run, __name__)
 
 
 @_run.run_flow("backup-app", _run_name, (on_cancellation, on_crashed))
-def backup_app(
+def backup_app(  # noqa: PLR0913 a Prefect deployment entry point: its parameters are the deployment's form (user-facing); a later step gives it a typed request
     policy_path: str | None = None,
     namespace: str | None = None,
     selector: dict[str, Any] | None = None,

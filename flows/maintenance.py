@@ -116,7 +116,7 @@ def key_for(key_secret: str | None, kubeconfig: str | None) -> KeySource | None:
 
 
 @flow(name="maintain-repo", flow_run_name=_run_name, log_prints=True)
-def maintain_repo(
+def maintain_repo(  # noqa: PLR0913 a Prefect deployment entry point: its parameters are the deployment's form (user-facing); a later step gives it a typed request
     repo: str,
     policy_paths: list[str] | None = None,
     keep_last: int | None = None,

@@ -52,13 +52,12 @@ from flows._run import best_effort
 from movers.errors import UsageError
 from movers.policy.model import Affinity, Labels, Tolerations
 from movers.repo.selection import Selection
-from movers.restore import Target
+from movers.restore import RestoreOptions, Target
 from reporting import events, restore_report, runs
 from tasks.kevents import record_restore_events, record_restore_failure
 from tasks.repository import key_source
 from tasks.restore import (
     Finished,
-    RestoreOptions,
     Written,
     application,
     discard_restore,
@@ -129,7 +128,7 @@ def check_parameters(
 
 
 @_run.run_flow("restore-app", _run_name, (on_cancellation, on_crashed))
-def restore_app(
+def restore_app(  # noqa: PLR0913 a Prefect deployment entry point: its parameters are the deployment's form (user-facing); a later step gives it a typed request
     repo: str,
     namespace: str,
     repo_secret: str,

@@ -116,7 +116,7 @@ def choose_base(
 ) -> BaseChoice:
     """The next CBT delta's base of ``volume_id``, whose source is now the PV of ``source`` (the preflight's claim:
     its volume handle and uid): the newest backup of that volume whose snapshot still exists in the cluster of
-    ``kubeconfig`` (``movers.repo.lineage.choose_base`` with ``movers.kube.bases.SnapshotCheck``); handle None for
+    ``kubeconfig`` (``movers.repo.lineage.choose_base`` with ``movers.backup.bases.SnapshotCheck``); handle None for
     a full backup, snapshot the base's VolumeSnapshot name, backup_id the backup the delta builds on."""
     from movers.backup.bases import SnapshotCheck
     from movers.repo.lineage import choose_base as choose
@@ -144,7 +144,7 @@ def plan_member(
     snapshot: str | None = None,
     by_name: bool = False,
 ) -> VolumePlan:
-    """``movers.kube.backup.VolumePlan.of``, said in one line of the run's log with its reason (a plan is never
+    """``movers.backup.plan.VolumePlan.of``, said in one line of the run's log with its reason (a plan is never
     silent): ``ns/pvc: plan incremental from the CBT delta of snapshot S: delta since backup B ...``."""
     chosen = {"handle": base.handle, "reason": base.reason, "snapshot": base.snapshot, "parent": base.backup_id}
     plan = VolumePlan.of(chosen, audience, no_cbt, max_results, by_name)

@@ -1,15 +1,16 @@
-"""Thin Prefect tasks over ``movers.repo.selection`` and ``movers.kube.restore``: they hand each other typed objects
+"""Thin Prefect tasks over ``movers.repo.selection`` and ``movers.restore``: they hand each other typed objects
 (the ``Selection``, each ``Target``, what a writer ``Written`` and a finish ``Finished``), never dicts."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from prefect import get_run_logger, task
 
 from movers import restore as r
+from movers.kube.pods import PodTimeouts
 from movers.policy.model import MoverSettings
 from movers.repo.manifest import APP_TAG
 from movers.repo.selection import Selection
@@ -22,21 +23,8 @@ from tasks.repository import KeySource, open_repository
 
 
 @dataclass(frozen=True)
-class RestoreOptions:
-    """How the targets are made (``movers.kube.restore.plan_targets``): the claims' ``storage_class`` (None: the
-    recorded one), ``overwrite`` of existing claims, ``hand_over`` to a Filesystem claim (None: as recorded), the
-    repository Secret and the writers' ServiceAccount that must exist in the target namespace."""
-
-    storage_class: str | None
-    overwrite: bool
-    hand_over: bool | None
-    repo_secret: str
-    service_account: str
-
-
-@dataclass(frozen=True)
 class Written:
-    """A writer pod's outcome (``movers.kube.restore.write_volume``): bytes written, the volume's capacity, the
+    """A writer pod's outcome (``movers.restore.write_volume``): bytes written, the volume's capacity, the
     write's and the read-back's seconds, and the task's wall time."""
 
     written_bytes: int | None
@@ -48,7 +36,7 @@ class Written:
 
 @dataclass(frozen=True)
 class Finished:
-    """A volume given its final claim (``movers.kube.restore.finish_volume``): the claim, its PV, whether it replaced
+    """A volume given its final claim (``movers.restore.finish_volume``): the claim, its PV, whether it replaced
     an existing claim, the PV's fsType and required node affinity, and notes (e.g. restored elsewhere)."""
 
     pvc: str
@@ -104,12 +92,12 @@ def writer_settings(policy_path: str | None = None, **given: Any) -> MoverSettin
 
 @task(name="plan-restore")
 def plan_restore(
-    kubeconfig: str | None, namespace: str, selection: Selection, run_id: str, options: RestoreOptions
+    kubeconfig: str | None, namespace: str, selection: Selection, run_id: str, options: r.RestoreOptions
 ) -> list[r.Target]:
-    """The checked targets of the ``selection``'s volumes (``movers.kube.restore.plan_targets``); refuses before
+    """The checked targets of the ``selection``'s volumes (``movers.restore.plan_targets``); refuses before
     anything is created."""
     volumes = [v.to_dict() for v in selection.volumes]
-    targets = r.plan_targets(api_client(kubeconfig), namespace, volumes, run_id, **asdict(options))
+    targets = r.plan_targets(api_client(kubeconfig), namespace, volumes, run_id, options)
     log = get_run_logger()
     for t in targets:
         log.info(
@@ -143,7 +131,7 @@ def write_volume(
     repo_secret: str,
     timeout: float = 3600.0,
 ) -> Written:
-    """``movers.kube.restore.write_volume`` of one target with a progress artifact, the writer's log records
+    """``movers.restore.write_volume`` of one target with a progress artifact, the writer's log records
     forwarded (``reporting.runs.PodLog``) and its outcome in one line."""
     t = target
     what = f"restore of {t.volume} backup {t.backup_id} into {namespace}/{t.pvc} ({run_id})"
@@ -159,7 +147,8 @@ def write_volume(
 
     started = time.monotonic()
     api = api_client(kubeconfig)
-    result = r.write_volume(api, namespace, run_id, t, writer, repo_secret, timeout=timeout, on_log_line=on_log_line)
+    run = r.WriterRun(namespace, run_id, writer, repo_secret, timeouts=PodTimeouts(start=600.0, total=timeout))
+    result = r.write_volume(api, run, t, on_log_line=on_log_line)
     progress.finish()
     log.info(
         "%s/%s: restored backup %s of %s: wrote %s in %.1f s, read back identical",
@@ -181,7 +170,7 @@ def write_volume(
 
 @task(name="finish-volume", task_run_name="finish {namespace}/{target.pvc}")
 def finish_volume(kubeconfig: str | None, namespace: str, run_id: str, target: r.Target) -> Finished:
-    """Hand the written volume to its final claim and mark it restored (``movers.kube.restore.finish_volume``);
+    """Hand the written volume to its final claim and mark it restored (``movers.restore.finish_volume``);
     a volume restored elsewhere than its source was is logged as a warning."""
     done = Finished(**r.finish_volume(api_client(kubeconfig), namespace, run_id, target))
     for note in done.notes:

@@ -30,6 +30,7 @@ from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import pods, repokey, snapshots
 from movers.kube.names import derived_name
+from movers.kube.podspec import DEVICE_PATH, MoverProfile, MoverTask, RepoAccess
 
 if TYPE_CHECKING:
     from movers.policy.model import BackupPolicy
@@ -69,7 +70,7 @@ def volume_request(member: Mapping[str, Any], plan: VolumePlan, namespace: str) 
             parent=plan.parent if plan.change_source == "cbt-delta" else None,
             **({"cbt_max_results": plan.max_results} if plan.max_results is not None else {}),
         ),
-        device=m.DEVICE_PATH,
+        device=DEVICE_PATH,
         tags=member.get("tags") or {},
         run_pvcs=member.get("run_pvcs"),
     )
@@ -98,21 +99,17 @@ def mover_objects(
     pod = m.mover_pod(
         name,
         namespace,
-        image=mover.image,
-        args=args,
-        env={REQUEST_ENV: request.model_dump_json()},
-        device_path=request.device,
-        pvc=name,
-        service_account=mover.service_account,
-        repo_secret=policy.repository.credentials_secret,
-        repo_keys=repo_keys,
-        cbt_audience=plan.audience,
-        resources=mover.resources,
+        profile=MoverProfile.of(mover),
+        task=MoverTask(
+            args=args,
+            pvc=name,
+            device_path=request.device,
+            env={REQUEST_ENV: request.model_dump_json()},
+            cbt_audience=plan.audience,
+            active_deadline_seconds=int(policy.timeouts.mover),
+        ),
+        repo=RepoAccess(policy.repository.credentials_secret, repo_keys),
         labels=labels,
-        node_selector=mover.node_selector,
-        tolerations=mover.tolerations,
-        affinity=mover.affinity,
-        active_deadline_seconds=int(policy.timeouts.mover),
     )
     return claim, pod
 
@@ -149,10 +146,8 @@ def move_volume(
             api,
             pod,
             name,
-            start_timeout=timeouts.pvc_bound,
-            running_timeout=timeouts.start,
-            timeout=timeouts.mover,
-            what="mover pod",
+            pods.PodTimeouts(start=timeouts.pvc_bound, running=timeouts.start, total=timeouts.mover),
+            errors=pods.PodWaitErrors(what="mover pod"),
             on_log_line=on_log_line,
         )
     except NotFoundError:

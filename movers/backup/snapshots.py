@@ -149,10 +149,20 @@ def _not_cut(api, kind: str, namespace: str, name: str, version: str) -> str | N
     return f"{kind} {name} not cut yet"
 
 
-def _wait_cut(api, kind: str, namespace: str, names: list[str], version: str, deadline: float) -> str | None:
-    """Poll until every one of ``names`` is cut (None) or ``deadline`` passes (why not)."""
+@dataclass(frozen=True)
+class _Cut:
+    """The snapshots one freeze cuts: objects ``names`` of ``kind`` (VolumeSnapshot or VolumeGroupSnapshot),
+    API ``version``."""
+
+    kind: str
+    names: list[str]
+    version: str
+
+
+def _wait_cut(api, namespace: str, cut: _Cut, deadline: float) -> str | None:
+    """Poll until every one of ``cut.names`` is cut (None) or ``deadline`` passes (why not)."""
     while True:
-        why = next((w for n in names if (w := _not_cut(api, kind, namespace, n, version))), None)
+        why = next((w for n in cut.names if (w := _not_cut(api, cut.kind, namespace, n, cut.version))), None)
         if why is None or time.monotonic() >= deadline:
             return why
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
@@ -166,23 +176,15 @@ def _deadline(q, freeze_timeout: float) -> float:
 
 
 def _frozen_cut(
-    api,
-    namespace: str,
-    hookset,
-    create,
-    kind: str,
-    names: list[str],
-    version: str,
-    freeze_timeout: float,
-    done: SnapshotSet,
+    api, namespace: str, hookset, create, cut: _Cut, freeze_timeout: float, done: SnapshotSet
 ) -> str | None:
-    """One freeze: ``create()`` then wait for ``names`` to be cut; why not (None: cut). Thawed either way."""
+    """One freeze: ``create()`` then wait for ``cut`` to be cut; why not (None: cut). Thawed either way."""
     from movers.hooks import quiesced
 
     with quiesced(api, namespace, hookset) as q:
         deadline = _deadline(q, freeze_timeout)
         create()
-        why = _wait_cut(api, kind, namespace, names, version, deadline)
+        why = _wait_cut(api, namespace, cut, deadline)
     done.freezes.append(round(q.freeze_s or 0.0, 3))
     done.hooks += [r.describe() for r in q.pre_results + q.post_results]
     return why
@@ -196,9 +198,8 @@ def _per_claim(api, namespace: str, request: Request, hookset, done: SnapshotSet
             cls = request.snapshot_classes[request.pvcs[pvc]]
             k.create(api, m.volume_snapshot(snap, namespace, pvc, cls, request.labels))
 
-    why = _frozen_cut(
-        api, namespace, hookset, create, "VolumeSnapshot", list(names.values()), "v1", request.freeze_timeout, done
-    )
+    cut = _Cut("VolumeSnapshot", list(names.values()), "v1")
+    why = _frozen_cut(api, namespace, hookset, create, cut, request.freeze_timeout, done)
     if why:
         raise SnapshotSetError(
             f"the per-claim VolumeSnapshots were not cut within group_snapshot.freeze_timeout"
@@ -240,9 +241,8 @@ def take(api, namespace: str, request: Request, hookset, logger: Any = None) -> 
             m.volume_group_snapshot(name, namespace, request.selector, request.group_class, version, request.labels),
         )
 
-    why = _frozen_cut(
-        api, namespace, hookset, create, "VolumeGroupSnapshot", [name], version, request.freeze_timeout, done
-    )
+    cut = _Cut("VolumeGroupSnapshot", [name], version)
+    why = _frozen_cut(api, namespace, hookset, create, cut, request.freeze_timeout, done)
     if why is None:
         vgs = snapshots.wait_snapshot_ready(api, "VolumeGroupSnapshot", namespace, name, request.group_timeout, version)
         done.kind, done.group = "VolumeGroupSnapshot", name

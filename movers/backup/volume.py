@@ -38,7 +38,7 @@ log = logging.getLogger("movers")
 
 
 class Progress(Protocol):
-    """A progress display around the backup (``movers.cli_progress.Reporter``): made and entered once the
+    """A progress display around the backup (``movers.cli.progress.Reporter``): made and entered once the
     repository is open; ``phase("backup")`` is the engine's callback."""
 
     def phase(self, name: str) -> ProgressFn: ...

@@ -55,7 +55,7 @@ UNAVAILABLE_CODES = {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNIMPL
 
 
 class SnapshotMetadataClient:
-    def __init__(
+    def __init__(  # noqa: PLR0913 engine core: the connection and its keyword-only call settings (page size, timeout, retries, backoff, TLS name, test clock), each with its default; grouping them would only move the list
         self,
         address: str,
         ca_pem: bytes,

@@ -191,5 +191,5 @@ def emit(args: argparse.Namespace, result: dict[str, Any], text: str) -> None:
 
 
 def mib(n: int | None) -> str:
-    """A byte count for a person (``movers.units.human_bytes``), ``?`` when unknown."""
+    """A byte count for a person (``movers.values.human_bytes``), ``?`` when unknown."""
     return human_bytes(n, missing="?")

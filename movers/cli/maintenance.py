@@ -59,6 +59,7 @@ def add_parsers(sub) -> None:
 def cmd_forget(args: argparse.Namespace) -> int:
     from movers.repo.manifest import shown_volume_id
     from movers.repo.retention import forget
+    from movers.repo.retention_rules import Policy
 
     rules = (args.keep_last, args.keep_daily, args.keep_weekly, args.keep_monthly)
     if args.backup and (args.policy or any(n is not None for n in rules)):
@@ -69,10 +70,12 @@ def cmd_forget(args: argparse.Namespace) -> int:
     report = forget(
         repo,
         args.volume,
-        keep_last=args.keep_last,
-        keep_daily=args.keep_daily,
-        keep_weekly=args.keep_weekly,
-        keep_monthly=args.keep_monthly,
+        rules=Policy(
+            keep_last=args.keep_last,
+            keep_daily=args.keep_daily,
+            keep_weekly=args.keep_weekly,
+            keep_monthly=args.keep_monthly,
+        ),
         dry_run=args.dry_run,
         policy=args.policy,
     )

@@ -20,8 +20,10 @@ import copy
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from movers.kube.podspec import MoverProfile, MoverTask, RepoAccess
 from movers.repo.keys import KEY_FILE_ENV, PASSWORD_FILE_ENV
 
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
@@ -48,7 +50,6 @@ MOVER, WRITER, SNAPSHOT, READER_CLAIM, RESTORE_CLAIM, RESTORE_VOLUME = (
 COMPONENTS = (MOVER, WRITER, SNAPSHOT, READER_CLAIM, RESTORE_CLAIM, RESTORE_VOLUME)
 ALLOW_VOLUME_MODE_CHANGE = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
 TERMINATION_LOG = "/dev/termination-log"
-DEVICE_PATH = "/dev/xvda"  # where a mover or writer pod sees its Block claim (mover_pod's default device_path)
 CBT_TOKEN_DIR = "/var/run/secrets/cbt.storage.k8s.io"
 CBT_TOKEN_FILE = f"{CBT_TOKEN_DIR}/token"
 CBT_TOKEN_SECONDS = 600
@@ -313,28 +314,16 @@ def mover_pod(
     name: str,
     namespace: str,
     *,
-    image: str,
-    args: Sequence[str],
-    pvc: str,
-    service_account: str,
-    repo_secret: str,
-    repo_keys: Sequence[str] = (),
-    device_path: str = DEVICE_PATH,
-    cbt_audience: str | None = None,
-    resources: Mapping[str, Any] | None = None,
+    profile: MoverProfile,
+    task: MoverTask,
+    repo: RepoAccess,
     labels: Mapping[str, str] | None = None,
-    node_selector: Mapping[str, str] | None = None,
-    active_deadline_seconds: int | None = None,
-    env: Mapping[str, str] | None = None,
-    image_pull_policy: str = "IfNotPresent",
-    tolerations: Sequence[Mapping[str, Any]] | None = None,
-    affinity: Mapping[str, Any] | None = None,
-    role: str | None = None,
 ) -> dict[str, Any]:
-    """A run-once pod running ``cbt-mover ARGS`` against Block PVC ``pvc`` at ``device_path``.
+    """A run-once pod running ``task`` (``cbt-mover ARGS`` against Block PVC ``pvc`` at ``device_path``) as
+    ``profile`` says (image, ServiceAccount, resources, placement), with the repository access ``repo``.
 
     Contract:
-    - ``role``: ``mover`` (reads a snapshot's claim for a backup) or ``writer`` (writes a restore);
+    - ``task.role``: ``mover`` (reads a snapshot's claim for a backup) or ``writer`` (writes a restore);
       None: ``writer`` when ``args`` start with ``restore``, else ``mover``. It is the pod's
       ``app.kubernetes.io/component``. A mover gets its claim read-only (``readOnly: true``: the engine
       opens the device O_RDONLY for a backup) and keeps its ServiceAccount token (``--kube`` reads the
@@ -343,35 +332,36 @@ def mover_pod(
     - ``restartPolicy: Never``: a failed mover is retried by the flow, not the kubelet; the result
       JSON comes back in the termination message (``/dev/termination-log``), the log tail under
       ``FallbackToLogsOnError`` when the mover died before writing it.
-    - ``cbt_audience``: a projected ServiceAccount token for that audience (600 s, re-minted by the
+    - ``task.cbt_audience``: a projected ServiceAccount token for that audience (600 s, re-minted by the
       kubelet) mounted read-only at ``CBT_TOKEN_FILE``; ``--cbt-token-file`` is appended to the
       args when they do not name one. None: no token volume (restore pods, or TokenRequest).
-    - Repository credentials come from Secret ``repo_secret`` (``REPO_SECRET_KEYS``; session
-      token, endpoint and region are optional keys). ``repo_keys``: the keys of ``REPO_KEY_FILES`` the
+    - Repository credentials come from Secret ``repo.secret`` (``REPO_SECRET_KEYS``; session
+      token, endpoint and region are optional keys). ``repo.keys``: the keys of ``REPO_KEY_FILES`` the
       Secret holds (an encrypted repository's key), mounted as files (items of a Secret volume, read-only,
       mode 0400) under ``REPO_KEY_DIR``; the container's environment names the files, never their content.
     - Security: not privileged, no privilege escalation, all capabilities dropped, read-only root
       filesystem, RuntimeDefault seccomp. It runs as uid 0 because the runtime creates the device
       node of a ``volumeDevices`` entry owned by root (fsGroup does not apply to block devices);
       the device cgroup, not privileges, grants access to exactly that device.
-    - ``node_selector`` defaults to Linux nodes: block volumes cannot attach to Windows nodes;
-      ``tolerations`` (Kubernetes Tolerations) and ``affinity`` (a Kubernetes Affinity) go into the pod
+    - ``profile.placement``: its ``node_selector`` defaults to Linux nodes (block volumes cannot attach to
+      Windows nodes); ``tolerations`` (Kubernetes Tolerations) and ``affinity`` (a Kubernetes Affinity) go into the pod
       spec as given (``movers.policy.model`` validates them), e.g. for a tainted backup node pool.
-    - ``resources`` default: ``DEFAULT_RESOURCES`` (the policy's default too)
+    - ``profile.resources`` default: ``DEFAULT_RESOURCES`` (the policy's default too)
       (the pipeline's memory is bounded by its in-flight bytes, not by the volume size).
     """
+    args, role, cbt_audience, placement = task.args, task.role, task.cbt_audience, profile.placement
     role = role or (WRITER if list(args[:1]) == ["restore"] else MOVER)
     if role not in (MOVER, WRITER):
         raise ValueError(f"role must be {MOVER} or {WRITER}, not {role!r}")
     if role == WRITER and cbt_audience is not None:
         raise ValueError("a writer pod mounts no API token: cbt_audience is for backup movers")
     argv = list(args)
-    claim: dict[str, Any] = {"claimName": pvc, **({"readOnly": True} if role == MOVER else {})}
+    claim: dict[str, Any] = {"claimName": task.pvc, **({"readOnly": True} if role == MOVER else {})}
     volumes: list[dict[str, Any]] = [{"name": "data", "persistentVolumeClaim": claim}]
     mounts: list[dict[str, Any]] = []
     key_env: list[dict[str, Any]] = []
-    if repo_keys:
-        key_volume, key_mount, key_env = _repo_key(repo_secret, repo_keys)
+    if repo.keys:
+        key_volume, key_mount, key_env = _repo_key(repo.secret, repo.keys)
         volumes.append(key_volume)
         mounts.append(key_mount)
     if cbt_audience is not None:
@@ -396,12 +386,12 @@ def mover_pod(
             argv += ["--cbt-token-file", CBT_TOKEN_FILE]
     container: dict[str, Any] = {
         "name": "mover",
-        "image": image,
-        "imagePullPolicy": image_pull_policy,
+        "image": profile.image,
+        "imagePullPolicy": profile.image_pull_policy,
         "args": argv,
-        "env": [*_repo_env(repo_secret), *key_env, *({"name": k, "value": v} for k, v in (env or {}).items())],
-        "resources": copy.deepcopy(dict(resources) if resources is not None else DEFAULT_RESOURCES),
-        "volumeDevices": [{"name": "data", "devicePath": device_path}],
+        "env": [*_repo_env(repo.secret), *key_env, *({"name": k, "value": v} for k, v in (task.env or {}).items())],
+        "resources": copy.deepcopy(dict(profile.resources) if profile.resources is not None else DEFAULT_RESOURCES),
+        "volumeDevices": [{"name": "data", "devicePath": task.device_path}],
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {
@@ -418,19 +408,19 @@ def mover_pod(
         container["volumeMounts"] = mounts
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "serviceAccountName": service_account,
+        "serviceAccountName": profile.service_account,
         # a mover's --kube reads the snapshot with the pod's own identity; a writer never calls the API
         "automountServiceAccountToken": role == MOVER,
-        "nodeSelector": dict(node_selector if node_selector is not None else DEFAULT_NODE_SELECTOR),
+        "nodeSelector": dict(placement.node_selector if placement.node_selector is not None else DEFAULT_NODE_SELECTOR),
         "containers": [container],
         "volumes": volumes,
     }
-    if tolerations:
-        spec["tolerations"] = copy.deepcopy([dict(t) for t in tolerations])
-    if affinity:
-        spec["affinity"] = copy.deepcopy(dict(affinity))
-    if active_deadline_seconds is not None:
-        spec["activeDeadlineSeconds"] = int(active_deadline_seconds)
+    if placement.tolerations:
+        spec["tolerations"] = copy.deepcopy([dict(t) for t in placement.tolerations])
+    if placement.affinity:
+        spec["affinity"] = copy.deepcopy(dict(placement.affinity))
+    if task.active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = int(task.active_deadline_seconds)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(name, namespace, labels, role), "spec": spec}
 
 
@@ -452,6 +442,42 @@ _CSI_KEPT = (
 )
 
 
+@dataclass(frozen=True)
+class Handover:
+    """The claim a volume is handed to (``rebound_pv``, ``volumes.rebind_volume``): ``claim`` (its name) of
+    ``volume_mode`` (Block or Filesystem), the ``fs_type`` a Filesystem volume gets when its PV records none;
+    ``replace_existing``: an existing claim of that name is deleted first (``volumes.rebind_volume``)."""
+
+    claim: str
+    volume_mode: str
+    fs_type: str = "ext4"
+    replace_existing: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimedVolume:
+    """The PV a pre-bound claim names (``prebound_pvc``) and what the claim must match: its ``storage_class``
+    ("" for none), a ``size`` at most its capacity, its ``volume_mode`` and ``access_modes``."""
+
+    volume: str
+    size: str
+    storage_class: str
+    volume_mode: str = "Filesystem"
+    access_modes: Sequence[str] = ("ReadWriteOnce",)
+
+    @classmethod
+    def of(cls, pv: Mapping[str, Any]) -> ClaimedVolume:
+        """All of PV ``pv`` (a dict): its name, capacity, class, mode and access modes."""
+        spec = pv["spec"]
+        return cls(
+            pv["metadata"]["name"],
+            spec["capacity"]["storage"],
+            spec["storageClassName"],
+            spec["volumeMode"],
+            tuple(spec["accessModes"]),
+        )
+
+
 def reclaim_policy_patch(policy: str) -> dict[str, Any]:
     """The merge patch setting a PV's ``persistentVolumeReclaimPolicy`` (Retain keeps the storage when the PV goes)."""
     if policy not in ("Retain", "Delete", "Recycle"):
@@ -463,23 +489,23 @@ def rebound_pv(
     name: str,
     source_pv: Mapping[str, Any],
     claim_namespace: str,
-    claim_name: str,
-    volume_mode: str,
+    handover: Handover,
     *,
-    fs_type: str = "ext4",
     reclaim_policy: str = "Retain",
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A new PV for the storage behind ``source_pv`` (a PV as a dict), pre-bound to claim ``claim_name``.
+    """A new PV for the storage behind ``source_pv`` (a PV as a dict), pre-bound to claim ``handover.claim`` of
+    ``handover.volume_mode`` in ``claim_namespace``.
 
     A PV's ``volumeMode`` is immutable, so a volume changes mode (or claim) by a new PV object with the
     same ``csi`` source (driver, volumeHandle, attributes, secret refs), capacity, access modes, class and
     node affinity. ``claimRef`` names the claim without a uid: the PV controller binds the claim whose
-    ``volumeName`` is this PV and fills the uid in. ``fs_type`` is set for Filesystem mode (dropped for
+    ``volumeName`` is this PV and fills the uid in. ``handover.fs_type`` is set for Filesystem mode (dropped for
     Block); ``mountOptions`` are kept for Filesystem only. ``reclaim_policy`` Retain (default) so that
     nothing deletes the storage while the hand-over is in progress; the caller restores the original
     policy after binding. The provisioned-by annotation is kept (the provisioner deletes what it made).
     """
+    claim_name, volume_mode, fs_type = handover.claim, handover.volume_mode, handover.fs_type
     if volume_mode not in ("Block", "Filesystem"):
         raise ValueError(f"volume_mode must be Block or Filesystem, not {volume_mode!r}")
     spec = source_pv.get("spec") or {}
@@ -516,25 +542,22 @@ def rebound_pv(
 def prebound_pvc(
     name: str,
     namespace: str,
-    volume: str,
-    size: str,
-    storage_class: str,
-    volume_mode: str = "Filesystem",
-    access_modes: Sequence[str] = ("ReadWriteOnce",),
+    claimed: ClaimedVolume,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A claim of PV ``volume`` (``spec.volumeName``): the PV controller binds exactly that PV, nothing is
-    provisioned. ``storage_class`` must be the PV's class ("" for none), ``size`` at most its capacity."""
+    """A claim of PV ``claimed.volume`` (``spec.volumeName``): the PV controller binds exactly that PV, nothing
+    is provisioned. ``claimed.storage_class`` must be the PV's class ("" for none), ``claimed.size`` at most its
+    capacity."""
     meta = _meta(name, namespace, labels, RESTORE_CLAIM)
     if annotations:
         meta["annotations"] = dict(annotations)
     spec = {
-        "accessModes": list(access_modes),
-        "volumeMode": volume_mode,
-        "resources": {"requests": {"storage": size}},
-        "storageClassName": storage_class,
-        "volumeName": volume,
+        "accessModes": list(claimed.access_modes),
+        "volumeMode": claimed.volume_mode,
+        "resources": {"requests": {"storage": claimed.size}},
+        "storageClassName": claimed.storage_class,
+        "volumeName": claimed.volume,
     }
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
 

@@ -7,7 +7,8 @@
   time, else ``PodNotScheduled`` naming the scheduler's and the provisioner's last Warning.
 * ``wait_started``: a scheduled pod running (or finished) in time, else ``PodNotStarted`` naming its waiting
   reason and the last Warning about it (FailedAttachVolume, FailedMount, image pull) and about its claim.
-* ``run_scheduled``: the three in a row, for the movers and writers (one pod, one wait each).
+* ``run_scheduled``: the three in a row, for the movers and writers (one pod, one wait each), bounded by
+  ``PodTimeouts``; ``PodWaitErrors`` names what is waited for and the errors its waits raise.
 * ``pods_using_claim``: the unfinished pods that mount a claim.
 
 Errors are ``apply.KubeError`` subclasses, as in ``movers.kube.apply``.
@@ -73,6 +74,26 @@ class PodNotStarted(PodNotScheduled):
     """A pod was scheduled but not running in time (its volume not attached or mounted, its image not pulled);
     the message names its waiting reason and the last Warning about the pod and about its claim. Not
     retriable: a new pod would wait as long for the same cause."""
+
+
+@dataclass(frozen=True)
+class PodTimeouts:
+    """The bounds of one pod's run (``run_scheduled``): scheduled within ``start`` s, then running within
+    ``running`` s (None: ``start``), finished within ``total`` s in all, start to finish."""
+
+    start: float
+    total: float
+    running: float | None = None
+
+
+@dataclass(frozen=True)
+class PodWaitErrors:
+    """How the waits for a pod name and raise a timeout: ``"<what> <ns>/<pod> not ..."`` as ``not_scheduled``
+    (``wait_scheduled``) or ``not_started`` (``wait_started``)."""
+
+    what: str = "pod"
+    not_scheduled: type[PodNotScheduled] = PodNotScheduled
+    not_started: type[PodNotScheduled] = PodNotStarted
 
 
 @dataclass
@@ -232,14 +253,14 @@ def wait_scheduled(
     claim: str,
     timeout: float,
     *,
-    what: str = "pod",
-    error: type[PodNotScheduled] = PodNotScheduled,
+    errors: PodWaitErrors = PodWaitErrors(),
     interval: float = 0.5,
 ) -> dict:
     """Wait until ``pod`` is scheduled (``spec.nodeName``: the scheduler binds its claims first, also
-    WaitForFirstConsumer ones) or has finished; the pod. After ``timeout`` s ``error`` (``"<what> <ns>/<pod>
-    not scheduled after N s: ..."``) names the last Warning about the pod (the scheduler's FailedScheduling;
-    else its PodScheduled condition) and the last one about its claim ``claim`` (e.g. ProvisioningFailed)."""
+    WaitForFirstConsumer ones) or has finished; the pod. After ``timeout`` s ``errors.not_scheduled``
+    (``"<what> <ns>/<pod> not scheduled after N s: ..."``) names the last Warning about the pod (the
+    scheduler's FailedScheduling; else its PodScheduled condition) and the last one about its claim ``claim``
+    (e.g. ProvisioningFailed)."""
     from movers.kube.volumes import last_warning
 
     def scheduled(current: dict) -> bool:
@@ -253,7 +274,9 @@ def wait_scheduled(
             cond = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
             why = f": {cond.get('reason')}: {cond.get('message')}" if cond.get("message") else ""
         claim_why = _claim_warning(api, namespace, claim)
-        return error(f"{what} {namespace}/{pod} not scheduled after {timeout:g} s{why}{claim_why}")
+        return errors.not_scheduled(
+            f"{errors.what} {namespace}/{pod} not scheduled after {timeout:g} s{why}{claim_why}"
+        )
 
     return _poll_pod(api, namespace, pod, timeout, interval, scheduled, not_scheduled)
 
@@ -265,14 +288,13 @@ def wait_started(
     claim: str,
     timeout: float,
     *,
-    what: str = "pod",
-    error: type[PodNotScheduled] = PodNotStarted,
+    errors: PodWaitErrors = PodWaitErrors(),
     interval: float = 0.5,
 ) -> dict:
     """Wait until the scheduled ``pod`` is running (phase Running: a container has started) or has finished; the
-    pod. After ``timeout`` s ``error`` (``"<what> <ns>/<pod> not running after N s (<waiting reason>): ..."``)
-    names the last Warning about the pod (the kubelet's FailedMount, FailedMapVolume, image pull errors, the
-    attach-detach controller's FailedAttachVolume) and the last one about its claim ``claim``."""
+    pod. After ``timeout`` s ``errors.not_started`` (``"<what> <ns>/<pod> not running after N s (<waiting
+    reason>): ..."``) names the last Warning about the pod (the kubelet's FailedMount, FailedMapVolume, image
+    pull errors, the attach-detach controller's FailedAttachVolume) and the last one about its claim ``claim``."""
     from movers.kube.volumes import last_warning
 
     def started(current: dict) -> bool:
@@ -280,8 +302,8 @@ def wait_started(
 
     def not_started(current: dict) -> Exception:
         waiting = _waiting_reason_of(current)
-        return error(
-            f"{what} {namespace}/{pod} not running after {timeout:.3g} s{f' ({waiting})' if waiting else ''}"
+        return errors.not_started(
+            f"{errors.what} {namespace}/{pod} not running after {timeout:.3g} s{f' ({waiting})' if waiting else ''}"
             f"{last_warning(api, namespace, [('Pod', pod)])}{_claim_warning(api, namespace, claim)}"
         )
 
@@ -329,28 +351,25 @@ def run_scheduled(
     api,
     pod: Mapping[str, Any],
     claim: str,
+    timeouts: PodTimeouts,
     *,
-    start_timeout: float,
-    timeout: float,
-    running_timeout: float | None = None,
-    what: str = "pod",
-    error: type[PodNotScheduled] = PodNotScheduled,
-    not_started: type[PodNotScheduled] = PodNotStarted,
+    errors: PodWaitErrors = PodWaitErrors(),
     on_log_line: Callable[[str], None] | None = None,
 ) -> PodResult:
     """Create ``pod`` (its claim ``claim``), wait until it is scheduled (``wait_scheduled``, at most
-    ``start_timeout`` s), then running (``wait_started``, at most ``running_timeout`` s, default
-    ``start_timeout``: ``not_started`` names the Warning that says why, e.g. FailedAttachVolume), and run it to
-    completion (``run_pod_to_completion``): ``timeout`` s in all, start to finish; a ``PodTimeoutError`` names the
-    last Warning about the pod or its claim. Every wait is bounded once: nothing here waits again on the same
-    pod. The pod is left for the caller to delete."""
+    ``timeouts.start`` s), then running (``wait_started``, at most ``timeouts.running`` s, default
+    ``timeouts.start``: ``errors.not_started`` names the Warning that says why, e.g. FailedAttachVolume), and run
+    it to completion (``run_pod_to_completion``): ``timeouts.total`` s in all, start to finish; a
+    ``PodTimeoutError`` names the last Warning about the pod or its claim. Every wait is bounded once: nothing
+    here waits again on the same pod. The pod is left for the caller to delete."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     started = time.monotonic()
     create(api, pod)
-    wait_scheduled(api, namespace, name, claim, min(start_timeout, timeout), what=what, error=error)
+    timeout = timeouts.total
+    wait_scheduled(api, namespace, name, claim, min(timeouts.start, timeout), errors=errors)
     left = max(1.0, timeout - (time.monotonic() - started))
-    running = start_timeout if running_timeout is None else running_timeout
-    wait_started(api, namespace, name, claim, min(running, left), what=what, error=not_started)
+    running = timeouts.start if timeouts.running is None else timeouts.running
+    wait_started(api, namespace, name, claim, min(running, left), errors=errors)
     left = max(1.0, timeout - (time.monotonic() - started))
     try:
         return run_pod_to_completion(api, pod, timeout=left, on_log_line=on_log_line)

@@ -3,7 +3,7 @@ material, and the credentials the flow itself opens the repository with.
 
 The Secret may hold the passphrase (key ``password``) and/or a key file (key ``keyfile``), besides the storage
 credentials (``manifests.REPO_SECRET_KEYS``). Mover and writer pods get them as files
-(``manifests.mover_pod(..., repo_keys=key_names(...))``); the flow reads the same Secret through the API
+(``manifests.mover_pod(..., repo=RepoAccess(secret, key_names(...)))``); the flow reads the same Secret through the API
 (``read_credentials``): the key it checks before a run is the key its pods use.
 
 Contract: key material is held in memory only (``movers.repo.keys.Secret`` hides it from reprs), never

@@ -54,6 +54,15 @@ def _ready(kind: str, obj: dict, until: str = "ready") -> bool:
     return bool(done)
 
 
+@dataclass(frozen=True)
+class SnapshotWait:
+    """What ``wait_snapshot_ready`` waits for: ``until`` ``"ready"`` (``status.readyToUse``) or ``"cut"``
+    (``status.creationTime``), reading the object every ``interval`` s."""
+
+    until: str = "ready"
+    interval: float = 0.5
+
+
 def wait_snapshot_ready(
     api_client,
     kind: str,
@@ -61,12 +70,11 @@ def wait_snapshot_ready(
     name: str,
     timeout: float = 300.0,
     version: str | None = None,
-    interval: float = 0.5,
-    until: str = "ready",
+    wait: SnapshotWait = SnapshotWait(),
 ) -> dict:
     """Poll a VolumeSnapshot or VolumeGroupSnapshot until ``status.readyToUse``; return the object.
 
-    ``until="cut"`` waits only until ``status.creationTime`` is set: the point in time is taken (the
+    ``wait.until="cut"`` waits only until ``status.creationTime`` is set: the point in time is taken (the
     CSI snapshot call returned), so an application frozen for the snapshot can be thawed; readiness
     (e.g. an upload to the storage backend) may come later.
 
@@ -82,16 +90,16 @@ def wait_snapshot_ready(
             raise KubeError(f"the cluster serves no {GROUP_SNAPSHOT_GROUP} version", 404)
     deadline = time.monotonic() + timeout
     while True:
-        if until not in ("ready", "cut"):
-            raise ValueError(f"until must be 'ready' or 'cut', not {until!r}")
+        if wait.until not in ("ready", "cut"):
+            raise ValueError(f"until must be 'ready' or 'cut', not {wait.until!r}")
         obj = get(api_client, kind, namespace, name, version)
-        if _ready(kind, obj, until):
+        if _ready(kind, obj, wait.until):
             return obj
         if time.monotonic() >= deadline:
             error = ((obj.get("status") or {}).get("error") or {}).get("message")
             why = f": {error}" if error else " (no error reported by the snapshot controller)"
             raise SnapshotNotReadyError(f"{kind} {namespace}/{name} not ready after {timeout:g} s{why}")
-        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+        time.sleep(min(wait.interval, max(0.0, deadline - time.monotonic())))
 
 
 def group_members(api_client, vgs: Mapping[str, Any]) -> list[GroupMember]:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from movers.kube.manifests import Handover
 
 from movers.kube.apply import ConflictError, KubeError, create, delete_and_wait, find, get, list_objects, merge_patch
 
@@ -95,22 +98,20 @@ def rebind_volume(
     api_client,
     namespace: str,
     claim: str,
-    new_claim: str,
-    volume_mode: str,
+    handover: Handover,
     *,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
-    replace_existing: bool = False,
-    fs_type: str = "ext4",
     timeout: float = 120.0,
 ) -> Rebound:
-    """Hand the volume of Bound claim ``claim`` to a new claim ``new_claim`` of ``volume_mode`` (same namespace).
+    """Hand the volume of Bound claim ``claim`` to a new claim ``handover.claim`` (``new_claim``) of
+    ``handover.volume_mode`` (same namespace; a Filesystem one of ``handover.fs_type`` unless the PV records one).
 
     A PV's ``volumeMode`` is immutable and a PV binds one claim for life, so, in this order (each step
     leaves the data on a PV whose policy keeps it):
 
     1. the PV gets reclaim policy Retain (and ``labels``, so a failed run finds it);
-    2. ``replace_existing``: an existing claim ``new_claim`` is deleted (the caller checked that no pod
+    2. ``handover.replace_existing``: an existing claim ``new_claim`` is deleted (the caller checked that no pod
        uses it; its own volume follows its reclaim policy). Without it an existing claim is a
        ``ConflictError`` before anything changed;
     3. ``claim`` is deleted (its PV turns Released, the storage stays);
@@ -121,7 +122,9 @@ def rebind_volume(
 
     Any error leaves the objects as they are (all labelled) for the caller's cleanup.
     """
-    from movers.kube.manifests import prebound_pvc, rebound_pv, reclaim_policy_patch
+    from movers.kube.manifests import ClaimedVolume, prebound_pvc, rebound_pv, reclaim_policy_patch
+
+    new_claim, volume_mode, replace_existing = handover.claim, handover.volume_mode, handover.replace_existing
 
     if find(api_client, "PersistentVolumeClaim", namespace, new_claim) is not None and not replace_existing:
         raise ConflictError(f"PersistentVolumeClaim {namespace}/{new_claim} already exists", 409)
@@ -140,31 +143,10 @@ def rebind_volume(
     )
     replaced = replace_existing and delete_and_wait(api_client, "PersistentVolumeClaim", namespace, new_claim, timeout)
     delete_and_wait(api_client, "PersistentVolumeClaim", namespace, claim, timeout)
-    new_pv = rebound_pv(
-        f"{old_name}-{volume_mode.lower()}"[:253],
-        old,
-        namespace,
-        new_claim,
-        volume_mode,
-        fs_type=fs_type,
-        labels=labels,
-    )
+    new_pv = rebound_pv(f"{old_name}-{volume_mode.lower()}"[:253], old, namespace, handover, labels=labels)
     create(api_client, new_pv)
     spec = new_pv["spec"]
-    create(
-        api_client,
-        prebound_pvc(
-            new_claim,
-            namespace,
-            new_pv["metadata"]["name"],
-            spec["capacity"]["storage"],
-            spec["storageClassName"],
-            volume_mode,
-            spec["accessModes"],
-            labels,
-            annotations,
-        ),
-    )
+    create(api_client, prebound_pvc(new_claim, namespace, ClaimedVolume.of(new_pv), labels, annotations))
     wait_claim_bound(api_client, namespace, new_claim, timeout)
     delete_and_wait(api_client, "PersistentVolume", None, old_name, timeout)
     merge_patch(api_client, "PersistentVolume", None, new_pv["metadata"]["name"], reclaim_policy_patch(policy))

@@ -125,7 +125,7 @@ class _Uploader:
         self.pool.shutdown(wait=True, cancel_futures=cancel)
 
 
-def run_backup(
+def run_backup(  # noqa: PLR0913 engine core: the repository, the device and its identity, then keyword-only inputs of one backup (extents, snapshot, options, progress, parent selection, tags), each optional with its default; grouping them would only move the list
     repo: Repository,
     device_path: str,
     volume: VolumeIdentity,
@@ -179,7 +179,7 @@ def run_backup(
         )
 
 
-def _backup(
+def _backup(  # noqa: PLR0913 engine core: run_backup's inputs passed through under its lease
     repo: Repository,
     device_path: str,
     volume: VolumeIdentity,
@@ -311,7 +311,7 @@ def _count_changed(extents: Iterable[Extent], stats: BackupStats) -> Iterable[Ex
 
 
 class _Engine:
-    def __init__(
+    def __init__(  # noqa: PLR0913 engine core: the state one backup's engine holds, set once by _backup (private)
         self,
         repo,
         fd,

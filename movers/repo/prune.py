@@ -336,7 +336,7 @@ def _wait_for_backups(
     return not pending
 
 
-def prune(
+def prune(  # noqa: PLR0913 engine core: the repository, then the settings of one prune (grace, dry run, clock, progress, waits, lease TTL, repack budget), each with its default; grouping them would only move the list
     repo: Repository,
     grace_s: float = 86400,
     dry_run: bool = False,
@@ -414,7 +414,7 @@ class _Present:
         return 0 <= p < len(self.packs.present) and bool(self.packs.present[p])
 
 
-def _prune(
+def _prune(  # noqa: PLR0913 engine core: prune's settings passed through under its lock (private)
     repo: Repository,
     grace_s: float,
     dry_run: bool,

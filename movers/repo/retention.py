@@ -124,7 +124,11 @@ class ForgetReport:
 
 
 def _rules(**rules: int | None) -> Policy:
-    policy = Policy(**rules)
+    return _check_rules(Policy(**rules))
+
+
+def _check_rules(policy: Policy) -> Policy:
+    """``policy``, or ``UsageError`` when it has no rule at all."""
     if policy.empty:
         raise UsageError("forget needs at least one of --keep-last, --keep-daily, --keep-weekly, --keep-monthly")
     return policy
@@ -134,15 +138,13 @@ def forget(
     repo: Repository,
     volume: str | None = None,
     *,
-    keep_last: int | None = None,
-    keep_daily: int | None = None,
-    keep_weekly: int | None = None,
-    keep_monthly: int | None = None,
+    rules: Policy,
     dry_run: bool = False,
     now: datetime | None = None,
     policy: str | None = None,
 ) -> ForgetReport:
-    """Delete the manifests of the backups the rules expire (see the module doc for what they count).
+    """Delete the manifests of the backups the ``rules`` (keep-last/daily/weekly/monthly) expire (see the module
+    doc for what they count).
 
     ``volume``: only that volume's backups are deleted; the runs they belong to are still judged whole, with
     the backups of the other volumes of their namespace (``NotFoundError`` when it has none). ``policy``: only
@@ -152,7 +154,7 @@ def forget(
     deleted; run ``prune`` to free the data. A backup's time is the one encoded in its id (else the
     manifest's ``created``).
     """
-    rules = _rules(keep_last=keep_last, keep_daily=keep_daily, keep_weekly=keep_weekly, keep_monthly=keep_monthly)
+    _check_rules(rules)
     if volume is not None and not repo.list_backups(volume):
         raise NotFoundError(f"volume {volume} has no backups in {repo.describe()}")
     return _forget(repo, None if volume is None else [volume], rules, dry_run, now, policy)

@@ -67,11 +67,8 @@ def finish_volume(api, namespace: str, run_id: str, target: Target, timeout: flo
             api,
             namespace,
             target.write_claim,
-            target.pvc,
-            target.volume_mode,
+            m.Handover(target.pvc, target.volume_mode, target.fs_type or DEFAULT_FS_TYPE, target.replace),
             labels=labels_of(run_id, target.pvc, target.app),
-            replace_existing=target.replace,
-            fs_type=target.fs_type or DEFAULT_FS_TYPE,
             timeout=timeout,
         )
         k.merge_patch(api, "PersistentVolumeClaim", namespace, target.pvc, patch)

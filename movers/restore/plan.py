@@ -132,29 +132,35 @@ def handover_fs_type(recorded: str | None, storage_class: Mapping[str, Any] | No
     return DEFAULT_FS_TYPE, f"no fsType recorded and StorageClass {name} names none: handing over as ext4"
 
 
+@dataclass(frozen=True)
+class RestoreOptions:
+    """How the targets are made (``plan_targets``): the claims' ``storage_class`` (None: the
+    recorded one), ``overwrite`` of existing claims, ``hand_over`` to a Filesystem claim (None: as recorded), the
+    repository Secret and the writers' ServiceAccount that must exist in the target namespace."""
+
+    storage_class: str | None
+    overwrite: bool
+    hand_over: bool | None
+    repo_secret: str
+    service_account: str
+
+
 def plan_targets(
-    api,
-    namespace: str,
-    volumes: Sequence[Mapping[str, Any]],
-    run_id: str,
-    *,
-    storage_class: str | None = None,
-    overwrite: bool = False,
-    hand_over: bool | None = None,
-    repo_secret: str,
-    service_account: str,
+    api, namespace: str, volumes: Sequence[Mapping[str, Any]], run_id: str, options: RestoreOptions
 ) -> list[Target]:
     """Check that ``volumes`` (``pvc``, ``volume``, ``backup_id``, ``capacity_bytes``, ``storage_class``,
     ``volume_mode``, optionally ``fs_type``, ``node_affinity`` and ``app`` as recorded) can be restored
     into ``namespace``; the targets, or ``PermissionsMissing`` (the identity may not make every call the
     restore makes), or ``RestoreRefused`` listing every problem (missing namespace, ServiceAccount, Secret
-    or StorageClass, an existing claim without ``overwrite`` or one a pod uses, a hand-over of a recorded
+    or StorageClass, an existing claim without ``options.overwrite`` or one a pod uses, a hand-over of a recorded
     Block volume).
 
-    ``hand_over`` None: Filesystem when the recorded mode is Filesystem, else Block (also when no mode
-    was recorded). ``storage_class`` overrides the recorded class; without either, the cluster default.
+    ``options.hand_over`` None: Filesystem when the recorded mode is Filesystem, else Block (also when no mode
+    was recorded). ``options.storage_class`` overrides the recorded class; without either, the cluster default.
     A Filesystem target's fsType: ``handover_fs_type``.
     """
+    storage_class, overwrite, hand_over = options.storage_class, options.overwrite, options.hand_over
+    repo_secret, service_account = options.repo_secret, options.service_account
     check_permissions(api, namespace, repo_secret, service_account)
     problems: list[str] = []
     if k.find(api, "Namespace", None, namespace) is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -25,7 +26,8 @@ from movers.errors import EXIT_INCOMPATIBLE
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import repokey
-from movers.kube.pods import PodFailed, PodNotScheduled, run_scheduled
+from movers.kube.pods import PodFailed, PodNotScheduled, PodTimeouts, PodWaitErrors, run_scheduled
+from movers.kube.podspec import DEVICE_PATH, MoverProfile, MoverTask, RepoAccess
 from movers.restore.plan import Target, labels_of
 from movers.restore.request import REQUEST_ENV, RestoreRequest, WriteResult
 
@@ -72,78 +74,70 @@ def writer_affinity(recorded: Mapping[str, Any] | None, affinity: Mapping[str, A
 
 def writer_request(target: Target, *, verify_device: bool = True) -> RestoreRequest:
     """The ``RestoreRequest`` of ``target``'s writer: its backup of its volume onto the pod's Block device
-    (``manifests.DEVICE_PATH``), read back with ``verify_device``; the operator's CLI builds the same one from
+    (``podspec.DEVICE_PATH``), read back with ``verify_device``; the operator's CLI builds the same one from
     its flags (``movers.cli.restore.restore_request``)."""
     return RestoreRequest(
-        volume=target.volume, backup=target.backup_id, device=m.DEVICE_PATH, verify_device=verify_device
+        volume=target.volume, backup=target.backup_id, device=DEVICE_PATH, verify_device=verify_device
     )
 
 
-def writer_pod(
-    namespace: str,
-    run_id: str,
-    target: Target,
-    writer: MoverSettings,
-    repo_secret: str,
-    *,
-    timeout: float = 3600.0,
-    verify_device: bool = True,
-    repo_keys: Sequence[str] = (),
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WriterRun:
+    """What the writer pods of one restore run share: the target ``namespace``, the ``run_id``, the ``writer``
+    settings (flow parameters or a policy's mover section), the repository credentials Secret ``repo_secret``,
+    the pods' ``timeouts`` (``pods.run_scheduled``) and ``verify_device`` (read each device back)."""
+
+    namespace: str
+    run_id: str
+    writer: MoverSettings
+    repo_secret: str
+    timeouts: PodTimeouts = PodTimeouts(start=600.0, total=3600.0)
+    verify_device: bool = True
+
+
+def writer_pod(run: WriterRun, target: Target, repo_keys: Sequence[str] = ()) -> dict[str, Any]:
     """The writer pod of ``target`` (``pod_name``): ``cbt-mover restore`` of its request (``writer_request``,
     rendered whole into the pod as one env value, ``REQUEST_ENV``) onto the claim ``target.write_claim``, the
-    repository key files ``repo_keys`` of Secret ``repo_secret`` (``manifests.mover_pod``), no API token (a
-    writer), the run's labels (``labels_of``), ``writer``'s image, ServiceAccount, resources and placement (flow
-    parameters or a policy's mover section) with the source volume's placement added to its affinity
-    (``writer_affinity``)."""
-    request = writer_request(target, verify_device=verify_device)
+    repository key files ``repo_keys`` of Secret ``run.repo_secret`` (``manifests.mover_pod``), no API token (a
+    writer), the run's labels (``labels_of``), ``run.writer``'s image, ServiceAccount, resources and placement
+    (flow parameters or a policy's mover section) with the source volume's placement added to its affinity
+    (``writer_affinity``); its deadline ``run.timeouts.total``."""
+    run_id, writer = run.run_id, run.writer
+    request = writer_request(target, verify_device=run.verify_device)
     return m.mover_pod(
         pod_name(run_id, target.pvc),
-        namespace,
-        image=writer.image,
-        args=m.restore_args(request_env=REQUEST_ENV, extra=["--progress-interval", "1"]),
-        env={REQUEST_ENV: request.model_dump_json()},
-        device_path=request.device,
-        pvc=target.write_claim,
-        service_account=writer.service_account,
-        repo_secret=repo_secret,
-        repo_keys=repo_keys,
-        resources=writer.resources,
+        run.namespace,
+        profile=MoverProfile.of(writer, affinity=writer_affinity(target.node_affinity, writer.affinity)),
+        task=MoverTask(
+            args=m.restore_args(request_env=REQUEST_ENV, extra=["--progress-interval", "1"]),
+            env={REQUEST_ENV: request.model_dump_json()},
+            device_path=request.device,
+            pvc=target.write_claim,
+            role=m.WRITER,
+            active_deadline_seconds=int(run.timeouts.total),
+        ),
+        repo=RepoAccess(run.repo_secret, repo_keys),
         labels=labels_of(run_id, target.pvc, target.app),
-        node_selector=writer.node_selector,
-        active_deadline_seconds=int(timeout),
-        tolerations=writer.tolerations,
-        affinity=writer_affinity(target.node_affinity, writer.affinity),
-        role=m.WRITER,
     )
 
 
 def write_volume(
-    api,
-    namespace: str,
-    run_id: str,
-    target: Target,
-    writer: MoverSettings,
-    repo_secret: str,
-    *,
-    timeout: float = 3600.0,
-    start_timeout: float = 600.0,
-    verify_device: bool = True,
-    on_log_line: Callable[[str], None] | None = None,
+    api, run: WriterRun, target: Target, *, on_log_line: Callable[[str], None] | None = None
 ) -> WriteResult:
     """A new Block claim ``target.write_claim`` of the recorded capacity and class, and a writer pod
-    (``writer_pod``, with the key files Secret ``repo_secret`` holds now: ``repokey.key_names``) restoring the
-    backup onto it (and reading it back with ``verify_device``); the writer's result, parsed by the class it
-    wrote it with.
+    (``writer_pod``, with the key files Secret ``run.repo_secret`` holds now: ``repokey.key_names``) restoring
+    the backup onto it (and reading it back with ``run.verify_device``); the writer's result, parsed by the class
+    it wrote it with.
 
     The claim and the pod are created together and the pod is waited for (``pods.run_scheduled``: scheduled
-    within ``start_timeout`` s, running within ``start_timeout`` s more, finished within ``timeout`` s in all):
-    a WaitForFirstConsumer claim binds when the pod is scheduled. The pod is deleted in every outcome (a retry
-    starts a fresh one); the claim stays for ``finish_volume`` or ``discard_run``. ``WriterError`` names the
+    within ``run.timeouts.start`` s, running within as long again, finished within ``run.timeouts.total`` s in
+    all): a WaitForFirstConsumer claim binds when the pod is scheduled. The pod is deleted in every outcome (a
+    retry starts a fresh one); the claim stays for ``finish_volume`` or ``discard_run``. ``WriterError`` names the
     exit code and the log tail (or, exit ``EXIT_INCOMPATIBLE``, a result this flow cannot read: another image
     version); ``WriterNotScheduled`` / ``pods.PodNotStarted`` (not retried) /
     ``PodTimeoutError`` (not retried) the last Warning about the pod and about its claim.
     """
+    namespace, run_id = run.namespace, run.run_id
     labels = labels_of(run_id, target.pvc, target.app)
     k.create(
         api,
@@ -151,17 +145,8 @@ def write_volume(
             target.write_claim, namespace, m.quantity(target.capacity_bytes), target.storage_class or None, labels
         ),
     )
-    repo_keys = repokey.key_names(k.find(api, "Secret", namespace, repo_secret) or {})
-    pod = writer_pod(
-        namespace,
-        run_id,
-        target,
-        writer,
-        repo_secret,
-        timeout=timeout,
-        verify_device=verify_device,
-        repo_keys=repo_keys,
-    )
+    repo_keys = repokey.key_names(k.find(api, "Secret", namespace, run.repo_secret) or {})
+    pod = writer_pod(run, target, repo_keys)
     name = pod["metadata"]["name"]
     k.delete_and_wait(api, "Pod", namespace, name)  # a failed attempt's pod
     try:
@@ -169,10 +154,8 @@ def write_volume(
             api,
             pod,
             target.write_claim,
-            start_timeout=start_timeout,
-            timeout=timeout,
-            what="writer pod",
-            error=WriterNotScheduled,
+            run.timeouts,
+            errors=PodWaitErrors(what="writer pod", not_scheduled=WriterNotScheduled),
             on_log_line=on_log_line,
         )
     finally:

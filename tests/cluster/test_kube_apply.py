@@ -17,7 +17,7 @@ from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, apply_mover_rbac
 from movers.backup.request import REQUEST_ENV, BackupRequest
 from movers.cbt.discovery import snapshot_metadata_service
 from movers.kube import apply as k
-from movers.kube import cleanup, pods, repokey, snapshots
+from movers.kube import cleanup, pods, podspec, repokey, snapshots
 from movers.kube import manifests as m
 from movers.kube.snapshots import resolve_snapshot
 from movers.restore.request import RestoreRequest
@@ -57,14 +57,10 @@ def test_manifests_accepted_and_cleaned_up(local_cluster, ns):
     pod = m.mover_pod(
         "mover",
         ns,
-        image="cbt-mover",
-        args=["--help"],
-        pvc="read",
-        service_account=MOVER_SERVICE_ACCOUNT,
-        repo_secret="absent",
-        cbt_audience="aud",
+        profile=podspec.MoverProfile(image="cbt-mover", service_account=MOVER_SERVICE_ACCOUNT),
+        task=podspec.MoverTask(args=["--help"], pvc="read", cbt_audience="aud", active_deadline_seconds=60),
+        repo=podspec.RepoAccess("absent"),
         labels=labels,
-        active_deadline_seconds=60,
     )
     k.create(api, pod)
     assert k.create(api, pod)["metadata"]["name"] == "mover", "the same run's object is reused"
@@ -175,22 +171,22 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns, tmp_path):
         volume={"id": f"{ns}/data", "namespace": ns, "pvc": "data"},
         snapshot={"volume_snapshot": "snap", "namespace": ns},
         changes={"source": "cbt"},
-        device=m.DEVICE_PATH,
+        device=podspec.DEVICE_PATH,
     )
     args = m.backup_args(request_env=REQUEST_ENV, cbt=True, extra=["--progress-interval", "0"])
     pod = m.mover_pod(
         "mover",
         ns,
-        image="cbt-mover",
-        args=args,
-        env={REQUEST_ENV: request.model_dump_json()},
-        pvc="snap-read",
-        service_account=MOVER_SERVICE_ACCOUNT,
-        repo_secret="repo",
-        repo_keys=["keyfile"],
-        cbt_audience=audience,
+        profile=podspec.MoverProfile(image="cbt-mover", service_account=MOVER_SERVICE_ACCOUNT),
+        task=podspec.MoverTask(
+            args=args,
+            pvc="snap-read",
+            env={REQUEST_ENV: request.model_dump_json()},
+            cbt_audience=audience,
+            active_deadline_seconds=120,
+        ),
+        repo=podspec.RepoAccess("repo", ["keyfile"]),
         labels=labels,
-        active_deadline_seconds=120,
     )
     seen: list[str] = []
     res = pods.run_pod_to_completion(api, pod, timeout=60, on_log_line=seen.append)
@@ -206,15 +202,15 @@ def test_mover_pod_backs_up_a_snapshot_into_s3(local_cluster, ns, tmp_path):
     writer = m.mover_pod(
         "wrongkey",
         ns,
-        image="cbt-mover",
-        args=m.restore_args(request_env=REQUEST_ENV),
-        env={REQUEST_ENV: RestoreRequest(volume=f"{ns}/data", device=m.DEVICE_PATH).model_dump_json()},
-        pvc="data",
-        service_account=MOVER_SERVICE_ACCOUNT,
-        repo_secret="repo",
-        repo_keys=["keyfile"],
+        profile=podspec.MoverProfile(image="cbt-mover", service_account=MOVER_SERVICE_ACCOUNT),
+        task=podspec.MoverTask(
+            args=m.restore_args(request_env=REQUEST_ENV),
+            env={REQUEST_ENV: RestoreRequest(volume=f"{ns}/data", device=podspec.DEVICE_PATH).model_dump_json()},
+            pvc="data",
+            role=m.WRITER,
+        ),
+        repo=podspec.RepoAccess("repo", ["keyfile"]),
         labels=labels,
-        role=m.WRITER,
     )
     res = pods.run_pod_to_completion(api, writer, timeout=60)
     assert (res.phase, res.exit_code) == ("Failed", 6), (res.message, res.log_tail)
@@ -253,12 +249,13 @@ def test_failed_pod_reports_exit_code_and_log_tail(local_cluster, ns):
     pod = m.mover_pod(
         "bad",
         ns,
-        image="cbt-mover",
-        args=args,
-        env={REQUEST_ENV: RestoreRequest(volume="v", device=m.DEVICE_PATH).model_dump_json()},
-        pvc="data",
-        service_account=MOVER_SERVICE_ACCOUNT,
-        repo_secret="repo",
+        profile=podspec.MoverProfile(image="cbt-mover", service_account=MOVER_SERVICE_ACCOUNT),
+        task=podspec.MoverTask(
+            args=args,
+            env={REQUEST_ENV: RestoreRequest(volume="v", device=podspec.DEVICE_PATH).model_dump_json()},
+            pvc="data",
+        ),
+        repo=podspec.RepoAccess("repo"),
         labels=_labels("r4"),
     )
     res = pods.run_pod_to_completion(api, pod, timeout=30)
@@ -346,13 +343,14 @@ def test_a_retry_replaces_the_earlier_attempts_pod_finished_or_not(local_cluster
         return m.mover_pod(
             "mover",
             ns,
-            image="cbt-mover",
-            args=["--help"],
-            pvc="absent",
-            service_account=MOVER_SERVICE_ACCOUNT,
-            repo_secret="repo",
+            profile=podspec.MoverProfile(
+                image="cbt-mover",
+                service_account=MOVER_SERVICE_ACCOUNT,
+                placement=podspec.PodPlacement(node_selector={"pool": "none"}),
+            ),
+            task=podspec.MoverTask(args=["--help"], pvc="absent"),
+            repo=podspec.RepoAccess("repo"),
             labels=_labels(run),
-            node_selector={"pool": "none"},
         )
 
     log = logging.getLogger("test")

@@ -21,6 +21,7 @@ from localcluster.nodes import WINDOWS_TAINT_KEY
 from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, REPO_SECRET, apply_mover_rbac
 from movers.kube import apply as k
 from movers.kube import manifests as m
+from movers.kube import podspec
 from tests.flowapp import flow_kubeconfig, init_repo, open_repo, repo_secret
 
 NS, TARGET, CLASS, DRIVER = "winshop", "winshop-copy", "disk-ntfs", "disk.csi.local"
@@ -256,16 +257,16 @@ def test_the_double_is_strict_about_the_windows_node(local_cluster, scenario):
         }
     }
     mover = {
-        "image": "cbt-mover",
-        "args": ["backup", "--scan", "--volume", "x"],
-        "pvc": "raw",
-        "service_account": MOVER_SERVICE_ACCOUNT,
-        "repo_secret": REPO_SECRET,
-        "node_selector": {},
-        "affinity": only_win_a,
+        "task": podspec.MoverTask(args=["backup", "--scan", "--volume", "x"], pvc="raw"),
+        "repo": podspec.RepoAccess(REPO_SECRET),
     }
+
+    def profile(tolerations=None) -> podspec.MoverProfile:
+        placement = podspec.PodPlacement(node_selector={}, tolerations=tolerations, affinity=only_win_a)
+        return podspec.MoverProfile(image="cbt-mover", service_account=MOVER_SERVICE_ACCOUNT, placement=placement)
+
     try:
-        core.create_namespaced_pod(NS, m.mover_pod("untolerated", NS, **mover))
+        core.create_namespaced_pod(NS, m.mover_pod("untolerated", NS, profile=profile(), **mover))
         pending = wait_pod(
             core,
             "untolerated",
@@ -275,7 +276,7 @@ def test_the_double_is_strict_about_the_windows_node(local_cluster, scenario):
         (condition,) = [c for c in pending.status.conditions if c.type == "PodScheduled"]
         assert "1 node(s) had untolerated taint {node.kubernetes.io/os: windows}" in condition.message
 
-        core.create_namespaced_pod(NS, m.mover_pod("tolerated", NS, tolerations=TOLERATE_WINDOWS, **mover))
+        core.create_namespaced_pod(NS, m.mover_pod("tolerated", NS, profile=profile(TOLERATE_WINDOWS), **mover))
         refused = wait_until(lambda: _events(core, NS, "tolerated", "FailedMapVolume"), 30, "the Block refusal")
         assert "raw block volumes are not supported on Windows" in refused[0], refused
         tolerated = core.read_namespaced_pod("tolerated", NS)

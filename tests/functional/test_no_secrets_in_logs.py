@@ -15,6 +15,7 @@ import pytest
 
 from movers.cbt.tokens import FileToken
 from movers.kube import manifests as m
+from movers.kube import podspec
 from movers.redaction import KNOWN, RedactingFilter, Redactor
 from tests.functional.test_cli import assert_one_line_error, run
 from tests.volumes import make_image, sha256_file
@@ -160,14 +161,9 @@ def test_pod_specs_take_credentials_only_from_the_secret(role):
     pod = m.mover_pod(
         "p",
         "ns",
-        image="i",
-        args=args,
-        pvc="c",
-        service_account="s",
-        repo_secret="repo-creds",
-        repo_keys=["password", "keyfile"],
-        cbt_audience="aud" if role == m.MOVER else None,
-        role=role,
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=args, pvc="c", role=role, cbt_audience="aud" if role == m.MOVER else None),
+        repo=podspec.RepoAccess("repo-creds", ["password", "keyfile"]),
     )
     container = pod["spec"]["containers"][0]
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}

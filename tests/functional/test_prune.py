@@ -19,6 +19,7 @@ from movers.repo.prune import STATE_PREFIX, prune
 from movers.repo.prunelock import LOCK_PREFIX
 from movers.repo.repository import Repository
 from movers.repo.retention import forget
+from movers.repo.retention_rules import Policy
 from movers.repo.store import LocalStore, MemoryStore
 from movers.testing.faulty import FaultyStore, SimulatedCrash
 from tests.volumes import make_image, sha256_file, write_blocks
@@ -92,10 +93,10 @@ def test_forget_prune_keeps_every_kept_backup_restorable(store, tmp_path):
     expected = build(repo, tmp_path)
     before = keys(store)
     # dry runs change nothing
-    forget(repo, keep_last=2, dry_run=True)
+    forget(repo, rules=Policy(keep_last=2), dry_run=True)
     dry = prune(repo, grace_s=0, dry_run=True, now=T0)
     assert keys(store) == before
-    rep = forget(repo, keep_last=2)
+    rep = forget(repo, rules=Policy(keep_last=2))
     assert len(rep.deleted) == 4
     dry = prune(repo, grace_s=0, dry_run=True, now=T0)
     assert dry.packs_deleted + dry.map_objects_deleted > 0
@@ -112,7 +113,7 @@ def test_forget_prune_keeps_every_kept_backup_restorable(store, tmp_path):
     again = prune(Repository.open(store), grace_s=0, now=T0)
     assert again.packs_deleted == again.map_objects_deleted == again.index_objects_deleted == 0
     # forgetting all but the newest of each volume still restores; and new backups still work
-    forget(repo, keep_last=1)
+    forget(repo, rules=Policy(keep_last=1))
     prune(Repository.open(store), grace_s=0, now=T0)
     repo = Repository.open(store)
     image = tmp_path / "vol-a.img"
@@ -126,7 +127,7 @@ def test_grace_is_measured_from_the_first_prune_that_sees_an_object_unreferenced
     store = MemoryStore()
     repo = Repository.init(store, CONFIG)
     expected = build(repo, tmp_path, volumes=("vol-a",), rounds=3)
-    forget(repo, keep_last=1)
+    forget(repo, rules=Policy(keep_last=1))
     first = prune(Repository.open(store), grace_s=DAY, now=T0)
     assert first.packs_deleted == first.map_objects_deleted == 0
     assert first.map_objects_in_grace > 0
@@ -218,7 +219,7 @@ def test_crash_during_prune_leaves_a_readable_repository(crash, tmp_path):
     store = FaultyStore(inner)
     repo = Repository.init(store, CONFIG)
     expected = build(repo, tmp_path, rounds=3)
-    forget(repo, keep_last=1)
+    forget(repo, rules=Policy(keep_last=1))
     if crash == "before-index":
         store.crash_after_puts(0, prefix=INDEX_PREFIX)
     elif crash == "after-index":
@@ -290,7 +291,7 @@ def forgotten_content(store, tmp_path, seeds=(10, 11), config=CONFIG):
     run_backup(repo, str(image), VolumeIdentity("vol-a"), force_full=True)
     make_image(image, SIZE, seed=seeds[1], data_fraction=0.9)
     kept = run_backup(repo, str(image), VolumeIdentity("vol-a"), force_full=True)
-    forget(repo, keep_last=1)
+    forget(repo, rules=Policy(keep_last=1))
     return copy, {kept.backup_id: ("vol-a", sha256_file(image))}
 
 

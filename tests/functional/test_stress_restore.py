@@ -32,6 +32,7 @@ from movers.repo.manifest import SnapshotIdentity, VolumeIdentity
 from movers.repo.prune import prune
 from movers.repo.repository import Repository
 from movers.repo.retention import forget
+from movers.repo.retention_rules import Policy
 from movers.repo.store import MemoryStore
 
 KiB = 1 << 10
@@ -178,7 +179,7 @@ def op_forget(w: World) -> None:
         rules["keep_last"] = 1
     volume = w.rng.choice([None, *(v.name for v in w.volumes)])
     try:
-        report = forget(w.repo, volume, **rules)
+        report = forget(w.repo, volume, rules=Policy(**rules))
     except NotFoundError:
         return
     w.log.append(f"forget {volume} {rules}: {report.deleted}")

@@ -36,7 +36,13 @@ def test_rebind_hands_the_storage_to_a_filesystem_claim_and_honours_the_policy_a
     labels = m.run_labels("restore-1")
 
     got = volumes.rebind_volume(
-        c.served.client, NS, "restored-tmp", "data", "Filesystem", labels=labels, annotations={"note": "x"}, timeout=20
+        c.served.client,
+        NS,
+        "restored-tmp",
+        m.Handover("data", "Filesystem"),
+        labels=labels,
+        annotations={"note": "x"},
+        timeout=20,
     )
 
     assert (got.claim, got.volume_handle, got.replaced) == ("data", handle, False)
@@ -64,10 +70,12 @@ def test_rebind_refuses_an_existing_claim_unless_replacing(cluster):
     make_bound_claim(c, "old-data")
     _, pv = make_bound_claim(c, "new-tmp")
     with pytest.raises(k.ConflictError, match="already exists"):
-        volumes.rebind_volume(c.served.client, NS, "new-tmp", "old-data", "Block", timeout=20)
+        volumes.rebind_volume(c.served.client, NS, "new-tmp", m.Handover("old-data", "Block"), timeout=20)
     assert c.kube.get(PV, pv["metadata"]["name"])["spec"]["persistentVolumeReclaimPolicy"] == "Delete", "untouched"
 
-    got = volumes.rebind_volume(c.served.client, NS, "new-tmp", "old-data", "Block", replace_existing=True, timeout=20)
+    got = volumes.rebind_volume(
+        c.served.client, NS, "new-tmp", m.Handover("old-data", "Block", replace_existing=True), timeout=20
+    )
     assert got.replaced and got.volume_handle == pv["spec"]["csi"]["volumeHandle"]
     assert c.kube.get(PVC, "old-data", NS)["spec"]["volumeName"] == got.volume
 
@@ -80,12 +88,14 @@ def test_retain_drops_the_provisioner_finalizer_and_mismatched_static_claims_wai
     k.merge_patch(c.served.client, "PersistentVolume", None, name, m.reclaim_policy_patch("Retain"))
     wait_for(c.kube, PV, name, lambda o: n.FIN_PROVISIONER not in o["metadata"]["finalizers"], namespace=None)
 
-    c.kube.create(PVC, m.prebound_pvc("thief", NS, name, "16Mi", "csi-hostpath-sc", "Block"), NS)
+    c.kube.create(PVC, m.prebound_pvc("thief", NS, m.ClaimedVolume(name, "16Mi", "csi-hostpath-sc", "Block")), NS)
     assert "already bound to a different claim" in wait_event(c.kube, "thief", "FailedBinding")["message"]
 
-    static = m.rebound_pv("static-fs", pv, NS, "wrong-mode", "Filesystem")
+    static = m.rebound_pv("static-fs", pv, NS, m.Handover("wrong-mode", "Filesystem"))
     c.kube.create(PV, {k_: v for k_, v in static.items() if k_ not in ("apiVersion", "kind")})
-    c.kube.create(PVC, m.prebound_pvc("wrong-mode", NS, "static-fs", "16Mi", "csi-hostpath-sc", "Block"), NS)
+    c.kube.create(
+        PVC, m.prebound_pvc("wrong-mode", NS, m.ClaimedVolume("static-fs", "16Mi", "csi-hostpath-sc", "Block")), NS
+    )
     assert "volumeMode" in wait_event(c.kube, "wrong-mode", "VolumeMismatch")["message"]
     assert c.kube.get(PVC, "wrong-mode", NS)["status"].get("phase") != "Bound"
     # the PV controller marks a new PV Available on its own sync, not before it reports the claim's mismatch

@@ -11,6 +11,7 @@ import pytest
 
 from movers.backup.request import REQUEST_ENV, BackupRequest
 from movers.kube import manifests as m
+from movers.kube import podspec
 from movers.kube.volumes import source_identity
 from movers.restore.request import RestoreRequest
 from tests import k8svalidate
@@ -52,38 +53,47 @@ def _cases() -> dict[str, dict]:
         "mover_pod_backup": m.mover_pod(
             "mover-data",
             "shop",
-            image="ghcr.io/example/cbt-mover:1.0",
-            args=backup,
-            env={REQUEST_ENV: BACKUP_REQUEST.model_dump_json()},
-            pvc="read-data",
-            service_account="cbt-mover",
-            cbt_audience="cbt.example",
-            repo_secret="backup-repo",
-            repo_keys=["password"],
+            profile=podspec.MoverProfile(
+                image="ghcr.io/example/cbt-mover:1.0",
+                service_account="cbt-mover",
+                placement=podspec.PodPlacement(tolerations=TOLERATIONS, affinity=AFFINITY),
+            ),
+            task=podspec.MoverTask(
+                args=backup,
+                pvc="read-data",
+                env={REQUEST_ENV: BACKUP_REQUEST.model_dump_json()},
+                cbt_audience="cbt.example",
+                active_deadline_seconds=3600,
+            ),
+            repo=podspec.RepoAccess("backup-repo", ["password"]),
             labels=LABELS,
-            active_deadline_seconds=3600,
-            tolerations=TOLERATIONS,
-            affinity=AFFINITY,
         ),
         "mover_pod_restore": m.mover_pod(
             "writer-data",
             "restored",
-            image="ghcr.io/example/cbt-mover:1.0",
-            args=m.restore_args(request_env=REQUEST_ENV),
-            env={REQUEST_ENV: RESTORE_REQUEST.model_dump_json()},
-            pvc="data",
-            service_account="cbt-mover",
-            repo_secret="backup-repo",
-            repo_keys=["keyfile", "password"],
+            profile=podspec.MoverProfile(
+                image="ghcr.io/example/cbt-mover:1.0",
+                service_account="cbt-mover",
+                resources={"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+                placement=podspec.PodPlacement(node_selector={"kubernetes.io/os": "linux", "pool": "backup"}),
+            ),
+            task=podspec.MoverTask(
+                args=m.restore_args(request_env=REQUEST_ENV),
+                env={REQUEST_ENV: RESTORE_REQUEST.model_dump_json()},
+                pvc="data",
+            ),
+            repo=podspec.RepoAccess("backup-repo", ["keyfile", "password"]),
             labels=LABELS,
-            resources={"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
-            node_selector={"kubernetes.io/os": "linux", "pool": "backup"},
         ),
         "rebound_pv_filesystem": m.rebound_pv(
-            "pvc-1234-filesystem", SOURCE_PV, "restored", "data", "Filesystem", labels=LABELS
+            "pvc-1234-filesystem", SOURCE_PV, "restored", m.Handover("data", "Filesystem"), labels=LABELS
         ),
         "prebound_pvc": m.prebound_pvc(
-            "data", "restored", "pvc-1234-filesystem", "32Mi", "local-block", labels=LABELS, annotations={"note": "x"}
+            "data",
+            "restored",
+            m.ClaimedVolume("pvc-1234-filesystem", "32Mi", "local-block"),
+            labels=LABELS,
+            annotations={"note": "x"},
         ),
         "restored_patch": m.restored_patch("prod/shop/data", "20260101T000000000000Z-abcdef", "restore-1"),
     }
@@ -131,18 +141,18 @@ def _backup_request() -> BackupRequest:
         },
         snapshot={"volume_snapshot": "snap-data", "namespace": "shop", "group_snapshot": "vgs-run-1"},
         changes={"source": "cbt", "base_handle": "snap-handle-0"},
-        device=m.DEVICE_PATH,
+        device=podspec.DEVICE_PATH,
         tags={"cbt-mover.io/run": "run-1", "cbt-mover.io/app": "shop"},
         run_pvcs=["wal", "data"],
     )  # fmt: skip
 
 
 BACKUP_REQUEST = _backup_request()
-RESTORE_REQUEST = RestoreRequest(volume="prod/shop/data", device=m.DEVICE_PATH, verify_device=True)
+RESTORE_REQUEST = RestoreRequest(volume="prod/shop/data", device=podspec.DEVICE_PATH, verify_device=True)
 
 
 def test_rebound_pv_and_quantities_contract():
-    block = m.rebound_pv("pv-b", SOURCE_PV, "ns", "c", "Block")
+    block = m.rebound_pv("pv-b", SOURCE_PV, "ns", m.Handover("c", "Block"))
     assert "fsType" not in block["spec"]["csi"] and "mountOptions" not in block["spec"]
     assert block["spec"]["claimRef"] == {
         "apiVersion": "v1",
@@ -152,9 +162,9 @@ def test_rebound_pv_and_quantities_contract():
     }, "no uid: the claim that names the PV binds it"
     assert block["spec"]["persistentVolumeReclaimPolicy"] == "Retain" and "finalizers" not in block["metadata"]
     with pytest.raises(ValueError):
-        m.rebound_pv("x", {"spec": {"csi": {"driver": "d"}}}, "ns", "c", "Block")
+        m.rebound_pv("x", {"spec": {"csi": {"driver": "d"}}}, "ns", m.Handover("c", "Block"))
     with pytest.raises(ValueError):
-        m.rebound_pv("x", SOURCE_PV, "ns", "c", "Raw")
+        m.rebound_pv("x", SOURCE_PV, "ns", m.Handover("c", "Raw"))
     with pytest.raises(ValueError):
         m.reclaim_policy_patch("Keep")
     assert [m.quantity(n) for n in (16 << 20, 1 << 30, 3 << 10, 1000)] == ["16Mi", "1Gi", "3Ki", "1000"]
@@ -176,7 +186,13 @@ def test_builders_are_pure():
     a["spec"]["source"]["selector"]["matchLabels"]["app"] = "other"
     a["metadata"]["labels"]["x"] = "y"
     assert selector == {"matchLabels": {"app": "shop"}} and "x" not in LABELS
-    pod = m.mover_pod("p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r")
+    pod = m.mover_pod(
+        "p",
+        "ns",
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=["backup"], pvc="c"),
+        repo=podspec.RepoAccess("r"),
+    )
     pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = "9Gi"
     assert m.DEFAULT_RESOURCES["limits"]["memory"] == "1Gi"
     assert _cases() == _cases()
@@ -186,12 +202,9 @@ def test_mover_pod_contract():
     pod = m.mover_pod(
         "p",
         "ns",
-        image="i",
-        args=["backup", "--cbt-token-file", "/t"],
-        pvc="c",
-        service_account="s",
-        repo_secret="r",
-        cbt_audience="aud",
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=["backup", "--cbt-token-file", "/t"], pvc="c", cbt_audience="aud"),
+        repo=podspec.RepoAccess("r"),
     )
     c = pod["spec"]["containers"][0]
     assert c["args"].count("--cbt-token-file") == 1, "an explicit token file is kept"
@@ -199,14 +212,24 @@ def test_mover_pod_contract():
     assert c["securityContext"]["privileged"] is False
     optional = {e["name"] for e in c["env"] if e["valueFrom"]["secretKeyRef"].get("optional")}
     assert {"AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"} <= optional and "AWS_ACCESS_KEY_ID" not in optional
-    no_token = m.mover_pod("p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r")
+    no_token = m.mover_pod(
+        "p",
+        "ns",
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=["restore"], pvc="c"),
+        repo=podspec.RepoAccess("r"),
+    )
     assert "volumeMounts" not in no_token["spec"]["containers"][0]
     assert no_token["spec"]["containers"][0]["args"] == ["restore"]
 
 
 def test_the_repository_key_is_a_read_only_file_of_the_secret_named_by_path_only():
     pod = m.mover_pod(
-        "p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r", repo_keys=["password"]
+        "p",
+        "ns",
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=["backup"], pvc="c"),
+        repo=podspec.RepoAccess("r", ["password"]),
     )
     spec, c = pod["spec"], pod["spec"]["containers"][0]
     [volume] = [v for v in spec["volumes"] if "secret" in v]
@@ -223,19 +246,32 @@ def test_the_repository_key_is_a_read_only_file_of_the_secret_named_by_path_only
     literal = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     assert literal == {"CBT_MOVER_PASSWORD_FILE": f"{m.REPO_KEY_DIR}/password"}
     both = m.mover_pod(
-        "p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r",
-        repo_keys=["keyfile", "password"],
-    )  # fmt: skip
+        "p",
+        "ns",
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=["restore"], pvc="c"),
+        repo=podspec.RepoAccess("r", ["keyfile", "password"]),
+    )
     files = {e["name"]: e["value"] for e in both["spec"]["containers"][0]["env"] if "value" in e}
     assert files == {
         "CBT_MOVER_PASSWORD_FILE": f"{m.REPO_KEY_DIR}/password",
         "CBT_MOVER_KEY_FILE": f"{m.REPO_KEY_DIR}/keyfile",
     }
-    none = m.mover_pod("p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r")
+    none = m.mover_pod(
+        "p",
+        "ns",
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=["backup"], pvc="c"),
+        repo=podspec.RepoAccess("r"),
+    )
     assert [v["name"] for v in none["spec"]["volumes"]] == ["data"], "no key volume for an unencrypted repository"
     with pytest.raises(ValueError, match="passphrase"):
         m.mover_pod(
-            "p", "ns", image="i", args=["x"], pvc="c", service_account="s", repo_secret="r", repo_keys=["passphrase"]
+            "p",
+            "ns",
+            profile=podspec.MoverProfile(image="i", service_account="s"),
+            task=podspec.MoverTask(args=["x"], pvc="c"),
+            repo=podspec.RepoAccess("r", ["passphrase"]),
         )
 
 
@@ -367,10 +403,18 @@ def test_source_identity_of_a_pv():
 
 def test_writer_and_mover_pods():
     writer = m.mover_pod(
-        "w", "ns", image="i", args=["restore", "--volume", "v"], pvc="c", service_account="s", repo_secret="r"
+        "w",
+        "ns",
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=["restore", "--volume", "v"], pvc="c"),
+        repo=podspec.RepoAccess("r"),
     )
     mover = m.mover_pod(
-        "p", "ns", image="i", args=["backup"], pvc="c", service_account="s", repo_secret="r", cbt_audience="aud"
+        "p",
+        "ns",
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=["backup"], pvc="c", cbt_audience="aud"),
+        repo=podspec.RepoAccess("r"),
     )
     assert writer["spec"]["automountServiceAccountToken"] is False
     assert [v for v in writer["spec"]["volumes"] if "projected" in v] == []
@@ -379,21 +423,29 @@ def test_writer_and_mover_pods():
     assert mover["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": True}
     with pytest.raises(ValueError, match="writer"):
         m.mover_pod(
-            "w", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r", cbt_audience="aud"
+            "w",
+            "ns",
+            profile=podspec.MoverProfile(image="i", service_account="s"),
+            task=podspec.MoverTask(args=["restore"], pvc="c", cbt_audience="aud"),
+            repo=podspec.RepoAccess("r"),
         )
     with pytest.raises(ValueError, match="role"):
-        m.mover_pod("w", "ns", image="i", args=["x"], pvc="c", service_account="s", repo_secret="r", role="reader")
+        m.mover_pod(
+            "w",
+            "ns",
+            profile=podspec.MoverProfile(image="i", service_account="s"),
+            task=podspec.MoverTask(args=["x"], pvc="c", role="reader"),
+            repo=podspec.RepoAccess("r"),
+        )
     assert "tolerations" not in mover["spec"] and "affinity" not in mover["spec"]
     placed = m.mover_pod(
         "p",
         "ns",
-        image="i",
-        args=["backup"],
-        pvc="c",
-        service_account="s",
-        repo_secret="r",
-        tolerations=TOLERATIONS,
-        affinity=AFFINITY,
+        profile=podspec.MoverProfile(
+            image="i", service_account="s", placement=podspec.PodPlacement(tolerations=TOLERATIONS, affinity=AFFINITY)
+        ),
+        task=podspec.MoverTask(args=["backup"], pvc="c"),
+        repo=podspec.RepoAccess("r"),
     )
     assert (placed["spec"]["tolerations"], placed["spec"]["affinity"]) == (TOLERATIONS, AFFINITY)
     placed["spec"]["tolerations"][0]["key"] = "changed"
@@ -413,6 +465,10 @@ def test_one_default_for_mover_and_writer_resources():
     from movers.policy.model import MoverSettings
 
     pod = m.mover_pod(
-        "p", "ns", image="i", args=["restore"], pvc="c", service_account="s", repo_secret="r", role=m.WRITER
+        "p",
+        "ns",
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=["restore"], pvc="c", role=m.WRITER),
+        repo=podspec.RepoAccess("r"),
     )
     assert MoverSettings().resources == m.DEFAULT_RESOURCES == pod["spec"]["containers"][0]["resources"]

@@ -10,6 +10,7 @@ import pytest
 
 from movers import restore as r
 from movers.kube import manifests as m
+from movers.kube import podspec
 from movers.policy.model import MoverSettings
 from movers.restore.request import REQUEST_ENV, RestoreRequest
 
@@ -152,7 +153,7 @@ def test_the_writer_pod_mounts_no_token_and_carries_the_run_s_labels_and_placeme
     )
     tolerations = [{"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"}]
     writer = MoverSettings(image="cbt-mover", tolerations=tolerations)
-    pod = r.writer_pod("restored", RUN, t, writer, "cbt-mover-repo")
+    pod = r.writer_pod(r.WriterRun("restored", RUN, writer, "cbt-mover-repo"), t)
     spec, labels = pod["spec"], pod["metadata"]["labels"]
     assert spec["automountServiceAccountToken"] is False and len(spec["volumes"]) == 1, "no API token"
     assert "readOnly" not in spec["volumes"][0]["persistentVolumeClaim"], "a writer writes its claim"
@@ -170,9 +171,9 @@ def test_the_writer_pod_mounts_no_token_and_carries_the_run_s_labels_and_placeme
     }
     assert spec["containers"][0]["args"][:3] == ["restore", "--request-env", REQUEST_ENV]
     assert _request(pod) == RestoreRequest(
-        volume=f"shop/{pvc}", backup=t.backup_id, device=m.DEVICE_PATH, verify_device=True
+        volume=f"shop/{pvc}", backup=t.backup_id, device=podspec.DEVICE_PATH, verify_device=True
     )
-    assert spec["containers"][0]["volumeDevices"][0]["devicePath"] == m.DEVICE_PATH
+    assert spec["containers"][0]["volumeDevices"][0]["devicePath"] == podspec.DEVICE_PATH
 
 
 def _request(pod: dict) -> RestoreRequest:
@@ -189,7 +190,8 @@ def test_a_flow_and_the_cli_build_the_same_restore_request(verify):
     from movers.cli.restore import restore_request
 
     t = r.Target("data", "shop/data", "20260101T000000000000Z-abcdef", 1 << 24, "fast", "Block", "data", False)
-    pod = r.writer_pod("restored", RUN, t, MoverSettings(image="cbt-mover"), "cbt-mover-repo", verify_device=verify)
+    run = r.WriterRun("restored", RUN, MoverSettings(image="cbt-mover"), "cbt-mover-repo", verify_device=verify)
+    pod = r.writer_pod(run, t)
     flags = [
         "restore", "--repo", "file:///nowhere", "--volume", "shop/data", "--backup", t.backup_id,
         "--device", "/dev/xvda", *(["--verify-device"] if verify else []), "--json",

@@ -8,7 +8,7 @@ import pytest
 
 from movers.errors import NotFoundError, UsageError
 from movers.repo.retention import backup_time, forget, forget_each
-from movers.repo.retention_rules import select_kept
+from movers.repo.retention_rules import Policy, select_kept
 
 
 def t(*args) -> datetime:
@@ -139,19 +139,19 @@ def test_forget_deletes_only_expired_manifests():
             )
             repo.store.put(m.key, m.encode())
     objects = set(repo.store.list())
-    dry = forget(repo, keep_last=2, dry_run=True)
+    dry = forget(repo, rules=Policy(keep_last=2), dry_run=True)
     assert set(repo.store.list()) == objects
     assert len(dry.deleted) == 6
-    report = forget(repo, "v1", keep_last=2)
+    report = forget(repo, "v1", rules=Policy(keep_last=2))
     assert [r.volume for r in report.volumes] == ["v1"]
     assert [b.backup_id[:8] for b in repo.list_backups("v1")] == ["20240504", "20240505"]
     assert len(repo.list_backups("v2")) == 5
     doc = report.to_dict()
     assert doc["volumes"][0]["kept"][0]["reasons"] == ["newest", "last"]
     with pytest.raises(UsageError):
-        forget(repo, keep_last=0)
+        forget(repo, rules=Policy(keep_last=0))
     with pytest.raises(NotFoundError):
-        forget(repo, "nope", keep_last=1)
+        forget(repo, "nope", rules=Policy(keep_last=1))
     each, missing = forget_each(repo, ["v2", "nope"], keep_last=3, dry_run=True)
     assert ([v.volume for v in each.volumes], len(each.deleted), missing) == (["v2"], 2, ["nope"])
     every, missing = forget_each(repo, None, keep_last=1)

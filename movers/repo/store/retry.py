@@ -234,7 +234,7 @@ def retrying(
             back_off(err, started, attempt, retry_for, base_delay, max_delay, sleep, clock, rng)
 
 
-def back_off(
+def back_off(  # noqa: PLR0913 engine core: one failed attempt (error, start, number, budget) and the retry policy's delays, clock, sleep and random source, each with its default (tests inject them)
     err: TransientStoreError,
     started: float,
     attempt: int,

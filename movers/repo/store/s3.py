@@ -170,7 +170,7 @@ class S3Store:
     bytes (at least 5 MiB; grown automatically to stay within 10,000 parts).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 engine core: keyword-only settings of one store (endpoint, credentials, multipart, pool, timeouts), each with its default; grouping them would only move the list
         self,
         bucket: str,
         prefix: str = "",
