@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from movers import podcontract
 from movers.backup.plan import VolumePlan
 from movers.backup.request import REQUEST_ENV, BackupRequest, BackupResult, Changes, SourceSnapshot, SourceVolume
 from movers.errors import EXIT_INCOMPATIBLE, NotFoundError
@@ -164,7 +165,7 @@ def move_volume(
     try:
         return BackupResult.model_validate(res.result)
     except ValidationError as err:  # not retried: a new pod would commit another backup and write it again
-        bad = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors(include_url=False))
+        bad = podcontract.summary(err)
         raise MoverPodFailed(
             f"mover pod {namespace}/{name} wrote a result this flow cannot read ({bad}): is its image another version?",
             EXIT_INCOMPATIBLE,

@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import fields
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from movers.errors import UsageError
 from movers.pipeline.stats import BackupStats
+from movers.podcontract import REQUEST_ENV, counters_model, request_from_env
 from movers.repo.manifest import (
     SnapshotIdentity,
     VolumeIdentity,
@@ -38,8 +38,6 @@ from movers.repo.manifest import (
 )
 
 log = logging.getLogger(__name__)
-
-REQUEST_ENV = "CBT_MOVER_REQUEST"  # the mover pod's env variable holding the BackupRequest (JSON)
 
 
 class _Model(BaseModel):
@@ -177,21 +175,8 @@ class BackupRequest(_Model):
 
     @classmethod
     def from_env(cls, name: str = REQUEST_ENV) -> BackupRequest:
-        """The request in env variable ``name`` (the mover pod's); ``UsageError`` when it is missing or is not
-        a request this version reads."""
-        text = os.environ.get(name)
-        if not text:
-            raise UsageError(f"--request-env {name}: the variable is not set")
-        try:
-            return cls.model_validate_json(text)
-        except ValidationError as err:
-            raise UsageError(
-                f"--request-env {name} is not a backup request this mover reads ({_summary(err)})"
-            ) from None
-
-
-def _summary(err: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors(include_url=False))
+        """The request in env variable ``name`` (the mover pod's): ``podcontract.request_from_env``."""
+        return request_from_env(cls, name, "a backup request this mover reads")
 
 
 class CbtCounters(BaseModel):
@@ -206,12 +191,8 @@ class CbtCounters(BaseModel):
     resumes: int = 0
 
 
-_STATS = get_type_hints(BackupStats)
-BackupCounters = create_model(
-    "BackupCounters",
-    __config__=ConfigDict(frozen=True, extra="allow"),
-    __doc__="``movers.pipeline.stats.BackupStats``' counters as a model: declared there, once.",
-    **{f.name: (_STATS[f.name], f.default) for f in fields(BackupStats)},
+BackupCounters = counters_model(
+    "BackupCounters", BackupStats, "``movers.pipeline.stats.BackupStats``' counters as a model: declared there, once."
 )
 
 

@@ -88,9 +88,16 @@ class _Backup:
         how.setdefault("force_full", r.changes.full)
         options = BackupOptions(level=r.zstd_level, workers=r.threads())
         return run_backup(
-            self.repo, r.device, self.volume, snapshot=self.snapshot, options=options, progress=self.progress,
-            tags=r.tags, run_pvcs=r.run_pvcs, **how,
-        )  # fmt: skip
+            self.repo,
+            r.device,
+            self.volume,
+            snapshot=self.snapshot,
+            options=options,
+            progress=self.progress,
+            tags=r.tags,
+            run_pvcs=r.run_pvcs,
+            **how,
+        )
 
 
 def back_up_volume(
@@ -269,9 +276,11 @@ def _cbt_backup(backup: _Backup, connection: CbtConnection) -> _Outcome:
     request, changes = backup.request, backup.request.changes
     target = dict(namespace=request.snapshot.namespace, snapshot=request.snapshot.volume_snapshot)
     opts = connection.options(
-        **target, base_handle=changes.base_handle, base_snapshot=changes.base_snapshot,
+        **target,
+        base_handle=changes.base_handle,
+        base_snapshot=changes.base_snapshot,
         max_results=changes.cbt_max_results,
-    )  # fmt: skip
+    )
     size = _device_size(request.device)
 
     def allocated(why: str):

@@ -14,7 +14,7 @@ cannot (no name given, the snapshot gone or another one now) the session's strea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from movers.cbt import discovery
 from movers.cbt.client import ExtentStream, SnapshotMetadataClient
@@ -26,48 +26,12 @@ from movers.kube.snapshots import SnapshotRef, resolve_snapshot
 IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
-@dataclass
-class CbtOptions:
-    namespace: str | None = None
-    snapshot: str | None = None
-    base_handle: str | None = None
-    base_snapshot: str | None = None  # the base's VolumeSnapshot name, for a v1alpha1 service (see the module doc)
-    address: str | None = None
-    ca_file: str | None = None
-    token_file: str | None = None
-    audience: str | None = None
-    service_account: str | None = None  # NS/NAME (or NAME with service_account_namespace) for TokenRequest
-    service_account_namespace: str | None = None
-    token_expiry: int = 600  # seconds a TokenRequest's token lives
-    max_results: int = 4096
-    starting_offset: int = 0
-    kube: bool = False
-    kubeconfig: str | None = None
-    wait_timeout: float = 300.0
-
-    @property
-    def wanted(self) -> bool:
-        return bool(self.kube or self.address)
-
-
-_CONNECTION = (
-    "address",
-    "ca_file",
-    "token_file",
-    "audience",
-    "service_account",
-    "service_account_namespace",
-    "token_expiry",
-    "kube",
-    "kubeconfig",
-    "wait_timeout",
-)
-
-
 @dataclass(frozen=True)
 class CbtConnection:
-    """How a pod reaches the SnapshotMetadata service (``CbtOptions``' connection fields): the pod's wiring, not
-    what a backup asks for (``movers.backup.request.BackupRequest`` holds the snapshot, base and page size)."""
+    """How a pod reaches the SnapshotMetadata service: the pod's wiring, not what a backup asks for
+    (``movers.backup.request.BackupRequest`` holds the snapshot, base and page size). ``service_account``:
+    NS/NAME (or NAME with ``service_account_namespace``) for TokenRequest; ``token_expiry``: seconds a
+    TokenRequest's token lives."""
 
     address: str | None = None
     ca_file: str | None = None
@@ -84,13 +48,28 @@ class CbtConnection:
     def wanted(self) -> bool:
         return bool(self.kube or self.address)
 
-    @classmethod
-    def of(cls, opts: CbtOptions) -> CbtConnection:
-        return cls(**{name: getattr(opts, name) for name in _CONNECTION})
+    @property
+    def connection(self) -> CbtConnection:
+        """This connection alone (of a ``CbtOptions``: without its target)."""
+        return CbtConnection(**{f.name: getattr(self, f.name) for f in fields(CbtConnection)})
 
     def options(self, **target) -> CbtOptions:
-        """The session's options: this connection and ``target`` (namespace, snapshot, base_handle, ...)."""
-        return CbtOptions(**{name: getattr(self, name) for name in _CONNECTION}, **target)
+        """A session's options: this connection and ``target`` (namespace, snapshot, base_handle, ...)."""
+        return CbtOptions(**{f.name: getattr(self, f.name) for f in fields(CbtConnection)}, **target)
+
+
+@dataclass(frozen=True)
+class CbtOptions(CbtConnection):
+    """A CBT session's options: the connection and what it reads: the VolumeSnapshot ``snapshot`` in
+    ``namespace``, a delta since ``base_handle`` (its VolumeSnapshot ``base_snapshot`` for a v1alpha1 service, see
+    the module doc), ``max_results`` per call, from ``starting_offset``."""
+
+    namespace: str | None = None
+    snapshot: str | None = None
+    base_handle: str | None = None
+    base_snapshot: str | None = None
+    max_results: int = 4096
+    starting_offset: int = 0
 
 
 @dataclass

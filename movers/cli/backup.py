@@ -103,9 +103,8 @@ def add_parsers(sub) -> None:
 
 def cmd_backup(args: argparse.Namespace) -> int:
     from movers.backup.volume import back_up_volume
-    from movers.cbt.source import CbtConnection
 
-    cbt = CbtConnection.of(cbt_options(args))
+    cbt = cbt_options(args).connection
     request = backup_request(args, cbt.wanted)
     r = back_up_volume(lambda: open_repo(args), request, cbt=cbt, progress=lambda: progress_reporter(args))
     emit(

@@ -17,18 +17,15 @@ target's checks that need the device (``movers.device.check_target``) stay the w
 
 from __future__ import annotations
 
-import os
-from dataclasses import fields
-from typing import Any, get_type_hints
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from movers.errors import UsageError
 from movers.pipeline.readback import ReadbackStats
 from movers.pipeline.stats import RestoreStats
+from movers.podcontract import REQUEST_ENV, counters_model, request_from_env
 from movers.repo.manifest import check_volume_id
 
-REQUEST_ENV = "CBT_MOVER_REQUEST"  # the writer pod's env variable holding the RestoreRequest (JSON)
 LATEST = "latest"  # ``backup``: the volume's newest backup
 
 
@@ -52,38 +49,14 @@ class RestoreRequest(BaseModel):
 
     @classmethod
     def from_env(cls, name: str = REQUEST_ENV) -> RestoreRequest:
-        """The request in env variable ``name`` (the writer pod's); ``UsageError`` when it is missing or is not
-        a request this version reads."""
-        text = os.environ.get(name)
-        if not text:
-            raise UsageError(f"--request-env {name}: the variable is not set")
-        try:
-            return cls.model_validate_json(text)
-        except ValidationError as err:
-            raise UsageError(
-                f"--request-env {name} is not a restore request this writer reads ({_summary(err)})"
-            ) from None
+        """The request in env variable ``name`` (the writer pod's): ``podcontract.request_from_env``."""
+        return request_from_env(cls, name, "a restore request this writer reads")
 
 
-def _summary(err: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors(include_url=False))
-
-
-def _counters(name: str, stats: type, doc: str) -> type[BaseModel]:
-    """A dataclass of counters as a frozen model (its fields, types and defaults: declared there, once)."""
-    hints = get_type_hints(stats)
-    return create_model(
-        name,
-        __config__=ConfigDict(frozen=True, extra="allow"),
-        __doc__=doc,
-        **{f.name: (hints[f.name], f.default) for f in fields(stats)},
-    )
-
-
-RestoreCounters = _counters(
+RestoreCounters = counters_model(
     "RestoreCounters", RestoreStats, "``movers.pipeline.stats.RestoreStats``' counters as a model: declared there."
 )
-ReadbackCounters = _counters(
+ReadbackCounters = counters_model(
     "ReadbackCounters", ReadbackStats, "``movers.pipeline.readback.ReadbackStats``' counters as a model."
 )
 

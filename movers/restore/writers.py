@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from movers import podcontract
 from movers.errors import EXIT_INCOMPATIBLE
 from movers.kube import apply as k
 from movers.kube import manifests as m
@@ -169,7 +170,7 @@ def write_volume(
     try:
         return WriteResult.model_validate(res.result)
     except ValidationError as err:  # not retried: the volume is written, a new pod would write it again
-        bad = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors(include_url=False))
+        bad = podcontract.summary(err)
         raise WriterError(
             f"writer pod {namespace}/{name} wrote a result this flow cannot read ({bad}): is its image another"
             " version?",
