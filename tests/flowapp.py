@@ -33,19 +33,28 @@ KEY_ENV = {"CBT_MOVER_PASSWORD": PASSPHRASE}
 FAST_KDF = {"CBT_MOVER_KDF_COST": "10"}  # scrypt N=2^10 for the tests' key slots (each slot keeps its own)
 APP_CLASS = "csi-hostpath-sc"
 SEL = {"matchLabels": {"app": "demo"}}
-HOOKS = {
-    "pre": [{"name": "freeze", "pod_selector": SEL, "container": "app", "command": [*APP, "freeze"], "timeout": 10}],
-    "post": [
-        {
-            "name": "thaw",
-            "pod_selector": SEL,
-            "container": "app",
-            "command": [*APP, "thaw"],
-            "timeout": 10,
-            "on_error": "continue",
-        }
-    ],
-}
+
+
+def freeze_hooks(selector: dict) -> dict:
+    """A policy's ``hooks``: freeze the demo app's container ``app`` in the pods of ``selector``, thaw it after."""
+    return {
+        "pre": [
+            {"name": "freeze", "pod_selector": selector, "container": "app", "command": [*APP, "freeze"], "timeout": 10}
+        ],
+        "post": [
+            {
+                "name": "thaw",
+                "pod_selector": selector,
+                "container": "app",
+                "command": [*APP, "thaw"],
+                "timeout": 10,
+                "on_error": "continue",
+            }
+        ],
+    }
+
+
+HOOKS = freeze_hooks(SEL)
 
 
 def deploy_app(

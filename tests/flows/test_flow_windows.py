@@ -22,7 +22,7 @@ from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, REPO_SECRET, apply_
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import podspec
-from tests.flowapp import flow_kubeconfig, init_repo, open_repo, repo_secret
+from tests.flowapp import flow_kubeconfig, freeze_hooks, init_repo, open_repo, repo_secret
 
 NS, TARGET, CLASS, DRIVER = "winshop", "winshop-copy", "disk-ntfs", "disk.csi.local"
 ZONE_KEY = "topology.disk.csi.local/zone"
@@ -30,20 +30,7 @@ WINAPP = "localcluster-winapp"
 WINDOWS = {"kubernetes.io/os": "windows"}
 TOLERATE_WINDOWS = [{"key": WINDOWS_TAINT_KEY, "operator": "Equal", "value": "windows", "effect": "NoSchedule"}]
 SEL = {"matchLabels": {"app": "winapp"}}
-APP = ["python", "-m", "demo.demo_app"]  # what the Windows image runs; the hooks exec it in the pod
-HOOKS = {
-    "pre": [{"name": "freeze", "pod_selector": SEL, "container": "app", "command": [*APP, "freeze"], "timeout": 10}],
-    "post": [
-        {
-            "name": "thaw",
-            "pod_selector": SEL,
-            "container": "app",
-            "command": [*APP, "thaw"],
-            "timeout": 10,
-            "on_error": "continue",
-        }
-    ],
-}
+HOOKS = freeze_hooks(SEL)  # the Windows image runs the demo app too: the same freeze and thaw commands
 
 
 def _namespace(cluster, name: str, repo: str) -> None:
