@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from movers import device
 from movers.cli._common import add_repo_options, emit, mib, open_repo, progress_reporter
 from movers.errors import UsageError
 
@@ -66,50 +65,15 @@ def restore_request(args: argparse.Namespace) -> RestoreRequest:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from movers.pipeline.restore import run_restore
-    from movers.restore.request import ReadbackCounters, WriteResult
+    from movers.restore.volume import restore_volume
 
     request = restore_request(args)
-    target = request.device
-    device.check_target(target)
-    repo = open_repo(args)
-    manifest = repo.resolve(request.volume, request.backup)
-    phases = 2 if request.verify_device else 1  # writing, then reading back
-    with progress_reporter(args) as reporter:
-        try:
-            stats = run_restore(
-                repo,
-                manifest,
-                target,
-                assume_zeroed=request.assume_zeroed,
-                workers=request.workers,
-                progress=reporter.phase("restore", part=0, parts=phases),
-            )
-        except device.NoRoom as err:
-            raise device.NoRoom(
-                f"restore target {target} has no room for backup {manifest.backup_id}"
-                f" ({mib(manifest.capacity_bytes)}): {err}; the target is incomplete"
-            ) from None
-        except device.ReadOnly as err:
-            raise device.ReadOnly(f"restore target {target}: {err}; the target is incomplete") from None
-        check = None
-        if request.verify_device:
-            from movers.pipeline.readback import verify_device
-
-            readback = reporter.phase("readback", part=1, parts=phases)
-            check = verify_device(repo, manifest, target, workers=request.workers, progress=readback)
-    result = WriteResult(
-        backup_id=manifest.backup_id,
-        volume=request.volume,
-        mode=manifest.mode,
-        readback=ReadbackCounters(**check.as_dict()) if check is not None else None,
-        requests=repo.store.requests.as_dict(),
-        **stats.as_dict(),
-    )
+    result = restore_volume(lambda: open_repo(args), request, progress=lambda: progress_reporter(args))
     text = (
-        f"restored {manifest.backup_id} of {request.volume} to {target}: {mib(stats.written_bytes)} written,"
-        f" verified {stats.chunks_verified} chunks in {stats.duration_s} s"
+        f"restored {result.backup_id} of {request.volume} to {request.device}: {mib(result.written_bytes)} written,"
+        f" verified {result.chunks_verified} chunks in {result.duration_s} s"
     )
+    check = result.readback
     if check is not None:
         text += f"; read back {mib(check.checked_bytes + check.zero_bytes)} in {check.duration_s} s: identical"
     emit(args, result.as_output(), text)

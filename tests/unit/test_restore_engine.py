@@ -160,3 +160,45 @@ def _is_zero(path, off) -> bool:
     with open(path, "rb") as f:
         f.seek(off)
         return f.read(64 * 1024) == bytes(64 * 1024)
+
+
+def test_restore_volume_writes_the_latest_backup_reads_it_back_and_reports_what_it_did(repo, tmp_path):
+    """``movers.restore.volume.restore_volume``: the writer's one entry point, the same for the pod and the CLI."""
+    from movers.restore.request import RestoreRequest
+    from movers.restore.volume import restore_volume
+
+    image, target = tmp_path / "v.img", tmp_path / "target.img"
+    make_image(image, 2 * MiB, seed=3)
+    done = _backup(repo, image, "shop", "data")
+    target.write_bytes(b"\xff" * (2 * MiB))
+    phases = []
+
+    class Display:
+        def phase(self, name, *, part=0, parts=1):
+            phases.append((name, part, parts))
+            return lambda done, total, **detail: None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    request = RestoreRequest(volume="shop/data", device=str(target), verify_device=True, workers=2)
+    result = restore_volume(lambda: repo, request, progress=Display)
+
+    assert target.read_bytes() == image.read_bytes()
+    assert (result.backup_id, result.volume, result.mode) == (done.backup_id, "shop/data", done.mode)
+    assert result.readback is not None and result.readback.checked_bytes + result.readback.zero_bytes == 2 * MiB
+    assert phases == [("restore", 0, 2), ("readback", 1, 2)]
+
+
+def test_restore_volume_checks_the_target_before_it_opens_the_repository(tmp_path):
+    from movers.restore.request import RestoreRequest
+    from movers.restore.volume import restore_volume
+
+    def never():
+        raise AssertionError("the repository was opened for a target that cannot be written")
+
+    with pytest.raises(UsageError):
+        restore_volume(never, RestoreRequest(volume="shop/data", device=str(tmp_path / "no" / "such.img")))
