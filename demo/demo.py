@@ -260,6 +260,7 @@ def run() -> None:
         from flows.maintenance import maintain_repo
         from flows.restore import restore_app
         from localcluster.shipped_rbac import controller_kubeconfig
+        from movers.restore.app_request import RestoreAppRequest
 
         kubeconfig = str(controller_kubeconfig(cluster))  # the flows run as the shipped controller identity
         _say(f"backup 1 of {policy.namespace} from {POLICY.relative_to(REPO_ROOT)} (full)")
@@ -271,27 +272,19 @@ def run() -> None:
         _say("backup 2 (CBT incremental)")
         incr = backup_app(policy_path=str(POLICY), kubeconfig=kubeconfig)
         _say(f"restore of the latest backup into {TARGET_NS}")
-        restored = restore_app(
+        into_new = RestoreAppRequest(
             repo=policy.repository.url,
             namespace=policy.namespace,
             repo_secret=policy.repository.credentials_secret,
             target_namespace=TARGET_NS,
             image=policy.mover.image,
             service_account=policy.mover.service_account,
-            kubeconfig=kubeconfig,
         )
+        restored = restore_app(into_new, kubeconfig=kubeconfig)
         problems = _identical(cluster, policy, restored, key)
         _say(f"a restore onto {policy.namespace}'s own claims, which exist, without overwrite: must be refused")
-        refused = restore_app(
-            repo=policy.repository.url,
-            namespace=policy.namespace,
-            repo_secret=policy.repository.credentials_secret,
-            target_namespace=policy.namespace,
-            image=policy.mover.image,
-            service_account=policy.mover.service_account,
-            kubeconfig=kubeconfig,
-            return_state=True,
-        )
+        onto_own = into_new.model_copy(update={"target_namespace": policy.namespace})
+        refused = restore_app(onto_own, kubeconfig=kubeconfig, return_state=True)
         if refused.is_failed() and "exists" in (refused.message or ""):
             _say(f"refused as it must be (its run shows the failure report): {refused.message.splitlines()[0][:160]}")
         else:

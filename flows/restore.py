@@ -39,7 +39,6 @@ and a markdown report (``restore-<ns>-report``) naming the backup run and linkin
 import dataclasses
 import functools
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,10 +48,9 @@ from prefect.runtime import flow_run
 
 from flows import _run
 from flows._run import best_effort
-from movers.errors import UsageError
-from movers.policy.model import Affinity, Labels, Tolerations
 from movers.repo.selection import Selection
-from movers.restore import RestoreOptions, Target
+from movers.restore import Target
+from movers.restore.app_request import RestoreAppRequest
 from reporting import events, restore_report, runs
 from tasks.kevents import record_restore_events, record_restore_failure
 from tasks.repository import key_source
@@ -68,16 +66,14 @@ from tasks.restore import (
     writer_settings,
 )
 
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-
-
 KIND = "restore"
 
 
 def _run_name() -> str:
-    """``<run id> <namespace>[/<pvcs>] from <backup>[ into <target>]`` (``reporting.runs``)."""
-    p = flow_run.parameters
+    """``<run id> <namespace>[/<pvcs>] from <backup>[ into <target>]`` (``reporting.runs``), from the request as
+    given (the name is only a label: a request that does not validate is named by its namespace)."""
+    p = flow_run.parameters.get("request") or {}
+    p = p.model_dump() if isinstance(p, RestoreAppRequest) else p
     what = "+".join(p.get("pvcs") or [])
     target = p.get("target_namespace")
     into = f" into {target}" if target and target != p.get("namespace") else ""
@@ -98,121 +94,57 @@ def _abandon_run(run: _run.Abandoned) -> None:
     from movers import restore as r
     from tasks.kube import api_client
 
-    params = run.params
-    ns = params.get("target_namespace") or params.get("namespace")
+    given = run.params.get("request") or {}
+    given = given.model_dump() if isinstance(given, RestoreAppRequest) else given
+    source = given.get("namespace")
+    ns = given.get("target_namespace") or source
     with best_effort(f"run {run.id} ({run.why}): cleanup of {ns} failed", run.log, logging.ERROR):
-        deleted = r.discard_run(api_client(params.get("kubeconfig")), ns, run.id, everything=True)
+        deleted = r.discard_run(api_client(run.params.get("kubeconfig")), ns, run.id, everything=True)
         run.log.info("run %s (%s): deleted %s", run.id, run.why, deleted)
     if ns:
-        run.failed(events.namespace_resource(ns, KIND, run.id, source_namespace=params.get("namespace")))
+        run.failed(events.namespace_resource(ns, KIND, run.id, source_namespace=source))
 
 
 # Prefect calls them after a cancellation or a crash: delete the run's objects
 on_cancellation, on_crashed = _run.state_hooks(KIND, _abandon_run, __name__)
 
 
-def check_parameters(
-    namespace: str, pvcs: list[str] | None, backup: str, target: str, parallelism: int, timeout: float
-) -> None:
-    """``UsageError`` for parameters that cannot work (before anything is read or created)."""
-    for what, value in (("namespace", namespace), ("target_namespace", target)):
-        if not isinstance(value, str) or not _LABEL.match(value):
-            raise UsageError(f"{what} {value!r} is not a namespace name")
-    for pvc in pvcs or []:
-        if not isinstance(pvc, str) or not _NAME.match(pvc):
-            raise UsageError(f"pvcs: {pvc!r} is not a PVC name")
-    if not backup or not isinstance(backup, str):
-        raise UsageError("backup must be latest, a run id or a backup id")
-    if parallelism < 1 or timeout <= 0:
-        raise UsageError("parallelism must be at least 1 and timeout positive")
-
-
 @_run.run_flow("restore-app", _run_name, (on_cancellation, on_crashed))
-def restore_app(  # noqa: PLR0913 a Prefect deployment entry point: its parameters are the deployment's form (user-facing); a later step gives it a typed request
-    repo: str,
-    namespace: str,
-    repo_secret: str,
-    pvcs: list[str] | None = None,
-    backup: str = "latest",
-    target_namespace: str | None = None,
-    storage_class: str | None = None,
-    overwrite: bool = False,
-    hand_over: bool | None = None,
-    allow_partial: bool = False,
-    image: str | None = None,
-    service_account: str | None = None,
-    node_selector: Labels | None = None,
-    tolerations: Tolerations | None = None,
-    affinity: Affinity = None,
-    policy_path: str | None = None,
-    parallelism: int = 2,
-    timeout: float = 3600.0,
-    kubeconfig: str | None = None,
-) -> dict[str, Any]:
-    """Restore backups of ``namespace`` (as recorded at backup) from ``repo`` into ``target_namespace``.
-
-    ``pvcs``: PVC names (None: every volume of the chosen backup run). ``backup``: latest, a run id
-    (``cbt-mover.io/run`` tag) or a backup id of one volume. ``storage_class`` overrides the recorded class
-    (default: recorded, else the cluster default). ``overwrite``: replace existing claims of those names
-    once the restored data is complete (refused while a pod uses them). ``hand_over``: give the volume to a
-    Filesystem-mode claim (None: when it was recorded as Filesystem). ``allow_partial``: a whole-app
-    restore may take a partial run (one whose mover failed for some PVCs; restored without them).
-    ``repo_secret`` and ``service_account`` must exist in the target namespace (the flow opens the repository with
-    the key in ``repo_secret``, the writers mount it). ``timeout``: seconds per
-    writer pod (which must be scheduled within ``min(timeout, 600)`` s, then running within as long again: else it
-    fails naming the Warning that says why, e.g. FailedAttachVolume, and is not retried).
+def restore_app(request: RestoreAppRequest, kubeconfig: str | None = None) -> dict[str, Any]:
+    """Restore backups of ``request.namespace`` (as recorded at backup) from ``request.repo`` into its target
+    namespace, as ``request`` says (``movers.restore.app_request``; its fields are the deployment's form).
 
     Writer pods: ``image``, ``service_account``, ``node_selector`` (Linux nodes by default), ``tolerations``
     (e.g. for a tainted node pool) and ``affinity`` (nodeAffinity), each as in a policy's ``mover`` section;
-    with ``policy_path`` that policy's ``mover`` section supplies what is not given.
+    with ``policy_path`` that policy's ``mover`` section supplies what is not given. A writer pod must be scheduled
+    within ``min(timeout, 600)`` s, then running within as long again: else it fails naming the Warning that says
+    why, e.g. FailedAttachVolume, and is not retried. ``kubeconfig``: the cluster (None: in-cluster, else the
+    default kubeconfig).
     Returns ``{"run_id", "namespace", "target_namespace", "selected", "backup_run", "backup_flow_run", "notes",
     "duration_s", "volumes": [row]}`` (``backup_flow_run``: ``{"id", "name", "url"}`` or None).
     """
-    target = target_namespace or namespace
+    namespace, target, backup = request.namespace, request.target, request.backup
     run = _run.Run.start(
         KIND,
         lambda run_id: events.namespace_resource(target, KIND, run_id, source_namespace=namespace),
         {"source_namespace": namespace, "target_namespace": target, "backup": backup},
         runs.Progress(thawed="not applicable: a restore freezes no application"),
-        {"pvcs": pvcs, "repository": repo},
+        {"pvcs": request.pvcs, "repository": request.repo},
         namespace=target,
         source_namespace=namespace,
-    )
-    asked = Asked(
-        namespace=namespace,
-        target=target,
-        repo=repo,
-        repo_secret=repo_secret,
-        pvcs=pvcs,
-        backup=backup,
-        storage_class=storage_class,
-        overwrite=overwrite,
-        hand_over=hand_over,
-        allow_partial=allow_partial,
-        policy_path=policy_path,
-        parallelism=parallelism,
-        timeout=timeout,
-        kubeconfig=kubeconfig,
-        writer={
-            "image": image,
-            "service_account": service_account,
-            "node_selector": node_selector,
-            "tolerations": tolerations,
-            "affinity": affinity,
-        },
     )
     found = Found()  # the backups selected and the backup run's flow run, once known
 
     def failure(err: BaseException) -> _run.Failure:
         from movers.restore import describe_error
 
-        reason, pvcs_ = describe_error(err), found.pvcs or pvcs or []
+        reason, pvcs_ = describe_error(err), found.pvcs or request.pvcs or []
         related = events.volumes_related([f"{target}/{pvc}" for pvc in pvcs_]) + found.related()
         then = functools.partial(record_restore_failure, kubeconfig, target, pvcs_, run.id, backup, reason)
         return _run.Failure({"reason": reason}, related, then)
 
     with run.guard(f"restore {run.id} of {namespace} into {target}", f"restore-{target}-failure", failure):
-        result = _restore(asked, run, found)
+        result = _restore(request, kubeconfig, run, found)
     result["duration_s"] = run.seconds()
     volumes = {f"{target}/{r['pvc']}": _event_row(r) for r in result["volumes"]}
     run.complete(
@@ -220,28 +152,6 @@ def restore_app(  # noqa: PLR0913 a Prefect deployment entry point: its paramete
         events.volumes_related(sorted(volumes)) + found.related(),
     )
     return result
-
-
-@dataclass(frozen=True)
-class Asked:
-    """The flow's parameters, for its steps (``target``: the target namespace, given or the source's; ``writer``:
-    the writer pods' settings given, over the policy's ``mover`` section)."""
-
-    namespace: str
-    target: str
-    repo: str
-    repo_secret: str
-    pvcs: list[str] | None
-    backup: str
-    storage_class: str | None
-    overwrite: bool
-    hand_over: bool | None
-    allow_partial: bool
-    policy_path: str | None
-    parallelism: int
-    timeout: float
-    kubeconfig: str | None
-    writer: dict[str, Any]
 
 
 @dataclass
@@ -277,32 +187,25 @@ def _event_row(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row.get(k) for k in keys}
 
 
-def _restore(asked: Asked, run: _run.Run, found: Found) -> dict[str, Any]:
+def _restore(asked: RestoreAppRequest, kubeconfig: str | None, run: _run.Run, found: Found) -> dict[str, Any]:
     """Check, select, plan, write, finish (cleaning up in every outcome) and report; the run's result.
     ``run.progress`` records the step and what was cleaned up; ``found`` the selected PVCs, backup run and its flow
     run."""
     log = get_run_logger()
-    kubeconfig, target, run_id, progress = asked.kubeconfig, asked.target, run.id, run.progress
+    target, run_id, progress = asked.target, run.id, run.progress
     targets: list[Target] = []
     with _run.cleanup_after(run, lambda failed: discard_restore(kubeconfig, target, run_id, targets, failed)):
         progress.step = "check"
-        check_parameters(asked.namespace, asked.pvcs, asked.backup, target, asked.parallelism, asked.timeout)
-        mover = writer_settings(asked.policy_path, **asked.writer)
+        mover = writer_settings(asked)
         # the key the writer pods will mount: the repository Secret in the target namespace
         key = key_source(kubeconfig, target, asked.repo_secret)
         progress.step = "select"
-        selected = select_backups(asked.repo, asked.namespace, asked.pvcs, asked.backup, asked.allow_partial, key)
+        selected = select_backups(asked, key)
         found.select(selected)
         if found.backup_run:
             app = application(selected)
             runs.tag_flow_run([f"backup-run:{found.backup_run}", *([f"app:{app}"] if app else [])])
-        options = RestoreOptions(
-            storage_class=asked.storage_class,
-            overwrite=asked.overwrite,
-            hand_over=asked.hand_over,
-            repo_secret=asked.repo_secret,
-            service_account=mover.service_account,
-        )
+        options = asked.options(mover.service_account)
         progress.step = "plan"
         targets = plan_restore(kubeconfig, target, selected, run_id, options)
         log.info("run %s: restoring %s of %s into %s%s", run_id, selected.how, asked.namespace, target, found.link())

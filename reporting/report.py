@@ -22,8 +22,10 @@ markdown ``backup-<app>-restore`` (the run, each volume's full backup id and bas
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -203,22 +205,17 @@ def restore_markdown(run: BackupRun, rows: list[dict[str, Any]], how: RestoreWit
         "## Restore the application (Prefect)\n",
     ]
     if deployments:
-        params = [
-            ("repo", repo_url),
-            ("namespace", namespace),
-            ("backup", run_id),
-            ("repo_secret", secret or "<secret>"),
-            *((k, v) for k, v in (writer or {}).items() if v),
-            ("target_namespace", namespace),
-        ]
+        request = {"repo": repo_url, "namespace": namespace, "backup": run_id, "repo_secret": secret or "<secret>"}
+        request |= {k: v for k, v in (writer or {}).items() if v} | {"target_namespace": namespace}
         out += [
             command(
-                ["prefect", "deployment", "run", f"'{deployments[0]}'"], [("--param", f"{k}={v}") for k, v in params]
+                ["prefect", "deployment", "run", f"'{deployments[0]}'"],
+                [("--param", shlex.quote(f"request={json.dumps(request)}"))],
             ),
             f"Deployments of `{RESTORE_FLOW}` on this Prefect server: {', '.join(f'`{d}`' for d in deployments)}."
-            " For one volume add `--param 'pvcs=[\"<pvc>\"]'`; another `target_namespace` needs the Secret"
-            f" `{secret}` and the ServiceAccount there. Existing PVCs are never overwritten unless"
-            " `--param overwrite=true`.\n",
+            ' For one volume add `"pvcs": ["<pvc>"]` to the request; another `target_namespace` needs the Secret'
+            f" `{secret}` and the ServiceAccount there. Existing PVCs are never overwritten unless the request says"
+            ' `"overwrite": true`.\n',
         ]
     else:
         out.append(

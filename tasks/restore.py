@@ -14,6 +14,7 @@ from movers.kube.pods import PodTimeouts
 from movers.policy.model import MoverSettings
 from movers.repo.manifest import APP_TAG
 from movers.repo.selection import Selection
+from movers.restore.app_request import RestoreAppRequest
 from movers.values import human_bytes
 from reporting.progress import ProgressArtifact, progress_key
 from reporting.runs import PodLog
@@ -54,21 +55,14 @@ def application(selection: Selection) -> str | None:
 
 
 @task(name="select-backups", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)
-def select_backups(
-    repo_url: str,
-    namespace: str,
-    pvcs: list[str] | None,
-    backup: str,
-    allow_partial: bool = False,
-    key: KeySource | None = None,
-) -> Selection:
+def select_backups(request: RestoreAppRequest, key: KeySource | None = None) -> Selection:
     """``movers.repo.selection.select(...)`` (a whole-app "latest" is the newest complete run; a partial
     run needs ``allow_partial``); logs which run was taken and why (a newer partial run, missing PVCs). The
     repository is opened with the key of ``key`` (``tasks.repository``)."""
     from movers.repo.selection import select
 
-    repo = open_repository(repo_url, key)
-    sel = select(repo, namespace, pvcs, backup, allow_partial=allow_partial)
+    repo = open_repository(request.repo, key)
+    sel = select(repo, request.namespace, request.pvcs, request.backup, allow_partial=request.allow_partial)
     log = get_run_logger()
     for note in sel.notes:
         log.warning("%s", note)
@@ -80,14 +74,13 @@ def select_backups(
     return sel
 
 
-def writer_settings(policy_path: str | None = None, **given: Any) -> MoverSettings:
-    """The writer pods' settings: the policy's ``mover`` section when ``policy_path`` is given, overridden by the
-    non-None ``given`` ones, validated as a policy's mover section (a ``PolicyError`` names the field)."""
+def writer_settings(request: RestoreAppRequest) -> MoverSettings:
+    """The writer pods' settings: the ``mover`` section of the request's ``policy_path`` when it gives one, overridden
+    by the settings the request gives, validated as a policy's mover section (a ``PolicyError`` names the field)."""
     from movers.policy.model import load_policy, parse_mover
 
-    section = load_policy(policy_path).mover.model_dump() if policy_path else {}
-    section |= {key: value for key, value in given.items() if value is not None}
-    return parse_mover(section, policy_path or "restore-app parameters")
+    section = load_policy(request.policy_path).mover.model_dump() if request.policy_path else {}
+    return parse_mover(section | request.writer_given(), request.policy_path or "restore-app parameters")
 
 
 @task(name="plan-restore")

@@ -2,7 +2,8 @@
 and tasks call these), one module per phase: ``plan`` checks the targets before anything is created,
 ``writers`` writes each volume from a writer pod into a new Block claim, ``finish`` hands it to its final claim
 (and cleans up after a run). ``request`` is the writer pod's contract: the ``RestoreRequest`` it reads and the
-``WriteResult`` it writes, the same classes in the pod, the flow and the operator's CLI.
+``WriteResult`` it writes, the same classes in the pod, the flow and the operator's CLI; ``volume`` is the writer's
+one entry point (``restore_volume``), ``app_request`` the ``restore-app`` run's typed request.
 
 The main names of the four are re-exported here (``from movers import restore as r``; ``r.plan_targets``).
 """

@@ -40,6 +40,7 @@ EXAMPLE_VALUES = {
     "pvcs": ["data"],
     "policy_paths": [],
     "policy_path": "configs/policies/demo.yaml",
+    "request": {"repo": "s3://bucket/prefix", "namespace": "shop", "pvcs": ["data"]},
 }
 
 

@@ -52,14 +52,35 @@ def test_backup_refuses_bad_hooks_before_the_run(hooks, words):
 )
 def test_restore_refuses_bad_writer_placement_before_the_run(param, value, words):
     with pytest.raises(ParameterTypeError, match=param) as err:
-        restore_app.validate_parameters({**RESTORE, param: value})
+        restore_app.validate_parameters({"request": {**RESTORE, param: value}})
     assert words in str(err.value)
 
 
 def test_restore_placement_is_kubernetes_json_as_given():
     tolerations = [{"key": "dedicated", "operator": "Equal", "value": "backup", "effect": "NoSchedule"}]
-    params = restore_app.validate_parameters({**RESTORE, "tolerations": tolerations, "node_selector": {"pool": 7}})
-    assert params["tolerations"] == tolerations and params["node_selector"] == {"pool": "7"}
+    request = {**RESTORE, "tolerations": tolerations, "node_selector": {"pool": 7}}
+    params = restore_app.validate_parameters({"request": request})
+    assert params["request"].tolerations == tolerations and params["request"].node_selector == {"pool": "7"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("namespace", "Shop", "is not a DNS-1123 label"),
+        ("target_namespace", "shop_copy", "is not a DNS-1123 label"),
+        ("pvcs", ["data", "Data!"], "is not a valid Kubernetes object name"),
+        ("backup", "", "must be a non-empty string"),
+        ("parallelism", 0, "greater than or equal to 1"),
+        ("timeout", 0, "greater than 0"),
+        ("overwirte", True, "Extra inputs are not permitted"),
+    ],
+)
+def test_restore_refuses_a_request_that_cannot_work_before_the_run(field, value, words):
+    """The deployment's form is one typed request: a name Kubernetes would refuse, a pace that cannot work or a
+    misspelt field is refused by Prefect's parameter validation, naming the field, before the run starts."""
+    with pytest.raises(ParameterTypeError, match=f"request.{field}") as err:
+        restore_app.validate_parameters({"request": {**RESTORE, field: value}})
+    assert words in str(err.value)
 
 
 def test_a_prunes_grace_takes_the_one_duration_syntax():

@@ -168,18 +168,14 @@ def _run_pod(core, ns, name, script, claim, node_selector=None, device=None):
     return log
 
 
-def _restore(cluster, repo, **kw):
+def _restore(cluster, repo, kubeconfig=None, return_state=False, **asked):
+    """A ``restore-app`` run of the request ``asked`` over the test's defaults (the source namespace, the mover's
+    image, ServiceAccount and repository Secret)."""
     from flows.restore import restore_app
 
-    kw.setdefault("kubeconfig", flow_kubeconfig(cluster))
-    return restore_app(
-        repo=repo,
-        namespace=kw.pop("namespace", SRC),
-        image=MOVER["image"],
-        service_account=MOVER["service_account"],
-        repo_secret=MOVER["repo_secret"],
-        **kw,
-    )
+    defaults = {"namespace": SRC, "image": MOVER["image"], "service_account": MOVER["service_account"]}
+    request = {"repo": repo, "repo_secret": MOVER["repo_secret"], **defaults, **asked}
+    return restore_app(request=request, kubeconfig=kubeconfig or flow_kubeconfig(cluster), return_state=return_state)
 
 
 def _sha(path) -> str:
@@ -481,7 +477,10 @@ def test_on_cancellation_deletes_what_the_run_created(local_cluster, backed_up):
     _namespace(local_cluster, "cancelled", backed_up["repo"])
     flow_run = SimpleNamespace(
         id=uuid.uuid4(),
-        parameters={"namespace": SRC, "target_namespace": "cancelled", "kubeconfig": flow_kubeconfig(local_cluster)},
+        parameters={
+            "request": {"repo": backed_up["repo"], "namespace": SRC, "target_namespace": "cancelled"},
+            "kubeconfig": flow_kubeconfig(local_cluster),
+        },
     )
     run_id = run_id_for(flow_run.id)
     labels = m.run_labels(run_id, **{"cbt-mover.io/pvc": "data"})

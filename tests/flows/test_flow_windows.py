@@ -92,6 +92,7 @@ def scenario(local_cluster, prefect_api):
     """The Windows app on win-a, backed up once and restored once into TARGET (before any pod used it)."""
     from flows.backup import backup_app
     from flows.restore import restore_app
+    from movers.restore.app_request import RestoreAppRequest
 
     cluster, api = local_cluster, local_cluster.client
     core = client.CoreV1Api(api)
@@ -123,15 +124,15 @@ def scenario(local_cluster, prefect_api):
         snapshot = k.get(api, "VolumeSnapshot", NS, manifest.snapshot.volume_snapshot)  # kept as the next base
         content = k.get(api, "VolumeSnapshotContent", None, snapshot["status"]["boundVolumeSnapshotContentName"])
         _namespace(cluster, TARGET, repo)
-        restore = restore_app(
+        request = RestoreAppRequest(
             repo=repo,
             namespace=NS,
             target_namespace=TARGET,
             image="cbt-mover",
             service_account=MOVER_SERVICE_ACCOUNT,
             repo_secret=REPO_SECRET,
-            kubeconfig=flow_kubeconfig(cluster),
         )
+        restore = restore_app(request, kubeconfig=flow_kubeconfig(cluster))
     restored_pv = _pv_of(api, TARGET, "data")
     yield {
         "repo": repo,

@@ -1,0 +1,82 @@
+"""What one ``restore-app`` run is asked to do, as one typed request: the form of the ``restore-app`` deployment.
+
+``RestoreAppRequest`` names the backups (``repo``, the source ``namespace``, ``pvcs``, ``backup``), where they go
+(``target_namespace``, ``storage_class``, ``overwrite``, ``hand_over``), the repository Secret the writers mount
+(``repo_secret``), the writer pods' placement (the fields of a policy's ``mover`` section, over the section of
+``policy_path`` when one is given) and the run's pace (``parallelism``, ``timeout``). The flow takes it as its one
+parameter, so the Prefect UI renders it as one form and a deployment's ``enforce_parameter_schema`` (and Prefect's
+own validation of a direct call) refuses a request that cannot work before the run starts, naming the field.
+
+Validation is pure: names are checked as Kubernetes checks them (``movers.policy.checks``), placements as a
+policy's ``mover`` section is; nothing here reads the cluster or the repository.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from movers.policy.model import Affinity, DnsLabel, Labels, ObjectName, RepoUrl, Text, Tolerations
+from movers.restore.plan import RestoreOptions
+
+# the Secret the shipped controller role lets the flows read (``cbt-mover install controller``), the policies' default
+DEFAULT_REPO_SECRET = "cbt-mover-repo"
+# the writer pods' settings a request may give, each as in a policy's ``mover`` section
+WRITER_FIELDS = ("image", "service_account", "node_selector", "tolerations", "affinity")
+
+
+class RestoreAppRequest(BaseModel):
+    """One ``restore-app`` run (see the module doc).
+
+    ``pvcs``: PVC names (None: every volume of the chosen backup run). ``backup``: ``latest``, a run id
+    (``cbt-mover.io/run`` tag) or a backup id of one volume. ``target_namespace``: None restores into ``namespace``.
+    ``storage_class`` overrides the recorded class (default: recorded, else the cluster default). ``overwrite``:
+    replace existing claims of those names once the restored data is complete (refused while a pod uses them).
+    ``hand_over``: give the volume to a Filesystem-mode claim (None: when it was recorded as Filesystem).
+    ``allow_partial``: a whole-app restore may take a partial run (one whose mover failed for some PVCs; restored
+    without them). ``repo_secret`` (and ``service_account``) must exist in the target namespace: the flow opens the
+    repository with its key, the writers mount it. ``timeout``: seconds per writer pod.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    repo: RepoUrl
+    namespace: DnsLabel
+    pvcs: list[ObjectName] | None = None
+    backup: Text = "latest"
+    target_namespace: DnsLabel | None = None
+    repo_secret: ObjectName = DEFAULT_REPO_SECRET
+    storage_class: ObjectName | None = None
+    overwrite: bool = False
+    hand_over: bool | None = None
+    allow_partial: bool = False
+    image: Text | None = None
+    service_account: ObjectName | None = None
+    node_selector: Labels | None = None
+    tolerations: Tolerations | None = None
+    affinity: Affinity = None
+    policy_path: str | None = None
+    parallelism: int = Field(default=2, ge=1)
+    timeout: float = Field(default=3600.0, gt=0)
+
+    @property
+    def target(self) -> str:
+        """The namespace restored into: ``target_namespace``, else the source ``namespace``."""
+        return self.target_namespace or self.namespace
+
+    def writer_given(self) -> dict[str, Any]:
+        """The writer pods' settings this request gives (``WRITER_FIELDS`` that are not None), for merging over a
+        policy's ``mover`` section."""
+        return {name: getattr(self, name) for name in WRITER_FIELDS if getattr(self, name) is not None}
+
+    def options(self, service_account: str) -> RestoreOptions:
+        """The plan's options of this request, the writers running as ``service_account`` (the one the writer
+        settings resolved to)."""
+        return RestoreOptions(
+            storage_class=self.storage_class,
+            overwrite=self.overwrite,
+            hand_over=self.hand_over,
+            repo_secret=self.repo_secret,
+            service_account=service_account,
+        )
