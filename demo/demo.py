@@ -260,6 +260,7 @@ def run() -> None:
         from flows.maintenance import maintain_repo
         from flows.restore import restore_app
         from localcluster.shipped_rbac import controller_kubeconfig
+        from movers.maintenance.request import MaintenanceRequest
         from movers.restore.app_request import RestoreAppRequest
 
         kubeconfig = str(controller_kubeconfig(cluster))  # the flows run as the shipped controller identity
@@ -290,13 +291,10 @@ def run() -> None:
         else:
             problems.append(("restore onto existing claims", f"not refused: {refused.type} {refused.message}"))
         _say("maintenance (retention, prune, full verify)")
-        maint = maintain_repo(
-            repo=policy.repository.url,
-            policy_paths=[str(POLICY)],
-            verify="full",
-            key_secret=secret,
-            kubeconfig=kubeconfig,
+        asked = MaintenanceRequest(
+            repo=policy.repository.url, policy_paths=[str(POLICY)], verify="full", key_secret=secret
         )
+        maint = maintain_repo(asked, kubeconfig=kubeconfig)
     print(_summary(full, incr, restored, maint, time.monotonic() - t0), flush=True)
     modes = [(r["mode"], r["change_source"]) for r in incr["volumes"]]
     if any(mode != ("incremental-cbt", "cbt-delta") for mode in modes):

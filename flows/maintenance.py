@@ -18,26 +18,25 @@ about ``cbt-mover.repository.<url>`` (``reporting.events``). The run FAILS when 
 artifacts.
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: a served flow run gets the flow by cloudpickle, which keeps only
+# the globals its code uses, so a string annotation naming the request's model could not be resolved there
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
 from flows import _run
-from movers.errors import IntegrityError, UsageError
+from movers.errors import IntegrityError
+from movers.maintenance.request import RULES, MaintenanceRequest
 from movers.pipeline.verify import VerifyReport
 from movers.policy.model import BackupPolicy, load_policy
-from movers.values import parse_duration
 from reporting import events, runs
 from reporting import maintenance_report as report
 from tasks.maintenance import KeepRules, Pruned, forget_backups, prune_repo, repo_volumes, verify_repo
 from tasks.repository import KeySource, describe, key_source
 
-RULES = ("keep_last", "keep_daily", "keep_weekly", "keep_monthly")
 SHOWN = 20  # damage entries carried in the result and the events (all are in the verify artifact)
 # (keep rules, volumes (None: every volume), the policy whose backups they judge (None: each policy's))
 Groups = list[tuple[dict[str, int], list[str] | None, str | None]]
@@ -47,19 +46,11 @@ KIND = "maintenance"
 
 
 def _run_name() -> str:
-    """``<run id> <repository URL without credentials>`` (``reporting.runs``)."""
-    return runs.run_name(KIND, report.public_url(str(flow_run.parameters.get("repo", "repo"))))
-
-
-def seconds(value: float | str) -> float:
-    """A grace period (``movers.values``: ``0``, ``90m``, ``24h``, ``7d``, ...), not negative."""
-    try:
-        grace = parse_duration(value)
-    except ValueError as err:
-        raise UsageError(f"grace {err}") from None
-    if grace < 0:
-        raise UsageError(f"grace {value!r} must not be negative")
-    return grace
+    """``<run id> <repository URL without credentials>`` (``reporting.runs``), from the request as given (the name
+    is only a label)."""
+    given = flow_run.parameters.get("request") or {}
+    repo = given.repo if isinstance(given, MaintenanceRequest) else given.get("repo", "repo")
+    return runs.run_name(KIND, report.public_url(str(repo)))
 
 
 def retention_groups(
@@ -104,70 +95,37 @@ def retention_groups(
     return groups, notes
 
 
-def key_for(key_secret: str | None, kubeconfig: str | None) -> KeySource | None:
-    """Where the run reads the repository key: Secret ``key_secret`` (``namespace/name``), else None (the worker's
-    environment). ``UsageError`` for a ``key_secret`` that is not ``namespace/name``."""
-    if not key_secret:
-        return None
-    namespace, _, name = key_secret.partition("/")
-    if not namespace or not name or "/" in name:
-        raise UsageError(f"key_secret must be namespace/name, not {key_secret!r}")
-    return key_source(kubeconfig, namespace, name)
+def key_for(request: MaintenanceRequest, kubeconfig: str | None) -> KeySource | None:
+    """Where the run reads the repository key: the Secret the request's ``key_secret`` names, else None (the
+    worker's environment)."""
+    ref = request.key_secret_ref()
+    return key_source(kubeconfig, *ref) if ref else None
 
 
 @flow(name="maintain-repo", flow_run_name=_run_name, log_prints=True)
-def maintain_repo(  # noqa: PLR0913 a Prefect deployment entry point: its parameters are the deployment's form (user-facing); a later step gives it a typed request
-    repo: str,
-    policy_paths: list[str] | None = None,
-    keep_last: int | None = None,
-    keep_daily: int | None = None,
-    keep_weekly: int | None = None,
-    keep_monthly: int | None = None,
-    prune: bool = True,
-    grace: float | str = "24h",
-    verify: Literal["sampled", "full", "off"] = "sampled",
-    sample: float = 0.05,
-    seed: int | None = None,
-    dry_run: bool = False,
-    lock_wait: float = 600.0,
-    key_secret: str | None = None,
-    kubeconfig: str | None = None,
-) -> dict[str, Any]:
-    """Forget expired backups of ``repo``, prune (grace ``grace``), then verify (``verify``, ``sample``).
+def maintain_repo(request: MaintenanceRequest, kubeconfig: str | None = None) -> dict[str, Any]:
+    """Forget expired backups of ``request.repo``, prune (after ``grace``), then verify (``verify``, ``sample``), as
+    ``request`` says (``movers.maintenance.request``; its fields are the deployment's form). ``kubeconfig``:
+    the cluster the key Secret is read from (None: in-cluster, else the default kubeconfig).
 
-    ``dry_run``: say what would be forgotten and pruned, change nothing (verify still reads).
-    ``lock_wait``: seconds to wait for another prune of the same repository (another run's, or a CLI
-    prune: the repository's prune lock); then the prune is skipped (reported), not failed.
-    Raises ``IntegrityError`` when verify finds damage.
+    A prune that waits ``lock_wait`` for another prune of the same repository (another run's, or a CLI prune: the
+    repository's prune lock) is skipped (reported), not failed. Raises ``IntegrityError`` when verify finds damage.
     """
+    repo, dry_run = request.repo, request.dry_run
     public = report.public_url(repo)
     run = _run.Run.start(
         KIND,
         lambda run_id: events.repository_resource(public, KIND, run_id),
         {"repository": public, "dry_run": dry_run},
         runs.Progress(step="maintain", thawed="not applicable: maintenance freezes no application"),
-        {"prune": prune, "verify": verify},
+        {"prune": request.prune, "verify": request.verify},
         repository=public,
     )
     summary: dict[str, Any] = {}
     with run.guard(
         f"maintenance {run.id} of {public}", report.artifact_key(repo, "failure"), lambda err: _run.Failure(summary)
     ):
-        asked = Asked(
-            repo=repo,
-            policy_paths=policy_paths or [],
-            overrides=dict(zip(RULES, (keep_last, keep_daily, keep_weekly, keep_monthly), strict=True)),
-            prune=prune,
-            grace=grace,
-            verify=verify,
-            sample=sample,
-            seed=seed,
-            dry_run=dry_run,
-            lock_wait=lock_wait,
-            key_secret=key_secret,
-            kubeconfig=kubeconfig,
-        )
-        summary = _maintain(asked, run.progress)
+        summary = _maintain(request, kubeconfig, run.progress)
         summary["run_id"], summary["duration_s"] = run.id, run.seconds()
         checked = summary["verify"]
         if checked is not None and not checked["ok"]:
@@ -175,24 +133,6 @@ def maintain_repo(  # noqa: PLR0913 a Prefect deployment entry point: its parame
             raise IntegrityError(f"verify of {public} found damage: " + "; ".join(checked["errors"][:5]))
     run.complete(summary)
     return summary
-
-
-@dataclass(frozen=True)
-class Asked:
-    """The flow's parameters, for its steps (``overrides``: the ``keep_*`` parameters by name, None when not given)."""
-
-    repo: str
-    policy_paths: list[str]
-    overrides: dict[str, int | None]
-    prune: bool
-    grace: float | str
-    verify: str
-    sample: float
-    seed: int | None
-    dry_run: bool
-    lock_wait: float
-    key_secret: str | None
-    kubeconfig: str | None
 
 
 PRUNE_SHOWN = (
@@ -207,21 +147,15 @@ PRUNE_SHOWN = (
 VERIFY_SHOWN = ("mode", "sample", "seed", "backups_checked", "packs_read", "fetched_bytes")
 
 
-def _maintain(asked: Asked, progress: runs.Progress) -> dict[str, Any]:
+def _maintain(asked: MaintenanceRequest, kubeconfig: str | None, progress: runs.Progress) -> dict[str, Any]:
     log, repo, dry_run = get_run_logger(), asked.repo, asked.dry_run
     public = report.public_url(repo)
-    grace_s = seconds(asked.grace)
-    if not 0 <= asked.sample <= 1:
-        raise UsageError(f"sample must be a fraction between 0 and 1, not {asked.sample}")
-    for name, value in asked.overrides.items():
-        if value is not None and value < 0:
-            raise UsageError(f"{name} must be >= 0, not {value}")
     policies = [load_policy(p) for p in asked.policy_paths]
-    key = key_for(asked.key_secret, asked.kubeconfig)
+    key = key_for(asked, kubeconfig)
     log.info("repository key (if it is encrypted): from %s", describe(key))
 
     progress.step = "retention"
-    groups, notes = retention_groups(repo, repo_volumes(repo, key), policies, asked.overrides)
+    groups, notes = retention_groups(repo, repo_volumes(repo, key), policies, asked.rule_overrides())
     for note in notes:
         log.info("retention: %s", note)
     results = [
@@ -240,11 +174,11 @@ def _maintain(asked: Asked, progress: runs.Progress) -> dict[str, Any]:
     progress.step = "prune"
     if asked.prune:
         would_forget = [key for _rules, r in results for key in r.deleted] if dry_run else None
-        pruned = prune_repo(repo, grace_s, dry_run, asked.lock_wait, would_forget, key)
+        pruned = prune_repo(repo, asked.grace, dry_run, asked.lock_wait, would_forget, key)
         create_table_artifact(
             key=report.artifact_key(repo, "prune"),
             table=report.prune_rows(pruned),
-            description=f"prune of {public} (grace {grace_s:.0f} s)",
+            description=f"prune of {public} (grace {asked.grace:.0f} s)",
         )
     checked = None
     progress.step = "verify"

@@ -33,14 +33,11 @@ FLOW_NAMES = {
     "restore": "restore-app",
     "maintenance": "maintain-repo",
 }
-# values for required parameters a deployment leaves to the run (restore is on demand)
+# values for required parameters a deployment leaves to the run (restore is on demand), by flow
 EXAMPLE_VALUES = {
-    "repo": "s3://bucket/prefix",
-    "namespace": "shop",
-    "pvcs": ["data"],
-    "policy_paths": [],
-    "policy_path": "configs/policies/demo.yaml",
-    "request": {"repo": "s3://bucket/prefix", "namespace": "shop", "pvcs": ["data"]},
+    "backup-app": {"policy_path": "configs/policies/demo.yaml"},
+    "restore-app": {"request": {"repo": "s3://bucket/prefix", "namespace": "shop", "pvcs": ["data"]}},
+    "maintain-repo": {"request": {"repo": "s3://bucket/prefix", "policy_paths": []}},
 }
 
 
@@ -114,10 +111,13 @@ def parameter_sets(deployment: dict) -> list[dict]:
     return [params] + [{**params, **s["parameters"]} for s in deployment.get("schedules") or [] if s.get("parameters")]
 
 
-def named_paths(params: dict) -> set[str]:
-    """The project files (``configs/...``) that parameter values name."""
-    values = [v for value in params.values() for v in (value if isinstance(value, list) else [value])]
-    return {v for v in values if isinstance(v, str) and v.startswith("configs/")}
+def named_paths(params: dict | list | str) -> set[str]:
+    """The project files (``configs/...``) that parameter values name, nested ones (a request's) too."""
+    if isinstance(params, dict):
+        return set().union(*(named_paths(v) for v in params.values()))
+    if isinstance(params, list):
+        return set().union(*(named_paths(v) for v in params))
+    return {params} if isinstance(params, str) and params.startswith("configs/") else set()
 
 
 @pytest.mark.parametrize("name", sorted(FLOW_NAMES))
@@ -131,7 +131,7 @@ def test_entrypoint_loads_and_parameters_fit_the_flow(name):
     required = set(parameter_schema(flow).required or [])
     for params in parameter_sets(deployment):
         assert set(params) <= accepted, f"{name}: {sorted(set(params) - accepted)} are not parameters of {flow.name}"
-        run_params = {**{key: EXAMPLE_VALUES[key] for key in required - set(params)}, **params}
+        run_params = {**{key: EXAMPLE_VALUES[flow.name][key] for key in required - set(params)}, **params}
         flow.validate_parameters(run_params)  # raises ParameterTypeError / SignatureMismatchError
         # the same check rejects a wrong type, so the line above can fail
         key = next(iter(params), None) or next(iter(required), None)
@@ -176,7 +176,8 @@ def test_maintenance_is_weekly_for_every_repository_and_restore_on_demand():
     schedules = maintenance["schedules"]
     assert len({s["slug"] for s in schedules}) == len(schedules)
     # one schedule per repository, with the policies whose retention applies to it
-    assert {s["parameters"]["repo"]: sorted(s["parameters"]["policy_paths"]) for s in schedules} == {
+    asked = [s["parameters"]["request"] for s in schedules]
+    assert {a["repo"]: sorted(a["policy_paths"]) for a in asked} == {
         repo: sorted(paths) for repo, paths in by_repo.items()
     }
     assert len(schedules) == len(by_repo)
@@ -510,7 +511,7 @@ def test_a_process_worker_runs_the_maintenance_deployment(prefect_api, deployed,
     with _client(prefect_api) as client:
         deployment = client.read_deployment_by_name("maintain-repo/maintenance")
         run = client.create_flow_run_from_deployment(
-            deployment.id, parameters={"repo": repo, "policy_paths": [str(policy_path)]}
+            deployment.id, parameters={"request": {"repo": repo, "policy_paths": [str(policy_path)]}}
         )
     log_path = tmp_path / "worker.log"
     with open(log_path, "wb") as log:

@@ -83,9 +83,21 @@ def test_restore_refuses_a_request_that_cannot_work_before_the_run(field, value,
     assert words in str(err.value)
 
 
-def test_a_prunes_grace_takes_the_one_duration_syntax():
-    """``flows.maintenance.seconds`` (a prune's grace) takes the strings policies and hooks take
-    (tests/unit/test_durations.py)."""
-    from flows.maintenance import seconds
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("grace", "soon", "must be a duration"),
+        ("grace", "-1h", "must not be negative"),
+        ("sample", 1.5, "less than or equal to 1"),
+        ("keep_last", -1, "greater than or equal to 0"),
+        ("key_secret", "cbt-mover-repo", "must be namespace/name of a Secret"),
+        ("verify", "quick", "'sampled', 'full' or 'off'"),
+    ],
+)
+def test_maintenance_refuses_a_request_that_cannot_work_before_the_run(field, value, words):
+    """The maintenance deployment's form is one typed request (``movers.maintenance.request``)."""
+    from flows.maintenance import maintain_repo
 
-    assert seconds("500ms") == 0.5 and seconds("7d") == 7 * 86400
+    with pytest.raises(ParameterTypeError, match=f"request.{field}") as err:
+        maintain_repo.validate_parameters({"request": {"repo": "s3://b", field: value}})
+    assert words in str(err.value)

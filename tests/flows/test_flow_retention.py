@@ -71,13 +71,11 @@ def test_a_nightly_policy_never_expires_the_weekly_policys_backups(local_cluster
     assert judged[first["run_id"]]["action"] == "forget" and judged[second["run_id"]]["action"] == "keep"
 
     # a maintenance run with both policies: each keeps its own by its own rules (no merge by the larger count)
-    key = {"key_secret": f"{NS}/{REPO_SECRET}", "kubeconfig": kubeconfig}
-    dry = maintain_repo(
-        repo=app["repo"], policy_paths=[weekly, nightly], prune=False, verify="off", dry_run=True, **key
-    )
+    asked = {"repo": app["repo"], "policy_paths": [weekly, nightly], "key_secret": f"{NS}/{REPO_SECRET}"}
+    dry = maintain_repo({**asked, "prune": False, "verify": "off", "dry_run": True}, kubeconfig=kubeconfig)
     assert dry["forgotten"] == 0, dry
     later = backup_app(policy_path=nightly, kubeconfig=kubeconfig, forget_expired=False)
-    done = maintain_repo(repo=app["repo"], policy_paths=[weekly, nightly], grace=0, verify="full", **key)
+    done = maintain_repo({**asked, "grace": 0, "verify": "full"}, kubeconfig=kubeconfig)
     assert done["forgotten"] == 2 and done["verify"]["ok"], done  # the older nightly run, both volumes
     assert set(_runs(app["repo"])) == {week["run_id"], later["run_id"]}
     rows = json.loads(artifact(artifact_key(app["repo"], "retention")).data)  # the table says runs and policies
