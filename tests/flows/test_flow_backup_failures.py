@@ -500,7 +500,7 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
 
 def _request(pod: dict):
     """The mover pod's BackupRequest, read back from its env value by the class that wrote it."""
-    from tests.unit.test_flow_backup_plan import _request as request_of
+    from tests.unit.backup.test_backup_plan import _request as request_of
 
     return request_of(pod)
 

@@ -1,12 +1,12 @@
 """ExtentAssembler's raw fast path (flat.proto) agrees with the real decoding of any response (hypothesis; the
-examples and helpers are tests/unit/test_cbt_stream.py's)."""
+examples and helpers are tests/unit/cbt/test_cbt_stream.py's)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_cbt_stream import msg, outcome
+from tests.unit.cbt.test_cbt_stream import msg, outcome
 
 values = st.one_of(st.integers(0, 3), st.integers(0, 1 << 20), st.integers(0, (1 << 63) - 1), st.just(4096))
 tuples = st.lists(st.tuples(values, values), max_size=12)

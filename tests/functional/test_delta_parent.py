@@ -159,7 +159,7 @@ def test_the_flow_passes_the_parent_it_planned_to_the_mover():
     from movers.backup.movers import mover_objects
     from movers.backup.plan import VolumePlan
     from movers.policy.model import parse_policy
-    from tests.unit.test_flow_backup_plan import _request
+    from tests.unit.backup.test_backup_plan import _request
 
     member = {"pvc": "data", "snapshot": "snap", "restore_size": None, "size": "1Gi", "handle": "h1"}
     policy = parse_policy(

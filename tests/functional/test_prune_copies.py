@@ -66,7 +66,7 @@ def pack_bytes(store) -> int:
 
 
 def test_two_backups_that_re_upload_the_same_listed_chunks_leave_one_copy_after_prune(tmp_path):
-    """Format version 1 (version 2 pages name the copy they read: tests/unit/test_format_v2.py)."""
+    """Format version 1 (version 2 pages name the copy they read: tests/unit/repo/test_format_v2.py)."""
     store = ListingTogether(2)
     content_a, expected = forgotten_content(store, tmp_path, config=RepoConfig(**V1))
     listing = prune(Repository.open(store), grace_s=DAY, now=T0)  # lists content A's packs: backups re-upload

@@ -61,7 +61,7 @@ def compact(store, report):
 @pytest.mark.parametrize("reader", ["restore", "backup"])
 def test_a_read_that_overlaps_an_index_compaction_lists_the_index_again(reader, tmp_path):
     """Before the fix: ObjectNotFound "object index/... not found" (exit 3) from the first index object read.
-    Format version 1 (version 2 restores and incrementals read no index: tests/unit/test_format_v2.py)."""
+    Format version 1 (version 2 restores and incrementals read no index: tests/unit/repo/test_format_v2.py)."""
     store = HookStore("get", INDEX_PREFIX)
     repo = Repository.init(store, replace(CONFIG, format_version=1))
     expected = build(repo, tmp_path, volumes=("vol-a", "vol-b"), rounds=1)

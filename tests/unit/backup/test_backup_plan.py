@@ -168,7 +168,7 @@ def test_a_flow_and_the_cli_build_the_same_request():
     from movers.cli import build_parser
     from movers.cli.backup import backup_request
     from movers.kube.volumes import source_identity
-    from tests.unit.test_kube_manifests import SOURCE_PV
+    from tests.unit.kube.test_kube_manifests import SOURCE_PV
 
     member = {
         "pvc": "data",

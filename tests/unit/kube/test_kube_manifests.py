@@ -16,7 +16,7 @@ from movers.kube.volumes import source_identity
 from movers.restore.request import RestoreRequest
 from tests import k8svalidate
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 LABELS = m.run_labels("run-1", app="shop")
 TOLERATIONS = [{"key": "node-role.example.com/backup", "operator": "Exists", "effect": "NoSchedule"}]
 AFFINITY = {

@@ -19,7 +19,7 @@ from movers.policy.model import (
     parse_policy,
 )
 
-POLICIES = Path(__file__).resolve().parents[2] / "configs" / "policies"
+POLICIES = Path(__file__).resolve().parents[3] / "configs" / "policies"
 
 MINIMAL = {
     "name": "app",

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 import movers.policy.model as p
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def _keys(model: type[BaseModel], prefix: str = "") -> set[str]:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from movers.restore.app_request import DEFAULT_REPO_SECRET, RestoreAppRequest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_target_is_the_source_namespace_unless_another_is_given():
