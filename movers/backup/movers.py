@@ -32,6 +32,7 @@ from movers.kube import manifests as m
 from movers.kube import pods, repokey, snapshots
 from movers.kube.names import derived_name
 from movers.kube.podspec import DEVICE_PATH, MoverProfile, MoverTask, RepoAccess
+from movers.kube.volumes import PvIdentity
 
 if TYPE_CHECKING:
     from movers.policy.model import BackupPolicy
@@ -42,21 +43,26 @@ class MoverPodFailed(pods.PodFailed):
 
 
 def volume_request(member: Mapping[str, Any], plan: VolumePlan, namespace: str) -> BackupRequest:
-    """The ``BackupRequest`` of a member's mover, as its plan says: the source claim's identity (its PV's:
-    ``volumes.source_identity``), the member's snapshot, the planned change source (``scan``, else CBT with the
-    planned base, its VolumeSnapshot name, the delta's parent and ``max_results``), the run's tags and claims."""
-    identity = dict(member.get("identity") or {})
+    """The ``BackupRequest`` of a member's mover, as its plan says: the source claim's identity (its PV's
+    ``volumes.PvIdentity``, field for field), the member's snapshot, the planned change source (``scan``, else CBT
+    with the planned base, its VolumeSnapshot name, the delta's parent and ``max_results``), the run's tags and
+    claims."""
+    pv: PvIdentity = member.get("identity") or PvIdentity()
     cbt = plan.change_source != "scan"
     return BackupRequest(
         volume=SourceVolume(
             id=f"{namespace}/{member['pvc']}",
             namespace=namespace,
             pvc=member["pvc"],
-            pv_volume_handle=identity.pop("pv_handle", None),
+            pv_volume_handle=pv.pv_volume_handle,
+            csi_driver=pv.csi_driver,
             storage_class=member.get("storage_class"),
             volume_mode=member.get("volume_mode"),
+            pv_name=pv.pv_name,
+            pv_uid=pv.pv_uid,
+            fs_type=pv.fs_type,
+            node_affinity=pv.node_affinity,
             labels=member.get("labels"),
-            **identity,
         ),
         snapshot=SourceSnapshot(
             volume_snapshot=member["snapshot"],

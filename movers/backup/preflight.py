@@ -48,7 +48,7 @@ from movers.kube import access
 from movers.kube.access import Check
 from movers.kube.apply import find, get, list_objects, served_group_snapshot_version
 from movers.kube.manifests import GROUP_SNAPSHOT_GROUP, REPO_SECRET_KEYS, SNAPSHOT_GROUP
-from movers.kube.volumes import source_identity
+from movers.kube.volumes import PvIdentity, source_identity
 from movers.values import selector_string
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class Source:
     size: str | None
     storage_class: str | None
     driver: str
-    identity: dict[str, Any]  # volumes.source_identity of its PV: the request's SourceVolume fields
+    identity: PvIdentity  # its PV's (volumes.source_identity): what the request's SourceVolume records of it
     labels: dict[str, str] = field(default_factory=dict)  # the claim's metadata.labels (a restore reapplies them)
 
 
@@ -208,7 +208,7 @@ def select_sources(api, namespace: str, selector: Mapping[str, Any]) -> list[Sou
             )
         pv = get(api, "PersistentVolume", None, spec["volumeName"])
         identity = source_identity(pv)
-        if not identity["csi_driver"] or not identity["pv_handle"]:
+        if not identity.csi_driver or not identity.pv_volume_handle:
             raise PreflightError(
                 f"PVC {namespace}/{name} is bound to PV {spec['volumeName']}, which is not a CSI volume: CSI"
                 " snapshots cannot take it",
@@ -221,7 +221,7 @@ def select_sources(api, namespace: str, selector: Mapping[str, Any]) -> list[Sou
                 size=(status.get("capacity") or {}).get("storage")
                 or ((spec.get("resources") or {}).get("requests") or {}).get("storage"),
                 storage_class=spec.get("storageClassName"),
-                driver=identity["csi_driver"],
+                driver=identity.csi_driver,
                 identity=identity,
                 labels=dict(claim["metadata"].get("labels") or {}),
             )
