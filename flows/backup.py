@@ -229,12 +229,12 @@ def _backup(policy: BackupPolicy, run: _run.Run, kubeconfig: str | None, forget_
     ns, url, run_id, progress = policy.namespace, policy.repository.url, run.id, run.progress
     keep_retained = _keep_retained(policy)
     with _run.cleanup_after(run, lambda failed: cleanup_run(kubeconfig, ns, run_id, keep_retained=keep_retained)):
-        snap, retired, rows = _snapshot_and_move(policy, run_id, kubeconfig, progress)
+        snap, retired, rows, secret_keys = _snapshot_and_move(policy, run_id, kubeconfig, progress)
     progress.step = "retention"
     key = key_source(kubeconfig, ns, policy.repository.credentials_secret)
     expired = forget_backups_of(url, [r["volume"] for r in rows], policy, key) if forget_expired else None
     progress.step = "report"
-    report.publish(run_id, policy, snap, retired, rows, kubeconfig)
+    report.publish(run_id, policy, snap, retired, rows, secret_keys)
     record_backup_events(kubeconfig, run_id, url, rows)
     taken = snap.taken
     if taken.fallback:
@@ -262,10 +262,11 @@ def _backup(policy: BackupPolicy, run: _run.Run, kubeconfig: str | None, forget_
 
 def _snapshot_and_move(
     policy: BackupPolicy, run_id: str, kubeconfig: str | None, progress: runs.Progress
-) -> tuple[Snapshots, Retired, list[dict[str, Any]]]:
+) -> tuple[Snapshots, Retired, list[dict[str, Any]], tuple[str, ...]]:
     """Preflight, plan the bases, snapshot under a bounded freeze, move every member (``parallelism`` at a
-    time), keep the new base snapshots. Returns the snapshot set, the base snapshots it retired and one summary
-    row per volume; ``progress`` says the step, whether the app was thawed and the backups committed so far."""
+    time), keep the new base snapshots. Returns the snapshot set, the base snapshots it retired, one summary
+    row per volume and the credentials Secret's key names the preflight read; ``progress`` says the step, whether
+    the app was thawed and the backups committed so far."""
     log = get_run_logger()
     ns, url = policy.namespace, policy.repository.url
     # preflight: nothing is frozen or created before all of it passed; the permissions first
@@ -281,7 +282,7 @@ def _snapshot_and_move(
         "move",
         "thawed after the snapshots were cut: " + ("; ".join(snap.taken.hooks) or "no hooks"),
     )
-    members = _members(snap, sources, run_id, policy)
+    members = _members(snap, sources, run_id, policy, found.secret_keys)
     plans: dict[str, VolumePlan] = {}
 
     def move(member: Member) -> PrefectFuture:
@@ -317,7 +318,7 @@ def _snapshot_and_move(
     retired = keep_base_snapshots(
         kubeconfig, ns, policy.name, taken.kind, taken.group_version, kept, _keep_retained(policy)
     )
-    return snap, retired, rows
+    return snap, retired, rows, found.secret_keys
 
 
 def _keep_retained(policy: BackupPolicy) -> bool:
@@ -332,10 +333,12 @@ def _cbt(cbt: DriverCbt, snap: Snapshots) -> tuple[str | None, str | None]:
     return (None, why) if why else (cbt.audience, None)
 
 
-def _members(snap: Snapshots, sources: dict[str, Source], run_id: str, policy: BackupPolicy) -> list[Member]:
+def _members(
+    snap: Snapshots, sources: dict[str, Source], run_id: str, policy: BackupPolicy, secret_keys: tuple[str, ...]
+) -> list[Member]:
     """The snapshot set's members of the preflight's claims, with what their movers record: the claim (its class,
     size, mode and labels, its PV's identity), the run's claims, the group, the manifest tags, the app and the
-    repository."""
+    repository; and the credentials Secret's key names the preflight read (the key files the movers mount)."""
     taken = {x.pvc for x in snap.members}
     if set(sources) - taken:
         raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(set(sources) - taken)}")
@@ -350,6 +353,7 @@ def _members(snap: Snapshots, sources: dict[str, Source], run_id: str, policy: B
         app=policy.name,
         tags={RUN_TAG: run_id, APP_TAG: policy.name, POLICY_TAG: policy.name},
         repo=policy.repository.url,
+        secret_keys=secret_keys,
     )
     return [Member(x, sources[x.pvc], recorded) for x in snap.members if x.pvc in sources]
 

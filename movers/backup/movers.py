@@ -11,7 +11,8 @@ backs it up, as ``movers.restore.writers`` is the restore's.
   (one line; ``pods.PodFailed``'s retry rule).
 
 A member is plain data (``tasks.kube.Member``: the snapshot set's member with the claim's class, size,
-mode, labels, PV identity, the run's claims, tags, app and repository); ``policy`` is the
+mode, labels, PV identity, the run's claims, tags, app, repository and the credentials Secret's key names as the
+preflight read them); ``policy`` is the
 run's ``movers.policy.model.BackupPolicy`` (its mover section, credentials Secret and timeouts).
 """
 
@@ -131,9 +132,10 @@ def move_volume(
     on_log_line: Callable[[str], None] | None = None,
     logger: logging.Logger | logging.LoggerAdapter | None = None,
 ) -> BackupResult:
-    """Back up one member: its claim and mover pod (``mover_objects``, with the key files the credentials Secret
-    holds now: ``repokey.key_names``), the pod scheduled within the policy's
-    ``timeouts.pvc_bound`` (``pods.PodNotScheduled`` names FailedScheduling), running within ``timeouts.start``
+    """Back up one member: its claim and mover pod (``mover_objects``, with the key files among the credentials
+    Secret's key names the preflight read, the member's ``secret_keys``: ``repokey.key_files``; the Secret is not
+    read again), the pod scheduled within the policy's ``timeouts.pvc_bound`` (``pods.PodNotScheduled`` names
+    FailedScheduling), running within ``timeouts.start``
     (``pods.PodNotStarted`` names the Warning that says why: FailedAttachVolume, FailedMount, an image pull) and
     finished within ``timeouts.mover`` (``pods.PodTimeoutError``); none of these is retried. The mover's result.
     A Filesystem source's snapshot content is first marked for a Block claim (KEP-3141). The pod of an earlier
@@ -142,9 +144,8 @@ def move_volume(
     log = logger or logging.getLogger(__name__)
     if member.get("source_volume_mode") == "Filesystem":
         snapshots.patch_content_annotation(api, member["content"])
-    namespace, secret = policy.namespace, policy.repository.credentials_secret
-    repo_keys = repokey.key_names(k.find(api, "Secret", namespace, secret) or {}) if secret else []
-    claim, pod = mover_objects(run_id, member, plan, policy, repo_keys)
+    namespace = policy.namespace
+    claim, pod = mover_objects(run_id, member, plan, policy, repokey.key_files(member.get("secret_keys") or ()))
     name, timeouts = pod["metadata"]["name"], policy.timeouts
     k.create(api, claim)
     _replace_earlier_pod(api, pod, log)

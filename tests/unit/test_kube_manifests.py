@@ -407,6 +407,17 @@ def test_source_identity_of_a_pv():
     assert fields <= set(SourceVolume.model_fields) and fields <= {f.name for f in dataclasses.fields(VolumeIdentity)}
 
 
+def test_the_key_files_a_pod_mounts_come_from_the_secrets_key_names():
+    """The preflight reads the credentials Secret's key names once (``secret_key_names``: names, sorted); the mover
+    pods mount the repository key files among them (``key_files``), as ``key_names`` of the Secret itself would."""
+    from movers.kube import repokey
+
+    secret = {"data": {"password": "x", "AWS_REGION": "y"}, "stringData": {"keyfile": "z"}}
+    assert repokey.secret_key_names(secret) == ("AWS_REGION", "keyfile", "password")
+    assert repokey.key_files(repokey.secret_key_names(secret)) == ["password", "keyfile"] == repokey.key_names(secret)
+    assert repokey.key_files(("AWS_REGION",)) == [] and repokey.secret_key_names({}) == ()
+
+
 def test_writer_and_mover_pods():
     writer = m.mover_pod(
         "w",
