@@ -2,7 +2,7 @@
 back every member up to the repository from a Block-mode mover pod (CBT delta / CBT allocated / scan).
 
 Parameters come from a policy file (``configs/policies/``) or directly; direct parameters override
-the policy's. In order:
+the policy's (``movers.policy.overrides``). In order:
 
 1. preflight, before anything is frozen or created (``movers.backup.preflight``): the run's own permissions
    (SelfSubjectAccessReview), the repository (with the flow's environment and, for an encrypted one, the key in
@@ -43,7 +43,8 @@ from movers.backup.plan import VolumePlan
 from movers.backup.preflight import DriverCbt, Source
 from movers.backup.request import BackupResult
 from movers.backup.snapshots import Retired
-from movers.policy.model import BackupPolicy, Hooks, parse_policy
+from movers.policy.model import BackupPolicy, Hooks
+from movers.policy.overrides import policy_from_parameters, resolve_policy
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG
 from reporting import events, report, runs
 from tasks.kevents import record_backup_events, record_backup_failure
@@ -69,44 +70,11 @@ def _run_name() -> str:
     name)."""
     p = dict(flow_run.parameters)
     try:
-        policy = resolve_policy(p.get("policy_path"), **{key: p.get(key) for key in POLICY_OVERRIDES})
+        policy = policy_from_parameters(p)
         what = f"{policy.namespace}/{policy.name}"
     except Exception:  # noqa: BLE001  (silent, not best_effort: the name is only a label; the run fails on it)
         what = p.get("namespace") or (p.get("policy_path") or "policy").rsplit("/", 1)[-1].removesuffix(".yaml")
     return runs.run_name(KIND, what)
-
-
-def resolve_policy(policy_path: str | None, **overrides: Any) -> BackupPolicy:
-    """The policy file (if any) with the non-None ``overrides`` applied, validated as one policy."""
-    import yaml
-
-    data: dict[str, Any] = {}
-    if policy_path:
-        with open(policy_path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key == "repo":
-            data.setdefault("repository", {})["url"] = value
-        elif key == "repo_secret":
-            data.setdefault("repository", {})["credentials_secret"] = value
-        elif key == "image":
-            data.setdefault("mover", {})["image"] = value
-        elif key == "service_account":
-            data.setdefault("mover", {})["service_account"] = value
-        elif key == "selector":
-            data["pvc_selector"] = (
-                value if "matchLabels" in value or "matchExpressions" in value else {"matchLabels": value}
-            )
-        else:
-            data[key] = value
-    data.setdefault("name", data.get("namespace", "app"))
-    return parse_policy(data, policy_path)
-
-
-# the flow parameters that override a policy's fields (see resolve_policy)
-POLICY_OVERRIDES = ("namespace", "selector", "repo", "repo_secret", "hooks", "image", "service_account", "parallelism")
 
 
 def run_id_for(flow_run_id: Any) -> str:
@@ -128,9 +96,7 @@ def _abandon_run(run: _run.Abandoned) -> None:
     ns, hooks, annotations = params.get("namespace"), params.get("hooks"), False
     app, hook_timeout, keep_retained = ns, DEFAULT_TIMEOUT_S, False
     with best_effort(f"{said}: cannot resolve the policy; using the parameters", log):
-        policy = resolve_policy(
-            params.get("policy_path"), **{key: v for key, v in params.items() if key in POLICY_OVERRIDES}
-        )
+        policy = policy_from_parameters(params)
         ns, hooks, annotations = policy.namespace, policy.hooks, policy.use_pod_annotations
         app, hook_timeout, keep_retained = policy.name, policy.timeouts.hook, _keep_retained(policy)
     if not ns:
