@@ -2,7 +2,7 @@
 back every member up to the repository from a Block-mode mover pod (CBT delta / CBT allocated / scan).
 
 Parameters come from a policy file (``configs/policies/``) or directly; direct parameters override
-the policy's. In order:
+the policy's (``movers.policy.overrides``). In order:
 
 1. preflight, before anything is frozen or created (``movers.backup.preflight``): the run's own permissions
    (SelfSubjectAccessReview), the repository (with the flow's environment and, for an encrypted one, the key in
@@ -43,7 +43,8 @@ from movers.backup.plan import VolumePlan
 from movers.backup.preflight import DriverCbt, Source
 from movers.backup.request import BackupResult
 from movers.backup.snapshots import Retired
-from movers.policy.model import BackupPolicy, Hooks, parse_policy
+from movers.policy.model import BackupPolicy, Hooks
+from movers.policy.overrides import policy_from_parameters, resolve_policy
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG
 from reporting import events, report, runs
 from tasks.kevents import record_backup_events, record_backup_failure
@@ -69,44 +70,11 @@ def _run_name() -> str:
     name)."""
     p = dict(flow_run.parameters)
     try:
-        policy = resolve_policy(p.get("policy_path"), **{key: p.get(key) for key in POLICY_OVERRIDES})
+        policy = policy_from_parameters(p)
         what = f"{policy.namespace}/{policy.name}"
     except Exception:  # noqa: BLE001  (silent, not best_effort: the name is only a label; the run fails on it)
         what = p.get("namespace") or (p.get("policy_path") or "policy").rsplit("/", 1)[-1].removesuffix(".yaml")
     return runs.run_name(KIND, what)
-
-
-def resolve_policy(policy_path: str | None, **overrides: Any) -> BackupPolicy:
-    """The policy file (if any) with the non-None ``overrides`` applied, validated as one policy."""
-    import yaml
-
-    data: dict[str, Any] = {}
-    if policy_path:
-        with open(policy_path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key == "repo":
-            data.setdefault("repository", {})["url"] = value
-        elif key == "repo_secret":
-            data.setdefault("repository", {})["credentials_secret"] = value
-        elif key == "image":
-            data.setdefault("mover", {})["image"] = value
-        elif key == "service_account":
-            data.setdefault("mover", {})["service_account"] = value
-        elif key == "selector":
-            data["pvc_selector"] = (
-                value if "matchLabels" in value or "matchExpressions" in value else {"matchLabels": value}
-            )
-        else:
-            data[key] = value
-    data.setdefault("name", data.get("namespace", "app"))
-    return parse_policy(data, policy_path)
-
-
-# the flow parameters that override a policy's fields (see resolve_policy)
-POLICY_OVERRIDES = ("namespace", "selector", "repo", "repo_secret", "hooks", "image", "service_account", "parallelism")
 
 
 def run_id_for(flow_run_id: Any) -> str:
@@ -128,9 +96,7 @@ def _abandon_run(run: _run.Abandoned) -> None:
     ns, hooks, annotations = params.get("namespace"), params.get("hooks"), False
     app, hook_timeout, keep_retained = ns, DEFAULT_TIMEOUT_S, False
     with best_effort(f"{said}: cannot resolve the policy; using the parameters", log):
-        policy = resolve_policy(
-            params.get("policy_path"), **{key: v for key, v in params.items() if key in POLICY_OVERRIDES}
-        )
+        policy = policy_from_parameters(params)
         ns, hooks, annotations = policy.namespace, policy.hooks, policy.use_pod_annotations
         app, hook_timeout, keep_retained = policy.name, policy.timeouts.hook, _keep_retained(policy)
     if not ns:
@@ -229,12 +195,12 @@ def _backup(policy: BackupPolicy, run: _run.Run, kubeconfig: str | None, forget_
     ns, url, run_id, progress = policy.namespace, policy.repository.url, run.id, run.progress
     keep_retained = _keep_retained(policy)
     with _run.cleanup_after(run, lambda failed: cleanup_run(kubeconfig, ns, run_id, keep_retained=keep_retained)):
-        snap, retired, rows = _snapshot_and_move(policy, run_id, kubeconfig, progress)
+        snap, retired, rows, secret_keys = _snapshot_and_move(policy, run_id, kubeconfig, progress)
     progress.step = "retention"
     key = key_source(kubeconfig, ns, policy.repository.credentials_secret)
     expired = forget_backups_of(url, [r["volume"] for r in rows], policy, key) if forget_expired else None
     progress.step = "report"
-    report.publish(run_id, policy, snap, retired, rows, kubeconfig)
+    report.publish(run_id, policy, snap, retired, rows, secret_keys)
     record_backup_events(kubeconfig, run_id, url, rows)
     taken = snap.taken
     if taken.fallback:
@@ -262,10 +228,11 @@ def _backup(policy: BackupPolicy, run: _run.Run, kubeconfig: str | None, forget_
 
 def _snapshot_and_move(
     policy: BackupPolicy, run_id: str, kubeconfig: str | None, progress: runs.Progress
-) -> tuple[Snapshots, Retired, list[dict[str, Any]]]:
+) -> tuple[Snapshots, Retired, list[dict[str, Any]], tuple[str, ...]]:
     """Preflight, plan the bases, snapshot under a bounded freeze, move every member (``parallelism`` at a
-    time), keep the new base snapshots. Returns the snapshot set, the base snapshots it retired and one summary
-    row per volume; ``progress`` says the step, whether the app was thawed and the backups committed so far."""
+    time), keep the new base snapshots. Returns the snapshot set, the base snapshots it retired, one summary
+    row per volume and the credentials Secret's key names the preflight read; ``progress`` says the step, whether
+    the app was thawed and the backups committed so far."""
     log = get_run_logger()
     ns, url = policy.namespace, policy.repository.url
     # preflight: nothing is frozen or created before all of it passed; the permissions first
@@ -281,7 +248,7 @@ def _snapshot_and_move(
         "move",
         "thawed after the snapshots were cut: " + ("; ".join(snap.taken.hooks) or "no hooks"),
     )
-    members = _members(snap, sources, run_id, policy)
+    members = _members(snap, sources, run_id, policy, found.secret_keys)
     plans: dict[str, VolumePlan] = {}
 
     def move(member: Member) -> PrefectFuture:
@@ -317,7 +284,7 @@ def _snapshot_and_move(
     retired = keep_base_snapshots(
         kubeconfig, ns, policy.name, taken.kind, taken.group_version, kept, _keep_retained(policy)
     )
-    return snap, retired, rows
+    return snap, retired, rows, found.secret_keys
 
 
 def _keep_retained(policy: BackupPolicy) -> bool:
@@ -332,10 +299,12 @@ def _cbt(cbt: DriverCbt, snap: Snapshots) -> tuple[str | None, str | None]:
     return (None, why) if why else (cbt.audience, None)
 
 
-def _members(snap: Snapshots, sources: dict[str, Source], run_id: str, policy: BackupPolicy) -> list[Member]:
+def _members(
+    snap: Snapshots, sources: dict[str, Source], run_id: str, policy: BackupPolicy, secret_keys: tuple[str, ...]
+) -> list[Member]:
     """The snapshot set's members of the preflight's claims, with what their movers record: the claim (its class,
     size, mode and labels, its PV's identity), the run's claims, the group, the manifest tags, the app and the
-    repository."""
+    repository; and the credentials Secret's key names the preflight read (the key files the movers mount)."""
     taken = {x.pvc for x in snap.members}
     if set(sources) - taken:
         raise RuntimeError(f"the snapshot set has no member for PVC(s) {sorted(set(sources) - taken)}")
@@ -350,6 +319,7 @@ def _members(snap: Snapshots, sources: dict[str, Source], run_id: str, policy: B
         app=policy.name,
         tags={RUN_TAG: run_id, APP_TAG: policy.name, POLICY_TAG: policy.name},
         repo=policy.repository.url,
+        secret_keys=secret_keys,
     )
     return [Member(x, sources[x.pvc], recorded) for x in snap.members if x.pvc in sources]
 

@@ -143,20 +143,6 @@ def restore_deployments() -> list[str]:
     return sorted(f"{RESTORE_FLOW}/{d.name}" for d in found)
 
 
-def secret_keys(kubeconfig: str | None, namespace: str, name: str | None) -> list[str]:
-    """The names (never the values) of the keys Secret ``namespace/name`` holds; none when it cannot be read."""
-    from movers.backup import preflight
-    from movers.kube import apply as k
-    from tasks.kube import api_client
-
-    if not name:
-        return []
-    secret = {}
-    with best_effort(f"cannot read the key names of Secret {namespace}/{name}", log):
-        secret = k.find(api_client(kubeconfig), "Secret", namespace, name) or {}
-    return sorted(preflight.secret_keys(secret))
-
-
 @dataclass(frozen=True)
 class BackupRun:
     """A backup run as its restore report names it: run id, namespace, application, repository, how its snapshots
@@ -265,10 +251,11 @@ def retained_text(retired: Retired) -> str:
 
 
 def publish(
-    run_id: str, policy: Any, snap: Snapshots, retired: Retired, rows: list[dict[str, Any]], kubeconfig: str | None
+    run_id: str, policy: Any, snap: Snapshots, retired: Retired, rows: list[dict[str, Any]], secret_keys: Sequence[str]
 ) -> None:
     """The run's table (``backup-<app>``) and restore markdown (``backup-<app>-restore``) artifacts: its snapshot
-    set ``snap``, the bases it ``retired``, its summary ``rows``."""
+    set ``snap``, the bases it ``retired``, its summary ``rows``; ``secret_keys``: the credentials Secret's key names
+    as the run's preflight read them (``Preflight.secret_keys``; names, never values)."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     ns, url, secret = policy.namespace, policy.repository.url, policy.repository.credentials_secret
@@ -281,7 +268,7 @@ def publish(
     run = BackupRun(run_id, ns, policy.name, url, f"{snapshot_text(snap.taken)} ({snap.reason or '-'})", freeze)
     how = RestoreWith(
         secret=secret,
-        secret_keys=secret_keys(kubeconfig, ns, secret),
+        secret_keys=secret_keys,
         deployments=restore_deployments(),
         writer={"image": policy.mover.image, "service_account": policy.mover.service_account},
     )

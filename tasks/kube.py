@@ -60,14 +60,16 @@ class Snapshots:
 
 @dataclass(frozen=True)
 class Recorded:
-    """What every mover of a run records: the run's claims, its group snapshot, the application, the manifest
-    tags (run, app, policy) and the repository."""
+    """What every mover of a run records and writes with: the run's claims, its group snapshot, the application, the
+    manifest tags (run, app, policy), the repository and the credentials Secret's key names (the preflight's
+    ``secret_keys``: the key files its pod mounts)."""
 
     run_pvcs: list[str]
     group_snapshot: str | None
     app: str
     tags: dict[str, str]
     repo: str
+    secret_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

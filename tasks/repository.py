@@ -115,16 +115,19 @@ def choose_base(
     kubeconfig: str | None = None,
 ) -> BaseChoice:
     """The next CBT delta's base of ``volume_id``, whose source is now the PV of ``source`` (the preflight's claim:
-    its volume handle and uid): the newest backup of that volume whose snapshot still exists in the cluster of
-    ``kubeconfig`` (``movers.repo.lineage.choose_base`` with ``movers.backup.bases.SnapshotCheck``); handle None for
-    a full backup, snapshot the base's VolumeSnapshot name, backup_id the backup the delta builds on."""
+    its ``PvIdentity``'s volume handle and uid): the newest backup of that volume whose snapshot still exists in the
+    cluster of ``kubeconfig`` (``movers.repo.lineage.choose_base`` with ``movers.backup.bases.SnapshotCheck``);
+    handle None for a full backup, snapshot the base's VolumeSnapshot name, backup_id the backup the delta builds
+    on."""
     from movers.backup.bases import SnapshotCheck
     from movers.repo.lineage import choose_base as choose
+    from movers.repo.manifest import VolumeIdentity
     from tasks.kube import api_client
 
     check = SnapshotCheck(api_client(kubeconfig))
-    pv_handle, pv_uid = source.identity.get("pv_handle"), source.identity.get("pv_uid")
-    return choose(open_repository(repo_url, key), volume_id, pv_handle, pv_uid, check.missing)
+    pv = source.identity
+    current = VolumeIdentity(volume_id, pv_volume_handle=pv.pv_volume_handle, pv_uid=pv.pv_uid)
+    return choose(open_repository(repo_url, key), current, check.missing)
 
 
 PLANNED = {

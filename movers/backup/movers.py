@@ -11,7 +11,8 @@ backs it up, as ``movers.restore.writers`` is the restore's.
   (one line; ``pods.PodFailed``'s retry rule).
 
 A member is plain data (``tasks.kube.Member``: the snapshot set's member with the claim's class, size,
-mode, labels, PV identity, the run's claims, tags, app and repository); ``policy`` is the
+mode, labels, PV identity, the run's claims, tags, app, repository and the credentials Secret's key names as the
+preflight read them); ``policy`` is the
 run's ``movers.policy.model.BackupPolicy`` (its mover section, credentials Secret and timeouts).
 """
 
@@ -32,6 +33,7 @@ from movers.kube import manifests as m
 from movers.kube import pods, repokey, snapshots
 from movers.kube.names import derived_name
 from movers.kube.podspec import DEVICE_PATH, MoverProfile, MoverTask, RepoAccess
+from movers.kube.volumes import PvIdentity
 
 if TYPE_CHECKING:
     from movers.policy.model import BackupPolicy
@@ -42,21 +44,26 @@ class MoverPodFailed(pods.PodFailed):
 
 
 def volume_request(member: Mapping[str, Any], plan: VolumePlan, namespace: str) -> BackupRequest:
-    """The ``BackupRequest`` of a member's mover, as its plan says: the source claim's identity (its PV's:
-    ``volumes.source_identity``), the member's snapshot, the planned change source (``scan``, else CBT with the
-    planned base, its VolumeSnapshot name, the delta's parent and ``max_results``), the run's tags and claims."""
-    identity = dict(member.get("identity") or {})
+    """The ``BackupRequest`` of a member's mover, as its plan says: the source claim's identity (its PV's
+    ``volumes.PvIdentity``, field for field), the member's snapshot, the planned change source (``scan``, else CBT
+    with the planned base, its VolumeSnapshot name, the delta's parent and ``max_results``), the run's tags and
+    claims."""
+    pv: PvIdentity = member.get("identity") or PvIdentity()
     cbt = plan.change_source != "scan"
     return BackupRequest(
         volume=SourceVolume(
             id=f"{namespace}/{member['pvc']}",
             namespace=namespace,
             pvc=member["pvc"],
-            pv_volume_handle=identity.pop("pv_handle", None),
+            pv_volume_handle=pv.pv_volume_handle,
+            csi_driver=pv.csi_driver,
             storage_class=member.get("storage_class"),
             volume_mode=member.get("volume_mode"),
+            pv_name=pv.pv_name,
+            pv_uid=pv.pv_uid,
+            fs_type=pv.fs_type,
+            node_affinity=pv.node_affinity,
             labels=member.get("labels"),
-            **identity,
         ),
         snapshot=SourceSnapshot(
             volume_snapshot=member["snapshot"],
@@ -125,9 +132,10 @@ def move_volume(
     on_log_line: Callable[[str], None] | None = None,
     logger: logging.Logger | logging.LoggerAdapter | None = None,
 ) -> BackupResult:
-    """Back up one member: its claim and mover pod (``mover_objects``, with the key files the credentials Secret
-    holds now: ``repokey.key_names``), the pod scheduled within the policy's
-    ``timeouts.pvc_bound`` (``pods.PodNotScheduled`` names FailedScheduling), running within ``timeouts.start``
+    """Back up one member: its claim and mover pod (``mover_objects``, with the key files among the credentials
+    Secret's key names the preflight read, the member's ``secret_keys``: ``repokey.key_files``; the Secret is not
+    read again), the pod scheduled within the policy's ``timeouts.pvc_bound`` (``pods.PodNotScheduled`` names
+    FailedScheduling), running within ``timeouts.start``
     (``pods.PodNotStarted`` names the Warning that says why: FailedAttachVolume, FailedMount, an image pull) and
     finished within ``timeouts.mover`` (``pods.PodTimeoutError``); none of these is retried. The mover's result.
     A Filesystem source's snapshot content is first marked for a Block claim (KEP-3141). The pod of an earlier
@@ -136,9 +144,8 @@ def move_volume(
     log = logger or logging.getLogger(__name__)
     if member.get("source_volume_mode") == "Filesystem":
         snapshots.patch_content_annotation(api, member["content"])
-    namespace, secret = policy.namespace, policy.repository.credentials_secret
-    repo_keys = repokey.key_names(k.find(api, "Secret", namespace, secret) or {}) if secret else []
-    claim, pod = mover_objects(run_id, member, plan, policy, repo_keys)
+    namespace = policy.namespace
+    claim, pod = mover_objects(run_id, member, plan, policy, repokey.key_files(member.get("secret_keys") or ()))
     name, timeouts = pod["metadata"]["name"], policy.timeouts
     k.create(api, claim)
     _replace_earlier_pod(api, pod, log)

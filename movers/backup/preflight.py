@@ -14,7 +14,8 @@ missing, 2: a setting). A run calls, in this order (the repository is opened in 
    - the claims the selector picks (``Source``): each Bound to a CSI PersistentVolume, whose identity
      (``volumes.source_identity``) the backup records;
    - the credentials Secret exists and has the keys the mover pods read (``manifests.REPO_SECRET_KEYS``),
-     the movers' ServiceAccount exists;
+     the movers' ServiceAccount exists; the Secret's key names (``Preflight.secret_keys``, never a value) are
+     what the run's mover pods mount and its restore report names: the run reads the Secret's keys once, here;
    - the snapshot path: a VolumeGroupSnapshot only when the group API is served and a
      VolumeGroupSnapshotClass exists for the one CSI driver of all the claims (the policy's
      ``group_snapshot.class``, else exactly one default class of that driver); otherwise one
@@ -41,14 +42,15 @@ import base64
 import binascii
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from movers.errors import EXIT_ACCESS, EXIT_NOT_FOUND, EXIT_USAGE, CbtUnavailableError, NotFoundError, PreflightError
 from movers.kube import access
 from movers.kube.access import Check
 from movers.kube.apply import find, get, list_objects, served_group_snapshot_version
 from movers.kube.manifests import GROUP_SNAPSHOT_GROUP, REPO_SECRET_KEYS, SNAPSHOT_GROUP
-from movers.kube.volumes import source_identity
+from movers.kube.repokey import secret_key_names
+from movers.kube.volumes import PvIdentity, source_identity
 from movers.values import selector_string
 
 if TYPE_CHECKING:
@@ -69,7 +71,7 @@ class Source:
     size: str | None
     storage_class: str | None
     driver: str
-    identity: dict[str, Any]  # volumes.source_identity of its PV: the request's SourceVolume fields
+    identity: PvIdentity  # its PV's (volumes.source_identity): what the request's SourceVolume records of it
     labels: dict[str, str] = field(default_factory=dict)  # the claim's metadata.labels (a restore reapplies them)
 
 
@@ -91,6 +93,9 @@ class Preflight:
     snapshot_classes: dict[str, str]  # driver -> VolumeSnapshotClass of per-claim snapshots
     fallback_problem: str | None  # group path: why no per-claim fallback is possible (None: it is)
     cbt: dict[str, DriverCbt]  # driver -> what CBT it offers
+    # the credentials Secret's key names (never a value), as read here: which key files the mover pods mount
+    # (repokey.key_files) and the restore report's commands come from them; the Secret is not read again
+    secret_keys: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
 
 
@@ -208,7 +213,7 @@ def select_sources(api, namespace: str, selector: Mapping[str, Any]) -> list[Sou
             )
         pv = get(api, "PersistentVolume", None, spec["volumeName"])
         identity = source_identity(pv)
-        if not identity["csi_driver"] or not identity["pv_handle"]:
+        if not identity.csi_driver or not identity.pv_volume_handle:
             raise PreflightError(
                 f"PVC {namespace}/{name} is bound to PV {spec['volumeName']}, which is not a CSI volume: CSI"
                 " snapshots cannot take it",
@@ -221,17 +226,12 @@ def select_sources(api, namespace: str, selector: Mapping[str, Any]) -> list[Sou
                 size=(status.get("capacity") or {}).get("storage")
                 or ((spec.get("resources") or {}).get("requests") or {}).get("storage"),
                 storage_class=spec.get("storageClassName"),
-                driver=identity["csi_driver"],
+                driver=identity.csi_driver,
                 identity=identity,
                 labels=dict(claim["metadata"].get("labels") or {}),
             )
         )
     return sources
-
-
-def secret_keys(secret: Mapping[str, Any]) -> set[str]:
-    """The names of the keys a Secret holds (``data`` and ``stringData``), never their values."""
-    return set(secret.get("data") or {}) | set(secret.get("stringData") or {})
 
 
 def _secret_value(secret: Mapping[str, Any], key: str) -> str | None:
@@ -244,9 +244,17 @@ def _secret_value(secret: Mapping[str, Any], key: str) -> str | None:
         return None
 
 
-def check_mover_identity(api, policy: BackupPolicy) -> list[str]:
+class MoverIdentity(NamedTuple):
+    """What ``check_mover_identity`` found: the credentials Secret's key names and the warnings."""
+
+    secret_keys: tuple[str, ...]  # repokey.secret_key_names of the credentials Secret: names, never values
+    warnings: list[str]
+
+
+def check_mover_identity(api, policy: BackupPolicy) -> MoverIdentity:
     """The credentials Secret (with every key the mover pods need) and the movers' ServiceAccount exist;
-    returns warnings (the Secret names another repository than the policy: the movers get the policy's)."""
+    returns the Secret's key names and warnings (the Secret names another repository than the policy: the movers
+    get the policy's)."""
     namespace, name, url = policy.namespace, policy.repository.credentials_secret, policy.repository.url
     if not name:
         raise PreflightError("the mover pods need repository credentials: set repository.credentials_secret")
@@ -257,7 +265,8 @@ def check_mover_identity(api, policy: BackupPolicy) -> list[str]:
             f" with the keys {', '.join(k for _, k, optional in REPO_SECRET_KEYS if not optional)}",
             EXIT_NOT_FOUND,
         )
-    missing = [key for _, key, optional in REPO_SECRET_KEYS if not optional and key not in secret_keys(secret)]
+    keys = secret_key_names(secret)
+    missing = [key for _, key, optional in REPO_SECRET_KEYS if not optional and key not in keys]
     if missing:
         raise PreflightError(
             f"the credentials Secret {namespace}/{name} lacks the key(s) {', '.join(missing)}: the mover pods"
@@ -273,8 +282,9 @@ def check_mover_identity(api, policy: BackupPolicy) -> list[str]:
         )
     named = _secret_value(secret, "CBT_MOVER_REPO")
     if named and url and named.rstrip("/") != url.rstrip("/"):
-        return [f"the Secret {namespace}/{name} names repository {named}; the mover pods back up to the policy's {url}"]
-    return []
+        why = f"the Secret {namespace}/{name} names repository {named}; the mover pods back up to the policy's {url}"
+        return MoverIdentity(keys, [why])
+    return MoverIdentity(keys, [])
 
 
 def _of_driver(classes: list[dict], driver: str) -> list[dict]:
@@ -404,7 +414,7 @@ def inspect(api, policy: BackupPolicy) -> Preflight:
     """The claims, the mover identity, the snapshot path, classes and CBT (see the module doc)."""
     namespace = policy.namespace
     sources = select_sources(api, namespace, policy.pvc_selector)
-    warnings = check_mover_identity(api, policy)
+    identity = check_mover_identity(api, policy)
     drivers = sorted({s.driver for s in sources})
     version = served_group_snapshot_version(api)
     classes = list_objects(api, "VolumeSnapshotClass", None)
@@ -429,7 +439,8 @@ def inspect(api, policy: BackupPolicy) -> Preflight:
         snapshot_classes=snapshot_classes,
         fallback_problem="; ".join(problems) or None,
         cbt={driver: driver_cbt(api, driver, policy.cbt.enabled, classes) for driver in drivers},
-        warnings=warnings,
+        secret_keys=identity.secret_keys,
+        warnings=identity.warnings,
     )
     _require(api, path_checks(namespace, plan))
     return plan

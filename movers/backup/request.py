@@ -46,8 +46,8 @@ class _Model(BaseModel):
 
 class SourceVolume(_Model):
     """The source volume's identity recorded in the manifest (``VolumeIdentity``'s fields): ``id``, the cluster,
-    the claim, and its PV's (``movers.kube.volumes.source_identity``). ``fs_type`` of a Block volume is dropped
-    with a warning (a Block volume has no filesystem)."""
+    the claim, and its PV's (``movers.kube.volumes.PvIdentity``, the same names). ``fs_type`` of a Block volume is
+    dropped with a warning (a Block volume has no filesystem)."""
 
     id: str
     cluster: str | None = None

@@ -3,7 +3,8 @@ material, and the credentials the flow itself opens the repository with.
 
 The Secret may hold the passphrase (key ``password``) and/or a key file (key ``keyfile``), besides the storage
 credentials (``manifests.REPO_SECRET_KEYS``). Mover and writer pods get them as files
-(``manifests.mover_pod(..., repo=RepoAccess(secret, key_names(...)))``); the flow reads the same Secret through the API
+(``manifests.mover_pod(..., repo=RepoAccess(secret, key_names(...)))``, or ``key_files`` of the key names a
+backup's preflight read: ``secret_key_names``); the flow reads the same Secret through the API
 (``read_credentials``): the key it checks before a run is the key its pods use.
 
 Contract: key material is held in memory only (``movers.repo.keys.Secret`` hides it from reprs), never
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from movers.errors import NotFoundError, UsageError
@@ -40,10 +41,21 @@ def secret_data(secret: Mapping[str, Any]) -> dict[str, bytes]:
     return out
 
 
-def key_names(secret: Mapping[str, Any]) -> list[str]:
-    """The keys of ``REPO_KEY_FILES`` the Secret holds (``data`` as read, or ``stringData`` as written)."""
-    present = set(secret.get("data") or {}) | set(secret.get("stringData") or {})
+def secret_key_names(secret: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the keys a Secret holds (``data`` as read, or ``stringData`` as written), sorted; never their
+    values."""
+    return tuple(sorted(set(secret.get("data") or {}) | set(secret.get("stringData") or {})))
+
+
+def key_files(names: Iterable[str]) -> list[str]:
+    """The keys of ``REPO_KEY_FILES`` among ``names`` (a Secret's key names): the files a pod mounts."""
+    present = set(names)
     return [key for key, _var in REPO_KEY_FILES if key in present]
+
+
+def key_names(secret: Mapping[str, Any]) -> list[str]:
+    """The keys of ``REPO_KEY_FILES`` the Secret holds (``key_files`` of its ``secret_key_names``)."""
+    return key_files(secret_key_names(secret))
 
 
 def credentials(data: Mapping[str, bytes], where: str) -> keys.Credentials | None:

@@ -1,6 +1,6 @@
-"""Claims and volumes: a source volume's identity (``source_identity``), the default StorageClass, waiting
-for a claim to bind, the last Warning event about some objects (``last_warning``), and ``rebind_volume``,
-which hands the volume of one claim to a new claim of another volume mode.
+"""Claims and volumes: a source volume's identity (``PvIdentity``, ``source_identity``), the default
+StorageClass, waiting for a claim to bind, the last Warning event about some objects (``last_warning``), and
+``rebind_volume``, which hands the volume of one claim to a new claim of another volume mode.
 
 Errors are ``apply.KubeError`` / ``apply.ConflictError``; ``wait_claim_bound`` names the last
 Warning event about a claim that did not bind.
@@ -21,23 +21,35 @@ from movers.kube.apply import ConflictError, KubeError, create, delete_and_wait,
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 
 
-def source_identity(pv: Mapping[str, Any]) -> dict[str, Any]:
-    """What a backup records about its source volume, from the PV (a dict) bound to the source claim:
-    ``pv_name``, ``pv_uid``, ``pv_handle`` (``spec.csi.volumeHandle``), ``csi_driver``, ``fs_type``
-    (``spec.csi.fsType``; None for a Block volume or when not set) and ``node_affinity`` (the PV's
-    ``spec.nodeAffinity.required`` NodeSelector, None when it has none). The keys are fields of the backup
-    request's source volume (``movers.backup.request.SourceVolume``), ``pv_handle`` being its ``pv_volume_handle``."""
+@dataclass(frozen=True)
+class PvIdentity:
+    """What a backup records about its source volume, read from the PV bound to the source claim. The field names
+    are the manifest's (``movers.repo.manifest.VolumeIdentity``, the backup request's
+    ``movers.backup.request.SourceVolume``): ``pv_volume_handle`` is the PV's ``spec.csi.volumeHandle``, the
+    volume's identity a CBT delta's base is checked against (``movers.repo.lineage``)."""
+
+    pv_name: str | None = None
+    pv_uid: str | None = None  # metadata.uid: a re-created PV of the same name differs
+    pv_volume_handle: str | None = None  # spec.csi.volumeHandle
+    csi_driver: str | None = None  # spec.csi.driver
+    fs_type: str | None = None  # spec.csi.fsType; None for a Block volume or when not set
+    node_affinity: dict[str, Any] | None = None  # spec.nodeAffinity.required (a NodeSelector); None: none
+
+
+def source_identity(pv: Mapping[str, Any]) -> PvIdentity:
+    """The ``PvIdentity`` of ``pv`` (a PersistentVolume as read): a field the PV lacks is None, and so is the
+    ``fs_type`` of a Block volume."""
     meta, spec = pv.get("metadata") or {}, pv.get("spec") or {}
     csi = spec.get("csi") or {}
     block = spec.get("volumeMode") == "Block"
-    return {
-        "pv_name": meta.get("name"),
-        "pv_uid": meta.get("uid"),
-        "pv_handle": csi.get("volumeHandle"),
-        "csi_driver": csi.get("driver"),
-        "fs_type": None if block else (csi.get("fsType") or None),
-        "node_affinity": (spec.get("nodeAffinity") or {}).get("required") or None,
-    }
+    return PvIdentity(
+        pv_name=meta.get("name"),
+        pv_uid=meta.get("uid"),
+        pv_volume_handle=csi.get("volumeHandle"),
+        csi_driver=csi.get("driver"),
+        fs_type=None if block else (csi.get("fsType") or None),
+        node_affinity=(spec.get("nodeAffinity") or {}).get("required") or None,
+    )
 
 
 def default_storage_class(api_client) -> str | None:

@@ -9,8 +9,8 @@ pv_volume_handle``, the CSI volume handle, and ``volume.pv_uid``) and compared b
 
 * ``same_volume(recorded, current)``: None when nothing recorded says they differ, else the reason
   (the volume handles differ, or the PV uids differ where both are recorded).
-* ``choose_base(repo, volume_id, pv_handle, pv_uid, missing)``: ``BaseChoice(handle, reason, snapshot, backup_id)``:
-  the snapshot handle (VolumeSnapshot name and backup id) of the newest backup of ``volume_id`` whose recorded
+* ``choose_base(repo, current, missing)``: ``BaseChoice(handle, reason, snapshot, backup_id)``: the snapshot handle
+  (VolumeSnapshot name and backup id) of the newest backup of ``current.id`` whose recorded
   volume handle (and PV uid, where both are known) is the current source's and whose snapshot still exists, or
   ``(None, reason)`` for a full backup, e.g. "the PVC is bound to another volume than the last backup's ...: full
   backup". ``missing(snapshot)`` says why a backup's recorded snapshot cannot serve as the base any more
@@ -50,23 +50,19 @@ def same_volume(recorded: VolumeIdentity, current: VolumeIdentity) -> str | None
 
 
 def choose_base(
-    repo: Repository,
-    volume_id: str,
-    pv_handle: str | None,
-    pv_uid: str | None = None,
-    missing: Callable[[SnapshotIdentity], str | None] | None = None,
+    repo: Repository, current: VolumeIdentity, missing: Callable[[SnapshotIdentity], str | None] | None = None
 ) -> BaseChoice:
-    """The base of the next CBT delta of ``volume_id`` whose source is now volume ``pv_handle`` (PV
-    ``pv_uid``), or None and why a full backup is needed (see the module doc). Reads manifests newest
-    first and stops at the first match."""
+    """The base of the next CBT delta of volume ``current.id`` whose source is now the volume
+    ``current.pv_volume_handle`` (PV ``current.pv_uid``), or None and why a full backup is needed (see the module
+    doc). Reads manifests newest first and stops at the first match."""
+    volume_id, pv_volume_handle = current.id, current.pv_volume_handle
     refs = repo.list_backups(volume_id)
     if not refs:
         return BaseChoice(None, f"no earlier backup of {volume_id}: full backup")
-    if not pv_handle:
+    if not pv_volume_handle:
         return BaseChoice(
             None, "the source volume's CSI volume handle is unknown, so no base can be verified: full backup"
         )
-    current = VolumeIdentity(volume_id, pv_volume_handle=pv_handle, pv_uid=pv_uid)
     newest: Manifest | None = None
     gone: list[tuple[str, str]] = []  # (backup id, why its snapshot cannot be the base), newest first
     for ref in reversed(refs):
@@ -82,7 +78,7 @@ def choose_base(
             return BaseChoice(
                 manifest.snapshot.snapshot_handle,
                 f"delta since backup {manifest.backup_id} (snapshot {manifest.snapshot.snapshot_handle})"
-                f" of the same volume {pv_handle}{_skipped(gone)}",
+                f" of the same volume {pv_volume_handle}{_skipped(gone)}",
                 manifest.snapshot.volume_snapshot,
                 manifest.backup_id,
             )

@@ -3,6 +3,7 @@ preflight picks from the classes the cluster has (``movers.backup.preflight``)."
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from movers.backup import preflight as p
 from movers.backup.preflight import GROUP, PER_PVC, Source
 from movers.kube.names import derived_name, is_dns_label
+from movers.kube.volumes import PvIdentity
 from movers.policy.model import parse_policy
 
 RUN = "backup-0123456789abcdef"
@@ -22,7 +24,7 @@ def _class(name: str, driver: str, annotations: dict | None = None) -> dict:
 
 
 def _source(pvc: str, driver: str = "hostpath.csi.k8s.io") -> Source:
-    return Source(pvc, "Block", "16Mi", "sc", driver, {"csi_driver": driver, "pv_handle": f"h-{pvc}"})
+    return Source(pvc, "Block", "16Mi", "sc", driver, PvIdentity(csi_driver=driver, pv_volume_handle=f"h-{pvc}"))
 
 
 def test_derived_names_are_dns_labels_and_distinct_whatever_the_claim_name():
@@ -180,7 +182,7 @@ def test_a_flow_and_the_cli_build_the_same_request():
         "handle": "h1",
         "group_snapshot": "vgs-1",
         "labels": {"app": "db"},
-        "identity": {**source_identity(SOURCE_PV), "fs_type": "xfs"},
+        "identity": dataclasses.replace(source_identity(SOURCE_PV), fs_type="xfs"),
         "tags": {"cbt-mover.io/run": "run-1"},
         "run_pvcs": ["wal", "data"],
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -9,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from movers.backup.request import REQUEST_ENV, BackupRequest
+from movers.backup.request import REQUEST_ENV, BackupRequest, SourceVolume
 from movers.kube import manifests as m
 from movers.kube import podspec
-from movers.kube.volumes import source_identity
+from movers.kube.volumes import PvIdentity, source_identity
+from movers.repo.manifest import VolumeIdentity
 from movers.restore.request import RestoreRequest
 from tests import k8svalidate
 
@@ -132,12 +134,13 @@ SOURCE_PV = {
 
 def _backup_request() -> BackupRequest:
     """The request of the golden mover pod: what its argv said before it became one env value."""
-    identity = {**source_identity(SOURCE_PV), "fs_type": "xfs"}
+    pv = dataclasses.replace(source_identity(SOURCE_PV), fs_type="xfs")
     return BackupRequest(
         volume={
             "id": "prod/shop/data", "cluster": "prod", "namespace": "shop", "pvc": "data",
-            "pv_volume_handle": identity.pop("pv_handle"), "storage_class": "local-block",
-            "volume_mode": "Filesystem", **identity,
+            "pv_volume_handle": pv.pv_volume_handle, "csi_driver": pv.csi_driver, "storage_class": "local-block",
+            "volume_mode": "Filesystem", "pv_name": pv.pv_name, "pv_uid": pv.pv_uid, "fs_type": pv.fs_type,
+            "node_affinity": pv.node_affinity,
         },
         snapshot={"volume_snapshot": "snap-data", "namespace": "shop", "group_snapshot": "vgs-run-1"},
         changes={"source": "cbt", "base_handle": "snap-handle-0"},
@@ -388,17 +391,31 @@ def test_source_identity_of_a_pv():
         "metadata": {**SOURCE_PV["metadata"], "uid": "uid-1"},
         "spec": {**SOURCE_PV["spec"], "volumeMode": "Filesystem", "csi": {**SOURCE_PV["spec"]["csi"], "fsType": "xfs"}},
     }
-    assert source_identity(fs) == {
-        "pv_name": "pvc-1234",
-        "pv_uid": "uid-1",
-        "pv_handle": "vol-1",
-        "csi_driver": "hostpath.csi.k8s.io",
-        "fs_type": "xfs",
-        "node_affinity": SOURCE_PV["spec"]["nodeAffinity"]["required"],
-    }
+    assert source_identity(fs) == PvIdentity(
+        pv_name="pvc-1234",
+        pv_uid="uid-1",
+        pv_volume_handle="vol-1",
+        csi_driver="hostpath.csi.k8s.io",
+        fs_type="xfs",
+        node_affinity=SOURCE_PV["spec"]["nodeAffinity"]["required"],
+    )
     block = {**fs, "spec": {**fs["spec"], "volumeMode": "Block"}}
-    assert source_identity(block)["fs_type"] is None, "a Block volume has no filesystem"
-    assert source_identity({"metadata": {"name": "p"}, "spec": {}})["node_affinity"] is None
+    assert source_identity(block).fs_type is None, "a Block volume has no filesystem"
+    assert source_identity({"metadata": {"name": "p"}, "spec": {}}) == PvIdentity(pv_name="p")
+    # the manifest's names: every field is one of the request's SourceVolume and of the manifest's VolumeIdentity
+    fields = {f.name for f in dataclasses.fields(PvIdentity)}
+    assert fields <= set(SourceVolume.model_fields) and fields <= {f.name for f in dataclasses.fields(VolumeIdentity)}
+
+
+def test_the_key_files_a_pod_mounts_come_from_the_secrets_key_names():
+    """The preflight reads the credentials Secret's key names once (``secret_key_names``: names, sorted); the mover
+    pods mount the repository key files among them (``key_files``), as ``key_names`` of the Secret itself would."""
+    from movers.kube import repokey
+
+    secret = {"data": {"password": "x", "AWS_REGION": "y"}, "stringData": {"keyfile": "z"}}
+    assert repokey.secret_key_names(secret) == ("AWS_REGION", "keyfile", "password")
+    assert repokey.key_files(repokey.secret_key_names(secret)) == ["password", "keyfile"] == repokey.key_names(secret)
+    assert repokey.key_files(("AWS_REGION",)) == [] and repokey.secret_key_names({}) == ()
 
 
 def test_writer_and_mover_pods():

@@ -32,6 +32,11 @@ def _backup(repo, image, snap_handle, pv_handle=None, pv_uid=None, name=None):
     return run_backup(repo, image, volume, snapshot=snapshot)
 
 
+def _current(pv_volume_handle, pv_uid=None):
+    """The source volume a delta is asked for now: its CSI volume handle and PV uid."""
+    return VolumeIdentity(VOL, pv_volume_handle=pv_volume_handle, pv_uid=pv_uid)
+
+
 def test_same_volume():
     a = VolumeIdentity("v", pv_volume_handle="vol-1", pv_uid="u1")
     assert same_volume(a, VolumeIdentity("v", pv_volume_handle="vol-1", pv_uid="u1")) is None
@@ -44,31 +49,33 @@ def test_same_volume():
 
 
 def test_choose_base(repo, image):
-    assert choose_base(repo, VOL, "vol-1") == BaseChoice(None, f"no earlier backup of {VOL}: full backup")
+    assert choose_base(repo, _current("vol-1")) == BaseChoice(None, f"no earlier backup of {VOL}: full backup")
     legacy = _backup(repo, image, "snap-0")  # written before volume identities were recorded
-    handle, why, *_ = choose_base(repo, VOL, "vol-1", "u1")
+    handle, why, *_ = choose_base(repo, _current("vol-1", "u1"))
     assert handle is None and "records no source volume" in why and legacy.backup_id in why
     first = _backup(repo, image, "snap-1", "vol-1", "u1")
-    assert choose_base(repo, VOL, "vol-1", "u1").handle == "snap-1"
-    assert first.backup_id in choose_base(repo, VOL, "vol-1", "u1").reason
-    assert choose_base(repo, VOL, "vol-1", None).handle == "snap-1", "the uid is compared only where both are known"
+    assert choose_base(repo, _current("vol-1", "u1")).handle == "snap-1"
+    assert first.backup_id in choose_base(repo, _current("vol-1", "u1")).reason
+    assert choose_base(repo, _current("vol-1", None)).handle == "snap-1", (
+        "the uid is compared only where both are known"
+    )
 
     # the PVC bound to another volume (a restore into a new claim, a re-created PVC): no base
-    handle, why, *_ = choose_base(repo, VOL, "vol-2", "u9")
+    handle, why, *_ = choose_base(repo, _current("vol-2", "u9"))
     assert handle is None
     assert why == (
         "the PVC is bound to another volume than the last backup's (volume handle vol-2, the last"
         " backup's vol-1): full backup"
     )
-    handle, why, *_ = choose_base(repo, VOL, "vol-1", "u2")
+    handle, why, *_ = choose_base(repo, _current("vol-1", "u2"))
     assert handle is None and why.startswith("the source PV was re-created (uid u2, the last backup's u1)")
-    assert choose_base(repo, VOL, None, None).handle is None, "an unknown source cannot be verified"
+    assert choose_base(repo, _current(None, None)).handle is None, "an unknown source cannot be verified"
 
     # after the full backup of the new volume, its deltas build on that one; the older volume's stays usable
     _backup(repo, image, "snap-2", "vol-2", "u9")
     _backup(repo, image, None, "vol-2", "u9")  # a backup without a snapshot handle is no base
-    assert choose_base(repo, VOL, "vol-2", "u9").handle == "snap-2"
-    assert choose_base(repo, VOL, "vol-1", "u1").handle == "snap-1", "the newest backup of that volume"
+    assert choose_base(repo, _current("vol-2", "u9")).handle == "snap-2"
+    assert choose_base(repo, _current("vol-1", "u1")).handle == "snap-1", "the newest backup of that volume"
 
 
 def test_the_base_is_the_newest_backup_whose_snapshot_still_exists(repo, image):
@@ -85,7 +92,7 @@ def test_the_base_is_the_newest_backup_whose_snapshot_still_exists(repo, image):
             return f"VolumeSnapshot shop/{snapshot.volume_snapshot} no longer exists"
         return None
 
-    assert choose_base(repo, VOL, "vol-1", "u1", missing) == BaseChoice(
+    assert choose_base(repo, _current("vol-1", "u1"), missing) == BaseChoice(
         "snap-2",
         f"delta since backup {partial.backup_id} (snapshot snap-2) of the same volume vol-1",
         "run2-data",
@@ -93,20 +100,20 @@ def test_the_base_is_the_newest_backup_whose_snapshot_still_exists(repo, image):
     )
     assert asked == ["run2-data"], "newest first, stopping at the first that exists"
     del exists["run2-data"]
-    handle, why, name, parent = choose_base(repo, VOL, "vol-1", "u1", missing)
+    handle, why, name, parent = choose_base(repo, _current("vol-1", "u1"), missing)
     assert (handle, name, parent) == ("snap-1", "run1-data", kept.backup_id), "the parent is the base's backup"
     assert why == (
         f"delta since backup {kept.backup_id} (snapshot snap-1) of the same volume vol-1; the newer backup"
         f" {partial.backup_id} is no base: VolumeSnapshot shop/run2-data no longer exists"
     )
     exists["run1-data"] = "snap-9"  # a snapshot of that name made since: not the one the backup recorded
-    handle, why, name, parent = choose_base(repo, VOL, "vol-1", "u1", missing)
+    handle, why, name, parent = choose_base(repo, _current("vol-1", "u1"), missing)
     assert handle is None and name is None and parent is None
     assert why == (
         f"no backup of {VOL} has its snapshot in the cluster any more (backup {partial.backup_id}: VolumeSnapshot"
         " shop/run2-data no longer exists; 1 older one(s) likewise): full backup"
     )
-    assert choose_base(repo, VOL, "vol-2", "u1", missing).reason.startswith("the PVC is bound to another volume"), (
-        "another volume's backups are not asked about"
-    )
-    assert choose_base(repo, VOL, "vol-1", "u1").handle == "snap-2", "without a check every snapshot counts"
+    assert choose_base(repo, _current("vol-2", "u1"), missing).reason.startswith(
+        "the PVC is bound to another volume"
+    ), "another volume's backups are not asked about"
+    assert choose_base(repo, _current("vol-1", "u1")).handle == "snap-2", "without a check every snapshot counts"
