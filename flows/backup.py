@@ -1,8 +1,8 @@
 """The ``backup-app`` flow: check, quiesce an application, snapshot its PVCs at one point in time, and
 back every member up to the repository from a Block-mode mover pod (CBT delta / CBT allocated / scan).
 
-Parameters come from a policy file (``configs/policies/``) or directly; direct parameters override
-the policy's (``movers.policy.overrides``). In order:
+The policy comes from a policy file (``configs/policies/``) and/or the run's typed ``overrides``, which override
+the file's fields (``movers.policy.overrides``). In order:
 
 1. preflight, before anything is frozen or created (``movers.backup.preflight``): the run's own permissions
    (SelfSubjectAccessReview), the repository (with the flow's environment and, for an encrypted one, the key in
@@ -43,8 +43,8 @@ from movers.backup.plan import VolumePlan
 from movers.backup.preflight import DriverCbt, Source
 from movers.backup.request import BackupResult
 from movers.backup.snapshots import Retired
-from movers.policy.model import BackupPolicy, Hooks
-from movers.policy.overrides import policy_from_parameters, resolve_policy
+from movers.policy.model import BackupPolicy
+from movers.policy.overrides import PolicyOverrides, policy_from_parameters, resolve_policy
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG
 from reporting import events, report, runs
 from tasks.kevents import record_backup_events, record_backup_failure
@@ -73,8 +73,14 @@ def _run_name() -> str:
         policy = policy_from_parameters(p)
         what = f"{policy.namespace}/{policy.name}"
     except Exception:  # noqa: BLE001  (silent, not best_effort: the name is only a label; the run fails on it)
-        what = p.get("namespace") or (p.get("policy_path") or "policy").rsplit("/", 1)[-1].removesuffix(".yaml")
+        what = _given(p, "namespace") or (p.get("policy_path") or "policy").rsplit("/", 1)[-1].removesuffix(".yaml")
     return runs.run_name(KIND, what)
+
+
+def _given(params: dict[str, Any], key: str) -> Any:
+    """The override ``key`` a run's parameters give (``overrides``: the model, or a mapping as the API holds it)."""
+    overrides = params.get("overrides") or {}
+    return overrides.get(key) if isinstance(overrides, dict) else getattr(overrides, key, None)
 
 
 def run_id_for(flow_run_id: Any) -> str:
@@ -93,7 +99,7 @@ def _abandon_run(run: _run.Abandoned) -> None:
     from tasks.kube import api_client
 
     log, params, said = run.log, run.params, f"run {run.id} ({run.why})"
-    ns, hooks, annotations = params.get("namespace"), params.get("hooks"), False
+    ns, hooks, annotations = _given(params, "namespace"), _given(params, "hooks"), False
     app, hook_timeout, keep_retained = ns, DEFAULT_TIMEOUT_S, False
     with best_effort(f"{said}: cannot resolve the policy; using the parameters", log):
         policy = policy_from_parameters(params)
@@ -122,38 +128,24 @@ on_cancellation, on_crashed = _run.state_hooks(KIND, _abandon_run, __name__)
 
 
 @_run.run_flow("backup-app", _run_name, (on_cancellation, on_crashed))
-def backup_app(  # noqa: PLR0913 a Prefect deployment entry point: its parameters are the deployment's form (user-facing); a later step gives it a typed request
+def backup_app(
     policy_path: str | None = None,
-    namespace: str | None = None,
-    selector: dict[str, Any] | None = None,
-    repo: str | None = None,
-    repo_secret: str | None = None,
-    hooks: Hooks | None = None,
-    image: str | None = None,
-    service_account: str | None = None,
-    parallelism: int | None = None,
+    overrides: PolicyOverrides | None = None,
     forget_expired: bool = True,
     kubeconfig: str | None = None,
 ) -> dict[str, Any]:
-    """Back up the PVCs ``selector`` matches in ``namespace`` (or the policy's) to ``repo``.
+    """Back up the PVCs the policy's ``pvc_selector`` matches in its namespace to its repository: the policy of
+    ``policy_path`` with ``overrides`` over it (``movers.policy.overrides``; without a file, the overrides are the
+    whole policy).
 
-    Direct parameters override the policy file's. ``forget_expired``: after a successful run, expire
-    the backed-up volumes' backups by the policy's retention (manifests only; the maintenance flow
-    prunes the data). Emits ``cbt-mover.backup.started``, then ``.completed`` or ``.failed`` (``reporting.events``); a
-    failure is one ERROR line and the artifact ``backup-<app>-failure`` (``reporting.runs.report_failure``).
+    ``forget_expired``: after a successful run, expire the backed-up volumes' backups by the policy's retention
+    (manifests only; the maintenance flow prunes the data). ``kubeconfig``: the cluster (None: in-cluster, else the
+    default kubeconfig). Emits ``cbt-mover.backup.started``, then ``.completed`` or ``.failed``
+    (``reporting.events``); a failure is one ERROR line and the artifact ``backup-<app>-failure``
+    (``reporting.runs.report_failure``).
     """
     log = get_run_logger()
-    policy = resolve_policy(
-        policy_path,
-        namespace=namespace,
-        selector=selector,
-        repo=repo,
-        repo_secret=repo_secret,
-        hooks=hooks,
-        image=image,
-        service_account=service_account,
-        parallelism=parallelism,
-    )
+    policy = resolve_policy(policy_path, overrides)
     ns, url, app = policy.namespace, policy.repository.url, policy.name
     run = _run.Run.start(
         KIND,

@@ -135,9 +135,11 @@ def start_app_pod(core, ns: str, pvcs) -> None:
     wait_until(lambda: core.read_namespaced_pod_log("app", ns).count("write seq=") >= 5, 30, "app writes")
 
 
-def backup_params(cluster, repo: str, ns: str, **overrides) -> dict:
-    """The ``backup_app`` parameters used by the tests (hooks of the demo app, 2 in parallel)."""
-    return {
+def backup_params(cluster, repo: str, ns: str, **given) -> dict:
+    """The ``backup_app`` parameters used by the tests: ``overrides`` of the demo app (its hooks, 2 in parallel)
+    without a policy file, with ``given`` over them (``policy_path``, ``forget_expired`` and ``kubeconfig`` are the
+    flow's own)."""
+    overrides = {
         "namespace": ns,
         "selector": SEL,
         "repo": repo,
@@ -146,9 +148,11 @@ def backup_params(cluster, repo: str, ns: str, **overrides) -> dict:
         "image": "cbt-mover",
         "service_account": MOVER_SERVICE_ACCOUNT,
         "parallelism": 2,
-        "kubeconfig": flow_kubeconfig(cluster),
-        **overrides,
     }
+    params = {"kubeconfig": flow_kubeconfig(cluster)}
+    for key, value in given.items():
+        (params if key in ("policy_path", "forget_expired", "kubeconfig") else overrides)[key] = value
+    return params | {"overrides": overrides}
 
 
 def flow_kubeconfig(cluster) -> str:

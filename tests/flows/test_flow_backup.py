@@ -16,7 +16,6 @@ import pytest
 from kubernetes import client
 
 from localcluster.kubelet.testing import wait_until
-from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube.names import derived_name
@@ -26,7 +25,6 @@ from tests.flowapp import (
     HOOKS,
     PASSPHRASE,
     REPO_SECRET,
-    SEL,
     app_states,
     audited_creations,
     backup_params,
@@ -379,16 +377,7 @@ def test_on_cancellation_thaws_and_deletes_the_run(local_cluster, app, harness):
     core = client.CoreV1Api(api)
     flow_run = SimpleNamespace(
         id=uuid.uuid4(),
-        parameters={
-            "namespace": NS,
-            "selector": SEL,
-            "repo": app["repo"],
-            "repo_secret": REPO_SECRET,
-            "hooks": HOOKS,
-            "image": "cbt-mover",
-            "service_account": MOVER_SERVICE_ACCOUNT,
-            "kubeconfig": flow_kubeconfig(local_cluster),
-        },
+        parameters=backup_params(local_cluster, app["repo"], NS),
     )
     run_id = run_id_for(flow_run.id)
     k.create(api, m.block_pvc("leftover", NS, "16Mi", None, m.run_labels(run_id)))

@@ -17,7 +17,9 @@ HOOK = {"name": "freeze", "pod_selector": {"app": "db"}, "command": ["fsfreeze",
 
 def test_backup_hooks_are_a_form_of_pre_and_post_hooks():
     schema = parameter_schema(backup_app).model_dump()
-    assert schema["properties"]["hooks"]["anyOf"][0] == {"$ref": "#/definitions/Hooks"}
+    assert schema["properties"]["overrides"]["anyOf"][0] == {"$ref": "#/definitions/PolicyOverrides"}
+    overrides = schema["definitions"]["PolicyOverrides"]
+    assert overrides["properties"]["hooks"]["anyOf"][0] == {"$ref": "#/definitions/Hooks"}
     hooks = schema["definitions"]["Hooks"]
     assert set(hooks["properties"]) == {"pre", "post"} and hooks["additionalProperties"] is False
     assert hooks["properties"]["pre"]["items"] == {"$ref": "#/definitions/HookSpec"}, "each hook a form"
@@ -25,7 +27,8 @@ def test_backup_hooks_are_a_form_of_pre_and_post_hooks():
     assert set(spec["required"]) == {"name", "pod_selector", "command"}
     assert spec["properties"]["on_error"]["enum"] == ["fail", "continue"]
     assert {"type": "string"} in spec["properties"]["timeout"]["anyOf"], "a Go duration such as 90s is a timeout"
-    assert backup_app.validate_parameters({"hooks": {"pre": [HOOK]}})["hooks"] == Hooks(pre=[HOOK])
+    given = backup_app.validate_parameters({"overrides": {"hooks": {"pre": [HOOK]}}})
+    assert given["overrides"].hooks == Hooks(pre=[HOOK])
 
 
 @pytest.mark.parametrize(
@@ -38,7 +41,24 @@ def test_backup_hooks_are_a_form_of_pre_and_post_hooks():
 )
 def test_backup_refuses_bad_hooks_before_the_run(hooks, words):
     with pytest.raises(ParameterTypeError, match="hooks") as err:
-        backup_app.validate_parameters({"hooks": hooks})
+        backup_app.validate_parameters({"overrides": {"hooks": hooks}})
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("namespace", "Shop", "is not a DNS-1123 label"),
+        ("repo", "http://bucket", "is not s3://bucket[/prefix] or file:///path"),
+        ("parallelism", 0, "parallelism"),
+        ("repo_secrets", "creds", "Extra inputs are not permitted"),
+    ],
+)
+def test_backup_refuses_overrides_that_cannot_work_before_the_run(field, value, words):
+    """The overrides are one typed object (``movers.policy.overrides.PolicyOverrides``), each field checked as the
+    policy checks it."""
+    with pytest.raises(ParameterTypeError, match=f"overrides.{field}") as err:
+        backup_app.validate_parameters({"overrides": {field: value}})
     assert words in str(err.value)
 
 

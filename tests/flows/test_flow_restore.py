@@ -33,12 +33,12 @@ from movers.restore.writers import WriterNotScheduled
 from tests.flowapp import (
     APP,
     APP_CLASS,
-    HOOKS,
     KEY_ENV,
     REPO_SECRET,
     SEL,
     artifact,
     audited_creations,
+    backup_params,
     flow_kubeconfig,
     flow_run_of,
     init_repo,
@@ -96,17 +96,7 @@ def backed_up(local_cluster, harness, module_env):
     )
     wait_pod(core, "app", phase_in("Running"), namespace=SRC, timeout=30)
     wait_until(lambda: core.read_namespaced_pod_log("app", SRC).count("write seq=") >= 5, 30, "app writes")
-    params = {
-        "namespace": SRC,
-        "selector": SEL,
-        "repo": repo,
-        "repo_secret": REPO_SECRET,
-        "hooks": HOOKS,
-        "image": "cbt-mover",
-        "service_account": MOVER_SERVICE_ACCOUNT,
-        "parallelism": 4,
-        "kubeconfig": flow_kubeconfig(cluster),
-    }
+    params = backup_params(cluster, repo, SRC, parallelism=4)
     first = backup_app(**params)
     shas = _snapshot_shas(cluster, repo, first)  # the next run replaces these snapshots as its bases
     second = backup_app(**params)

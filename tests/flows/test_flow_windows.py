@@ -22,7 +22,7 @@ from localcluster.shipped_rbac import MOVER_SERVICE_ACCOUNT, REPO_SECRET, apply_
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import podspec
-from tests.flowapp import flow_kubeconfig, freeze_hooks, init_repo, open_repo, repo_secret
+from tests.flowapp import backup_params, flow_kubeconfig, freeze_hooks, init_repo, open_repo, repo_secret
 
 NS, TARGET, CLASS, DRIVER = "winshop", "winshop-copy", "disk-ntfs", "disk.csi.local"
 ZONE_KEY = "topology.disk.csi.local/zone"
@@ -109,14 +109,7 @@ def scenario(local_cluster, prefect_api):
         for key, value in cluster.s3.env.items():
             mp.setenv(key, value)
         backup = backup_app(
-            namespace=NS,
-            selector=SEL,
-            repo=repo,
-            repo_secret=REPO_SECRET,
-            hooks=HOOKS,
-            image="cbt-mover",
-            service_account=MOVER_SERVICE_ACCOUNT,
-            parallelism=1,
+            overrides=backup_params(cluster, repo, NS, selector=SEL, hooks=HOOKS, parallelism=1)["overrides"],
             kubeconfig=flow_kubeconfig(cluster),
         )
         (row,) = backup["volumes"]

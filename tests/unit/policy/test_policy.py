@@ -432,18 +432,21 @@ def test_a_hook_the_flow_would_refuse_does_not_load(hook, field, fragment):
 
 def test_flow_parameters_override_the_policy_file():
     """``movers.policy.overrides``: a flow's parameters over the policy file, None leaving the file's value."""
-    from movers.policy.overrides import policy_from_parameters, resolve_policy
+    from movers.policy.overrides import PolicyOverrides, policy_from_parameters, resolve_policy
 
     path = str(POLICIES / "demo.yaml")
     base = load_policy(path)
-    same = resolve_policy(path, namespace=None, repo=None)
-    assert same == base, "None overrides nothing"
-    moved = resolve_policy(path, repo="file:///elsewhere", repo_secret="s2", image="img:2", selector={"app": "y"})
+    same = resolve_policy(path, PolicyOverrides(namespace=None, repo=None))
+    assert same == base == resolve_policy(path), "None overrides nothing"
+    given = PolicyOverrides(repo="file:///elsewhere", repo_secret="s2", image="img:2", selector={"app": "y"})
+    moved = resolve_policy(path, given)
     assert (moved.repository.url, moved.repository.credentials_secret) == ("file:///elsewhere", "s2")
     assert moved.mover.image == "img:2" and moved.pvc_selector == {"matchLabels": {"app": "y"}}
     expressions = {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["db"]}]}
-    assert resolve_policy(path, selector=expressions).pvc_selector == expressions, "a LabelSelector stays as given"
-    direct = policy_from_parameters({"namespace": "ns", "selector": {"app": "x"}, "repo": "s3://b/p", "other": 1})
+    assert resolve_policy(path, PolicyOverrides(selector=expressions)).pvc_selector == expressions, (
+        "a LabelSelector stays as given"
+    )
+    direct = policy_from_parameters({"overrides": {"namespace": "ns", "selector": {"app": "x"}, "repo": "s3://b/p"}})
     assert (direct.name, direct.namespace, direct.repository.url) == ("ns", "ns", "s3://b/p"), (
         "named after its namespace"
     )
