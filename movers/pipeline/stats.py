@@ -42,6 +42,7 @@ class RestoreStats:
     hole_bytes: int = 0
     zeroed_bytes: int = 0
     fetched_bytes: int = 0  # stored bytes read from the repository
+    compared_bytes: int = 0  # device bytes read to compare with the backup (a restore in place)
     chunks_verified: int = 0
     duration_s: float = 0.0
 

@@ -1,0 +1,145 @@
+"""Restore in place (``movers.pipeline.inplace``): onto a device holding another version of the volume, compare
+by what the map records, fetch and write only what differs, and leave the device bit-exact."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from movers.errors import UsageError
+from movers.pipeline.backup import run_backup
+from movers.pipeline.inplace import TargetBusy, restore_in_place
+from movers.pipeline.restore import run_restore
+from movers.repo.manifest import VolumeIdentity
+from movers.repo.repository import Repository
+from movers.repo.store import open_store
+from tests.volumes import make_image, write_blocks
+
+MiB = 1 << 20
+SIZE = 16 * MiB
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return Repository.init(open_store(f"file://{tmp_path}/repo"))
+
+
+def _changed(path, regions, length=256 * 1024, seed=9):
+    """Random bytes over ``regions`` (offsets) of ``length`` each; the changed extents."""
+    return write_blocks(path, regions, seed=seed, length=length)
+
+
+def test_compare_fetches_and_writes_only_what_differs_and_leaves_the_device_bit_exact(repo, tmp_path):
+    image = tmp_path / "v.img"
+    make_image(image, SIZE, seed=1, data_fraction=0.8)
+    manifest = run_backup(repo, str(image), VolumeIdentity("ns/v"))
+    device = tmp_path / "live.img"
+    shutil.copyfile(image, device)
+    changed = _changed(device, [1 * MiB, 5 * MiB + 4096, 11 * MiB])
+    with open(device, "r+b") as f:  # a range the backup holds as a hole now holds data
+        hole = next(off for off in range(0, SIZE, 64 * 1024) if image.read_bytes()[off : off + 65536] == bytes(65536))
+        os.pwrite(f.fileno(), b"\x01" * 4096, hole)
+    full = run_restore(repo, manifest, str(tmp_path / "fresh.img"))
+
+    stats = restore_in_place(repo, manifest, str(device), workers=2)
+
+    assert device.read_bytes() == image.read_bytes()
+    changed_bytes = sum(n for _o, n in changed) + 4096
+    assert stats.written_bytes + stats.zeroed_bytes == changed_bytes, "each changed 4 KiB block, and only those"
+    assert stats.zeroed_bytes >= 4096, "the hole that held data (and changed regions over holes) zeroed"
+    assert stats.compared_bytes >= SIZE, "without extents the whole device is compared"
+    assert 0 < stats.chunks_verified <= 2 * 3, "the chunks under the three changed regions (one or two each)"
+    assert stats.fetched_bytes <= 0.3 * full.fetched_bytes, (stats, full.fetched_bytes)
+    again = restore_in_place(repo, manifest, str(device), workers=2)
+    assert (again.fetched_bytes, again.written_bytes, again.zeroed_bytes) == (0, 0, 0), "nothing differs any more"
+
+
+def test_with_extents_only_the_extents_are_read(repo, tmp_path):
+    image = tmp_path / "v.img"
+    make_image(image, SIZE, seed=2, data_fraction=0.8)
+    manifest = run_backup(repo, str(image), VolumeIdentity("ns/v"))
+    device = tmp_path / "live.img"
+    shutil.copyfile(image, device)
+    changed = _changed(device, [2 * MiB, 9 * MiB + 8192])
+
+    stats = restore_in_place(repo, manifest, str(device), extents=changed, workers=2)
+
+    assert device.read_bytes() == image.read_bytes()
+    assert stats.compared_bytes == sum(n for _o, n in changed), stats
+    assert stats.written_bytes <= sum(n for _o, n in changed)
+
+
+def test_blocks_a_cbt_incremental_read_in_part_are_compared_by_chunk(repo, tmp_path):
+    """An incremental from extents leaves 64 KiB blocks without a digest: they are compared by their chunks' hashes
+    and, for parts of chunks, with the fetched chunk."""
+    image = tmp_path / "v.img"
+    make_image(image, SIZE, seed=3, data_fraction=0.9)
+    run_backup(repo, str(image), VolumeIdentity("ns/v"))
+    extents = write_blocks(image, [3 * MiB + 4096, 7 * MiB + 12288], seed=4)
+    manifest = run_backup(repo, str(image), VolumeIdentity("ns/v"), extents=extents)
+    device = tmp_path / "live.img"
+    shutil.copyfile(image, device)
+    write_blocks(device, [3 * MiB + 4096, 12 * MiB], seed=5)
+
+    stats = restore_in_place(repo, manifest, str(device), workers=2)
+
+    assert device.read_bytes() == image.read_bytes()
+    assert stats.written_bytes <= 2 * 4096, stats
+
+
+@pytest.mark.parametrize("size", [SIZE - 4096, SIZE + MiB])
+def test_a_target_of_another_size_is_refused_and_left_alone(repo, tmp_path, size):
+    image = tmp_path / "v.img"
+    make_image(image, SIZE, seed=6)
+    manifest = run_backup(repo, str(image), VolumeIdentity("ns/v"))
+    device = tmp_path / "other.img"
+    device.write_bytes(b"\x07" * size)
+    with pytest.raises(UsageError, match=f"has {size} bytes, the backup's volume {SIZE}"):
+        restore_in_place(repo, manifest, str(device))
+    assert device.read_bytes() == b"\x07" * size
+    with pytest.raises(UsageError, match="does not exist"):
+        restore_in_place(repo, manifest, str(tmp_path / "missing.img"))
+
+
+@pytest.fixture
+def loop_device(tmp_path):
+    if shutil.which("losetup") is None or os.geteuid() != 0:
+        pytest.skip("needs root and losetup")
+    backing = tmp_path / "backing.img"
+    backing.write_bytes(bytes(SIZE))
+    proc = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"losetup failed: {proc.stderr.strip()}")
+    dev = proc.stdout.strip()
+    try:
+        yield dev, backing
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def test_a_device_in_use_is_refused_and_its_backing_file_too(repo, tmp_path, loop_device):
+    """A mounted block device (Linux refuses ``O_EXCL`` then), and an image file that backs a loop device."""
+    if shutil.which("mkfs.ext4") is None:
+        pytest.skip("needs mkfs.ext4")
+    dev, backing = loop_device
+    image = tmp_path / "v.img"
+    make_image(image, SIZE, seed=7)
+    manifest = run_backup(repo, str(image), VolumeIdentity("ns/v"))
+    with pytest.raises(TargetBusy, match=f"{backing} is in use: it backs {dev}"):
+        restore_in_place(repo, manifest, str(backing))
+    subprocess.run(["mkfs.ext4", "-q", "-F", dev], check=True, capture_output=True)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", dev, str(mnt)], check=True)
+    try:
+        before = open(dev, "rb").read()
+        with pytest.raises(TargetBusy, match=f"{dev} is in use"):
+            restore_in_place(repo, manifest, dev)
+        assert open(dev, "rb").read() == before
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+    stats = restore_in_place(repo, manifest, dev, workers=2)  # unmounted: restored
+    assert open(dev, "rb").read() == image.read_bytes() and stats.written_bytes > 0
