@@ -30,14 +30,28 @@ def add_parsers(sub) -> None:
         "--request-env",
         metavar="VAR",
         help="read the whole restore request (movers.restore.request.RestoreRequest, JSON) from this environment"
-        " variable instead of the flags of the volume, backup, device, --assume-zeroed, --verify-device and"
-        " --workers (the writer pod's)",
+        " variable instead of the flags of the volume, backup, device, --assume-zeroed, --verify-device,"
+        " --overwrite, --extents and --workers (the writer pod's)",
     )
     p.add_argument("--assume-zeroed", action="store_true", help="the target reads as zeros: skip zeroing holes")
     p.add_argument(
         "--verify-device",
         action="store_true",
         help="after writing, read the target back and compare it with the backup (one more full read)",
+    )
+    p.add_argument(
+        "--overwrite",
+        choices=("always", "if-changed"),
+        default="always",
+        help="always: write the whole backup (default); if-changed: the device holds a version of this volume (of"
+        " its size, not in use): compare it with the backup by the digests the map records, fetch and write only"
+        " what differs",
+    )
+    p.add_argument(
+        "--extents",
+        metavar="FILE",
+        help="with --overwrite if-changed: JSON lines {offset, length} of the ranges known to differ (the form"
+        " backup --extents reads; - for stdin): nothing else of the device is read",
     )
     p.add_argument("--workers", type=int, default=4)
     p.set_defaults(handler=cmd_restore)
@@ -60,6 +74,8 @@ def restore_request(args: argparse.Namespace) -> RestoreRequest:
         device=str(args.device),
         assume_zeroed=args.assume_zeroed,
         verify_device=args.verify_device,
+        overwrite=args.overwrite,
+        extents=args.extents,
         workers=max(1, args.workers),
     )
 
@@ -69,10 +85,17 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     request = restore_request(args)
     result = restore_volume(lambda: open_repo(args), request, progress=lambda: progress_reporter(args))
-    text = (
-        f"restored {result.backup_id} of {request.volume} to {request.device}: {mib(result.written_bytes)} written,"
-        f" verified {result.chunks_verified} chunks in {result.duration_s} s"
-    )
+    if request.overwrite == "if-changed":
+        text = (
+            f"restored {result.backup_id} of {request.volume} onto {request.device} in place: compared"
+            f" {mib(result.compared_bytes)}, fetched {mib(result.fetched_bytes)}, wrote"
+            f" {mib(result.written_bytes + result.zeroed_bytes)} in {result.duration_s} s"
+        )
+    else:
+        text = (
+            f"restored {result.backup_id} of {request.volume} to {request.device}: {mib(result.written_bytes)}"
+            f" written, verified {result.chunks_verified} chunks in {result.duration_s} s"
+        )
     check = result.readback
     if check is not None:
         text += f"; read back {mib(check.checked_bytes + check.zero_bytes)} in {check.duration_s} s: identical"

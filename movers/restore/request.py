@@ -1,7 +1,9 @@
 """The restore of one volume onto a device as one typed contract, the same class on both sides of the writer pod.
 
 * ``RestoreRequest``: what to write and how: the volume id, the backup (an id or ``latest``), the target device,
-  whether it reads as zeros (``assume_zeroed``), whether it is read back and compared (``verify_device``) and the
+  whether it reads as zeros (``assume_zeroed``), whether it is read back and compared (``verify_device``), whether
+  the whole backup is written or only what differs from what the device holds (``overwrite``: ``always`` or
+  ``if-changed``, ``movers.pipeline.inplace``; ``extents``: a file of the ranges known to differ) and the
   engine's workers. The flow renders it into the writer pod as one env value (``REQUEST_ENV``,
   ``model_dump_json``; ``movers.restore.writers.writer_pod``), the pod reads it back (``from_env``); the operator's
   CLI builds the same object from its flags (``movers.cli.restore``: ``restore_request``).
@@ -17,10 +19,11 @@ target's checks that need the device (``movers.device.check_target``) stay the w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from movers.errors import UsageError
 from movers.pipeline.readback import ReadbackStats
 from movers.pipeline.stats import RestoreStats
 from movers.podcontract import REQUEST_ENV, counters_model, request_from_env
@@ -40,12 +43,22 @@ class RestoreRequest(BaseModel):
     device: str
     assume_zeroed: bool = False
     verify_device: bool = False
+    overwrite: Literal["always", "if-changed"] = "always"
+    extents: str | None = None
     workers: int = Field(default=4, ge=1)
 
     @field_validator("volume")
     @classmethod
     def _volume(cls, value: str) -> str:
         return check_volume_id(value)
+
+    @model_validator(mode="after")
+    def _in_place(self) -> RestoreRequest:
+        if self.extents is not None and self.overwrite != "if-changed":
+            raise UsageError("--extents names what differs on the device: it needs --overwrite if-changed")
+        if self.assume_zeroed and self.overwrite == "if-changed":
+            raise UsageError("--assume-zeroed and --overwrite if-changed contradict: the device holds a volume")
+        return self
 
     @classmethod
     def from_env(cls, name: str = REQUEST_ENV) -> RestoreRequest:

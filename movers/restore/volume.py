@@ -3,17 +3,22 @@
 The one entry point of the writer (the writer pod's ``cbt-mover restore --request-env``, and the operator's CLI with
 its flags build the same ``RestoreRequest``). In order: the target is checked (``movers.device.check_target``:
 a device or image file that can be written), the repository is opened, the backup resolved (an id or ``latest``),
-every chunk written and verified (``movers.pipeline.restore``), then with ``verify_device`` the target read back
-and compared with the backup (``movers.pipeline.readback``). A target without room for the backup, or read-only,
-is a one-line error of its own class that says the target is incomplete; nothing is retried here.
+every chunk written and verified (``movers.pipeline.restore``; with ``overwrite: if-changed`` only what differs
+from what the device holds, ``movers.pipeline.inplace``, the ``extents`` file read whole and checked first), then
+with ``verify_device`` the target read back and compared with the backup (``movers.pipeline.readback``). A target
+without room for the backup, or read-only, is a one-line error of its own class that says the target is
+incomplete; nothing is retried here.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Protocol
 
 from movers import device
+from movers.errors import UsageError
 from movers.pipeline.stats import ProgressFn
 from movers.restore.request import ReadbackCounters, RestoreRequest, WriteResult
 from movers.values import human_bytes
@@ -51,6 +56,7 @@ def restore_volume(
     """Write the backup ``request`` names onto ``request.device`` from the repository ``open_repo()`` returns
     (opened once the target is checked), and read it back when asked (see the module doc). ``progress`` makes the
     display once the backup is resolved (a terminal's bar starts when made); the restore runs inside it."""
+    from movers.pipeline.inplace import restore_in_place
     from movers.pipeline.readback import verify_device
     from movers.pipeline.restore import run_restore
 
@@ -58,17 +64,31 @@ def restore_volume(
     device.check_target(target)
     repo = open_repo()
     manifest = repo.resolve(request.volume, request.backup)
-    phases = 2 if request.verify_device else 1  # writing, then reading back
+    extents = _extents(request.extents, manifest.capacity_bytes) if request.extents else None
+    steps = [*(["compare"] if request.overwrite == "if-changed" and extents is None else []), "restore"]
+    steps += ["readback"] if request.verify_device else []
     with (progress or _Quiet)() as display:
+        phase = {name: display.phase(name, part=i, parts=len(steps)) for i, name in enumerate(steps)}
         try:
-            stats = run_restore(
-                repo,
-                manifest,
-                target,
-                assume_zeroed=request.assume_zeroed,
-                workers=request.workers,
-                progress=display.phase("restore", part=0, parts=phases),
-            )
+            if request.overwrite == "if-changed":
+                stats = restore_in_place(
+                    repo,
+                    manifest,
+                    target,
+                    extents=extents,
+                    workers=request.workers,
+                    compare_progress=phase.get("compare"),
+                    write_progress=phase["restore"],
+                )
+            else:
+                stats = run_restore(
+                    repo,
+                    manifest,
+                    target,
+                    assume_zeroed=request.assume_zeroed,
+                    workers=request.workers,
+                    progress=phase["restore"],
+                )
         except device.NoRoom as err:
             raise device.NoRoom(
                 f"restore target {target} has no room for backup {manifest.backup_id}"
@@ -78,8 +98,7 @@ def restore_volume(
             raise device.ReadOnly(f"restore target {target}: {err}; the target is incomplete") from None
         check = None
         if request.verify_device:
-            readback = display.phase("readback", part=1, parts=phases)
-            check = verify_device(repo, manifest, target, workers=request.workers, progress=readback)
+            check = verify_device(repo, manifest, target, workers=request.workers, progress=phase["readback"])
     return WriteResult(
         backup_id=manifest.backup_id,
         volume=request.volume,
@@ -88,3 +107,20 @@ def restore_volume(
         requests=repo.store.requests.as_dict(),
         **stats.as_dict(),
     )
+
+
+def _extents(path: str, capacity: int) -> list[tuple[int, int]]:
+    """The extents of ``path`` (``-``: stdin), read whole and checked against the volume before anything is
+    written (``movers.extents``: ascending, not overlapping, inside the volume); ``UsageError`` naming the line."""
+    from movers.extents import parse_jsonl, validated
+
+    name = "stdin" if path == "-" else path
+    try:
+        source = nullcontext(sys.stdin) if path == "-" else open(path, encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"cannot read extents file {path}: {err.strerror}") from None
+    try:
+        with source as lines:
+            return list(validated(parse_jsonl(lines, name), capacity, name))
+    except UnicodeDecodeError:
+        raise UsageError(f"{name} is not UTF-8 text (JSON lines of extents)") from None

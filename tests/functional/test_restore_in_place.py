@@ -143,3 +143,72 @@ def test_a_device_in_use_is_refused_and_its_backing_file_too(repo, tmp_path, loo
         subprocess.run(["umount", str(mnt)], check=True)
     stats = restore_in_place(repo, manifest, dev, workers=2)  # unmounted: restored
     assert open(dev, "rb").read() == image.read_bytes() and stats.written_bytes > 0
+
+
+# ---------------------------------------------------------------- the CLI: cbt-mover restore --overwrite if-changed
+
+
+@pytest.fixture
+def cli_backup(tmp_path):
+    """A repository (``file://``, unencrypted), an image backed up with ``--scan``, the backup's id."""
+    import json
+
+    from tests.functional.test_cli import run
+
+    url = f"file://{tmp_path}/cli-repo"
+    run("init", "--insecure-no-encryption", "--repo", url, check_rc=0)
+    image = tmp_path / "vol.img"
+    make_image(image, SIZE, seed=11, data_fraction=0.8)
+    proc = run("backup", "--repo", url, "--volume", "v", "--device", image, "--scan", "--json", check_rc=0)
+    return url, image, json.loads(proc.stdout)["backup_id"]
+
+
+def test_the_cli_restores_in_place_and_says_what_it_compared_fetched_and_wrote(cli_backup, tmp_path):
+    import json
+
+    from tests.functional.test_cli import run
+
+    url, image, backup_id = cli_backup
+    device = tmp_path / "live.img"
+    shutil.copyfile(image, device)
+    changed = _changed(device, [4 * MiB, 13 * MiB])
+    extents = tmp_path / "changed.jsonl"
+    extents.write_text("".join(json.dumps({"offset": o, "length": n}) + "\n" for o, n in changed))
+    args = ("restore", "--repo", url, "--volume", "v", "--device", device, "--overwrite", "if-changed", "--json")
+
+    by_compare = json.loads(run(*args, "--verify-device", check_rc=0).stdout)
+    assert device.read_bytes() == image.read_bytes()
+    assert by_compare["backup_id"] == backup_id and by_compare["compared_bytes"] >= SIZE
+    assert by_compare["written_bytes"] + by_compare["zeroed_bytes"] == sum(n for _o, n in changed)
+    assert 0 < by_compare["fetched_bytes"] and by_compare["readback"]["checked_bytes"] > 0
+
+    _changed(device, [4 * MiB, 13 * MiB])
+    by_extents = json.loads(run(*args, "--extents", extents, check_rc=0).stdout)
+    assert device.read_bytes() == image.read_bytes()
+    assert by_extents["compared_bytes"] == sum(n for _o, n in changed), "only the extents are read"
+    text = run(*args[:-1], check_rc=0).stdout
+    assert f"in place: compared {SIZE // MiB}.0 MiB, fetched 0 B, wrote 0 B" in text, text
+
+
+def test_the_cli_refuses_what_cannot_restore_in_place_in_one_line_and_writes_nothing(cli_backup, tmp_path):
+    from tests.functional.test_cli import assert_one_line_error, run
+
+    url, _image, _backup_id = cli_backup
+    device = tmp_path / "live.img"
+    device.write_bytes(b"\x05" * SIZE)
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(f'{{"offset": {SIZE - 4096}, "length": 8192}}\n')
+    small = tmp_path / "small.img"
+    small.write_bytes(b"\x05" * (SIZE // 2))
+    base = ("restore", "--repo", url, "--volume", "v")
+    cases = [
+        ((*base, "--device", device, "--extents", outside), "it needs --overwrite if-changed"),
+        ((*base, "--device", device, "--overwrite", "if-changed", "--assume-zeroed"), "contradict"),
+        ((*base, "--device", device, "--overwrite", "if-changed", "--extents", outside), "past the device end"),
+        ((*base, "--device", small, "--overwrite", "if-changed"), "an in-place restore needs a device of the volume"),
+        ((*base, "--device", tmp_path / "none.img", "--overwrite", "if-changed"), "does not exist"),
+    ]
+    for args, words in cases:
+        assert_one_line_error(run(*args), 2, words)
+    assert device.read_bytes() == b"\x05" * SIZE and small.read_bytes() == b"\x05" * (SIZE // 2)
+    assert not (tmp_path / "none.img").exists()

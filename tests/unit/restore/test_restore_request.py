@@ -38,7 +38,7 @@ def test_a_request_has_the_cli_s_defaults_and_refuses_what_it_does_not_know():
     with pytest.raises(ValueError, match="workers"):
         RestoreRequest.model_validate(_request(workers=0))
     with pytest.raises(ValueError, match="extra"):
-        RestoreRequest.model_validate(_request(overwrite=True))
+        RestoreRequest.model_validate(_request(overwrite_all=True))
 
 
 def test_the_request_travels_whole_through_the_env(monkeypatch):
