@@ -18,11 +18,12 @@ Issue 23's engine goal, through the CLI, in one run:
    (what CBT between the backup's snapshot and a snapshot of the live volume reports).
 
 Each restore runs cold (page cache dropped when root) and is checked bit-exact against the image (sha256).
-Reported per restore: wall and CPU seconds, peak RSS, compared, fetched and written bytes, and the ratios the
-issue sets: fetched <= 20% of the full restore's, written <= 2x the changed bytes, time <= 0.5x the full
-restore's by compare and <= 0.25x with extents. ``--write-docs`` writes the "in place" section of
-``docs/benchmarks.md``. Exit status: 0 when every step ran and every restore is bit-exact (goal misses are
-reported, not failures), 1 otherwise.
+Reported per restore: wall seconds of the process and of the engine (the JSON's ``duration_s``: without the
+interpreter's start-up and the key derivation, which every restore pays the same), CPU seconds, peak RSS,
+compared, fetched and written bytes, and the ratios the issue sets: fetched <= 20% of the full restore's, written
+<= 2x the changed bytes, time <= 0.5x the full restore's by compare and <= 0.25x with extents.
+``--write-docs`` writes the "in place" section of ``docs/benchmarks.md``. Exit status: 0 when every step ran
+and every restore is bit-exact (goal misses are reported, not failures), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ GOAL_EXTENTS_TIME = 0.25
 class Row:
     name: str
     wall: float
+    engine: float  # the restore's own duration_s (the process's wall time less start-up, key derivation, exit)
     cpu: float
     rss: int
     compared: int | None
@@ -115,7 +117,7 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> int:
 
     cli.runner.drop_caches()
     copy = cli.runner.run(["sh", "-c", f"cp {image} {scratch / 'cp.img'} && sync"], "cp + sync")
-    rows.append(Row("cp + sync (peer)", copy.wall, copy.cpu, copy.maxrss, None, None, None))
+    rows.append(Row("cp + sync (peer)", copy.wall, copy.wall, copy.cpu, copy.maxrss, None, None, None))
     (scratch / "cp.img").unlink()
 
     restore = ["restore", "--repo", repo, "--volume", "v", "--workers", str(args.workers)]
@@ -132,7 +134,16 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> int:
         proc, out = cli.run([*restore, "--device", str(target), *extra], name, cold=True)
         written = out.get("written_bytes", 0) + out.get("zeroed_bytes", 0)
         rows.append(
-            Row(name, proc.wall, proc.cpu, proc.maxrss, out.get("compared_bytes"), out["fetched_bytes"], written)
+            Row(
+                name,
+                proc.wall,
+                out["duration_s"],
+                proc.cpu,
+                proc.maxrss,
+                out.get("compared_bytes"),
+                out["fetched_bytes"],
+                written,
+            )
         )
         if sha256(target) != want:
             failures.append(f"{name}: the target is not bit-exact")
@@ -154,13 +165,14 @@ def report(args: argparse.Namespace, rows: list[Row], changed: int, code: str) -
         f"in-place restore: volume {mib(args.size)} MiB, {args.regions} changed regions of {args.region // KiB} KiB"
         f" ({mib(changed)} MiB), {args.workers} workers; code: {code}",
         "",
-        "| restore | wall s | x full | cpu s | peak RSS MiB | compared MiB | fetched MiB | x full fetched"
-        " | written MiB | x changed |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| restore | wall s | x full | engine s | x full | cpu s | peak RSS MiB | compared MiB | fetched MiB"
+        " | x full fetched | written MiB | x changed |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.name} | {r.wall:.2f} | {benchlib.x_ratio(_ratio(r.wall, full.wall))} | {r.cpu:.2f} |"
+            f"| {r.name} | {r.wall:.2f} | {benchlib.x_ratio(_ratio(r.wall, full.wall))} | {r.engine:.2f} |"
+            f" {benchlib.x_ratio(_ratio(r.engine, full.engine))} | {r.cpu:.2f} |"
             f" {mib(r.rss)} | {mib(r.compared) if r.compared is not None else '-'} |"
             f" {mib(r.fetched) if r.fetched is not None else '-'} |"
             f" {benchlib.x_ratio(_ratio(r.fetched, full.fetched))} |"
@@ -172,8 +184,10 @@ def report(args: argparse.Namespace, rows: list[Row], changed: int, code: str) -
         ("fetched with extents <= 20% of full", _ratio(extents.fetched, full.fetched), GOAL_FETCHED),
         ("written by compare <= 2x changed", _ratio(compare.written, changed), GOAL_WRITTEN),
         ("written with extents <= 2x changed", _ratio(extents.written, changed), GOAL_WRITTEN),
-        ("time by compare <= 0.5x full", _ratio(compare.wall, full.wall), GOAL_COMPARE_TIME),
-        ("time with extents <= 0.25x full", _ratio(extents.wall, full.wall), GOAL_EXTENTS_TIME),
+        ("wall time by compare <= 0.5x full", _ratio(compare.wall, full.wall), GOAL_COMPARE_TIME),
+        ("wall time with extents <= 0.25x full", _ratio(extents.wall, full.wall), GOAL_EXTENTS_TIME),
+        ("engine time by compare <= 0.5x full", _ratio(compare.engine, full.engine), GOAL_COMPARE_TIME),
+        ("engine time with extents <= 0.25x full", _ratio(extents.engine, full.engine), GOAL_EXTENTS_TIME),
     ]
     lines += ["", "| goal | measured | met |", "|---|---:|:-:|"]
     for name, value, goal in goals:
@@ -191,9 +205,13 @@ def docs_text(args: argparse.Namespace, rows: list[Row], changed: int) -> str:
         " and fetches and writes only what differs (`cbt-mover restore --overwrite if-changed`); with `--extents`"
         " only the named ranges are read. Each restore cold, checked bit-exact.\n\n"
         + benchlib.machine_table(info, [])
-        + "\n"
+        + "\n\n"
         + body
-        + "\n"
+        + "\n\nA compare reads every data byte of the device once (holes of an image file are not read) and hashes"
+        " it; the full restore reads the compressed backup and writes into an image file, whose writes land in the"
+        " page cache until the final fsync. Where reading the device costs about what the full restore's reads and"
+        " writes cost, as on this machine's disk, the compare cannot be twice as fast; with the extents CBT reports"
+        " nothing but those ranges is read. Targets that are block devices were not measured here.\n"
     )
 
 

@@ -212,3 +212,23 @@ def test_the_cli_refuses_what_cannot_restore_in_place_in_one_line_and_writes_not
         assert_one_line_error(run(*args), 2, words)
     assert device.read_bytes() == b"\x05" * SIZE and small.read_bytes() == b"\x05" * (SIZE // 2)
     assert not (tmp_path / "none.img").exists()
+
+
+def test_an_empty_sparse_image_is_compared_by_its_holes_and_filled(repo, tmp_path):
+    """The holes of an image file read as zeros without a read (``SEEK_DATA``): compared with the zero digest; the
+    blocks the backup holds data in differ, and are written."""
+    image = tmp_path / "v.img"
+    make_image(image, SIZE, seed=12, data_fraction=0.5)
+    manifest = run_backup(repo, str(image), VolumeIdentity("ns/v"))
+    device = tmp_path / "sparse.img"
+    with open(device, "wb") as f:
+        f.truncate(SIZE)
+
+    stats = restore_in_place(repo, manifest, str(device), workers=2)
+
+    assert device.read_bytes() == image.read_bytes()
+    data = (
+        SIZE - sum(1 for off in range(0, SIZE, 65536) if image.read_bytes()[off : off + 65536] == bytes(65536)) * 65536
+    )
+    assert stats.written_bytes == data and stats.zeroed_bytes == 0, (stats, data)
+    assert stats.compared_bytes >= SIZE
