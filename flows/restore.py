@@ -183,7 +183,8 @@ class Found:
 
 def _event_row(row: dict[str, Any]) -> dict[str, Any]:
     """A volume's part of the ``completed`` event."""
-    keys = ("volume", "backup_id", "written_bytes", "capacity_bytes", "duration_s", "volume_mode", "replaced")
+    keys = ("volume", "backup_id", "source", "written_bytes", "fetched_bytes", "capacity_bytes", "duration_s")
+    keys += ("volume_mode", "replaced")
     return {k: row.get(k) for k in keys}
 
 
@@ -247,7 +248,11 @@ def _row(target: Target, written: Written, finished: Finished) -> dict[str, Any]
         "storage_class": target.storage_class,
         "pv": finished.pv,
         "replaced": finished.replaced,
+        "source": target.source,
+        "source_reason": target.source_reason,
         "written_bytes": written.written_bytes,
+        "fetched_bytes": written.fetched_bytes,
+        "compared_bytes": written.compared_bytes,
         "capacity_bytes": written.capacity_bytes,
         "duration_s": seconds,
         "mib_per_s": round((written.written_bytes or 0) / seconds / (1 << 20), 1) if seconds else None,

@@ -22,6 +22,8 @@ def display_rows(target: str, rows: list[dict[str, Any]]) -> list[dict[str, str]
             "backup id": r["backup_id"],
             "volume mode": r["volume_mode"],
             "storage class": r.get("storage_class"),
+            "source": r.get("source") or "repository",
+            "fetched": size(r.get("fetched_bytes")),
             "written": size(r["written_bytes"]),
             "capacity": size(r.get("capacity_bytes")),
             "duration": seconds(r["duration_s"]),
@@ -53,8 +55,9 @@ def report_markdown(run: RestoreRun, rows: list[dict[str, Any]]) -> str:
     lines = "\n".join(
         f"- `{target}/{r['pvc']}` ({r['volume_mode']}, class `{r['storage_class']}`, PV `{r['pv']}`"
         f"{', replaced the existing claim' if r['replaced'] else ''}): backup `{r['backup_id']}` of `{r['volume']}`,"
-        f" {size(r['written_bytes'])} written in {seconds(r['duration_s'])}, read back identical"
-        + "".join(f"\n  - note: {n}" for n in r["notes"])
+        f" from the {r.get('source') or 'repository'} ({r.get('source_reason') or '-'}): fetched"
+        f" {size(r.get('fetched_bytes'))}, {size(r['written_bytes'])} written in {seconds(r['duration_s'])}, read"
+        " back identical" + "".join(f"\n  - note: {n}" for n in r["notes"])
         for r in rows
     )
     notes = "".join(f"- {n}\n" for n in selected.notes)

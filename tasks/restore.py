@@ -25,14 +25,17 @@ from tasks.repository import KeySource, open_repository
 
 @dataclass(frozen=True)
 class Written:
-    """A writer pod's outcome (``movers.restore.write_volume``): bytes written, the volume's capacity, the
-    write's and the read-back's seconds, and the task's wall time."""
+    """A writer pod's outcome (``movers.restore.write_volume``): data bytes written, bytes fetched from the
+    repository and compared on the device (a claim from the kept snapshot), the volume's capacity, the write's and
+    the read-back's seconds, and the task's wall time."""
 
     written_bytes: int | None
     capacity_bytes: int | None
     duration_s: float | None
     readback_s: float | None
     wall_s: float
+    fetched_bytes: int | None = None
+    compared_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,8 @@ def write_volume(
     )
     return Written(
         written_bytes=result.written_bytes,
+        fetched_bytes=result.fetched_bytes,
+        compared_bytes=result.compared_bytes,
         capacity_bytes=result.capacity_bytes,
         duration_s=result.duration_s,
         readback_s=result.readback.duration_s if result.readback is not None else None,

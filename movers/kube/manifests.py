@@ -242,14 +242,24 @@ def pvc_from_snapshot(
 
 
 def block_pvc(
-    name: str, namespace: str, size: str, storage_class: str | None = None, labels: Mapping[str, str] | None = None
+    name: str,
+    namespace: str,
+    size: str,
+    storage_class: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    snapshot: str | None = None,
 ) -> dict[str, Any]:
-    """An empty ReadWriteOnce Block-mode PVC: the target of a restore (recorded capacity and class)."""
+    """A ReadWriteOnce Block-mode PVC: the target of a restore (recorded capacity and class), empty, or provisioned
+    from the kept VolumeSnapshot ``snapshot`` (its content annotated first when its source was a Filesystem PVC:
+    ``allow_volume_mode_change_patch``)."""
+    spec = _block_pvc_spec(size, storage_class)
+    if snapshot:
+        spec["dataSource"] = {"apiGroup": SNAPSHOT_GROUP, "kind": "VolumeSnapshot", "name": snapshot}
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": _meta(name, namespace, labels, RESTORE_CLAIM),
-        "spec": _block_pvc_spec(size, storage_class),
+        "spec": spec,
     }
 
 

@@ -46,7 +46,8 @@ class Selected:
 
     def to_dict(self) -> dict:
         """What a restore needs of the backup, as recorded: ``{pvc, volume, backup_id, capacity_bytes,
-        storage_class, volume_mode, fs_type, node_affinity, labels, app, created}``."""
+        storage_class, volume_mode, fs_type, node_affinity, labels, app, created, snapshot}`` (``snapshot``: the
+        kept VolumeSnapshot's ``{volume_snapshot, namespace, snapshot_handle}``)."""
         m, v = self.manifest, self.manifest.volume
         return {
             "pvc": self.pvc,
@@ -60,6 +61,11 @@ class Selected:
             "labels": v.labels,
             "app": m.tags.get(APP_TAG),
             "created": m.created,
+            "snapshot": {
+                "volume_snapshot": m.snapshot.volume_snapshot,
+                "namespace": m.snapshot.namespace,
+                "snapshot_handle": m.snapshot.snapshot_handle,
+            },
         }
 
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from movers.policy.model import Affinity, DnsLabel, Labels, ObjectName, RepoUrl, Text, Tolerations
 from movers.restore.plan import RestoreOptions
+from movers.restore.source import Source
 
 # the Secret the shipped controller role lets the flows read (``cbt-mover install controller``), the policies' default
 DEFAULT_REPO_SECRET = "cbt-mover-repo"
@@ -36,7 +37,9 @@ class RestoreAppRequest(BaseModel):
     ``hand_over``: give the volume to a Filesystem-mode claim (None: when it was recorded as Filesystem).
     ``allow_partial``: a whole-app restore may take a partial run (one whose mover failed for some PVCs; restored
     without them). ``repo_secret`` (and ``service_account``) must exist in the target namespace: the flow opens the
-    repository with its key, the writers mount it. ``timeout``: seconds per writer pod.
+    repository with its key, the writers mount it. ``source``: ``auto`` (the kept snapshot where it still holds
+    the backup, else the repository), ``snapshot`` or ``repository`` (``movers.restore.source``). ``timeout``:
+    seconds per writer pod.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -57,6 +60,7 @@ class RestoreAppRequest(BaseModel):
     tolerations: Tolerations | None = None
     affinity: Affinity = None
     policy_path: str | None = None
+    source: Source = "auto"
     parallelism: int = Field(default=2, ge=1)
     timeout: float = Field(default=3600.0, gt=0)
 
@@ -79,4 +83,5 @@ class RestoreAppRequest(BaseModel):
             hand_over=self.hand_over,
             repo_secret=self.repo_secret,
             service_account=service_account,
+            source=self.source,
         )

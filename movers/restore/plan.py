@@ -29,6 +29,7 @@ from movers.kube import manifests as m
 from movers.kube.access import Check, denied
 from movers.kube.pods import pods_using_claim
 from movers.kube.volumes import default_storage_class
+from movers.restore.source import Chosen, Source, snapshot_source
 
 PVC_LABEL = m.PVC_LABEL
 DEFAULT_FS_TYPE = "ext4"  # external-provisioner's default for Filesystem volumes
@@ -58,6 +59,14 @@ class Target:
     node_affinity: dict[str, Any] | None = None  # the source PV's required NodeSelector, as recorded
     app: str | None = None  # the backed-up application (the run's cbt-mover.io/app tag), for part-of
     labels: dict[str, str] | None = None  # the source claim's labels, as recorded: the restored claim's
+    snapshot: str | None = None  # the kept VolumeSnapshot the write claim is provisioned from (None: the repository)
+    snapshot_content: str | None = None  # its content (annotated to allow a Block claim from a Filesystem source)
+    source_reason: str | None = None  # why the data comes from the snapshot, or from the repository
+
+    @property
+    def source(self) -> str:
+        """``snapshot`` (provisioned from the kept snapshot, then compared) or ``repository`` (written whole)."""
+        return "repository" if self.snapshot is None else "snapshot"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,9 +97,12 @@ def write_claim_name(pvc: str, run_id: str) -> str:
     return bounded_name(f"{pvc}-{run_id}", 253)
 
 
-def required_permissions(namespace: str, repo_secret: str, service_account: str) -> list[Check]:
+def required_permissions(
+    namespace: str, repo_secret: str, service_account: str, source: Source = "repository"
+) -> list[Check]:
     """Every call a restore into ``namespace`` makes with the run's identity (plan, write, hand-over,
-    clean-up), as ``access.Check``s for the preflight."""
+    clean-up), as ``access.Check``s for the preflight; a ``source`` other than the repository reads the kept
+    snapshots and annotates their contents."""
     ns = namespace
     checks = [
         Check("get", "", "namespaces", name=ns),
@@ -104,13 +116,18 @@ def required_permissions(namespace: str, repo_secret: str, service_account: str)
     checks += [Check(verb, "", "pods", namespace=ns) for verb in ("get", "list", "watch", "create", "delete")]
     checks += [Check("get", "", "pods", "log", namespace=ns), Check("list", "", "events", namespace=ns)]
     checks += [Check(verb, "", "persistentvolumes") for verb in ("get", "list", "create", "patch", "delete")]
+    if source != "repository":
+        checks += [Check("get", "snapshot.storage.k8s.io", "volumesnapshots", namespace=ns)]
+        checks += [Check(verb, "snapshot.storage.k8s.io", "volumesnapshotcontents") for verb in ("get", "patch")]
     return checks
 
 
-def check_permissions(api, namespace: str, repo_secret: str, service_account: str) -> None:
+def check_permissions(
+    api, namespace: str, repo_secret: str, service_account: str, source: Source = "repository"
+) -> None:
     """``PermissionsMissing`` (one line naming every refused call) unless the identity of ``api`` may make
     every call of ``required_permissions``."""
-    refused = denied(api, required_permissions(namespace, repo_secret, service_account))
+    refused = denied(api, required_permissions(namespace, repo_secret, service_account, source))
     if refused:
         raise PermissionsMissing(
             f"cannot restore into {namespace}: this identity lacks {len(refused)}"
@@ -136,13 +153,15 @@ def handover_fs_type(recorded: str | None, storage_class: Mapping[str, Any] | No
 class RestoreOptions:
     """How the targets are made (``plan_targets``): the claims' ``storage_class`` (None: the
     recorded one), ``overwrite`` of existing claims, ``hand_over`` to a Filesystem claim (None: as recorded), the
-    repository Secret and the writers' ServiceAccount that must exist in the target namespace."""
+    repository Secret and the writers' ServiceAccount that must exist in the target namespace, and where the data
+    comes from (``source``: ``movers.restore.source``)."""
 
     storage_class: str | None
     overwrite: bool
     hand_over: bool | None
     repo_secret: str
     service_account: str
+    source: Source = "auto"
 
 
 def plan_targets(
@@ -161,7 +180,7 @@ def plan_targets(
     """
     storage_class, overwrite, hand_over = options.storage_class, options.overwrite, options.hand_over
     repo_secret, service_account = options.repo_secret, options.service_account
-    check_permissions(api, namespace, repo_secret, service_account)
+    check_permissions(api, namespace, repo_secret, service_account, options.source)
     problems: list[str] = []
     if k.find(api, "Namespace", None, namespace) is None:
         raise RestoreRefused(
@@ -207,6 +226,11 @@ def plan_targets(
                 )
         direct = existing is None and mode == "Block"
         write_claim = pvc if direct else write_claim_name(pvc, run_id)
+        chosen = Chosen(None, None, "asked for: source repository")
+        if options.source != "repository" and sc is not None and classes.get(sc) is not None:
+            chosen = snapshot_source(api, namespace, vol.get("snapshot") or {}, classes[sc])
+            if options.source == "snapshot" and chosen.snapshot is None:
+                problems.append(f"{pvc}: cannot restore from the kept snapshot: {chosen.reason}")
         targets.append(
             Target(
                 pvc,
@@ -222,6 +246,9 @@ def plan_targets(
                 copy.deepcopy(vol.get("node_affinity")) or None,
                 vol.get("app"),
                 dict(vol.get("labels") or {}) or None,
+                chosen.snapshot,
+                chosen.content,
+                chosen.reason,
             )
         )
     if problems:

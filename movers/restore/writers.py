@@ -29,6 +29,7 @@ from movers.kube import manifests as m
 from movers.kube import repokey
 from movers.kube.pods import PodFailed, PodNotScheduled, PodTimeouts, PodWaitErrors, run_scheduled
 from movers.kube.podspec import DEVICE_PATH, MoverProfile, MoverTask, RepoAccess
+from movers.kube.snapshots import patch_content_annotation
 from movers.restore.plan import Target, labels_of
 from movers.restore.request import REQUEST_ENV, RestoreRequest, WriteResult
 
@@ -75,10 +76,15 @@ def writer_affinity(recorded: Mapping[str, Any] | None, affinity: Mapping[str, A
 
 def writer_request(target: Target, *, verify_device: bool = True) -> RestoreRequest:
     """The ``RestoreRequest`` of ``target``'s writer: its backup of its volume onto the pod's Block device
-    (``podspec.DEVICE_PATH``), read back with ``verify_device``; the operator's CLI builds the same one from
-    its flags (``movers.cli.restore.restore_request``)."""
+    (``podspec.DEVICE_PATH``), read back with ``verify_device``; a claim provisioned from the kept snapshot is
+    compared with the backup and only what differs written (``overwrite: if-changed``). The operator's CLI builds
+    the same one from its flags (``movers.cli.restore.restore_request``)."""
     return RestoreRequest(
-        volume=target.volume, backup=target.backup_id, device=DEVICE_PATH, verify_device=verify_device
+        volume=target.volume,
+        backup=target.backup_id,
+        device=DEVICE_PATH,
+        verify_device=verify_device,
+        overwrite="if-changed" if target.snapshot else "always",
     )
 
 
@@ -140,12 +146,10 @@ def write_volume(
     """
     namespace, run_id = run.namespace, run.run_id
     labels = labels_of(run_id, target.pvc, target.app)
-    k.create(
-        api,
-        m.block_pvc(
-            target.write_claim, namespace, m.quantity(target.capacity_bytes), target.storage_class or None, labels
-        ),
-    )
+    if target.snapshot_content:  # a Block claim from a Filesystem source's snapshot (KEP-3141); harmless otherwise
+        patch_content_annotation(api, target.snapshot_content)
+    size, storage_class = m.quantity(target.capacity_bytes), target.storage_class or None
+    k.create(api, m.block_pvc(target.write_claim, namespace, size, storage_class, labels, snapshot=target.snapshot))
     repo_keys = repokey.key_names(k.find(api, "Secret", namespace, run.repo_secret) or {})
     pod = writer_pod(run, target, repo_keys)
     name = pod["metadata"]["name"]

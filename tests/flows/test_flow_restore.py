@@ -711,3 +711,32 @@ def test_a_long_pvc_name_gives_valid_names_and_labels(local_cluster, backed_up, 
     assert labels[PVC_LABEL] == m.label_value(LONG) and labels[m.PART_OF_LABEL] == "ledger", labels
     assert row["storage_class"] == "standard" and any("cluster default standard" in n for n in row["notes"])
     _no_writer_pods(local_cluster, "ledger-copy")
+
+
+def test_from_the_kept_snapshot_without_a_download_and_from_the_repository_once_it_is_gone(local_cluster, backed_up):
+    """``source``: the newest run's kept VolumeSnapshot of data provisions the new claim (then compared with the
+    backup by its digests: nothing to fetch or write); logs' latest backup is of the first run, whose snapshot the
+    second run replaced: from the repository, saying why (``auto``), or refused (``snapshot``). Last in the module:
+    it stops the app and replaces its claims."""
+    repo, api = backed_up["repo"], local_cluster.client
+    client.CoreV1Api(api).delete_namespaced_pod("app", SRC)
+    wait_until(lambda: not k.find(api, "Pod", SRC, "app"), 30, "the app stopped")
+
+    out = _restore(local_cluster, repo, pvcs=["data"], overwrite=True, source="snapshot")
+    (row,) = out["volumes"]
+    assert row["source"] == "snapshot" and "still holds the backup's snapshot" in row["source_reason"], row
+    assert row["written_bytes"] == 0 and row["compared_bytes"] >= row["capacity_bytes"], row
+    assert row["fetched_bytes"] < row["capacity_bytes"] // 4, row
+    _assert_identical(backed_up, row, SRC)
+
+    with pytest.raises(
+        RestoreRefused, match="logs: cannot restore from the kept snapshot: VolumeSnapshot .* no longer"
+    ):
+        _restore(local_cluster, repo, pvcs=["logs"], overwrite=True, source="snapshot")
+    out = _restore(local_cluster, repo, pvcs=["logs"], overwrite=True)
+    (row,) = out["volumes"]
+    assert row["source"] == "repository" and "no longer exists" in row["source_reason"], row
+    assert row["fetched_bytes"] > 0 and row["compared_bytes"] == 0, row
+    _assert_identical(backed_up, row, SRC)
+    doc = artifact(f"restore-{SRC}-report").data
+    assert "from the snapshot (VolumeSnapshot" in doc or "from the repository (VolumeSnapshot" in doc, doc

@@ -98,7 +98,8 @@ def test_a_volume_restored_elsewhere_is_noted():
     assert "topology.hostpath.csi/node In [node-a]" in note and "[node-b]" in note
 
 
-def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants():
+@pytest.mark.parametrize("source", ["repository", "auto", "snapshot"])
+def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(source):
     from localcluster.shipped_rbac import controller_role
 
     role = controller_role()
@@ -108,7 +109,7 @@ def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
                     granted.add((verb, group, resource, tuple(rule.get("resourceNames") or ())))
-    checks = r.required_permissions("shop", "cbt-mover-repo", "cbt-mover")
+    checks = r.required_permissions("shop", "cbt-mover-repo", "cbt-mover", source)
     missing = []
     for c in checks:
         resource = c.resource + (f"/{c.subresource}" if c.subresource else "")
@@ -116,6 +117,8 @@ def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(
             missing.append(c.describe())
     assert missing == [], "the restore needs what the shipped role does not grant"
     assert any(c.resource == "persistentvolumes" and c.verb == "create" for c in checks)
+    reads_snapshots = any(c.resource == "volumesnapshotcontents" and c.verb == "patch" for c in checks)
+    assert reads_snapshots == (source != "repository"), "the kept snapshots only when they may be the source"
 
 
 @pytest.mark.parametrize("pvc", ["data", "a" * 253])
