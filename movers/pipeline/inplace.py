@@ -2,11 +2,12 @@
 
 ``restore_in_place(repo, manifest, target, extents=None, workers=..., progress=...) -> RestoreStats``:
 
-1. **Checks, before anything is read or written** (``open_in_place``): the target exists, is a block device or
-   image file of exactly the backup's capacity, and is not in use: a block device is opened ``O_EXCL``, which
-   Linux refuses while a filesystem is mounted on it (or another exclusive holder has it); an image file that
-   backs a loop device is refused by name. Extents, when given, were checked against the volume by the caller
-   (``movers.extents.validated``).
+1. **Checks, before anything is read or written** (``open_in_place``): the target exists, is an image file of
+   exactly the backup's capacity or a block device of at least it (provisioners round sizes up; the bytes past
+   the volume are left as they are, as a full restore leaves them), and is not in use: a block device is opened
+   ``O_EXCL``, which Linux refuses while a filesystem is mounted on it (or another exclusive holder has it); an
+   image file that backs a loop device is refused by name. Extents, when given, were checked against the volume
+   by the caller (``movers.extents.validated``).
 2. **Compare, without a fetch.** Without extents, the whole device is read once and every 64 KiB block is
    compared with the block digest the map page records (``movers.repo.digests``). A block whose digest is not
    known (a CBT backup read only part of it) is compared by the content hash of each whole chunk that covers it,
@@ -85,11 +86,11 @@ def open_in_place(path: str, capacity: int) -> int:
             raise TargetBusy(f"restore target {path} is in use (mounted, or held by another process)") from None
         raise UsageError(f"cannot open restore target {path}: {err.strerror}") from None
     size = device.device_size(fd)
-    if size != capacity:
+    if size < capacity or (size != capacity and not flags):  # a block device may be larger: provisioners round up
         os.close(fd)
         raise UsageError(
             f"restore target {path} has {size} bytes, the backup's volume {capacity}: an in-place restore needs a"
-            " device of the volume's size"
+            " device of the volume's size (a block device: at least)"
         )
     if device.is_read_only(fd):
         os.close(fd)

@@ -232,3 +232,25 @@ def test_an_empty_sparse_image_is_compared_by_its_holes_and_filled(repo, tmp_pat
     )
     assert stats.written_bytes == data and stats.zeroed_bytes == 0, (stats, data)
     assert stats.compared_bytes >= SIZE
+
+
+def test_a_block_device_larger_than_the_volume_is_restored_and_its_tail_left_alone(repo, tmp_path):
+    """Provisioners round sizes up: a block device of at least the volume's size is a target, as for a full
+    restore; the bytes past the volume are not touched."""
+    if shutil.which("losetup") is None or os.geteuid() != 0:
+        pytest.skip("needs root and losetup")
+    image = tmp_path / "v.img"
+    make_image(image, SIZE, seed=13)
+    manifest = run_backup(repo, str(image), VolumeIdentity("ns/v"))
+    backing = tmp_path / "larger.img"
+    backing.write_bytes(b"\x09" * (SIZE + MiB))
+    proc = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"losetup failed: {proc.stderr.strip()}")
+    dev = proc.stdout.strip()
+    try:
+        restore_in_place(repo, manifest, dev, workers=2)
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=False)
+    data = backing.read_bytes()
+    assert data[:SIZE] == image.read_bytes() and data[SIZE:] == b"\x09" * MiB
