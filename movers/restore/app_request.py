@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from movers.policy.model import Affinity, DnsLabel, Labels, ObjectName, RepoUrl, Text, Tolerations
 from movers.restore.plan import RestoreOptions
@@ -38,7 +38,9 @@ class RestoreAppRequest(BaseModel):
     ``allow_partial``: a whole-app restore may take a partial run (one whose mover failed for some PVCs; restored
     without them). ``repo_secret`` (and ``service_account``) must exist in the target namespace: the flow opens the
     repository with its key, the writers mount it. ``source``: ``auto`` (the kept snapshot where it still holds
-    the backup, else the repository), ``snapshot`` or ``repository`` (``movers.restore.source``). ``timeout``:
+    the backup, else the repository), ``snapshot`` or ``repository`` (``movers.restore.source``). ``in_place``:
+    onto the existing Block claims themselves, comparing each with the backup and writing only what differs
+    (refused while a running pod uses one; ``movers.restore.plan.in_place_target``). ``timeout``:
     seconds per writer pod.
     """
 
@@ -61,6 +63,7 @@ class RestoreAppRequest(BaseModel):
     affinity: Affinity = None
     policy_path: str | None = None
     source: Source = "auto"
+    in_place: bool = False
     parallelism: int = Field(default=2, ge=1)
     timeout: float = Field(default=3600.0, gt=0)
 
@@ -84,4 +87,14 @@ class RestoreAppRequest(BaseModel):
             repo_secret=self.repo_secret,
             service_account=service_account,
             source=self.source,
+            in_place=self.in_place,
         )
+
+    @model_validator(mode="after")
+    def _in_place(self) -> RestoreAppRequest:
+        if self.in_place and (self.overwrite or self.hand_over or self.source == "snapshot"):
+            raise ValueError(
+                "in_place restores onto the existing claims themselves: overwrite, hand_over and source snapshot"
+                " (a new claim) contradict it"
+            )
+        return self

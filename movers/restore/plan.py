@@ -62,10 +62,14 @@ class Target:
     snapshot: str | None = None  # the kept VolumeSnapshot the write claim is provisioned from (None: the repository)
     snapshot_content: str | None = None  # its content (annotated to allow a Block claim from a Filesystem source)
     source_reason: str | None = None  # why the data comes from the snapshot, or from the repository
+    in_place: bool = False  # written onto the existing claim ``pvc`` itself, only what differs
 
     @property
     def source(self) -> str:
-        """``snapshot`` (provisioned from the kept snapshot, then compared) or ``repository`` (written whole)."""
+        """``in place`` (the existing claim compared and rewritten where it differs), ``snapshot`` (provisioned from
+        the kept snapshot, then compared) or ``repository`` (written whole into a new claim)."""
+        if self.in_place:
+            return "in place"
         return "repository" if self.snapshot is None else "snapshot"
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,7 +158,8 @@ class RestoreOptions:
     """How the targets are made (``plan_targets``): the claims' ``storage_class`` (None: the
     recorded one), ``overwrite`` of existing claims, ``hand_over`` to a Filesystem claim (None: as recorded), the
     repository Secret and the writers' ServiceAccount that must exist in the target namespace, and where the data
-    comes from (``source``: ``movers.restore.source``)."""
+    comes from (``source``: ``movers.restore.source``); ``in_place``: onto the existing claims themselves
+    (``in_place_target``)."""
 
     storage_class: str | None
     overwrite: bool
@@ -162,6 +167,7 @@ class RestoreOptions:
     repo_secret: str
     service_account: str
     source: Source = "auto"
+    in_place: bool = False
 
 
 def plan_targets(
@@ -190,10 +196,13 @@ def plan_targets(
     for kind, name in (("ServiceAccount", service_account), ("Secret", repo_secret)):
         if k.find(api, kind, namespace, name) is None:
             problems.append(f"{kind} {namespace}/{name} does not exist (the writer pods need it)")
-    default_class = default_storage_class(api)
+    default_class = None if options.in_place else default_storage_class(api)
     classes: dict[str, dict[str, Any] | None] = {}
     targets = []
     for vol in volumes:
+        if options.in_place:
+            targets.append(in_place_target(api, namespace, vol, problems))
+            continue
         pvc, notes = vol["pvc"], []
         sc = storage_class or vol.get("storage_class") or default_class
         if not (storage_class or vol.get("storage_class")):
@@ -254,3 +263,44 @@ def plan_targets(
     if problems:
         raise RestoreRefused(f"cannot restore into {namespace}: " + "; ".join(problems))
     return targets
+
+
+def in_place_target(api, namespace: str, vol: Mapping[str, Any], problems: list[str]) -> Target:
+    """The target of a restore onto the existing claim ``vol["pvc"]`` itself (``RestoreOptions.in_place``): its
+    writer compares the claim's volume with the backup by the digests the map records and rewrites only what
+    differs, so the PV stays the same and the next backup stays a CBT delta from the last base. Appends to
+    ``problems`` why it cannot: no such claim, not bound, a Filesystem claim (a writer reaches only a Block
+    device of it; restore it as a new claim instead), or running pods use it (named: stop them first)."""
+    pvc = vol["pvc"]
+    claim = k.find(api, "PersistentVolumeClaim", namespace, pvc)
+    spec = (claim or {}).get("spec") or {}
+    if claim is None:
+        problems.append(f"{pvc}: no PersistentVolumeClaim {namespace}/{pvc} to restore in place")
+    elif ((claim.get("status") or {}).get("phase")) != "Bound":
+        problems.append(f"{pvc}: PersistentVolumeClaim {namespace}/{pvc} is not bound: nothing to restore in place")
+    elif spec.get("volumeMode") != "Block":
+        problems.append(
+            f"{pvc}: PersistentVolumeClaim {namespace}/{pvc} is a Filesystem claim: a restore in place writes its"
+            " volume as a block device, which only a Block claim gives; restore it as a new claim instead"
+        )
+    else:
+        users = pods_using_claim(api, namespace, pvc)
+        if users:
+            problems.append(
+                f"PersistentVolumeClaim {namespace}/{pvc} is used by pod(s) {', '.join(users)}: stop them before"
+                " restoring it in place"
+            )
+    return Target(
+        pvc,
+        vol["volume"],
+        vol["backup_id"],
+        int(vol["capacity_bytes"]),
+        spec.get("storageClassName") or "",
+        "Block",
+        pvc,
+        False,
+        app=vol.get("app"),
+        labels=dict(vol.get("labels") or {}) or None,
+        source_reason="in place: the claim's own volume compared with the backup, only what differs written",
+        in_place=True,
+    )

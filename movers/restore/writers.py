@@ -84,7 +84,7 @@ def writer_request(target: Target, *, verify_device: bool = True) -> RestoreRequ
         backup=target.backup_id,
         device=DEVICE_PATH,
         verify_device=verify_device,
-        overwrite="if-changed" if target.snapshot else "always",
+        overwrite="if-changed" if target.snapshot or target.in_place else "always",
     )
 
 
@@ -149,7 +149,9 @@ def write_volume(
     if target.snapshot_content:  # a Block claim from a Filesystem source's snapshot (KEP-3141); harmless otherwise
         patch_content_annotation(api, target.snapshot_content)
     size, storage_class = m.quantity(target.capacity_bytes), target.storage_class or None
-    k.create(api, m.block_pvc(target.write_claim, namespace, size, storage_class, labels, snapshot=target.snapshot))
+    if not target.in_place:  # in place: the existing claim is the target
+        claim = m.block_pvc(target.write_claim, namespace, size, storage_class, labels, snapshot=target.snapshot)
+        k.create(api, claim)
     repo_keys = repokey.key_names(k.find(api, "Secret", namespace, run.repo_secret) or {})
     pod = writer_pod(run, target, repo_keys)
     name = pod["metadata"]["name"]

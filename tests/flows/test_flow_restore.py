@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -740,3 +741,42 @@ def test_from_the_kept_snapshot_without_a_download_and_from_the_repository_once_
     _assert_identical(backed_up, row, SRC)
     doc = artifact(f"restore-{SRC}-report").data
     assert "from the snapshot (VolumeSnapshot" in doc or "from the repository (VolumeSnapshot" in doc, doc
+
+
+def test_in_place_rewrites_only_what_differs_keeps_the_volume_and_the_next_backup_stays_a_cbt_delta(
+    local_cluster, backed_up
+):
+    """``in_place``: onto the app's own Block claim, refused while a pod uses it (named); then only the drifted
+    blocks are fetched and written, the PV stays the same, and the next backup is a CBT delta from the last base.
+    After the kept-snapshot test (the app is stopped)."""
+    from flows.backup import backup_app
+
+    repo, api = backed_up["repo"], local_cluster.client
+    core = client.CoreV1Api(api)
+    params = backup_params(local_cluster, repo, SRC, parallelism=4, hooks={"pre": [], "post": []})  # app stopped
+    base = backup_app(**params)  # the claims' volumes are the ones the previous test restored: a base of them
+    data_backup = next(r["backup_id"] for r in base["volumes"] if r["volume"] == f"{SRC}/data")
+    image, _claim, pv = _volume_image(local_cluster, SRC, "data")
+    want = _sha(image)
+    with open(image, "r+b") as f:  # the live volume drifts: 3 x 8 KiB
+        for off in (0, 5 << 20, 11 << 20):
+            os.pwrite(f.fileno(), os.urandom(8192), off)
+    assert _sha(image) != want
+
+    core.create_namespaced_pod(SRC, demo_pod("user", {"data": "/dev/xvda"}, node_selector=ON_NODE))
+    wait_pod(core, "user", phase_in("Running"), namespace=SRC, timeout=30)
+    with pytest.raises(RestoreRefused, match="data is used by pod.s. user: stop them before restoring it in place"):
+        _restore(local_cluster, repo, pvcs=["data"], in_place=True)
+    core.delete_namespaced_pod("user", SRC)
+    wait_until(lambda: not k.find(api, "Pod", SRC, "user"), 30, "the user pod stopped")
+
+    out = _restore(local_cluster, repo, pvcs=["data"], in_place=True)
+    (row,) = out["volumes"]
+    assert (row["source"], row["backup_id"], row["pv"]) == ("in place", data_backup, pv["metadata"]["name"]), row
+    assert 0 < row["written_bytes"] <= 2 * 3 * 8192 and row["compared_bytes"] >= row["capacity_bytes"], row
+    assert _sha(image) == want, "bit-exact with the backup, on the same volume"
+    assert k.get(api, "PersistentVolume", None, pv["metadata"]["name"])["metadata"]["uid"] == pv["metadata"]["uid"]
+
+    after = backup_app(**params)
+    data = next(r for r in after["volumes"] if r["volume"] == f"{SRC}/data")
+    assert (data["mode"], data["change_source"]) == ("incremental-cbt", "cbt-delta"), data
