@@ -23,6 +23,7 @@ def display_rows(target: str, rows: list[dict[str, Any]]) -> list[dict[str, str]
             "volume mode": r["volume_mode"],
             "storage class": r.get("storage_class"),
             "source": r.get("source") or "repository",
+            "compared": size(r.get("compared_bytes")),
             "fetched": size(r.get("fetched_bytes")),
             "written": size(r["written_bytes"]),
             "capacity": size(r.get("capacity_bytes")),
@@ -33,6 +34,11 @@ def display_rows(target: str, rows: list[dict[str, Any]]) -> list[dict[str, str]
         }
         for r in rows
     )
+
+
+def _source_text(source: str | None) -> str:
+    """How a volume was restored, for the report's sentence (``movers.restore.plan.Target.source``)."""
+    return {"snapshot": "from the kept snapshot", "in place": "in place"}.get(source or "", "from the repository")
 
 
 @dataclass(frozen=True)
@@ -55,9 +61,9 @@ def report_markdown(run: RestoreRun, rows: list[dict[str, Any]]) -> str:
     lines = "\n".join(
         f"- `{target}/{r['pvc']}` ({r['volume_mode']}, class `{r['storage_class']}`, PV `{r['pv']}`"
         f"{', replaced the existing claim' if r['replaced'] else ''}): backup `{r['backup_id']}` of `{r['volume']}`,"
-        f" from the {r.get('source') or 'repository'} ({r.get('source_reason') or '-'}): fetched"
-        f" {size(r.get('fetched_bytes'))}, {size(r['written_bytes'])} written in {seconds(r['duration_s'])}, read"
-        " back identical" + "".join(f"\n  - note: {n}" for n in r["notes"])
+        f" {_source_text(r.get('source'))} ({r.get('source_reason') or '-'}): compared"
+        f" {size(r.get('compared_bytes'))}, fetched {size(r.get('fetched_bytes'))}, {size(r['written_bytes'])}"
+        f" written in {seconds(r['duration_s'])}, read back identical" + "".join(f"\n  - note: {n}" for n in r["notes"])
         for r in rows
     )
     notes = "".join(f"- {n}\n" for n in selected.notes)

@@ -25,7 +25,7 @@ from tasks.repository import KeySource, open_repository
 
 @dataclass(frozen=True)
 class Written:
-    """A writer pod's outcome (``movers.restore.write_volume``): data bytes written, bytes fetched from the
+    """A writer pod's outcome (``movers.restore.write_volume``): bytes written (data and zeros), fetched from the
     repository and compared on the device (a claim from the kept snapshot), the volume's capacity, the write's and
     the read-back's seconds, and the task's wall time."""
 
@@ -156,7 +156,7 @@ def write_volume(
         result.duration_s,
     )
     return Written(
-        written_bytes=result.written_bytes,
+        written_bytes=result.written_bytes + result.zeroed_bytes,
         fetched_bytes=result.fetched_bytes,
         compared_bytes=result.compared_bytes,
         capacity_bytes=result.capacity_bytes,

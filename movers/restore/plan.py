@@ -301,6 +301,6 @@ def in_place_target(api, namespace: str, vol: Mapping[str, Any], problems: list[
         False,
         app=vol.get("app"),
         labels=dict(vol.get("labels") or {}) or None,
-        source_reason="in place: the claim's own volume compared with the backup, only what differs written",
+        source_reason="the claim's own volume compared with the backup, only what differs written",
         in_place=True,
     )

@@ -740,7 +740,7 @@ def test_from_the_kept_snapshot_without_a_download_and_from_the_repository_once_
     assert row["fetched_bytes"] > 0 and row["compared_bytes"] == 0, row
     _assert_identical(backed_up, row, SRC)
     doc = artifact(f"restore-{SRC}-report").data
-    assert "from the snapshot (VolumeSnapshot" in doc or "from the repository (VolumeSnapshot" in doc, doc
+    assert "from the repository (VolumeSnapshot" in doc and "no longer exists" in doc, doc
 
 
 def test_in_place_rewrites_only_what_differs_keeps_the_volume_and_the_next_backup_stays_a_cbt_delta(
@@ -763,11 +763,16 @@ def test_in_place_rewrites_only_what_differs_keeps_the_volume_and_the_next_backu
             os.pwrite(f.fileno(), os.urandom(8192), off)
     assert _sha(image) != want
 
-    core.create_namespaced_pod(SRC, demo_pod("user", {"data": "/dev/xvda"}, node_selector=ON_NODE))
+    user = pod_manifest("user", ["sleep", "600"], volumeDevices=[{"name": "v", "devicePath": "/dev/xvda"}])
+    user["spec"] |= {
+        "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}],
+        "nodeSelector": ON_NODE,
+    }
+    core.create_namespaced_pod(SRC, user)  # holds the claim, writes nothing
     wait_pod(core, "user", phase_in("Running"), namespace=SRC, timeout=30)
     with pytest.raises(RestoreRefused, match="data is used by pod.s. user: stop them before restoring it in place"):
         _restore(local_cluster, repo, pvcs=["data"], in_place=True)
-    core.delete_namespaced_pod("user", SRC)
+    core.delete_namespaced_pod("user", SRC, grace_period_seconds=0)
     wait_until(lambda: not k.find(api, "Pod", SRC, "user"), 30, "the user pod stopped")
 
     out = _restore(local_cluster, repo, pvcs=["data"], in_place=True)
@@ -776,6 +781,8 @@ def test_in_place_rewrites_only_what_differs_keeps_the_volume_and_the_next_backu
     assert 0 < row["written_bytes"] <= 2 * 3 * 8192 and row["compared_bytes"] >= row["capacity_bytes"], row
     assert _sha(image) == want, "bit-exact with the backup, on the same volume"
     assert k.get(api, "PersistentVolume", None, pv["metadata"]["name"])["metadata"]["uid"] == pv["metadata"]["uid"]
+    doc = artifact(f"restore-{SRC}-report").data
+    assert "in place (the claim's own volume compared with the backup" in doc and "compared " in doc, doc
 
     after = backup_app(**params)
     data = next(r for r in after["volumes"] if r["volume"] == f"{SRC}/data")
