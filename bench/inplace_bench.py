@@ -214,7 +214,10 @@ def docs_text(args: argparse.Namespace, rows: list[Row], changed: int) -> str:
         " it; the full restore reads the compressed backup and writes into an image file, whose writes land in the"
         " page cache until the final fsync. Where reading the device costs about what the full restore's reads and"
         " writes cost, as on this machine's disk, the compare cannot be twice as fast; with the extents CBT reports"
-        " nothing but those ranges is read. Targets that are block devices were not measured here.\n"
+        " nothing but those ranges is read. Targets that are block devices were not measured here. Fetched bytes"
+        " follow the chunks the changes touch: a chunk is fetched whole (it is compressed and encrypted as one), so"
+        " changes scattered over most chunks fetch most of the backup while clustered ones fetch little; what is"
+        " written is only what differs either way.\n"
     )
 
 
