@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
+import shutil
+import subprocess
 import threading
 from collections import Counter
+from collections.abc import Iterator
 
 BLOCK = 4096
 
@@ -121,3 +125,22 @@ class RecordingStore:
             self.listed.clear()
             self.written.clear()
             self.bytes_written = 0
+
+
+@contextlib.contextmanager
+def loop_device(backing, read_only: bool = False) -> Iterator[str]:
+    """A loop device over the file ``backing`` (``losetup``), detached afterwards; skips the test without root or
+    losetup, or when the kernel refuses one."""
+    import pytest
+
+    if shutil.which("losetup") is None or os.geteuid() != 0:
+        pytest.skip("needs root and losetup")
+    flags = ["--read-only"] if read_only else []
+    proc = subprocess.run(["losetup", "--find", "--show", *flags, str(backing)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"losetup {' '.join(flags)} failed: {proc.stderr.strip()}")
+    dev = proc.stdout.strip()
+    try:
+        yield dev
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=False)

@@ -4,15 +4,12 @@ extents a backup refuses (from a file or stdin) leave the repository's objects e
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.functional.test_cli import assert_one_line_error, run
-from tests.volumes import make_image
+from tests.volumes import loop_device, make_image
 
 MiB = 1 << 20
 
@@ -32,18 +29,10 @@ def backed_up(repo, tmp_path):
 
 @pytest.fixture
 def read_only_loop_device(tmp_path):
-    if shutil.which("losetup") is None or os.geteuid() != 0:
-        pytest.skip("needs root and losetup")
     backing = tmp_path / "ro-backing.img"
     backing.write_bytes(b"\x5a" * (4 * MiB))
-    proc = subprocess.run(["losetup", "--find", "--show", "--read-only", str(backing)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"losetup --read-only failed: {proc.stderr.strip()}")
-    dev = proc.stdout.strip()
-    try:
+    with loop_device(backing, read_only=True) as dev:
         yield dev, backing
-    finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
 
 
 def test_restore_onto_a_read_only_block_device_is_one_line_and_writes_nothing(backed_up, read_only_loop_device):

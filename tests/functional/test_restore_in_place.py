@@ -16,7 +16,7 @@ from movers.pipeline.restore import run_restore
 from movers.repo.manifest import VolumeIdentity
 from movers.repo.repository import Repository
 from movers.repo.store import open_store
-from tests.volumes import make_image, write_blocks
+from tests.volumes import loop_device, make_image, write_blocks
 
 MiB = 1 << 20
 SIZE = 16 * MiB
@@ -105,26 +105,18 @@ def test_a_target_of_another_size_is_refused_and_left_alone(repo, tmp_path, size
 
 
 @pytest.fixture
-def loop_device(tmp_path):
-    if shutil.which("losetup") is None or os.geteuid() != 0:
-        pytest.skip("needs root and losetup")
+def zeroed_loop_device(tmp_path):
     backing = tmp_path / "backing.img"
     backing.write_bytes(bytes(SIZE))
-    proc = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"losetup failed: {proc.stderr.strip()}")
-    dev = proc.stdout.strip()
-    try:
+    with loop_device(backing) as dev:
         yield dev, backing
-    finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
 
 
-def test_a_device_in_use_is_refused_and_its_backing_file_too(repo, tmp_path, loop_device):
+def test_a_device_in_use_is_refused_and_its_backing_file_too(repo, tmp_path, zeroed_loop_device):
     """A mounted block device (Linux refuses ``O_EXCL`` then), and an image file that backs a loop device."""
     if shutil.which("mkfs.ext4") is None:
         pytest.skip("needs mkfs.ext4")
-    dev, backing = loop_device
+    dev, backing = zeroed_loop_device
     image = tmp_path / "v.img"
     make_image(image, SIZE, seed=7)
     manifest = run_backup(repo, str(image), VolumeIdentity("ns/v"))
@@ -237,20 +229,12 @@ def test_an_empty_sparse_image_is_compared_by_its_holes_and_filled(repo, tmp_pat
 def test_a_block_device_larger_than_the_volume_is_restored_and_its_tail_left_alone(repo, tmp_path):
     """Provisioners round sizes up: a block device of at least the volume's size is a target, as for a full
     restore; the bytes past the volume are not touched."""
-    if shutil.which("losetup") is None or os.geteuid() != 0:
-        pytest.skip("needs root and losetup")
     image = tmp_path / "v.img"
     make_image(image, SIZE, seed=13)
     manifest = run_backup(repo, str(image), VolumeIdentity("ns/v"))
     backing = tmp_path / "larger.img"
     backing.write_bytes(b"\x09" * (SIZE + MiB))
-    proc = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"losetup failed: {proc.stderr.strip()}")
-    dev = proc.stdout.strip()
-    try:
+    with loop_device(backing) as dev:
         restore_in_place(repo, manifest, dev, workers=2)
-    finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
     data = backing.read_bytes()
     assert data[:SIZE] == image.read_bytes() and data[SIZE:] == b"\x09" * MiB
