@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.volumes import make_image, sha256_file, write_blocks
+from tests.volumes import loop_device, make_image, sha256_file, write_blocks
 
 MiB = 1 << 20
 CLI = [sys.executable, "-m", "movers"]
@@ -199,18 +199,10 @@ def test_flipped_byte_makes_verify_and_restore_fail(repo, image, tmp_path):
 
 @pytest.fixture
 def small_loop_device(tmp_path):
-    if shutil.which("losetup") is None or os.geteuid() != 0:
-        pytest.skip("needs root and losetup")
     backing = tmp_path / "loop.img"
     backing.write_bytes(bytes(4 * MiB))
-    proc = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"loop devices unavailable: {proc.stderr.strip()}")
-    dev = proc.stdout.strip()
-    try:
+    with loop_device(backing) as dev:
         yield dev
-    finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
 
 
 def test_restore_to_smaller_block_device_is_refused(repo, image, small_loop_device):
@@ -220,24 +212,13 @@ def test_restore_to_smaller_block_device_is_refused(repo, image, small_loop_devi
 
 
 def test_backup_and_restore_on_a_loop_device(repo, tmp_path):
-    if shutil.which("losetup") is None or os.geteuid() != 0:
-        pytest.skip("needs root and losetup")
     src = tmp_path / "src.img"
     make_image(src, 8 * MiB, seed=8)
     target = tmp_path / "target.img"
     target.write_bytes(b"\xee" * (8 * MiB))
-    devs = []
-    try:
-        for path in (src, target):
-            proc = subprocess.run(["losetup", "--find", "--show", str(path)], capture_output=True, text=True)
-            if proc.returncode != 0:
-                pytest.skip(f"loop devices unavailable: {proc.stderr.strip()}")
-            devs.append(proc.stdout.strip())
-        run("backup", "--repo", repo, "--volume", "loop", "--device", devs[0], "--scan", check_rc=0)
-        run("restore", "--repo", repo, "--volume", "loop", "--device", devs[1], check_rc=0)
-    finally:
-        for dev in devs:
-            subprocess.run(["losetup", "-d", dev], check=False)
+    with loop_device(src) as source, loop_device(target) as written:
+        run("backup", "--repo", repo, "--volume", "loop", "--device", source, "--scan", check_rc=0)
+        run("restore", "--repo", repo, "--volume", "loop", "--device", written, check_rc=0)
     assert sha256_file(target) == sha256_file(src)
 
 
