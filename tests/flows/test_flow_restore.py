@@ -787,3 +787,27 @@ def test_in_place_rewrites_only_what_differs_keeps_the_volume_and_the_next_backu
     after = backup_app(**params)
     data = next(r for r in after["volumes"] if r["volume"] == f"{SRC}/data")
     assert (data["mode"], data["change_source"]) == ("incremental-cbt", "cbt-delta"), data
+
+
+def test_a_failed_in_place_restore_leaves_the_claim_as_it_was_and_says_why(local_cluster, backed_up):
+    """The writer cannot open the repository (its Secret names another one): the run fails in step write, the
+    claim, its volume and its data stay as they were, and the failure report says why."""
+    repo, api = backed_up["repo"], local_cluster.client
+    ns = "broken-in-place"
+    _namespace(local_cluster, ns, repo, CBT_MOVER_REPO="s3://flow-restore/x")
+    k.create(api, m.block_pvc("data", ns, "16Mi", IMMEDIATE))
+    wait_until(lambda: k.get(api, "PersistentVolumeClaim", ns, "data")["status"].get("phase") == "Bound", 20, "bound")
+    image, _claim, pv = _volume_image(local_cluster, ns, "data")
+    with open(image, "r+b") as f:
+        os.pwrite(f.fileno(), b"live data " * 100, 4096)
+    before = _sha(image)
+
+    with pytest.raises(Exception, match=f"writer pod {ns}/restore-.* failed .exit 3."):
+        _restore(local_cluster, repo, pvcs=["data"], target_namespace=ns, in_place=True)
+
+    claim = k.get(api, "PersistentVolumeClaim", ns, "data")
+    assert claim["spec"]["volumeName"] == pv["metadata"]["name"] and _sha(image) == before
+    assert m.RESTORED_FROM not in (claim["metadata"].get("annotations") or {})
+    _no_writer_pods(local_cluster, ns)
+    report = artifact(f"restore-{ns}-failure")
+    assert "step `write`" in report.data and "exit 3" in report.data, report.data
