@@ -201,7 +201,10 @@ def restore_markdown(run: BackupRun, rows: list[dict[str, Any]], how: RestoreWit
             f"Deployments of `{RESTORE_FLOW}` on this Prefect server: {', '.join(f'`{d}`' for d in deployments)}."
             ' For one volume add `"pvcs": ["<pvc>"]` to the request; another `target_namespace` needs the Secret'
             f" `{secret}` and the ServiceAccount there. Existing PVCs are never overwritten unless the request says"
-            ' `"overwrite": true`.\n',
+            ' `"overwrite": true`. `"in_place": true` rewrites only what differs on the application\'s own Block'
+            " claims (stop the pods that use them first; the volumes stay the same, so the next backup stays a CBT"
+            " delta); while this run's snapshots are kept in the cluster, a restore into this namespace provisions"
+            ' from them first (`"source"`: `auto`, `snapshot` or `repository`).\n',
         ]
     else:
         out.append(
