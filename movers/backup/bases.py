@@ -42,26 +42,31 @@ class SnapshotCheck:
 
     def missing(self, snapshot: SnapshotIdentity) -> str | None:
         """Why ``snapshot`` (as a backup recorded it) cannot be a delta's base any more; None: it can."""
+        return self.content(snapshot)[0]
+
+    def content(self, snapshot: SnapshotIdentity) -> tuple[str | None, dict | None]:
+        """``(why not, None)`` as ``missing`` says, or ``(None, the bound VolumeSnapshotContent)`` that still holds
+        the recorded handle (a restore provisions from it: ``movers.restore.source``)."""
         ns, name, handle = snapshot.namespace, snapshot.volume_snapshot, snapshot.snapshot_handle
         if not handle:
-            return "it recorded no snapshot handle"
+            return "it recorded no snapshot handle", None
         if not ns or not name:
-            return f"it recorded no VolumeSnapshot for handle {handle}, so its existence cannot be checked"
+            return f"it recorded no VolumeSnapshot for handle {handle}, so its existence cannot be checked", None
         vs = self._snapshots(ns).get(name)
         what = f"VolumeSnapshot {ns}/{name}"
         if vs is None:
-            return f"{what} no longer exists"
+            return f"{what} no longer exists", None
         if vs["metadata"].get("deletionTimestamp"):
-            return f"{what} is being deleted"
+            return f"{what} is being deleted", None
         status = vs.get("status") or {}
         content = status.get("boundVolumeSnapshotContentName")
         if not status.get("readyToUse") or not content:
-            return f"{what} is not ready"
+            return f"{what} is not ready", None
         try:
             vsc = get(self.api, "VolumeSnapshotContent", None, content)
         except NotFoundError:
-            return f"{what}'s VolumeSnapshotContent {content} no longer exists"
+            return f"{what}'s VolumeSnapshotContent {content} no longer exists", None
         now = (vsc.get("status") or {}).get("snapshotHandle")
         if now != handle:
-            return f"{what} is another snapshot now (handle {now}, the backup recorded {handle})"
-        return None
+            return f"{what} is another snapshot now (handle {now}, the backup recorded {handle})", None
+        return None, vsc

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from movers.backup.bases import SnapshotCheck
 from movers.errors import UsageError
 from movers.kube import apply as k
 from movers.kube import manifests as m
@@ -121,7 +122,7 @@ def required_permissions(
     checks += [Check("get", "", "pods", "log", namespace=ns), Check("list", "", "events", namespace=ns)]
     checks += [Check(verb, "", "persistentvolumes") for verb in ("get", "list", "create", "patch", "delete")]
     if source != "repository":
-        checks += [Check("get", "snapshot.storage.k8s.io", "volumesnapshots", namespace=ns)]
+        checks += [Check("list", "snapshot.storage.k8s.io", "volumesnapshots", namespace=ns)]
         checks += [Check(verb, "snapshot.storage.k8s.io", "volumesnapshotcontents") for verb in ("get", "patch")]
     return checks
 
@@ -197,6 +198,7 @@ def plan_targets(
         if k.find(api, kind, namespace, name) is None:
             problems.append(f"{kind} {namespace}/{name} does not exist (the writer pods need it)")
     default_class = None if options.in_place else default_storage_class(api)
+    snapshots = SnapshotCheck(api)  # lists the namespace's VolumeSnapshots once
     classes: dict[str, dict[str, Any] | None] = {}
     targets = []
     for vol in volumes:
@@ -237,7 +239,7 @@ def plan_targets(
         write_claim = pvc if direct else write_claim_name(pvc, run_id)
         chosen = Chosen(None, None, "asked for: source repository")
         if options.source != "repository" and sc is not None and classes.get(sc) is not None:
-            chosen = snapshot_source(api, namespace, vol.get("snapshot") or {}, classes[sc])
+            chosen = snapshot_source(snapshots, namespace, vol.get("snapshot") or {}, classes[sc])
             if options.source == "snapshot" and chosen.snapshot is None:
                 problems.append(f"{pvc}: cannot restore from the kept snapshot: {chosen.reason}")
         targets.append(

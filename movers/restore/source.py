@@ -7,8 +7,9 @@ snapshot):
 * the backup recorded its VolumeSnapshot and the handle of its content;
 * the snapshot lives in the namespace restored into (a claim's ``dataSource`` names a snapshot of its own
   namespace);
-* the VolumeSnapshot still exists, is ready, and its bound content's ``snapshotHandle`` is the one the backup
-  recorded (not another snapshot that took its name);
+* the VolumeSnapshot still exists, is not being deleted, is ready, and its bound content's ``snapshotHandle`` is
+  the one the backup recorded (not another snapshot that took its name): the test a CBT base passes
+  (``movers.backup.bases.SnapshotCheck``);
 * the content's driver is the target class's provisioner (a driver provisions only from its own snapshots).
 
 Then the write claim is provisioned from the snapshot (``dataSource``; no download) and the writer compares it
@@ -24,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from movers.errors import NotFoundError
-from movers.kube.snapshots import resolve_snapshot
+from movers.backup.bases import SnapshotCheck
+from movers.repo.manifest import SnapshotIdentity
 
 Source = Literal["auto", "snapshot", "repository"]
 SOURCES = ("auto", "snapshot", "repository")
@@ -46,25 +47,22 @@ class Chosen:
 
 
 def snapshot_source(
-    api, namespace: str, recorded: Mapping[str, Any], storage_class: Mapping[str, Any] | None
+    check: SnapshotCheck, namespace: str, recorded: Mapping[str, Any], storage_class: Mapping[str, Any] | None
 ) -> Chosen:
     """The kept snapshot of a volume restored into ``namespace`` (``recorded``: the backup's ``snapshot`` record,
-    ``{volume_snapshot, namespace, snapshot_handle}``), or the repository and why not (see the module doc)."""
-    name, handle = recorded.get("volume_snapshot"), recorded.get("snapshot_handle")
-    if not name or not handle:
-        return Chosen(None, None, "the backup recorded no snapshot handle")
-    where = recorded.get("namespace")
-    if where != namespace:
-        return Chosen(None, None, f"its snapshot {where}/{name} is in another namespace than {namespace}")
-    try:
-        ref = resolve_snapshot(api, namespace, name)
-    except NotFoundError:
-        return Chosen(None, None, f"VolumeSnapshot {namespace}/{name} no longer exists")
-    if not ref.ready or not ref.handle:
-        return Chosen(None, None, f"VolumeSnapshot {namespace}/{name} is not ready")
-    if ref.handle != handle:
-        return Chosen(None, None, f"VolumeSnapshot {namespace}/{name} is now snapshot {ref.handle}, not the backup's")
-    provisioner = (storage_class or {}).get("provisioner")
-    if provisioner != ref.driver:
-        return Chosen(None, None, f"its snapshot is of driver {ref.driver}, the StorageClass's is {provisioner}")
-    return Chosen(name, ref.content, f"VolumeSnapshot {namespace}/{name} still holds the backup's snapshot")
+    ``{volume_snapshot, namespace, snapshot_handle}``), or the repository and why not (see the module doc). ``check``
+    is the one test of a recorded snapshot a CBT base passes too (``movers.backup.bases.SnapshotCheck``)."""
+    snapshot = SnapshotIdentity(**recorded)
+    if snapshot.namespace and snapshot.namespace != namespace:
+        where = f"{snapshot.namespace}/{snapshot.volume_snapshot}"
+        return Chosen(None, None, f"its snapshot {where} is in another namespace than {namespace}")
+    why, content = check.content(snapshot)
+    if content is None:
+        return Chosen(None, None, why or "its snapshot cannot be checked")
+    driver, provisioner = (content.get("spec") or {}).get("driver"), (storage_class or {}).get("provisioner")
+    if provisioner != driver:
+        return Chosen(None, None, f"its snapshot is of driver {driver}, the StorageClass's is {provisioner}")
+    name = snapshot.volume_snapshot
+    return Chosen(
+        name, content["metadata"]["name"], f"VolumeSnapshot {namespace}/{name} still holds the backup's snapshot"
+    )
