@@ -11,7 +11,9 @@ builds the extents on, ``movers.repo.deltabase``), a listing from a ``starting_o
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import IO
 
@@ -41,6 +43,33 @@ def parse_jsonl(lines: Iterable[str], source: str = "extents") -> Iterator[Exten
         ):
             raise UsageError(f'{source} line {lineno}: expected {{"offset": N, "length": N}}, got {line[:80]}')
         yield doc["offset"], doc["length"]
+
+
+def open_source(path: str) -> tuple[AbstractContextManager[IO[str]], str]:
+    """The extents of ``path`` (``-``: stdin) as a stream to read in a ``with``, and its name for error messages;
+    ``UsageError`` when the file cannot be opened."""
+    if path == "-":
+        return nullcontext(sys.stdin), "stdin"
+    try:
+        return open(path, encoding="utf-8"), path
+    except OSError as err:
+        raise UsageError(f"cannot read extents file {path}: {err.strerror}") from None
+
+
+def not_utf8(name: str) -> UsageError:
+    """The error of an extents source that is not UTF-8 text."""
+    return UsageError(f"{name} is not UTF-8 text (JSON lines of extents)")
+
+
+def read_checked(path: str, capacity: int) -> list[Extent]:
+    """Every extent of ``path`` (``-``: stdin), read whole and ``validated`` against a volume of ``capacity`` bytes
+    before the caller uses any: ``UsageError`` naming the line or extent."""
+    source, name = open_source(path)
+    try:
+        with source as lines:
+            return list(validated(parse_jsonl(lines, name), capacity, name))
+    except UnicodeDecodeError:
+        raise not_utf8(name) from None
 
 
 def validated(extents: Iterable[Extent], capacity: int, source: str = "extents") -> Iterator[Extent]:

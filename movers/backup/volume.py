@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import tempfile
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -161,21 +159,13 @@ def _device_size(path: str) -> int:
         os.close(fd)
 
 
-def _extent_source(path: str):
-    """The extents stream (a file, or stdin for ``-``) and its name for error messages."""
-    if path == "-":
-        return nullcontext(sys.stdin), "stdin"
-    try:
-        return open(path, encoding="utf-8"), path
-    except OSError as err:
-        raise UsageError(f"cannot read extents file {path}: {err.strerror}") from None
-
-
 def _checked_extents(path: str, capacity: int):
     """``(stream, name, ExtentsCheck)``: the extents of ``path`` (``-``: stdin) read whole and checked
     (``movers.extents.check_stream``), then the same lines again from the start for the backup (a file is read
     twice, stdin or a pipe is kept in a temporary file meanwhile)."""
-    source, name = _extent_source(path)
+    from movers.extents import open_source
+
+    source, name = open_source(path)
     if path != "-" and source.seekable():
         check = _check_or_close(source, source, capacity, name)
         source.seek(0)
@@ -190,13 +180,13 @@ def _checked_extents(path: str, capacity: int):
 def _check_or_close(keep, lines, capacity: int, name: str):
     """``check_stream(lines, ...)``; on any error ``keep`` (the stream handed on) is closed first, and text that
     is not UTF-8 is a ``UsageError``."""
-    from movers.extents import check_stream
+    from movers.extents import check_stream, not_utf8
 
     try:
         return check_stream(lines, capacity, name)
     except UnicodeDecodeError:
         keep.close()
-        raise UsageError(f"{name} is not UTF-8 text (JSON lines of extents)") from None
+        raise not_utf8(name) from None
     except BaseException:
         keep.close()
         raise

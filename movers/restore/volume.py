@@ -12,13 +12,10 @@ incomplete; nothing is retried here.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Protocol
 
 from movers import device
-from movers.errors import UsageError
 from movers.pipeline.stats import ProgressFn
 from movers.restore.request import ReadbackCounters, RestoreRequest, WriteResult
 from movers.values import human_bytes
@@ -56,6 +53,7 @@ def restore_volume(
     """Write the backup ``request`` names onto ``request.device`` from the repository ``open_repo()`` returns
     (opened once the target is checked), and read it back when asked (see the module doc). ``progress`` makes the
     display once the backup is resolved (a terminal's bar starts when made); the restore runs inside it."""
+    from movers.extents import read_checked
     from movers.pipeline.inplace import restore_in_place
     from movers.pipeline.readback import verify_device
     from movers.pipeline.restore import run_restore
@@ -64,7 +62,7 @@ def restore_volume(
     device.check_target(target)
     repo = open_repo()
     manifest = repo.resolve(request.volume, request.backup)
-    extents = _extents(request.extents, manifest.capacity_bytes) if request.extents else None
+    extents = read_checked(request.extents, manifest.capacity_bytes) if request.extents else None
     steps = [*(["compare"] if request.overwrite == "if-changed" and extents is None else []), "restore"]
     steps += ["readback"] if request.verify_device else []
     with (progress or _Quiet)() as display:
@@ -107,20 +105,3 @@ def restore_volume(
         requests=repo.store.requests.as_dict(),
         **stats.as_dict(),
     )
-
-
-def _extents(path: str, capacity: int) -> list[tuple[int, int]]:
-    """The extents of ``path`` (``-``: stdin), read whole and checked against the volume before anything is
-    written (``movers.extents``: ascending, not overlapping, inside the volume); ``UsageError`` naming the line."""
-    from movers.extents import parse_jsonl, validated
-
-    name = "stdin" if path == "-" else path
-    try:
-        source = nullcontext(sys.stdin) if path == "-" else open(path, encoding="utf-8")
-    except OSError as err:
-        raise UsageError(f"cannot read extents file {path}: {err.strerror}") from None
-    try:
-        with source as lines:
-            return list(validated(parse_jsonl(lines, name), capacity, name))
-    except UnicodeDecodeError:
-        raise UsageError(f"{name} is not UTF-8 text (JSON lines of extents)") from None
