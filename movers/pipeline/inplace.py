@@ -32,6 +32,7 @@ read from the repository), ``written_bytes`` (data bytes written) and ``zeroed_b
 from __future__ import annotations
 
 import bisect
+import errno
 import glob
 import os
 import stat
@@ -46,6 +47,7 @@ from movers.errors import UsageError
 from movers.pipeline.reader import MapReader
 from movers.pipeline.restore import holes
 from movers.pipeline.stats import ProgressFn, RestoreStats
+from movers.pipeline.zeros import is_zero
 from movers.repo import digests as dg
 from movers.repo import volmap
 from movers.repo.manifest import Manifest
@@ -82,7 +84,7 @@ def open_in_place(path: str, capacity: int) -> int:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | flags)
     except OSError as err:
-        if err.errno == 16:  # EBUSY
+        if err.errno == errno.EBUSY:
             raise TargetBusy(f"restore target {path} is in use (mounted, or held by another process)") from None
         raise UsageError(f"cannot open restore target {path}: {err.strerror}") from None
     size = device.device_size(fd)
@@ -191,11 +193,9 @@ class _InPlace:
         """The page's blocks by whether the page records their digest: ``{block: digest}``, spans of the rest."""
         known: dict[int, bytes] = {}
         unknown: list[Range] = []
-        first = start // dg.DIGEST_BLOCK
         for block in dg.blocks_touching(start, end):
-            i = (block - first) * dg.DIGEST_LEN
-            digest = digests[i : i + dg.DIGEST_LEN]
-            if len(digest) == dg.DIGEST_LEN and digest != dg.UNKNOWN:
+            digest = dg.recorded(digests, start, block)
+            if digest is not None:
                 known[block] = digest
             else:
                 unknown.append(dg.block_span(block, self.capacity))
@@ -245,7 +245,7 @@ class _InPlace:
                 out.append((entry[0], entry[0] + entry[1]))
         for hole_start, hole_len in holes(entries, start, end):
             for s, e in overlap(unknown, hole_start, hole_start + hole_len):
-                if any(self.read(a, b) != bytes(b - a) for a, b in _pieces(s, e, READ_SPAN)):
+                if any(not is_zero(self.read(a, b), 0, b - a) for a, b in _pieces(s, e, READ_SPAN)):
                     out.append((s, e))
         return out
 

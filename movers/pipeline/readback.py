@@ -135,12 +135,10 @@ def verify_device(
 
 def _known_blocks(entry: volmap.Entry, page_start: int, digests: bytes) -> dict[int, bytes] | None:
     """Block index -> digest for every 64 KiB block ``entry`` touches, or None if one is not known."""
-    first = page_start // dg.DIGEST_BLOCK
     out = {}
     for block in dg.blocks_touching(entry[0], entry[0] + entry[1]):
-        i = (block - first) * dg.DIGEST_LEN
-        digest = digests[i : i + dg.DIGEST_LEN]
-        if len(digest) != dg.DIGEST_LEN or digest == dg.UNKNOWN:
+        digest = dg.recorded(digests, page_start, block)
+        if digest is None:
             return None
         out[block] = digest
     return out

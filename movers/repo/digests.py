@@ -22,6 +22,14 @@ def block_span(index: int, capacity: int) -> tuple[int, int]:
     return start, min(start + DIGEST_BLOCK, capacity)
 
 
+def recorded(digests: bytes, page_start: int, block: int) -> bytes | None:
+    """The digest of ``block`` that a page starting at volume offset ``page_start`` records in ``digests`` (its
+    block digests), or None when it records none (``UNKNOWN``, or a page without digests)."""
+    i = (block - page_start // DIGEST_BLOCK) * DIGEST_LEN
+    digest = digests[i : i + DIGEST_LEN]
+    return digest if len(digest) == DIGEST_LEN and digest != UNKNOWN else None
+
+
 def blocks_touching(start: int, end: int) -> range:
     """Indexes of the digest blocks that ``[start, end)`` touches."""
     return range(start // DIGEST_BLOCK, -(-end // DIGEST_BLOCK))
