@@ -10,34 +10,27 @@ before the run starts, naming the field. Validation is pure: nothing here reads 
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from movers.policy.checks import kind, problem
+from movers.policy import checks as c
 from movers.policy.model import RepoUrl
-from movers.values import parse_duration
 
 RULES = ("keep_last", "keep_daily", "keep_weekly", "keep_monthly")
-_SECRET_REF = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 def _grace(value: Any) -> float:
-    """Seconds, not negative: a number or a Go duration (``movers.values``: ``0``, ``90m``, ``24h``, ``7d``)."""
-    try:
-        seconds = parse_duration(value)
-    except ValueError:
-        raise problem("", f"must be a duration (0, 90m, 24h, 7d), not {kind(value)}") from None
-    if seconds < 0:
-        raise problem("", f"{value!r} must not be negative")
-    return seconds
+    """Seconds, not negative: a number or a Go duration (``0``, ``90m``, ``24h``, ``7d``)."""
+    return c.duration(value, zero=True)
 
 
 def _secret_ref(value: Any) -> str | None:
-    if value is None or (isinstance(value, str) and _SECRET_REF.match(value)):
+    """``namespace/name`` of a Secret, each part as Kubernetes checks it, or None."""
+    namespace, slash, name = value.partition("/") if isinstance(value, str) else ("", "", "")
+    if value is None or (slash and c.DNS_LABEL.match(namespace) and c.DNS_SUBDOMAIN.match(name)):
         return value
-    raise problem("", f"must be namespace/name of a Secret, not {value!r}")
+    raise c.problem("", f"must be namespace/name of a Secret, not {value!r}")
 
 
 Grace = Annotated[

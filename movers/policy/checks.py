@@ -195,13 +195,15 @@ def count(minimum: int):
     return check
 
 
-def duration(value: Any, at: str = "") -> float:
-    """Seconds, positive: a number or a Go duration (``movers.values``)."""
+def duration(value: Any, at: str = "", *, zero: bool = False) -> float:
+    """Seconds, positive (``zero``: or 0): a number or a Go duration (``movers.values``)."""
     try:
         seconds = parse_duration(value)
     except ValueError:
         raise problem(at, f"must be a duration ({EXAMPLES}), not {kind(value)}") from None
-    if seconds <= 0:
+    if seconds < 0 and zero:
+        raise problem(at, f"{value!r} must not be negative")
+    if seconds < 0 or (seconds == 0 and not zero):
         raise problem(at, "must be a positive duration")
     return seconds
 
