@@ -31,7 +31,6 @@ and every restore is bit-exact (goal misses are reported, not failures), 1 other
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -45,6 +44,7 @@ if BENCH_DIR not in sys.path:  # for benchlib, also under python -P
     sys.path.insert(0, BENCH_DIR)
 import benchlib  # noqa: E402
 from benchlib import BenchError, KiB, MiB, log  # noqa: E402
+from engine_bench import parse_size, sha256_file  # noqa: E402
 from scalelib import Cli, mib  # noqa: E402
 
 ROOT = Path(BENCH_DIR).parent
@@ -92,11 +92,6 @@ def drift(path: Path, regions: list[int], length: int, seed: int) -> None:
         os.fsync(f.fileno())
 
 
-def sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def run_bench(args: argparse.Namespace, scratch: Path) -> int:
     cli = Cli.for_scratch(scratch, args.live)
     cli.env["CBT_MOVER_PASSWORD"] = PASSWORD
@@ -105,7 +100,7 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> int:
     image, repo = scratch / "volume.img", f"file://{scratch / 'repo'}"
     log(f"volume {mib(size)} MiB: writing the image")
     make_volume(image, size, args.seed)
-    want = sha256(image)
+    want = sha256_file(image)
     cli.run(["init", "--repo", repo], "init")
     cli.run(["backup", "--repo", repo, "--volume", "v", "--device", str(image), "--scan"], "backup", cold=True)
     rng = random.Random(args.seed + 1)
@@ -147,7 +142,7 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> int:
                 written,
             )
         )
-        if sha256(target) != want:
+        if sha256_file(target) != want:
             failures.append(f"{name}: the target is not bit-exact")
     print(report(args, rows, changed, cli.code))
     for failure in failures:
@@ -221,19 +216,21 @@ def docs_text(args: argparse.Namespace, rows: list[Row], changed: int) -> str:
     )
 
 
-def parse_size(text: str) -> int:
-    units = {"K": KiB, "M": MiB, "G": 1024 * MiB}
+def parse_region(text: str) -> int:
+    """A changed region's size: ``4K``, ``512K``, ``1M`` or bytes; a multiple of 4 KiB."""
+    units = {"K": KiB, "M": MiB}
     text = text.strip().upper().removesuffix("B").removesuffix("I")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
+    value = int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
+    if value <= 0 or value % (4 * KiB):
+        raise argparse.ArgumentTypeError("a region is a positive multiple of 4 KiB")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=parse_size, default=512 * MiB)
     p.add_argument("--regions", type=int, default=8)
-    p.add_argument("--region", type=parse_size, default=512 * KiB)
+    p.add_argument("--region", type=parse_region, default=512 * KiB)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=23)
     p.add_argument("--workdir", type=Path)

@@ -69,11 +69,17 @@ from tasks.restore import (
 KIND = "restore"
 
 
+def _given(parameters: dict[str, Any]) -> dict[str, Any]:
+    """A run's request as given, as a mapping: the model in the run's own process, its JSON from the API (the
+    run's name and its cancellation/crash hooks read it, whether it validates or not)."""
+    request = parameters.get("request") or {}
+    return request.model_dump() if isinstance(request, RestoreAppRequest) else request
+
+
 def _run_name() -> str:
     """``<run id> <namespace>[/<pvcs>] from <backup>[ into <target>]`` (``reporting.runs``), from the request as
     given (the name is only a label: a request that does not validate is named by its namespace)."""
-    p = flow_run.parameters.get("request") or {}
-    p = p.model_dump() if isinstance(p, RestoreAppRequest) else p
+    p = _given(flow_run.parameters)
     what = "+".join(p.get("pvcs") or [])
     target = p.get("target_namespace")
     into = f" into {target}" if target and target != p.get("namespace") else ""
@@ -94,8 +100,7 @@ def _abandon_run(run: _run.Abandoned) -> None:
     from movers import restore as r
     from tasks.kube import api_client
 
-    given = run.params.get("request") or {}
-    given = given.model_dump() if isinstance(given, RestoreAppRequest) else given
+    given = _given(run.params)
     source = given.get("namespace")
     ns = given.get("target_namespace") or source
     with best_effort(f"run {run.id} ({run.why}): cleanup of {ns} failed", run.log, logging.ERROR):
