@@ -75,6 +75,7 @@ class Chain:
     full: Run | None = None
     incrementals: dict[int, Run] = field(default_factory=dict)  # all of them, by number (1..N)
     restores: dict[int, Run] = field(default_factory=dict)  # by the incremental they restore (0: the full)
+    consolidations: dict[int, Run] = field(default_factory=dict)  # maintenance after the incremental of that number
 
 
 @dataclass
@@ -145,6 +146,18 @@ def restore(b: Bench, chain: Chain, point: int, expect: str) -> None:
     )
 
 
+def consolidate(b: Bench, chain: Chain, point: int) -> None:
+    """Maintenance after incremental #``point``: ``cbt-mover consolidate`` of the volume's latest backup."""
+    p, res = b.cli.run(["consolidate", "--repo", chain.url, "--volume", VOLUME], f"consolidate v{chain.version}")
+    chain.consolidations[point] = Run(p, res)
+    (one,) = res["backups"]
+    log(
+        f"v{chain.version} consolidation after #{point}: {p.wall:.2f} s, rewrote {mib(one['rewritten_bytes'])} MiB"
+        f" (fetched {mib(res['fetched_bytes'])}, uploaded {mib(res['stored_bytes'])} MiB); a restore fetches"
+        f" {mib(one['fetch_after'])} MiB (was {mib(one['fetch_before'])})"
+    )
+
+
 def run_bench(b: Bench) -> None:
     args, s = b.args, b.scratch
     log(f"building a {mib(args.size, 0)} MiB image of random data")
@@ -177,6 +190,8 @@ def run_bench(b: Bench) -> None:
             if res["mode"] != "incremental-cbt":
                 b.failures.append(f"v{v}: incremental #{i} ran as {res['mode']}")
             chain.incrementals[i] = Run(p, res)
+            if args.consolidate_every and i % args.consolidate_every == 0:
+                consolidate(b, chain, i)
             if cold or i % 10 == 0:
                 log(
                     f"v{v} incremental #{i}: {p.wall:.2f} s, uploaded {mib(res['stored_bytes'])} MiB"
@@ -310,6 +325,16 @@ def report(b: Bench) -> str:
             f" **{x_ratio(_ratio(uploaded, changed))}**; the full uploaded {mib(c.full.result['stored_bytes'])} MiB"
             f" of {mib(b.args.size, 0)} MiB"
         )
+        if c.consolidations:
+            runs = c.consolidations.values()
+            up = sum(r.result["stored_bytes"] for r in runs)
+            lines.append(
+                f"  * maintenance: {len(runs)} consolidation(s) (after every {b.args.consolidate_every}th incremental)"
+                f" rewrote {mib(sum(r.result['rewritten_bytes'] for r in runs))} MiB, fetching"
+                f" {mib(sum(r.result['fetched_bytes'] for r in runs))} MiB and uploading {mib(up)} MiB in"
+                f" {sum(r.proc.wall for r in runs):.1f} s; backups and maintenance together uploaded"
+                f" {x_ratio(_ratio(uploaded + up, changed))} the changed bytes"
+            )
     lines += ["", "### Goals", "", scalelib.goals_table(goals(b), list(b.chains)), ""]
     if n in ISSUE_V1 and b.args.size == GiB and b.args.fraction == 0.01:
         t, m, rt, rb = ISSUE_V1[n]
@@ -355,6 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=parse_size, default=GiB, help="image size (default 1G)")
     parser.add_argument("--incrementals", type=int, default=90, help="incrementals in the chain (default 90)")
     parser.add_argument("--every", type=int, default=30, help="report (and restore) every N-th incremental")
+    parser.add_argument(
+        "--consolidate-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run `cbt-mover consolidate` (maintenance) after every N-th incremental (default 0: never)",
+    )
     parser.add_argument("--fraction", type=float, default=0.01, help="blocks changed per round (default 0.01)")
     scalelib.add_common_args(parser, "history")
     args = scalelib.parse_args(parser, argv)

@@ -1,5 +1,7 @@
-"""``cbt-mover forget`` and ``prune``: expire backups by the retention rules (or exactly the ``--backup`` ones),
-then delete the data no backup references after a grace period (``movers.repo.retention``, ``movers.repo.prune``).
+"""``cbt-mover forget``, ``prune`` and ``consolidate``: expire backups by the retention rules (or exactly the
+``--backup`` ones), delete the data no backup references after a grace period (``movers.repo.retention``,
+``movers.repo.prune``), and store the fragmented spans of the newest backups again so that their restores fetch what
+they use (``movers.pipeline.consolidate``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,25 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
     p.set_defaults(handler=cmd_prune)
+
+    p = sub.add_parser(
+        "consolidate",
+        help="store a backup's fragmented spans again (reading only the repository), so its restore fetches only"
+        " what it uses",
+    )
+    add_repo_options(p)
+    p.add_argument("--volume", help="only this volume (default: every volume)")
+    p.add_argument("--backup", default="latest", metavar="ID", help="the backup (with --volume; default: latest)")
+    p.add_argument(
+        "--dead-fraction",
+        type=float,
+        default=None,
+        metavar="F",
+        help="rewrite a span when more than this share of what its restore fetches is dead (0 < F < 1; default 0.2)",
+    )
+    p.add_argument("--wait-prune", default="0", help="wait this long for a running prune (default 0: fail at once)")
+    p.add_argument("--dry-run", action="store_true", help="only measure")
+    p.set_defaults(handler=cmd_consolidate)
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
@@ -132,6 +153,39 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if r.backups_waited_for:
         text += f"; waited for {r.backups_waited_for} running backup(s), {r.packs_deferred} pack(s) kept for now"
     emit(args, r.to_dict(), text)
+    return 0
+
+
+def cmd_consolidate(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from movers.pipeline.consolidate import DEAD_FRACTION, ConsolidationOptions, consolidate
+    from movers.repo.manifest import shown_volume_id
+
+    fraction = DEAD_FRACTION if args.dead_fraction is None else args.dead_fraction
+    if not 0 < fraction < 1:
+        raise UsageError(f"--dead-fraction must be between 0 and 1, not {fraction}")
+    if args.backup != "latest" and not args.volume:
+        raise UsageError("--backup names one volume's backup: give --volume with it")
+    wait = _duration(args.wait_prune, "--wait-prune")
+    repo = open_repo(args)
+    volumes = [args.volume] if args.volume else repo.volumes()
+    options = ConsolidationOptions(dead_fraction=fraction, dry_run=args.dry_run, lock_wait_s=wait)
+    results = [consolidate(repo, v, args.backup, options) for v in volumes]
+    verb = "would rewrite" if args.dry_run else "rewrote"
+    lines = [
+        f"{shown_volume_id(r.volume)}\t{r.backup_id}\t{verb} {r.spans} span(s) ({mib(r.rewritten_bytes)});"
+        f" a restore fetches {mib(r.fetch_after)} (was {mib(r.fetch_before)}, fully used chunks: {mib(r.ideal_bytes)})"
+        for r in results
+    ]
+    doc = {
+        "dry_run": args.dry_run,
+        "backups": [asdict(r) for r in results],
+        "rewritten_bytes": sum(r.rewritten_bytes for r in results),
+        "fetched_bytes": sum(r.fetched_bytes for r in results),
+        "stored_bytes": sum(r.stored_bytes for r in results),
+    }
+    emit(args, doc, "\n".join(lines) or "no backups")
     return 0
 
 

@@ -262,6 +262,24 @@ def _backup(  # noqa: PLR0913 engine core: run_backup's inputs passed through un
     return manifest
 
 
+def rewrite_ranges(  # noqa: PLR0913 engine core: what one rewrite of a map's ranges needs, as a backup holds it
+    repo: Repository,
+    fd: int,
+    mapw: MapWriter,
+    ranges: Iterable[Extent],
+    options: BackupOptions,
+    stats: BackupStats,
+    garbage: set[str],
+    lease: Lease,
+) -> MapRef:
+    """Store ``ranges`` (ascending, disjoint, within ``mapw``'s capacity) of ``fd`` again, as an incremental stores
+    its extents, into the map ``mapw`` writes on top of its parent: the engine of ``run_backup`` for a caller that
+    holds the lease and the prune state's ``garbage`` itself (``movers.pipeline.consolidate``)."""
+    reads = plan_reads(validated(ranges, mapw.capacity), repo.config.chunk_max, options.max_gap)
+    report = _Report(None, None, mapw.capacity, "rewrite")
+    return _Engine(repo, fd, mapw, options, stats, report, False, garbage, lease).run(reads)
+
+
 def _parent(repo: Repository, volume_id: str, parent_id: str | None) -> Manifest | None:
     """Backup ``parent_id`` (found before the lease), read again now that the lease keeps prunes from deleting
     what it uses; the newest backup when none was named."""

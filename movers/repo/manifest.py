@@ -166,6 +166,8 @@ class Manifest:
     run_pvcs: list[str] | None = None  # every PVC of the backup's application run (None: not recorded)
     format_version: int = FORMAT_VERSION
     mandatory_features: list[str] = field(default_factory=lambda: list(MANDATORY_FEATURES))
+    # the key of the remap (``movers.repo.remap``) whose map ``map`` is, when a consolidation rewrote it; never stored
+    remapped: str | None = None
 
     @property
     def key(self) -> str:
@@ -173,7 +175,9 @@ class Manifest:
         return volume_prefix(self.volume.id) + self.backup_id
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), indent=1, sort_keys=True).encode()
+        doc = asdict(self)
+        del doc["remapped"]
+        return json.dumps(doc, indent=1, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, data: bytes, key: str = "manifest") -> Manifest:

@@ -102,6 +102,9 @@ two prunes of one repository must not run at the same time: each holds the repos
 6. **Expired leases.** Last, lease objects (backups' and prune locks') whose holder has not refreshed them
    for ``EXPIRED_AFTER_S`` (twice their TTL: it crashed, or its credentials cannot delete), and superseded
    sequences of any lease, are deleted (``leases_deleted``); a dry run counts them.
+7. **Stale remaps.** Remaps (``movers.repo.remap``) of forgotten backups and remaps a newer one of the same backup
+   superseded are deleted (``remaps_deleted``): marking read each backup through its newest remap, so the maps
+   they name were not marked for them.
 
 **Memory** (the contract; ``tests/functional/test_maintenance_memory.py`` holds prune to it,
 ``bench/maintenance_bench.py`` measures it): the chunk index is a ``movers.repo.packtable.PackTable``: per stored chunk
@@ -130,8 +133,8 @@ from datetime import UTC, datetime
 from itertools import chain
 
 from movers.errors import UsageError
+from movers.repo import remap, volmap
 from movers.repo import repack as repacking
-from movers.repo import volmap
 from movers.repo.forwarding import load_forwarding, old_pack_of
 from movers.repo.ids import ID_LEN, IdSet
 from movers.repo.index import encode_sharded_index, table_index_objects
@@ -186,6 +189,7 @@ class PruneReport:
     packs_deferred: int = 0  # due for deletion, kept: a backup it waited for uses them, or still runs
     map_objects_deferred: int = 0
     leases_deleted: int = 0  # lease and prune lock objects of holders gone for 2x their TTL, or superseded
+    remaps_deleted: int = 0  # remaps (``movers.repo.remap``) of forgotten backups, or superseded by a newer one
     packs_repacked: int = 0  # version 2: partly used packs whose live chunks were copied to new packs
     bytes_repacked: int = 0  # the stored bytes copied
     forwarding_objects_deleted: int = 0  # version 2: ``moved/`` objects of packs no page names any more
@@ -650,6 +654,10 @@ def _prune(  # noqa: PLR0913 engine core: prune's settings passed through under 
     # 7. lease objects nobody refreshed for long (crashed holders, or holders whose credentials cannot delete)
     alive()
     report.leases_deleted = sum(sweep_expired(store, EXPIRED_AFTER_S, prefix=p) for p in _LEASES)
+    # 8. remaps nothing reads (their maps were not marked: freed like a forgotten backup's)
+    for key in remap.stale(store, (ref.key for ref in repo.list_backups())):
+        delete(key)
+        report.remaps_deleted += 1
     repo.drop_cached_index()  # it may list deleted packs
     report.duration_s = round(time.monotonic() - started, 3)
     log.info(

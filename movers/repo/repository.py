@@ -21,6 +21,7 @@ clear, in an object.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Collection, Iterator
@@ -35,7 +36,7 @@ from movers.errors import (
     RepositoryKeyError,
     UsageError,
 )
-from movers.repo import contenthash, keys, pack, volmap
+from movers.repo import contenthash, keys, pack, remap, volmap
 from movers.repo.chunks import decode_chunk
 from movers.repo.config import CONFIG_KEY, RepoConfig
 from movers.repo.contenthash import ContentHash
@@ -92,6 +93,7 @@ class Repository:
         self._index: TableIndex | None = None
         self.unindexed_packs: dict[bytes, list[PackEntry]] = {}
         self._volume_names: dict[str, str] = {}  # volume id -> its key segment, as learned by listing
+        self._remaps: dict[str, dict[str, str]] = {}  # remaps/<volume segment>/ -> {manifest key: newest remap key}
 
     @classmethod
     def init(
@@ -397,11 +399,37 @@ class Repository:
         return sorted({ref.volume for ref in self.list_backups()})
 
     def read_manifest(self, volume: str, backup_id: str) -> Manifest:
+        """The manifest of one backup, with the map of its newest remap when a consolidation rewrote it
+        (``movers.repo.remap``; ``Manifest.remapped`` names it)."""
         key = self.volume_prefix(volume) + backup_id
         try:
-            return Manifest.decode(self.store.get(key), key)
+            manifest = Manifest.decode(self.store.get(key), key)
         except ObjectNotFound:
             raise NotFoundError(f"backup {backup_id} of volume {volume} not found in {self.describe()}") from None
+        remap_key = self._remap_keys(key).get(key)
+        if remap_key is None:
+            return manifest
+        newest = remap.Remap.decode(self.store.get(remap_key), remap_key)
+        if not newest.applies_to(manifest):
+            raise IntegrityError(f"remap {remap_key} is not of backup {key}")
+        return dataclasses.replace(manifest, map=newest.map, remapped=remap_key)
+
+    def _remap_keys(self, manifest_key: str) -> dict[str, str]:
+        """The newest remap key of each backup of the volume ``manifest_key`` is of: one listing per volume, kept
+        until this repository writes a remap (``write_remap``)."""
+        prefix = remap.volume_remaps_prefix(manifest_key)
+        known = self._remaps.get(prefix)
+        if known is None:
+            known = {remap.manifest_key_of(key): key for key in sorted(self.store.list(prefix))}
+            self._remaps[prefix] = known
+        return known
+
+    def write_remap(self, manifest: Manifest, new: remap.Remap) -> str:
+        """Commit a consolidation of ``manifest`` (``movers.repo.remap``); the remap's key."""
+        manifest_key = self.manifest_key(manifest)
+        key = remap.write(self.store, manifest_key, new)
+        self._remaps.pop(remap.volume_remaps_prefix(manifest_key), None)
+        return key
 
     def latest(self, volume: str) -> Manifest | None:
         refs = self.list_backups(volume)
