@@ -147,6 +147,7 @@ from movers.repo.leases import (
     sweep_expired,
     wait_for_leases,
 )
+from movers.repo.manifest import BACKUP_PREFIX
 from movers.repo.pack import PackEntry
 from movers.repo.packtable import StoredPacks
 from movers.repo.prunelock import LOCK_PREFIX, PruneLock
@@ -655,7 +656,7 @@ def _prune(  # noqa: PLR0913 engine core: prune's settings passed through under 
     alive()
     report.leases_deleted = sum(sweep_expired(store, EXPIRED_AFTER_S, prefix=p) for p in _LEASES)
     # 8. remaps nothing reads (their maps were not marked: freed like a forgotten backup's)
-    for key in remap.stale(store, (ref.key for ref in repo.list_backups())):
+    for key in remap.stale(store.list(BACKUP_PREFIX)):
         delete(key)
         report.remaps_deleted += 1
     repo.drop_cached_index()  # it may list deleted packs

@@ -2,10 +2,11 @@
 
 Nothing in a repository is ever rewritten (object-locked buckets need it; docs/format.md), so when maintenance
 consolidates a backup (``movers.pipeline.consolidate``: the same bytes, stored again in fewer, fuller chunks) the new
-map is named by a new object beside the manifest: ``remaps/<the manifest key below backups/>/<stamp>``, JSON
+map is named by a new object beside the manifest: ``<the manifest's key>.remap-<stamp>``, JSON
 ``{"backup_id", "volume", "capacity_bytes", "map": <MapRef>, "created", "rewritten_bytes", "fetch_before",
 "fetch_after"}`` (sealed like a manifest in an encrypted repository, so it opens only at its own key). Its stamp is
-``<UTC time>-<random>``, so the greatest key is the newest remap.
+``<UTC time>-<random>``, so the greatest key is the newest remap. Beside the manifest, so the one listing that finds a
+volume's backups (``Repository.list_backups``, which leaves remaps out) also finds their remaps.
 
 ``Repository.read_manifest`` applies the newest remap whose backup, volume and capacity are the manifest's: every
 reader (restore, verify, in place, the next incremental's parent, prune's marking) then sees the rewritten map, and
@@ -27,10 +28,10 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from movers.errors import IntegrityError
-from movers.repo.manifest import BACKUP_PREFIX, Manifest, MapRef
+from movers.repo.manifest import Manifest, MapRef
 from movers.repo.store.base import Store
 
-REMAP_PREFIX = "remaps/"
+REMAP_MARK = ".remap-"  # a remap's key: its manifest's key, this, then its stamp
 
 
 @dataclass(frozen=True)
@@ -75,26 +76,29 @@ class Remap:
         )
 
 
-def remap_prefix(manifest_key: str) -> str:
-    """Where the remaps of the backup whose manifest is at ``manifest_key`` are."""
-    if not manifest_key.startswith(BACKUP_PREFIX):
-        raise ValueError(f"{manifest_key} is not a manifest key")
-    return REMAP_PREFIX + manifest_key[len(BACKUP_PREFIX) :] + "/"
-
-
-def volume_remaps_prefix(manifest_key: str) -> str:
-    """Where the remaps of every backup of the volume whose manifest is at ``manifest_key`` are."""
-    return remap_prefix(manifest_key).rstrip("/").rsplit("/", 1)[0] + "/"
+def is_remap_key(key: str) -> bool:
+    """Whether a key listed under ``backups/`` is a remap's (else it is a manifest's)."""
+    return REMAP_MARK in key.rsplit("/", 1)[-1]
 
 
 def manifest_key_of(remap_key: str) -> str:
     """The manifest key a remap key belongs to."""
-    return BACKUP_PREFIX + remap_key[len(REMAP_PREFIX) :].rsplit("/", 1)[0]
+    return remap_key.rsplit(REMAP_MARK, 1)[0]
 
 
 def new_remap_key(manifest_key: str, now: datetime | None = None) -> str:
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S.%fZ")
-    return f"{remap_prefix(manifest_key)}{stamp}-{secrets.token_hex(4)}"
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{manifest_key}{REMAP_MARK}{stamp}-{secrets.token_hex(4)}"
+
+
+def newest_of_each(keys: Iterable[str]) -> dict[str, str]:
+    """``{manifest key: its newest remap key}`` among the remap keys of a listing (other keys are ignored)."""
+    newest: dict[str, str] = {}
+    for key in keys:
+        if is_remap_key(key):
+            manifest_key = manifest_key_of(key)
+            newest[manifest_key] = max(newest.get(manifest_key, key), key)
+    return newest
 
 
 def write(store: Store, manifest_key: str, remap: Remap) -> str:
@@ -105,14 +109,14 @@ def write(store: Store, manifest_key: str, remap: Remap) -> str:
     return key
 
 
-def stale(store: Store, live_manifest_keys: Iterable[str]) -> list[str]:
-    """Remaps nothing reads: those of a backup with no manifest (forgotten) and those a newer one superseded."""
-    live = set(live_manifest_keys)
-    by_backup: dict[str, list[str]] = {}
-    for key in store.list(REMAP_PREFIX):
-        by_backup.setdefault(manifest_key_of(key), []).append(key)
-    out = []
-    for manifest_key, keys in by_backup.items():
-        keys.sort()
-        out.extend(keys if manifest_key not in live else keys[:-1])
-    return sorted(out)
+def stale(listed: Iterable[str]) -> list[str]:
+    """The remap keys of a listing of ``backups/`` that nothing reads: those of a backup whose manifest the listing
+    lacks (forgotten) and those a newer remap of the same backup superseded."""
+    keys = list(listed)
+    manifests = {key for key in keys if not is_remap_key(key)}
+    newest = newest_of_each(keys)
+    return sorted(
+        key
+        for key in keys
+        if is_remap_key(key) and (manifest_key_of(key) not in manifests or newest[manifest_key_of(key)] != key)
+    )

@@ -93,7 +93,8 @@ class Repository:
         self._index: TableIndex | None = None
         self.unindexed_packs: dict[bytes, list[PackEntry]] = {}
         self._volume_names: dict[str, str] = {}  # volume id -> its key segment, as learned by listing
-        self._remaps: dict[str, dict[str, str]] = {}  # remaps/<volume segment>/ -> {manifest key: newest remap key}
+        # a volume's key prefix -> {manifest key: its newest remap key}, as the last listing of the prefix found them
+        self._remaps: dict[str, dict[str, str]] = {}
 
     @classmethod
     def init(
@@ -362,10 +363,13 @@ class Repository:
         In an encrypted repository the keys do not say whose backups they are: each volume's newest readable
         manifest does (one GET per volume). A volume none of whose manifests opens is listed as
         ``(unreadable <key segment>)``; reading its manifests raises the ``IntegrityError`` that names them.
+        The listing's remaps (``movers.repo.remap``) are kept for ``read_manifest``.
         """
         if volume is not None:
-            return [BackupRef(volume, k.rsplit("/", 1)[-1], k) for k in self.store.list(self.volume_prefix(volume))]
-        keys_found = list(self.store.list(BACKUP_PREFIX))
+            prefix = self.volume_prefix(volume)
+            keys_found = self._listed(prefix)
+            return [BackupRef(volume, k.rsplit("/", 1)[-1], k) for k in keys_found]
+        keys_found = self._listed(BACKUP_PREFIX)
         if self.keys is None:
             return [BackupRef(volume_from_key(k), k.rsplit("/", 1)[-1], k) for k in keys_found]
         by_segment: dict[str, list[str]] = {}
@@ -376,6 +380,16 @@ class Repository:
             name = self._volume_named(segment, seg_keys)
             refs.extend(BackupRef(name, k.rsplit("/", 1)[-1], k) for k in seg_keys)
         return sorted(refs, key=lambda ref: (ref.volume, ref.backup_id))
+
+    def _listed(self, prefix: str) -> list[str]:
+        """The manifest keys under ``prefix`` (``backups/`` or one volume's), noting the listing's remaps."""
+        keys_found = list(self.store.list(prefix))
+        volumes = {prefix} if prefix != BACKUP_PREFIX else {k.rsplit("/", 1)[0] + "/" for k in keys_found}
+        for volume in volumes:
+            self._remaps[volume] = {}
+        for manifest_key, remap_key in remap.newest_of_each(keys_found).items():
+            self._remaps.setdefault(manifest_key.rsplit("/", 1)[0] + "/", {})[manifest_key] = remap_key
+        return [k for k in keys_found if not remap.is_remap_key(k)]
 
     def _volume_named(self, segment: str, seg_keys: list[str]) -> str:
         """The volume id whose manifests are under ``backups/<segment>/`` (encrypted repositories)."""
@@ -415,20 +429,18 @@ class Repository:
         return dataclasses.replace(manifest, map=newest.map, remapped=remap_key)
 
     def _remap_keys(self, manifest_key: str) -> dict[str, str]:
-        """The newest remap key of each backup of the volume ``manifest_key`` is of: one listing per volume, kept
-        until this repository writes a remap (``write_remap``)."""
-        prefix = remap.volume_remaps_prefix(manifest_key)
-        known = self._remaps.get(prefix)
-        if known is None:
-            known = {remap.manifest_key_of(key): key for key in sorted(self.store.list(prefix))}
-            self._remaps[prefix] = known
-        return known
+        """The newest remap key of each backup of the volume whose manifest is at ``manifest_key``: from the last
+        listing of the volume's backups, else one listing now."""
+        prefix = manifest_key.rsplit("/", 1)[0] + "/"
+        if prefix not in self._remaps:
+            self._listed(prefix)
+        return self._remaps[prefix]
 
     def write_remap(self, manifest: Manifest, new: remap.Remap) -> str:
         """Commit a consolidation of ``manifest`` (``movers.repo.remap``); the remap's key."""
         manifest_key = self.manifest_key(manifest)
         key = remap.write(self.store, manifest_key, new)
-        self._remaps.pop(remap.volume_remaps_prefix(manifest_key), None)
+        self._remaps.setdefault(manifest_key.rsplit("/", 1)[0] + "/", {})[manifest_key] = key
         return key
 
     def latest(self, volume: str) -> Manifest | None:
