@@ -6,17 +6,19 @@ and after months of small scattered changes a large share of what a restore of t
 A backup cannot afford to re-read and re-upload the live rest of every chunk it touches (its upload would be a
 multiple of what changed), so maintenance does it, reading only the repository:
 
-1. **Measure** (``measure``): walk the backup's map; per chunk, the bytes the map uses of it; per span of
-   ``chunk_max`` bytes of volume (the unit a backup chunks in), the stored bytes a restore fetches for it (each
-   chunk's stored length shared among the spans that use it, by the bytes they use) against the stored bytes its
-   data would take in fully used chunks. A span whose ratio exceeds ``1 / (1 - dead_fraction)`` is fragmented.
-2. **Rewrite**, a window of at most ``window`` bytes of fragmented spans at a time: fetch the chunks that cover the
-   window's spans (``MapReader``: each chunk verified), put their bytes into an anonymous memory file at their volume
-   offsets, and store those spans again with the backup engine (``movers.pipeline.backup.rewrite_ranges``: zero
-   detection, chunking, compression, packing, block digests) into a map on top of the backup's own (each window on
-   top of the previous window's map). Then measure the new map and, while the whole map is still over the threshold,
-   rewrite its fragmented spans again (at most ``MAX_ROUNDS`` rounds): a rewritten span no longer uses the chunks it
-   shared with other spans, which may leave those fragmented.
+1. **Measure** (``measure``): walk the backup's map; per chunk, the bytes the map uses of it. A restore fetches the
+   stored bytes of every chunk used (``fetch_bytes``); fully used chunks would take ``ideal_bytes``. Only a backup
+   whose ratio exceeds ``1 / (1 - dead_fraction)`` (1.25x at the default 0.2) is consolidated: below it the restore
+   is within bound and rewriting would cost upload for little.
+2. **Rewrite** every span of ``chunk_max`` bytes of volume (the unit a backup chunks in) that uses a chunk more than
+   half of ``dead_fraction`` of which is dead: only when all its users are rewritten does a restore stop fetching a
+   chunk (the chunks of a scattered incremental are used all over the volume, so this is usually most of it). A
+   window of at most ``window`` bytes of spans at a time: fetch the chunks that cover the window's spans
+   (``MapReader``: each chunk verified), put their bytes into an anonymous memory file at their volume offsets, and
+   store those spans again with the backup engine (``movers.pipeline.backup.rewrite_ranges``: zero detection,
+   chunking, compression, packing, block digests) into a map on top of the backup's own (each window on top of the
+   previous window's map). Then measure again and, while the ratio is over ``1 / (1 - dead_fraction / 2)``, repeat
+   (at most ``MAX_ROUNDS`` rounds): a rewritten span no longer uses the chunks it shared with spans not rewritten.
 3. **Check**: every 64 KiB block digest that both the old map and the new one record must be equal (the new ones
    are computed from the bytes the old chunks verified to); otherwise ``IntegrityError`` and nothing is committed.
 4. **Commit**: a remap (``movers.repo.remap``), written after every object it names. A crash before it leaves the
@@ -70,13 +72,13 @@ Range = tuple[int, int]
 
 @dataclass(frozen=True)
 class Fragmentation:
-    """What a restore of one map fetches (``fetch_bytes``, stored bytes of every chunk it uses, each once) against
-    what it would with every chunk fully used (``ideal_bytes``), and the spans (``[start, end)`` of the volume) over
-    the threshold ``measure`` was given."""
+    """What a restore of one map fetches (``fetch_bytes``: the stored bytes of every chunk it uses, each once)
+    against what it would with every chunk fully used (``ideal_bytes``), and the spans (``[start, end)`` of the
+    volume, ``chunk_max`` each) to rewrite so that no chunk over the threshold is used any more."""
 
     fetch_bytes: int
     ideal_bytes: int
-    spans: list[Range]
+    spans: list[Range]  # every span that uses a chunk more than ``chunk_dead`` of which its map does not use
 
     @property
     def ratio(self) -> float:
@@ -103,7 +105,7 @@ class ConsolidationResult:
     duration_s: float = 0.0
 
 
-def measure(repo: Repository, manifest: Manifest, dead_fraction: float = DEAD_FRACTION) -> Fragmentation:
+def measure(repo: Repository, manifest: Manifest, chunk_dead: float = DEAD_FRACTION / 2) -> Fragmentation:
     """The fragmentation of ``manifest``'s map (see the module doc, step 1): two walks over its pages."""
     span = repo.config.chunk_max
     used: dict[bytes, int] = {}
@@ -113,21 +115,19 @@ def measure(repo: Repository, manifest: Manifest, dead_fraction: float = DEAD_FR
             used[cid] = used.get(cid, 0) + length
             if cid not in size:
                 size[cid] = _sizes(where, cid, manifest)
-    fetch: dict[int, float] = {}
-    ideal: dict[int, float] = {}
-    for _page, entries, _where in repo.iter_located_map(manifest):
-        for voff, length, cid, _coff in entries:
-            raw, stored = size[cid]
-            for s, e in _split(voff, voff + length, span):
-                fetch[s // span] = fetch.get(s // span, 0.0) + (e - s) * stored / used[cid]
-                ideal[s // span] = ideal.get(s // span, 0.0) + (e - s) * stored / raw
-    limit = 1 / (1 - dead_fraction)
-    spans = [
-        (n * span, min((n + 1) * span, manifest.capacity_bytes))
-        for n in sorted(fetch)
-        if fetch[n] > limit * ideal[n] + 1
-    ]
-    return Fragmentation(sum(stored for _raw, stored in size.values()), round(sum(ideal.values())), spans)
+    ideal = sum(used[cid] * stored / raw for cid, (raw, stored) in size.items())
+    dead = {cid for cid, (raw, _stored) in size.items() if used[cid] < (1 - chunk_dead) * raw}
+    spans: set[int] = set()
+    if dead:
+        for _page, entries, _where in repo.iter_located_map(manifest):
+            for voff, length, cid, _coff in entries:
+                if cid in dead:
+                    spans.update(range(voff // span, (voff + length - 1) // span + 1))
+    return Fragmentation(
+        sum(stored for _raw, stored in size.values()),
+        round(ideal),
+        [(n * span, min((n + 1) * span, manifest.capacity_bytes)) for n in sorted(spans)],
+    )
 
 
 def _sizes(where: Locator, cid: bytes, manifest: Manifest) -> tuple[int, int]:
@@ -189,25 +189,25 @@ def consolidate(
     started = time.monotonic()
     if dry_run:
         manifest = repo.resolve(volume, backup)
-        frag = measure(repo, manifest, dead_fraction)
-        return _result(manifest, frag, dry_run=True, started=started)
+        frag = measure(repo, manifest, dead_fraction / 2)
+        return _result(manifest, frag, dry_run=True, started=started, due=frag.ratio > 1 / (1 - dead_fraction))
     with PruneLock(repo.store, "consolidate", wait_s=lock_wait_s):
         manifest = repo.resolve(volume, backup)
-        frag = measure(repo, manifest, dead_fraction)
-        result = _result(manifest, frag, dry_run=False, started=started)
-        if not frag.spans:
+        frag = measure(repo, manifest, dead_fraction / 2)
+        result = _result(manifest, frag, dry_run=False, started=started, due=frag.ratio > 1 / (1 - dead_fraction))
+        if not result.spans:
             return result
         what = f"consolidation of backup {manifest.backup_id} of volume {manifest.volume.id}"
         with Lease(repo.store, what) as lease:
             state = read_state(repo.store)[1]
             lease.saw(state.key)
             new, rewritten = manifest, []
-            for n in range(MAX_ROUNDS):
-                if not frag.spans or (n and frag.ratio <= 1 / (1 - dead_fraction)):
+            for _round in range(MAX_ROUNDS):
+                if not frag.spans or frag.ratio <= 1 / (1 - dead_fraction / 2):
                     break
                 new = _rewrite(repo, new, frag.spans, window, workers, state.garbage, lease, result)
                 rewritten += frag.spans
-                frag = measure(repo, new, dead_fraction)
+                frag = measure(repo, new, dead_fraction / 2)
             _check_digests(repo, manifest, new, rewritten)
             result.spans, result.fetch_after, result.ideal_bytes = (
                 len(set(rewritten)),
@@ -239,12 +239,14 @@ def consolidate(
     return result
 
 
-def _result(manifest: Manifest, frag: Fragmentation, *, dry_run: bool, started: float) -> ConsolidationResult:
+def _result(
+    manifest: Manifest, frag: Fragmentation, *, dry_run: bool, started: float, due: bool
+) -> ConsolidationResult:
     return ConsolidationResult(
         volume=manifest.volume.id,
         backup_id=manifest.backup_id,
         dry_run=dry_run,
-        spans=len(frag.spans),
+        spans=len(frag.spans) if due else 0,
         fetch_before=frag.fetch_bytes,
         fetch_after=frag.fetch_bytes,
         ideal_bytes=frag.ideal_bytes,
