@@ -1,4 +1,5 @@
-"""The ``maintain-repo`` flow: expire backups by retention, prune what no kept backup references, verify.
+"""The ``maintain-repo`` flow: expire backups by retention, consolidate each volume's newest backup when its restore
+would fetch much dead data (``movers.pipeline.consolidate``), prune what no kept backup references, verify.
 
 Retention comes from backup policies (each policy's ``retention`` applies to the backups that policy made of
 the volumes of its namespace: volume ids are ``<namespace>/<pvc>``) and/or explicit ``keep_*`` parameters,
@@ -12,7 +13,8 @@ An encrypted repository's key comes from the repository Secret ``key_secret`` (`
 credentials Secret of a policy backing up into the repository), read through the API (``tasks.repository``);
 without it, from the worker's environment (as for the CLI).
 
-Artifacts: the retention table (one row per backup: kept and why, or forgotten), the prune report,
+Artifacts: the retention table (one row per backup: kept and why, or forgotten), the consolidation table (one row
+per volume: what a restore of its newest backup fetches, before and after), the prune report,
 the verify result, a failure artifact after a failure. Events ``cbt-mover.maintenance.started|completed|failed``
 about ``cbt-mover.repository.<url>`` (``reporting.events``). The run FAILS when verify finds damage, after the
 artifacts.
@@ -34,7 +36,15 @@ from movers.pipeline.verify import VerifyReport
 from movers.policy.model import BackupPolicy, load_policy
 from reporting import events, runs
 from reporting import maintenance_report as report
-from tasks.maintenance import KeepRules, Pruned, forget_backups, prune_repo, repo_volumes, verify_repo
+from tasks.maintenance import (
+    KeepRules,
+    Pruned,
+    consolidate_repo,
+    forget_backups,
+    prune_repo,
+    repo_volumes,
+    verify_repo,
+)
 from tasks.repository import KeySource, describe, key_source
 
 SHOWN = 20  # damage entries carried in the result and the events (all are in the verify artifact)
@@ -170,6 +180,17 @@ def _maintain(asked: MaintenanceRequest, kubeconfig: str | None, progress: runs.
     )
     forgotten = sum(len(r.deleted) for _rules, r in results)
 
+    consolidated = None
+    progress.step = "consolidate"
+    if asked.consolidate:
+        volumes = repo_volumes(repo, key)
+        consolidated = consolidate_repo(repo, volumes, asked.dead_fraction, dry_run, asked.lock_wait, key)
+        create_table_artifact(
+            key=report.artifact_key(repo, "consolidate"),
+            table=report.consolidation_rows(consolidated),
+            description=f"consolidation of the newest backups of {public}" + " (dry run)" * dry_run,
+        )
+
     pruned = None
     progress.step = "prune"
     if asked.prune:
@@ -195,6 +216,7 @@ def _maintain(asked: MaintenanceRequest, kubeconfig: str | None, progress: runs.
         "notes": notes,
         "forgotten": forgotten,
         "kept": sum(r["action"] == "keep" for r in rows),
+        "consolidate": None if consolidated is None else consolidated.to_dict(),
         "prune": None if pruned is None else _prune_summary(pruned),
         "verify": None if checked is None else _verify_summary(checked),
     }

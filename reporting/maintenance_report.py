@@ -13,7 +13,7 @@ from reporting.tables import cell, markdown_table, seconds, size, table
 
 if TYPE_CHECKING:
     from movers.pipeline.verify import VerifyReport
-    from tasks.maintenance import Forgotten, Pruned
+    from tasks.maintenance import Consolidated, Forgotten, Pruned
 
 MAX_DAMAGE_ROWS = 200
 
@@ -77,6 +77,27 @@ def _run_cell(run: dict[str, Any] | None) -> str:
     if run is None:
         return "-"
     return f"{run['run']} ({'complete' if run['complete'] else 'partial: no ' + ', '.join(run['missing'])})"
+
+
+def consolidation_rows(consolidated: Consolidated) -> list[dict[str, str]]:
+    """One row per volume's newest backup: what a restore of it fetches before and after, what was stored again;
+    or why no consolidation ran."""
+    if consolidated.skipped:
+        return table([{"result": "skipped", "why": consolidated.skipped}])
+    return table(
+        [
+            {
+                "volume": r.volume,
+                "backup": r.backup_id,
+                "result": ("dry run: " if r.dry_run else "") + ("consolidated" if r.spans else "not fragmented"),
+                "restore fetches": f"{size(r.fetch_after)} (was {size(r.fetch_before)})",
+                "fully used": size(r.ideal_bytes),
+                "stored again": size(r.rewritten_bytes),
+                "uploaded": size(r.stored_bytes),
+            }
+            for r in consolidated.results
+        ]
+    )
 
 
 def prune_rows(pruned: Pruned) -> list[dict[str, str]]:

@@ -1,4 +1,4 @@
-"""Thin Prefect tasks over repository maintenance: retention (forget), prune and verify.
+"""Thin Prefect tasks over repository maintenance: retention (forget), consolidation, prune and verify.
 
 Results are typed (``Forgotten``, ``Pruned``, the engine's ``VerifyReport``); keep rules travel as
 ``movers.repo.retention.Policy``. Each task opens the repository from its URL itself (storage credentials
@@ -21,6 +21,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
+from movers.pipeline.consolidate import ConsolidationResult
 from movers.pipeline.verify import VerifyReport
 from movers.repo.prune import PruneReport
 from movers.repo.retention import ForgetReport
@@ -61,6 +62,25 @@ class Pruned:
         if self.report is None:
             return {"dry_run": self.dry_run, "skipped": self.skipped}
         return {**self.report.to_dict(), "skipped": None}
+
+
+@dataclass(frozen=True)
+class Consolidated:
+    """Each volume's consolidation (``movers.pipeline.consolidate.ConsolidationResult``), or why none ran
+    (``skipped``: a prune held the repository's prune lock)."""
+
+    results: list[ConsolidationResult]
+    skipped: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The totals a flow's result shows."""
+        return {
+            "skipped": self.skipped,
+            "backups": len(self.results),
+            "consolidated": sum(1 for r in self.results if r.rewritten_bytes),
+            "rewritten_bytes": sum(r.rewritten_bytes for r in self.results),
+            "stored_bytes": sum(r.stored_bytes for r in self.results),
+        }
 
 
 def _log_progress(what: str, interval: float = 30.0) -> Callable[[int, int], None]:
@@ -156,6 +176,39 @@ def prune_repo(
         return Pruned(dry_run, None, str(err))
     get_run_logger().info("prune: %s", report)
     return Pruned(dry_run, report)
+
+
+@task(
+    name="consolidate-repo",
+    retries=1,
+    retry_delay_seconds=30,
+    retry_condition_fn=retry_if_retriable,
+    timeout_seconds=12 * HOUR,
+)
+def consolidate_repo(
+    repo_url: str,
+    volumes: list[str],
+    dead_fraction: float = 0.2,
+    dry_run: bool = False,
+    lock_wait_s: float = 600,
+    key: KeySource | None = None,
+) -> Consolidated:
+    """Consolidate the newest backup of each of ``volumes`` (``movers.pipeline.consolidate``): one result each, or
+    ``skipped`` when a prune held the prune lock for ``lock_wait_s``."""
+    from movers.errors import PruneLockedError
+    from movers.pipeline.consolidate import ConsolidationOptions, consolidate
+
+    repo = open_repository(repo_url, key)
+    options = ConsolidationOptions(dead_fraction=dead_fraction, dry_run=dry_run, lock_wait_s=lock_wait_s)
+    results = []
+    try:
+        for volume in volumes:
+            results.append(consolidate(repo, volume, "latest", options))
+            get_run_logger().info("consolidation: %s", results[-1])
+    except PruneLockedError as err:
+        get_run_logger().warning("not consolidating %s now: %s", repo_url, err)
+        return Consolidated(results, str(err))
+    return Consolidated(results)
 
 
 @task(

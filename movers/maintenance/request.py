@@ -1,8 +1,9 @@
 """What one ``maintain-repo`` run is asked to do, as one typed request: the form of the ``maintenance`` deployment.
 
 ``MaintenanceRequest`` names the repository (``repo``), whose retention applies (``policy_paths``, and ``keep_*``
-rules that override theirs), the prune (``prune``, its ``grace`` and ``lock_wait``), the verify (``verify``,
-``sample``, ``seed``), ``dry_run``, and where an encrypted repository's key is read (``key_secret``:
+rules that override theirs), the consolidation of each volume's newest backup (``consolidate``, its
+``dead_fraction``: ``movers.pipeline.consolidate``), the prune (``prune``, its ``grace`` and ``lock_wait``), the
+verify (``verify``, ``sample``, ``seed``), ``dry_run``, and where an encrypted repository's key is read (``key_secret``:
 ``namespace/name`` of a repository Secret; None: the worker's environment). The flow takes it as its one parameter,
 so the Prefect UI renders it as one form and Prefect's parameter validation refuses a request that cannot work
 before the run starts, naming the field. Validation is pure: nothing here reads the repository or the cluster.
@@ -46,7 +47,9 @@ class MaintenanceRequest(BaseModel):
     """One ``maintain-repo`` run (see the module doc). ``grace``: a pack unreferenced for less long is kept by the
     prune. ``lock_wait``: seconds to wait for another prune of the repository (its prune lock), then the prune is
     skipped (reported). ``sample``: the fraction of packs a ``sampled`` verify reads (``seed`` picks them).
-    ``dry_run``: say what would be forgotten and pruned, change nothing (verify still reads)."""
+    ``dead_fraction``: consolidate a newest backup whose restore would fetch more than ``1 / (1 - dead_fraction)``
+    of what its data takes in fully used chunks. ``dry_run``: say what would be forgotten, consolidated and pruned,
+    change nothing (verify still reads)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -56,6 +59,8 @@ class MaintenanceRequest(BaseModel):
     keep_daily: KeepRule = None
     keep_weekly: KeepRule = None
     keep_monthly: KeepRule = None
+    consolidate: bool = True
+    dead_fraction: float = Field(default=0.2, gt=0, lt=1)
     prune: bool = True
     grace: Grace = 24 * 3600.0
     verify: Literal["sampled", "full", "off"] = "sampled"

@@ -315,3 +315,29 @@ def test_an_encrypted_repository_is_maintained_with_the_workers_key(
     assert key_for(MaintenanceRequest(repo=url), None) is None
     given = MaintenanceRequest(repo=url, key_secret="shop/cbt-mover-repo")
     assert key_for(given, "/k") == {"kubeconfig": "/k", "namespace": "shop", "secret": "cbt-mover-repo"}
+
+
+def test_maintenance_consolidates_a_fragmented_newest_backup(repo_url, harness, tmp_path):
+    import random
+
+    from reporting.maintenance_report import artifact_key
+
+    repo = Repository.open(open_store(repo_url))
+    image, rng = tmp_path / "frag.img", random.Random(3)
+    image.write_bytes(rng.randbytes(SIZE))
+    m = run_backup(repo, str(image), VolumeIdentity("app/frag"), extents=[(0, SIZE)])
+    for n in range(6):  # scattered 4 KiB writes over 5% of the blocks, six times: chunks 26% dead
+        offsets = rng.sample(range(0, SIZE, 4096), SIZE // 4096 // 20)
+        m = run_backup(repo, str(image), VolumeIdentity("app/frag"), extents=write_blocks(image, offsets, seed=n))
+    fragmented = run_restore(repo, m, str(tmp_path / "before.img")).fetched_bytes
+    assert fragmented > 1.25 * SIZE
+
+    done = _maintain(repo=repo_url, prune=False, verify="full")
+
+    assert done["consolidate"]["consolidated"] == 1 and done["verify"]["ok"], done
+    [row] = json.loads(artifact(artifact_key(repo_url, "consolidate")).data)
+    assert row["volume"] == "app/frag" and row["result"] == "consolidated", row
+    again = Repository.open(open_store(repo_url))
+    stats = run_restore(again, again.resolve("app/frag", "latest"), str(tmp_path / "after.img"))
+    assert sha256_file(tmp_path / "after.img") == sha256_file(image)
+    assert stats.fetched_bytes <= 1.25 * SIZE < fragmented
