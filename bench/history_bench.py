@@ -25,7 +25,9 @@ It prints a markdown table and the goal verdicts: incremental #N <= 1.5x the tim
 restore of the latest <= 1.25x the time and the fetched bytes (the restore JSON's ``fetched_bytes``) of the
 full's restore; bytes uploaded over the incrementals (all objects: packs, maps, index, manifests; the JSON's
 ``stored_bytes``) <= 1.5x the changed bytes. ``--write-docs`` writes the "history" section of
-``docs/scaling-benchmarks.md``. For a quick run: ``--size 256M --incrementals 10 --every 5``.
+``docs/scaling-benchmarks.md``. For a quick run: ``--size 256M --incrementals 10 --every 5``. With
+``--consolidate-every N``, ``cbt-mover consolidate`` (maintenance, issue 23) runs after every N-th incremental; what it
+fetches and uploads is reported apart from the backups' uploads, and with them.
 
 The scratch directory is removed in every outcome unless ``--keep``. Exit status: 0 when every step ran and
 every restore matched (goal misses are reported, not failures), 1 otherwise.
@@ -353,13 +355,22 @@ def docs_text(b: Bench, body: str, info: dict[str, str]) -> str:
     quick = (
         "" if (args.size, args.incrementals) == (GiB, 90) else " (a reduced run: the goals are set for 1 GiB and 90)"
     )
+    repos = " and ".join(f"a version {v}" for v in args.versions) + " repository"
+    if len(args.versions) > 1:
+        repos += " in turn (alternating which goes first)"
+    consolidation = (
+        f" Maintenance (`cbt-mover consolidate` of the latest backup, as `maintain-repo` runs it) after every"
+        f" {args.consolidate_every}th incremental; its uploads are reported apart from the backups'."
+        if args.consolidate_every
+        else ""
+    )
     return f"""## History: a chain of {args.incrementals} incrementals{quick}
 
 `{args.command}`. A {mib(args.size, 0)} MiB image of seeded random data (seed {args.seed}); a full backup with
 `--extents` of the whole image, then {args.incrementals} rounds of pwrites of random bytes over
 {args.fraction:.0%} of the {blocks:,} 4 KiB blocks ({int(blocks * args.fraction):,} blocks, chosen anew each
-round), each followed by an incremental with `--extents` listing exactly the changed blocks, into a version 1
-and a version 2 repository in turn (alternating which goes first). The page cache is dropped before the
+round), each followed by an incremental with `--extents` listing exactly the changed blocks, into
+{repos}.{consolidation} The page cache is dropped before the
 full backups, the incrementals listed below and every restore; the other incrementals run warm and count only
 in the totals. Each restore is of the latest backup at that point, to a new image file, checked by sha256.
 Goals (issue 12): incremental #{args.incrementals} <= {GOAL_INCR_X}x the time and memory of #1; the restore
