@@ -47,3 +47,24 @@ def test_a_recorded_snapshot_is_a_base_only_while_it_is_the_one_recorded(tmp_pat
         )
         set_ready(kube, "s2", "h-2", True)
         assert SnapshotCheck(kube.client).missing(_recorded("s2", "h-2")) is None
+
+
+def test_a_restore_takes_the_kept_snapshot_only_while_it_holds_the_backup(tmp_path):
+    """``movers.restore.source.snapshot_source`` passes the same check: a snapshot of the recorded name that holds
+    another handle (a later run's, under a reused name) sends the restore to the repository, saying why."""
+    from movers.restore.source import snapshot_source
+    from tests.cluster.test_cbt_kube import DRIVER
+
+    with serve(tmp_path) as kube:
+        kube.core.create_namespace({"metadata": {"name": NS}})
+        add_snapshot(kube, "s1", "h-1")
+        check, cls = SnapshotCheck(kube.client), {"provisioner": DRIVER}
+        kept = snapshot_source(check, NS, vars(_recorded("s1", "h-1")), cls)
+        assert (kept.source, kept.snapshot, kept.content) == ("snapshot", "s1", "snapcontent-s1")
+        other = snapshot_source(check, NS, vars(_recorded("s1", "h-0")), cls)
+        assert (other.source, other.snapshot) == ("repository", None)
+        assert other.reason == f"VolumeSnapshot {NS}/s1 is another snapshot now (handle h-1, the backup recorded h-0)"
+        elsewhere = snapshot_source(check, "other", vars(_recorded("s1", "h-1")), cls)
+        assert elsewhere.source == "repository" and "in another namespace than other" in elsewhere.reason
+        foreign = snapshot_source(check, NS, vars(_recorded("s1", "h-1")), {"provisioner": "other.csi.example"})
+        assert foreign.source == "repository" and "the StorageClass's is other.csi.example" in foreign.reason
