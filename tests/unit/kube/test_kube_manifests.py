@@ -438,14 +438,19 @@ def test_writer_and_mover_pods():
     assert writer["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c"}
     assert mover["spec"]["automountServiceAccountToken"] is True
     assert mover["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": True}
-    with pytest.raises(ValueError, match="writer"):
-        m.mover_pod(
-            "w",
-            "ns",
-            profile=podspec.MoverProfile(image="i", service_account="s"),
-            task=podspec.MoverTask(args=["restore"], pvc="c", cbt_audience="aud"),
-            repo=podspec.RepoAccess("r"),
-        )
+    by_cbt = m.mover_pod(  # in place by CBT: the writer asks the service as a mover does
+        "w",
+        "ns",
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=m.restore_args(request_env="R", cbt=True), pvc="c", cbt_audience="aud"),
+        repo=podspec.RepoAccess("r"),
+    )
+    assert by_cbt["spec"]["automountServiceAccountToken"] is True
+    assert by_cbt["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c"}, "written: not read-only"
+    [token] = [v for v in by_cbt["spec"]["volumes"] if "projected" in v]
+    assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "aud"
+    args = by_cbt["spec"]["containers"][0]["args"]
+    assert args[:4] == ["restore", "--request-env", "R", "--kube"] and m.CBT_TOKEN_FILE in args, args
     with pytest.raises(ValueError, match="role"):
         m.mover_pod(
             "w",
