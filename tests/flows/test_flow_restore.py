@@ -771,9 +771,9 @@ def test_in_place_rewrites_only_what_differs_keeps_the_volume_and_the_next_backu
 ):
     """``in_place``: onto the app's own Block claims, refused while a pod uses one (named); then, the backup's
     snapshots being kept and the driver serving CBT, each live claim is snapshotted and only the blocks
-    GetMetadataDelta names are read, fetched and written (nothing else compared), the PVs stay the same, the live snapshots
-    are gone, and the next backup is a CBT delta from the last base. After the kept-snapshot test (the app is
-    stopped)."""
+    GetMetadataDelta names are read, fetched and written (nothing else compared), the PVs stay the same, the live
+    snapshots are gone, and the next backup is a CBT delta from the last base. After the kept-snapshot test (the app
+    is stopped)."""
     from flows.backup import backup_app
 
     repo, api = backed_up["repo"], local_cluster.client
