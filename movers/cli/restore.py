@@ -107,7 +107,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
     cbt = cbt_options(args).connection
     result = restore_volume(lambda: open_repo(args), request, progress=lambda: progress_reporter(args), cbt=cbt)
     if request.overwrite == "if-changed":
-        how = f" (by {result.path}{': ' + result.cbt_fallback if result.cbt_fallback else ''})"
+        how = " by CBT" if result.path == "cbt" else ""
+        how += f" by compare (no CBT: {result.cbt_fallback})" if result.cbt_fallback else ""
         text = (
             f"restored {result.backup_id} of {request.volume} onto {request.device} in place{how}: compared"
             f" {mib(result.compared_bytes)}, fetched {mib(result.fetched_bytes)}, wrote"
