@@ -24,9 +24,9 @@ def ns(local_cluster, request):
     return name
 
 
-def _bound(api, ns: str, pvc: str) -> dict:
+def _bound(api, ns: str, pvc: str, storage_class: str = IMMEDIATE) -> dict:
     """Claim ``ns/pvc`` (8 MiB, Block), once bound; its PV."""
-    k.create(api, m.block_pvc(pvc, ns, "8Mi", IMMEDIATE))
+    k.create(api, m.block_pvc(pvc, ns, "8Mi", storage_class))
     bound = wait_until(lambda: k.get(api, "PersistentVolumeClaim", ns, pvc)["spec"].get("volumeName"), 20, "bound")
     return k.get(api, "PersistentVolume", None, bound)
 
@@ -52,6 +52,14 @@ def test_cbt_serves_a_volume_whose_backup_snapshot_holds_its_handle_and_says_why
         chosen = CbtChooser(api, SnapshotCheck(api)).choose(ns, given, claim_pv)
         assert chosen.cbt is None and why in chosen.reason, chosen
         assert chosen.reason.endswith("the claim's own volume compared with the backup, only what differs written")
+
+    disk = _bound(api, ns, "on-disk", "disk-immediate")  # a driver without a SnapshotMetadataService
+    k.create(api, m.volume_snapshot("disk-snap", ns, "on-disk", "disk-snapclass"))
+    snapshots.wait_snapshot_ready(api, "VolumeSnapshot", ns, "disk-snap", timeout=20)
+    handle = snapshots.resolve_snapshot(api, ns, "disk-snap").handle
+    recorded = {"volume_snapshot": "disk-snap", "namespace": ns, "snapshot_handle": handle}
+    chosen = CbtChooser(api, SnapshotCheck(api)).choose(ns, recorded, disk)
+    assert chosen.cbt is None and "CSI driver disk.csi.local has no SnapshotMetadataService" in chosen.reason
 
 
 def test_the_live_claim_s_snapshot_is_ready_inside_and_gone_after_also_when_it_cannot_be_taken(local_cluster, ns):
