@@ -77,10 +77,10 @@ class CbtChooser:
     def choose(self, namespace: str, recorded: Mapping[str, Any], pv: Mapping[str, Any] | None) -> Chosen:
         """Path (a) for the claim of ``namespace`` bound to ``pv``, whose backup recorded the snapshot
         ``recorded`` (``{volume_snapshot, namespace, snapshot_handle}``), or (b) and why."""
-        why, content = self.check.content(SnapshotIdentity(**recorded))
+        snapshot = SnapshotIdentity(**recorded)
+        why, content = self.check.content(snapshot)
         if content is None:
             return _compare(why or "the backup's snapshot cannot be checked")
-        snapshot = SnapshotIdentity(**recorded)
         where = f"VolumeSnapshot {snapshot.namespace}/{snapshot.volume_snapshot}"
         csi = ((pv or {}).get("spec") or {}).get("csi") or {}
         spec = content.get("spec") or {}
