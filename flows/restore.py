@@ -104,7 +104,8 @@ def _abandon_run(run: _run.Abandoned) -> None:
     source = given.get("namespace")
     ns = given.get("target_namespace") or source
     with best_effort(f"run {run.id} ({run.why}): cleanup of {ns} failed", run.log, logging.ERROR):
-        deleted = r.discard_run(api_client(run.params.get("kubeconfig")), ns, run.id, everything=True)
+        api, in_place = api_client(run.params.get("kubeconfig")), bool(given.get("in_place"))
+        deleted = r.discard_run(api, ns, run.id, everything=True, snapshots=in_place)
         run.log.info("run %s (%s): deleted %s", run.id, run.why, deleted)
     if ns:
         run.failed(events.namespace_resource(ns, KIND, run.id, source_namespace=source))
@@ -189,7 +190,7 @@ class Found:
 def _event_row(row: dict[str, Any]) -> dict[str, Any]:
     """A volume's part of the ``completed`` event."""
     keys = ("volume", "backup_id", "source", "written_bytes", "fetched_bytes", "capacity_bytes", "duration_s")
-    keys += ("volume_mode", "replaced")
+    keys += ("volume_mode", "replaced", "path")
     return {k: row.get(k) for k in keys}
 
 
@@ -243,6 +244,13 @@ def _restore(asked: RestoreAppRequest, kubeconfig: str | None, run: _run.Run, fo
     }
 
 
+def _source_reason(target: Target, written: Written) -> str | None:
+    """Why the volume was restored as it was: the plan's reason, or why the CBT it chose was not used."""
+    if written.cbt_fallback:
+        return f"{written.cbt_fallback}: the claim's own volume compared with the backup instead"
+    return target.source_reason
+
+
 def _row(target: Target, written: Written, finished: Finished) -> dict[str, Any]:
     seconds = written.duration_s or 0.0
     return {
@@ -254,7 +262,8 @@ def _row(target: Target, written: Written, finished: Finished) -> dict[str, Any]
         "pv": finished.pv,
         "replaced": finished.replaced,
         "source": target.source,
-        "source_reason": target.source_reason,
+        "source_reason": _source_reason(target, written),
+        "path": written.path,
         "written_bytes": written.written_bytes,
         "fetched_bytes": written.fetched_bytes,
         "compared_bytes": written.compared_bytes,

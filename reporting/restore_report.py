@@ -23,6 +23,7 @@ def display_rows(target: str, rows: list[dict[str, Any]]) -> list[dict[str, str]
             "volume mode": r["volume_mode"],
             "storage class": r.get("storage_class"),
             "source": r.get("source") or "repository",
+            "path": r.get("path") or "-",
             "compared": size(r.get("compared_bytes")),
             "fetched": size(r.get("fetched_bytes")),
             "written": size(r["written_bytes"]),
@@ -36,9 +37,12 @@ def display_rows(target: str, rows: list[dict[str, Any]]) -> list[dict[str, str]
     )
 
 
-def _source_text(source: str | None) -> str:
-    """How a volume was restored, for the report's sentence (``movers.restore.plan.Target.source``)."""
-    return {"snapshot": "from the kept snapshot", "in place": "in place"}.get(source or "", "from the repository")
+def _source_text(source: str | None, path: str | None = None) -> str:
+    """How a volume was restored, for the report's sentence (``movers.restore.plan.Target.source``; in place, the
+    writer's ``path``: by CBT or by compare)."""
+    if source == "in place":
+        return {"cbt": "in place by CBT", "compare": "in place by compare"}.get(path or "", "in place")
+    return {"snapshot": "from the kept snapshot"}.get(source or "", "from the repository")
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ def report_markdown(run: RestoreRun, rows: list[dict[str, Any]]) -> str:
     lines = "\n".join(
         f"- `{target}/{r['pvc']}` ({r['volume_mode']}, class `{r['storage_class']}`, PV `{r['pv']}`"
         f"{', replaced the existing claim' if r['replaced'] else ''}): backup `{r['backup_id']}` of `{r['volume']}`,"
-        f" {_source_text(r.get('source'))} ({r.get('source_reason') or '-'}): compared"
+        f" {_source_text(r.get('source'), r.get('path'))} ({r.get('source_reason') or '-'}): compared"
         f" {size(r.get('compared_bytes'))}, fetched {size(r.get('fetched_bytes'))}, {size(r['written_bytes'])}"
         f" written in {seconds(r['duration_s'])}, read back identical" + "".join(f"\n  - note: {n}" for n in r["notes"])
         for r in rows

@@ -27,7 +27,8 @@ from tasks.repository import KeySource, open_repository
 class Written:
     """A writer pod's outcome (``movers.restore.write_volume``): bytes written (data and zeros), fetched from the
     repository and compared on the device (a claim from the kept snapshot), the volume's capacity, the write's and
-    the read-back's seconds, and the task's wall time."""
+    the read-back's seconds, and the task's wall time; ``path``: how what differs was found (``WriteResult.path``:
+    ``cbt`` or ``compare`` in place) and ``cbt_fallback`` why not by the CBT the plan chose."""
 
     written_bytes: int | None
     capacity_bytes: int | None
@@ -36,6 +37,8 @@ class Written:
     wall_s: float
     fetched_bytes: int | None = None
     compared_bytes: int | None = None
+    path: str | None = None
+    cbt_fallback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -146,12 +149,15 @@ def write_volume(
     run = r.WriterRun(namespace, run_id, writer, repo_secret, timeouts=PodTimeouts(start=600.0, total=timeout))
     result = r.write_volume(api, run, t, on_log_line=on_log_line)
     progress.finish()
+    if result.cbt_fallback:
+        log.warning("%s/%s: not in place by CBT: %s; compared instead", namespace, t.pvc, result.cbt_fallback)
     log.info(
-        "%s/%s: restored backup %s of %s: wrote %s in %.1f s, read back identical",
+        "%s/%s: restored backup %s of %s (%s): wrote %s in %.1f s, read back identical",
         namespace,
         t.pvc,
         t.backup_id,
         t.volume,
+        result.path,
         human_bytes(result.written_bytes),
         result.duration_s,
     )
@@ -163,6 +169,8 @@ def write_volume(
         duration_s=result.duration_s,
         readback_s=result.readback.duration_s if result.readback is not None else None,
         wall_s=round(time.monotonic() - started, 3),
+        path=result.path,
+        cbt_fallback=result.cbt_fallback,
     )
 
 
@@ -180,8 +188,9 @@ def finish_volume(kubeconfig: str | None, namespace: str, run_id: str, target: r
 def discard_restore(
     kubeconfig: str | None, namespace: str, run_id: str, targets: list[r.Target], failed: bool
 ) -> dict[str, list[str]]:
-    """Writer pods always; after a failure also the run's claims and volumes, except restored volumes whose
-    overwritten claim is already gone (kept with policy Retain, logged)."""
+    """Writer pods (and the snapshots of live claims of a restore in place) always; after a failure also the run's
+    claims and volumes, except restored volumes whose overwritten claim is already gone (kept with policy Retain,
+    logged)."""
     api = api_client(kubeconfig)
     keep = r.kept_after_failure(api, namespace, run_id, targets) if failed else []
     for pvc in keep:
@@ -192,4 +201,5 @@ def discard_restore(
             pvc,
             run_id,
         )
-    return r.discard_run(api, namespace, run_id, everything=failed, keep=keep)
+    in_place = any(t.in_place for t in targets)
+    return r.discard_run(api, namespace, run_id, everything=failed, keep=keep, snapshots=in_place)

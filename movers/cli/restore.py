@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from movers.cli._common import add_repo_options, emit, mib, open_repo, progress_reporter
+from movers.cli._common import add_cbt_options, add_repo_options, cbt_options, emit, mib, open_repo, progress_reporter
 from movers.errors import UsageError
 
 if TYPE_CHECKING:
@@ -54,6 +54,14 @@ def add_parsers(sub) -> None:
         " backup --extents reads; - for stdin): nothing else of the device is read",
     )
     p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--namespace", help="with --snapshot: the namespace of the live volume's VolumeSnapshot")
+    p.add_argument(
+        "--snapshot",
+        help="with --overwrite if-changed and --base-handle: a VolumeSnapshot of the live volume; the"
+        " SnapshotMetadata service's delta between the backup's snapshot (--base-handle) and it names the ranges"
+        " to rewrite (unavailable or refused: the device is compared instead)",
+    )
+    add_cbt_options(p)
     p.set_defaults(handler=cmd_restore)
 
 
@@ -61,14 +69,26 @@ def restore_request(args: argparse.Namespace) -> RestoreRequest:
     """The ``RestoreRequest`` of the parsed flags: with ``--request-env VAR`` the flow's (the writer pod), else the
     same request built from the volume, backup, device, ``--assume-zeroed``, ``--verify-device`` and ``--workers``
     flags."""
-    from movers.restore.request import RestoreRequest
+    from movers.restore.request import CbtDelta, RestoreRequest
 
     if args.request_env:
         return RestoreRequest.from_env(args.request_env)
     missing = [flag for flag in ("--volume", "--device") if getattr(args, flag[2:]) is None]
     if missing:
         raise UsageError(f"the following arguments are required: {', '.join(missing)} (see cbt-mover restore --help)")
+    cbt = None
+    if args.snapshot or args.base_handle:
+        if not (args.snapshot and args.base_handle and args.namespace):
+            raise UsageError("a CBT delta needs --namespace, --snapshot (the live volume's) and --base-handle")
+        cbt = CbtDelta(
+            namespace=args.namespace,
+            snapshot=args.snapshot,
+            base_handle=args.base_handle,
+            base_snapshot=args.base_snapshot,
+            max_results=args.cbt_max_results,
+        )
     return RestoreRequest(
+        cbt=cbt,
         volume=args.volume,
         backup=args.backup,
         device=str(args.device),
@@ -84,10 +104,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from movers.restore.volume import restore_volume
 
     request = restore_request(args)
-    result = restore_volume(lambda: open_repo(args), request, progress=lambda: progress_reporter(args))
+    cbt = cbt_options(args).connection
+    result = restore_volume(lambda: open_repo(args), request, progress=lambda: progress_reporter(args), cbt=cbt)
     if request.overwrite == "if-changed":
+        how = " by CBT" if result.path == "cbt" else ""
+        how += f" by compare (no CBT: {result.cbt_fallback})" if result.cbt_fallback else ""
         text = (
-            f"restored {result.backup_id} of {request.volume} onto {request.device} in place: compared"
+            f"restored {result.backup_id} of {request.volume} onto {request.device} in place{how}: compared"
             f" {mib(result.compared_bytes)}, fetched {mib(result.fetched_bytes)}, wrote"
             f" {mib(result.written_bytes + result.zeroed_bytes)} in {result.duration_s} s"
         )

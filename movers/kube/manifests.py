@@ -282,13 +282,17 @@ def backup_args(*, request_env: str, cbt: bool, repo: str | None = None, extra: 
     return [*args, *extra, "--json", "--result-file", TERMINATION_LOG]
 
 
-def restore_args(*, request_env: str, repo: str | None = None, extra: Sequence[str] = ()) -> list[str]:
+def restore_args(
+    *, request_env: str, repo: str | None = None, extra: Sequence[str] = (), cbt: bool = False
+) -> list[str]:
     """The argv (after the ``cbt-mover`` entrypoint) of a writer pod whose whole restore request
     (``movers.restore.request.RestoreRequest``: volume, backup, device, ``assume_zeroed``, ``verify_device``,
-    workers) is the JSON of env variable ``request_env`` (``mover_pod``'s ``env``). ``repo`` None: the pod's
-    ``CBT_MOVER_REPO`` (from the repository Secret). The JSON result goes to stdout and to the termination log.
+    workers, a CBT delta) is the JSON of env variable ``request_env`` (``mover_pod``'s ``env``). ``cbt``: the
+    request names a CBT delta, and ``--kube`` looks its snapshot, the driver's SnapshotMetadataService and CA up
+    in-cluster, as a backup mover's does (``backup_args``). ``repo`` None: the pod's ``CBT_MOVER_REPO`` (from the
+    repository Secret). The JSON result goes to stdout and to the termination log.
     """
-    args = ["restore", "--request-env", request_env]
+    args = ["restore", "--request-env", request_env, *(["--kube"] if cbt else [])]
     if repo:
         args += ["--repo", repo]
     return [*args, *extra, "--json", "--result-file", TERMINATION_LOG]
@@ -337,14 +341,15 @@ def mover_pod(
       None: ``writer`` when ``args`` start with ``restore``, else ``mover``. It is the pod's
       ``app.kubernetes.io/component``. A mover gets its claim read-only (``readOnly: true``: the engine
       opens the device O_RDONLY for a backup) and keeps its ServiceAccount token (``--kube`` reads the
-      snapshot with it); a writer gets its claim writable, ``automountServiceAccountToken: false`` and
-      no projected token (it never calls the API; ``cbt_audience`` is a ``ValueError`` for it).
+      snapshot with it); a writer gets its claim writable and ``automountServiceAccountToken: false``
+      (it never calls the API), unless it restores in place by CBT (``cbt_audience`` given): then it reads the
+      live claim's snapshot and asks the service as a mover does, with the same two tokens.
     - ``restartPolicy: Never``: a failed mover is retried by the flow, not the kubelet; the result
       JSON comes back in the termination message (``/dev/termination-log``), the log tail under
       ``FallbackToLogsOnError`` when the mover died before writing it.
     - ``task.cbt_audience``: a projected ServiceAccount token for that audience (600 s, re-minted by the
       kubelet) mounted read-only at ``CBT_TOKEN_FILE``; ``--cbt-token-file`` is appended to the
-      args when they do not name one. None: no token volume (restore pods, or TokenRequest).
+      args when they do not name one. None: no token volume (writers but by CBT, or TokenRequest).
     - Repository credentials come from Secret ``repo.secret`` (``REPO_SECRET_KEYS``; session
       token, endpoint and region are optional keys). ``repo.keys``: the keys of ``REPO_KEY_FILES`` the
       Secret holds (an encrypted repository's key), mounted as files (items of a Secret volume, read-only,
@@ -363,8 +368,6 @@ def mover_pod(
     role = role or (WRITER if list(args[:1]) == ["restore"] else MOVER)
     if role not in (MOVER, WRITER):
         raise ValueError(f"role must be {MOVER} or {WRITER}, not {role!r}")
-    if role == WRITER and cbt_audience is not None:
-        raise ValueError("a writer pod mounts no API token: cbt_audience is for backup movers")
     argv = list(args)
     claim: dict[str, Any] = {"claimName": task.pvc, **({"readOnly": True} if role == MOVER else {})}
     volumes: list[dict[str, Any]] = [{"name": "data", "persistentVolumeClaim": claim}]
@@ -419,8 +422,8 @@ def mover_pod(
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "serviceAccountName": profile.service_account,
-        # a mover's --kube reads the snapshot with the pod's own identity; a writer never calls the API
-        "automountServiceAccountToken": role == MOVER,
+        # a mover's --kube reads the snapshot with the pod's own identity; a writer calls the API only for CBT
+        "automountServiceAccountToken": role == MOVER or cbt_audience is not None,
         "nodeSelector": dict(placement.node_selector if placement.node_selector is not None else DEFAULT_NODE_SELECTOR),
         "containers": [container],
         "volumes": volumes,

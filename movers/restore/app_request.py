@@ -39,9 +39,10 @@ class RestoreAppRequest(BaseModel):
     without them). ``repo_secret`` (and ``service_account``) must exist in the target namespace: the flow opens the
     repository with its key, the writers mount it. ``source``: ``auto`` (the kept snapshot where it still holds
     the backup, else the repository), ``snapshot`` or ``repository`` (``movers.restore.source``). ``in_place``:
-    onto the existing Block claims themselves, comparing each with the backup and writing only what differs
-    (refused while a running pod uses one; ``movers.restore.plan.in_place_target``). ``timeout``:
-    seconds per writer pod.
+    onto the existing Block claims themselves, writing only what differs: the ranges CBT reports between the
+    backup's snapshot and a snapshot of the live claim when it can (``movers.restore.live``), else what comparing
+    each with the backup finds (refused while a running pod uses one; ``movers.restore.plan.in_place_target``).
+    ``timeout``: seconds per writer pod.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

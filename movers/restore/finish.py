@@ -11,6 +11,7 @@ from typing import Any
 from movers.errors import MoverError, NotFoundError
 from movers.kube import apply as k
 from movers.kube import manifests as m
+from movers.kube import retained
 from movers.kube.volumes import rebind_volume
 from movers.restore.plan import DEFAULT_FS_TYPE, PVC_LABEL, Target, labels_of
 
@@ -99,15 +100,26 @@ def kept_after_failure(api, namespace: str, run_id: str, targets: Sequence[Targe
 
 
 def discard_run(
-    api, namespace: str, run_id: str, *, everything: bool, keep: Sequence[str] = (), timeout: float = 120.0
+    api,
+    namespace: str,
+    run_id: str,
+    *,
+    everything: bool,
+    keep: Sequence[str] = (),
+    timeout: float = 120.0,
+    snapshots: bool = False,
 ) -> dict[str, list[str]]:
-    """Delete the run's writer pods; with ``everything`` (a failed run) also its claims and volumes,
+    """Delete the run's writer pods and, with ``snapshots`` (a restore in place: ``movers.restore.live``), the
+    snapshots of live claims it left; with ``everything`` (a failed run) also its claims and volumes,
     except those labelled with a PVC in ``keep`` (left with policy Retain). Returns kind -> names."""
     selector = f"{m.RUN_LABEL}={run_id}"
     done: dict[str, list[str]] = {}
     for pod in k.list_objects(api, "Pod", namespace, selector):
         k.delete_and_wait(api, "Pod", namespace, pod["metadata"]["name"], timeout)
         done.setdefault("Pod", []).append(pod["metadata"]["name"])
+    for snap in k.list_objects(api, "VolumeSnapshot", namespace, selector) if snapshots else ():
+        retained.delete(api, namespace, "VolumeSnapshot", snap["metadata"]["name"], timeout=timeout)
+        done.setdefault("VolumeSnapshot", []).append(snap["metadata"]["name"])
     if not everything:
         return done
 

@@ -30,6 +30,8 @@ from movers.kube import manifests as m
 from movers.kube.access import Check, denied
 from movers.kube.pods import pods_using_claim
 from movers.kube.volumes import default_storage_class
+from movers.restore.live import COMPARE, CbtChooser, CbtPath
+from movers.restore.live import Chosen as CbtChosen
 from movers.restore.source import Chosen, Source, snapshot_source
 
 PVC_LABEL = m.PVC_LABEL
@@ -64,6 +66,7 @@ class Target:
     snapshot_content: str | None = None  # its content (annotated to allow a Block claim from a Filesystem source)
     source_reason: str | None = None  # why the data comes from the snapshot, or from the repository
     in_place: bool = False  # written onto the existing claim ``pvc`` itself, only what differs
+    cbt: CbtPath | None = None  # in place: CBT names what differs (``movers.restore.live``); None: compared
 
     @property
     def source(self) -> str:
@@ -78,7 +81,9 @@ class Target:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> Target:
-        return cls(**{**doc, "notes": tuple(doc.get("notes") or ())})
+        cbt = doc.get("cbt")
+        cbt = CbtPath(**cbt) if isinstance(cbt, Mapping) else cbt
+        return cls(**{**doc, "notes": tuple(doc.get("notes") or ()), "cbt": cbt})
 
 
 def bounded_name(text: str, limit: int) -> str:
@@ -103,11 +108,13 @@ def write_claim_name(pvc: str, run_id: str) -> str:
 
 
 def required_permissions(
-    namespace: str, repo_secret: str, service_account: str, source: Source = "repository"
+    namespace: str, repo_secret: str, service_account: str, source: Source = "repository", in_place: bool = False
 ) -> list[Check]:
     """Every call a restore into ``namespace`` makes with the run's identity (plan, write, hand-over,
     clean-up), as ``access.Check``s for the preflight; a ``source`` other than the repository reads the kept
-    snapshots and annotates their contents."""
+    snapshots and annotates their contents; ``in_place`` checks the backups' snapshots and the drivers' CBT
+    services, and snapshots the live claims (``movers.restore.live``: create, wait, delete with a Retain
+    content)."""
     ns = namespace
     checks = [
         Check("get", "", "namespaces", name=ns),
@@ -124,15 +131,23 @@ def required_permissions(
     if source != "repository":
         checks += [Check("list", "snapshot.storage.k8s.io", "volumesnapshots", namespace=ns)]
         checks += [Check(verb, "snapshot.storage.k8s.io", "volumesnapshotcontents") for verb in ("get", "patch")]
+    if in_place:
+        snap = "snapshot.storage.k8s.io"
+        checks += [Check(verb, snap, "volumesnapshots", namespace=ns) for verb in ("get", "list", "create", "delete")]
+        checks += [Check(verb, snap, "volumesnapshotcontents") for verb in ("get", "patch", "delete")]
+        checks += [
+            Check("list", snap, "volumesnapshotclasses"),
+            Check("get", "cbt.storage.k8s.io", "snapshotmetadataservices"),
+        ]
     return checks
 
 
 def check_permissions(
-    api, namespace: str, repo_secret: str, service_account: str, source: Source = "repository"
+    api, namespace: str, repo_secret: str, service_account: str, source: Source = "repository", in_place: bool = False
 ) -> None:
     """``PermissionsMissing`` (one line naming every refused call) unless the identity of ``api`` may make
     every call of ``required_permissions``."""
-    refused = denied(api, required_permissions(namespace, repo_secret, service_account, source))
+    refused = denied(api, required_permissions(namespace, repo_secret, service_account, source, in_place))
     if refused:
         raise PermissionsMissing(
             f"cannot restore into {namespace}: this identity lacks {len(refused)}"
@@ -187,7 +202,7 @@ def plan_targets(
     """
     storage_class, overwrite, hand_over = options.storage_class, options.overwrite, options.hand_over
     repo_secret, service_account = options.repo_secret, options.service_account
-    check_permissions(api, namespace, repo_secret, service_account, options.source)
+    check_permissions(api, namespace, repo_secret, service_account, options.source, options.in_place)
     problems: list[str] = []
     if k.find(api, "Namespace", None, namespace) is None:
         raise RestoreRefused(
@@ -199,11 +214,12 @@ def plan_targets(
             problems.append(f"{kind} {namespace}/{name} does not exist (the writer pods need it)")
     default_class = None if options.in_place else default_storage_class(api)
     snapshots = SnapshotCheck(api)  # lists the namespace's VolumeSnapshots once
+    chooser = CbtChooser(api, snapshots) if options.in_place else None
     classes: dict[str, dict[str, Any] | None] = {}
     targets = []
     for vol in volumes:
         if options.in_place:
-            targets.append(in_place_target(api, namespace, vol, problems))
+            targets.append(in_place_target(api, namespace, vol, problems, chooser))
             continue
         pvc, notes = vol["pvc"], []
         sc = storage_class or vol.get("storage_class") or default_class
@@ -267,12 +283,16 @@ def plan_targets(
     return targets
 
 
-def in_place_target(api, namespace: str, vol: Mapping[str, Any], problems: list[str]) -> Target:
+def in_place_target(
+    api, namespace: str, vol: Mapping[str, Any], problems: list[str], chooser: CbtChooser | None = None
+) -> Target:
     """The target of a restore onto the existing claim ``vol["pvc"]`` itself (``RestoreOptions.in_place``): its
-    writer compares the claim's volume with the backup by the digests the map records and rewrites only what
-    differs, so the PV stays the same and the next backup stays a CBT delta from the last base. Appends to
-    ``problems`` why it cannot: no such claim, not bound, a Filesystem claim (a writer reaches only a Block
-    device of it; restore it as a new claim instead), or running pods use it (named: stop them first)."""
+    writer rewrites only what differs, so the PV stays the same and the next backup stays a CBT delta from the last
+    base. What differs: by CBT between the backup's snapshot and a snapshot of the live claim when ``chooser``
+    finds that possible (``movers.restore.live``: ``Target.cbt``), else by comparing the claim's volume with the
+    backup by the digests the map records; ``source_reason`` says which and why. Appends to ``problems`` why it
+    cannot: no such claim, not bound, a Filesystem claim (a writer reaches only a Block device of it; restore it as
+    a new claim instead), or running pods use it (named: stop them first)."""
     pvc = vol["pvc"]
     claim = k.find(api, "PersistentVolumeClaim", namespace, pvc)
     spec = (claim or {}).get("spec") or {}
@@ -292,6 +312,10 @@ def in_place_target(api, namespace: str, vol: Mapping[str, Any], problems: list[
                 f"PersistentVolumeClaim {namespace}/{pvc} is used by pod(s) {', '.join(users)}: stop them before"
                 " restoring it in place"
             )
+    chosen = CbtChosen(None, COMPARE)
+    if chooser is not None and spec.get("volumeMode") == "Block" and spec.get("volumeName"):
+        pv = k.find(api, "PersistentVolume", None, spec["volumeName"])
+        chosen = chooser.choose(namespace, vol.get("snapshot") or {}, pv)
     return Target(
         pvc,
         vol["volume"],
@@ -303,6 +327,7 @@ def in_place_target(api, namespace: str, vol: Mapping[str, Any], problems: list[
         False,
         app=vol.get("app"),
         labels=dict(vol.get("labels") or {}) or None,
-        source_reason="the claim's own volume compared with the backup, only what differs written",
+        source_reason=chosen.reason,
         in_place=True,
+        cbt=chosen.cbt,
     )

@@ -351,3 +351,35 @@ def test_the_listers_own_command_line_works(cluster):
         check=2,
     )
     assert "--service-account-namespace needs --service-account NAME" in half.stderr
+
+
+def test_restore_in_place_by_a_cbt_delta_reads_only_its_ranges_and_falls_back_to_compare_when_refused(
+    cluster, tmp_path
+):
+    """``restore --overwrite if-changed`` with the live volume's VolumeSnapshot and the backup's handle: the writer
+    asks GetMetadataDelta as a mover does (``--kube``: the snapshot, the service, a TokenRequest) and reads, fetches
+    and writes only its ranges; a delta the service refuses (a base of another volume: INVALID_ARGUMENT) makes it
+    compare the whole device instead, saying why. Either way the device is bit-exact with the backup."""
+    kube, server, base_img, target_img = cluster
+    repo = f"file://{tmp_path}/repo"
+    cli(kube, "init", "--insecure-no-encryption", "--repo", repo)
+    backup = ["backup", "--repo", repo, "--volume", "apps/data", "--json", "--device", base_img]
+    cli(kube, *backup, *kube_args(kube, "snap-1"))
+    live = tmp_path / "live.img"
+    shutil.copy(target_img, live)  # the live volume, as snap-2 took it: 3 blocks differ from the backup's snapshot
+    restore = ["restore", "--repo", repo, "--volume", "apps/data", "--device", live, "--overwrite", "if-changed"]
+    doc = json.loads(cli(kube, *restore, *kube_args(kube, "snap-2"), "--base-handle", "handle-1", "--json").stdout)
+    assert (doc["path"], doc.get("cbt_fallback")) == ("cbt", None), doc
+    assert doc["compared_bytes"] == doc["written_bytes"] + doc["zeroed_bytes"] == 3 * 4096, doc
+    assert sha256_file(live) == sha256_file(base_img)
+    assert server.calls["GetMetadataDelta"] == 1 and server.last_request.base_snapshot_id == "handle-1"
+
+    server.catalog.add(ImageSnapshot(target_img, namespace=NS, name="snap-other", handle="handle-3", volume_id="w"))
+    add_snapshot(kube, "snap-other", "handle-3", volume_handle="vol-handle-2")
+    shutil.copy(target_img, live)
+    proc = cli(kube, *restore, *kube_args(kube, "snap-other"), "--base-handle", "handle-1", "--json")
+    doc = json.loads(proc.stdout)
+    assert doc["path"] == "compare" and "INVALID_ARGUMENT" in doc["cbt_fallback"], doc
+    assert doc["compared_bytes"] >= 16 * MiB and doc["written_bytes"] + doc["zeroed_bytes"] == 3 * 4096, doc
+    assert sha256_file(live) == sha256_file(base_img)
+    assert "comparing the device with the backup instead" in proc.stderr

@@ -743,25 +743,45 @@ def test_from_the_kept_snapshot_without_a_download_and_from_the_repository_once_
     assert "from the repository (VolumeSnapshot" in doc and "no longer exists" in doc, doc
 
 
+DRIFT = {"data": (0, 5 << 20, 11 << 20), "logs": (4 << 20, 15 << 20)}  # offsets of 8 KiB of new data per claim
+
+
+def _drift(cluster, pvcs=DRIFT) -> dict[str, tuple]:
+    """The live volumes of ``pvcs`` drift (8 KiB of random data at each offset): ``{pvc: (image, sha before, PV)}``."""
+    drifted = {}
+    for pvc, offsets in pvcs.items():
+        image, _claim, pv = _volume_image(cluster, SRC, pvc)
+        want = _sha(image)
+        with open(image, "r+b") as f:
+            for off in offsets:
+                os.pwrite(f.fileno(), os.urandom(8192), off)
+        assert _sha(image) != want
+        drifted[pvc] = (image, want, pv)
+    return drifted
+
+
+def _live_snapshots(cluster, run_id) -> list[str]:
+    return [
+        o["metadata"]["name"] for o in k.list_objects(cluster.client, "VolumeSnapshot", SRC, f"{m.RUN_LABEL}={run_id}")
+    ]
+
+
 def test_in_place_rewrites_only_what_differs_keeps_the_volume_and_the_next_backup_stays_a_cbt_delta(
     local_cluster, backed_up
 ):
-    """``in_place``: onto the app's own Block claim, refused while a pod uses it (named); then only the drifted
-    blocks are fetched and written, the PV stays the same, and the next backup is a CBT delta from the last base.
-    After the kept-snapshot test (the app is stopped)."""
+    """``in_place``: onto the app's own Block claims, refused while a pod uses one (named); then, the backup's
+    snapshots being kept and the driver serving CBT, each live claim is snapshotted and only the blocks
+    GetMetadataDelta names are read, fetched and written (nothing else compared), the PVs stay the same, the live
+    snapshots are gone, and the next backup is a CBT delta from the last base. After the kept-snapshot test (the app
+    is stopped)."""
     from flows.backup import backup_app
 
     repo, api = backed_up["repo"], local_cluster.client
     core = client.CoreV1Api(api)
     params = backup_params(local_cluster, repo, SRC, parallelism=4, hooks={"pre": [], "post": []})  # app stopped
     base = backup_app(**params)  # the claims' volumes are the ones the previous test restored: a base of them
-    data_backup = next(r["backup_id"] for r in base["volumes"] if r["volume"] == f"{SRC}/data")
-    image, _claim, pv = _volume_image(local_cluster, SRC, "data")
-    want = _sha(image)
-    with open(image, "r+b") as f:  # the live volume drifts: 3 x 8 KiB
-        for off in (0, 5 << 20, 11 << 20):
-            os.pwrite(f.fileno(), os.urandom(8192), off)
-    assert _sha(image) != want
+    backups = {r["volume"].split("/", 1)[1]: r["backup_id"] for r in base["volumes"]}
+    drifted = _drift(local_cluster)
 
     user = pod_manifest("user", ["sleep", "600"], volumeDevices=[{"name": "v", "devicePath": "/dev/xvda"}])
     user["spec"] |= {
@@ -775,18 +795,52 @@ def test_in_place_rewrites_only_what_differs_keeps_the_volume_and_the_next_backu
     core.delete_namespaced_pod("user", SRC, grace_period_seconds=0)
     wait_until(lambda: not k.find(api, "Pod", SRC, "user"), 30, "the user pod stopped")
 
-    out = _restore(local_cluster, repo, pvcs=["data"], in_place=True)
-    (row,) = out["volumes"]
-    assert (row["source"], row["backup_id"], row["pv"]) == ("in place", data_backup, pv["metadata"]["name"]), row
-    assert 0 < row["written_bytes"] <= 2 * 3 * 8192 and row["compared_bytes"] >= row["capacity_bytes"], row
-    assert _sha(image) == want, "bit-exact with the backup, on the same volume"
-    assert k.get(api, "PersistentVolume", None, pv["metadata"]["name"])["metadata"]["uid"] == pv["metadata"]["uid"]
+    out = _restore(local_cluster, repo, pvcs=["data", "logs"], in_place=True)
+    rows = {r["pvc"]: r for r in out["volumes"]}
+    assert sorted(rows) == ["data", "logs"]
+    for pvc, (image, want, pv) in drifted.items():
+        row = rows[pvc]
+        assert (row["source"], row["path"], row["backup_id"]) == ("in place", "cbt", backups[pvc]), row
+        assert row["pv"] == pv["metadata"]["name"] and "serves CBT" in row["source_reason"], row
+        changed = len(DRIFT[pvc]) * 8192
+        # the device is read only inside the ranges CBT names (to write only the blocks that differ there)
+        assert row["compared_bytes"] == changed and row["written_bytes"] == changed, (row, changed)
+        assert row["fetched_bytes"] < row["capacity_bytes"] // 4, row  # holes of the backup are zeroed, not fetched
+        assert _sha(image) == want, f"{pvc}: bit-exact with the backup, on the same volume"
+        now = k.get(api, "PersistentVolume", None, pv["metadata"]["name"])
+        assert now["metadata"]["uid"] == pv["metadata"]["uid"]
+    assert _live_snapshots(local_cluster, out["run_id"]) == [], "the live claims' snapshots are deleted"
     doc = artifact(f"restore-{SRC}-report").data
-    assert "in place (the claim's own volume compared with the backup" in doc and "compared " in doc, doc
+    assert doc.count("in place by CBT (VolumeSnapshot") == 2 and "compared 24.0 KiB" in doc, doc
 
     after = backup_app(**params)
-    data = next(r for r in after["volumes"] if r["volume"] == f"{SRC}/data")
-    assert (data["mode"], data["change_source"]) == ("incremental-cbt", "cbt-delta"), data
+    for pvc in DRIFT:
+        done = next(r for r in after["volumes"] if r["volume"] == f"{SRC}/{pvc}")
+        assert (done["mode"], done["change_source"]) == ("incremental-cbt", "cbt-delta"), done
+
+
+def test_in_place_without_the_backup_s_snapshot_compares_and_says_why(local_cluster, backed_up):
+    """The backup's kept snapshots are gone: each claim is compared with the backup by the map's digests (no live
+    snapshot is taken), the report says why, and the claims are bit-exact with the backup again. After the CBT
+    in-place test (the app is stopped, its last backup the latest)."""
+    from movers.kube import cleanup
+
+    repo, api = backed_up["repo"], local_cluster.client
+    cleanup.delete_by_label(api, SRC, "cbt-mover.io/kept-for", wait=True)
+    drifted = _drift(local_cluster)
+
+    out = _restore(local_cluster, repo, pvcs=["data", "logs"], in_place=True)
+    rows = {r["pvc"]: r for r in out["volumes"]}
+    for pvc, (image, want, _pv) in drifted.items():
+        row = rows[pvc]
+        assert (row["source"], row["path"]) == ("in place", "compare"), row
+        assert "no longer exists: the claim's own volume compared" in row["source_reason"], row
+        assert row["compared_bytes"] >= row["capacity_bytes"], row
+        assert 0 < row["written_bytes"] <= 2 * len(DRIFT[pvc]) * 8192, row
+        assert _sha(image) == want, f"{pvc}: bit-exact with the backup"
+    assert _live_snapshots(local_cluster, out["run_id"]) == []
+    doc = artifact(f"restore-{SRC}-report").data
+    assert doc.count("in place by compare (VolumeSnapshot") == 2 and "no longer exists" in doc, doc
 
 
 def test_a_failed_in_place_restore_leaves_the_claim_as_it_was_and_says_why(local_cluster, backed_up):

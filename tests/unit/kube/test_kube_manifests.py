@@ -15,7 +15,7 @@ from movers.kube import manifests as m
 from movers.kube import podspec
 from movers.kube.volumes import PvIdentity, source_identity
 from movers.repo.manifest import VolumeIdentity
-from movers.restore.request import RestoreRequest
+from movers.restore.request import CbtDelta, RestoreRequest
 from tests import k8svalidate
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
@@ -87,6 +87,19 @@ def _cases() -> dict[str, dict]:
             repo=podspec.RepoAccess("backup-repo", ["keyfile", "password"]),
             labels=LABELS,
         ),
+        "mover_pod_restore_in_place_by_cbt": m.mover_pod(
+            "writer-data",
+            "shop",
+            profile=podspec.MoverProfile(image="ghcr.io/example/cbt-mover:1.0", service_account="cbt-mover"),
+            task=podspec.MoverTask(
+                args=m.restore_args(request_env=REQUEST_ENV, cbt=True),
+                env={REQUEST_ENV: RESTORE_IN_PLACE_BY_CBT.model_dump_json()},
+                pvc="data",
+                cbt_audience="cbt.example",
+            ),
+            repo=podspec.RepoAccess("backup-repo"),
+            labels=LABELS,
+        ),
         "rebound_pv_filesystem": m.rebound_pv(
             "pvc-1234-filesystem", SOURCE_PV, "restored", m.Handover("data", "Filesystem"), labels=LABELS
         ),
@@ -152,6 +165,13 @@ def _backup_request() -> BackupRequest:
 
 BACKUP_REQUEST = _backup_request()
 RESTORE_REQUEST = RestoreRequest(volume="prod/shop/data", device=podspec.DEVICE_PATH, verify_device=True)
+RESTORE_IN_PLACE_BY_CBT = RestoreRequest(
+    volume="prod/shop/data",
+    device=podspec.DEVICE_PATH,
+    verify_device=True,
+    overwrite="if-changed",
+    cbt=CbtDelta(namespace="shop", snapshot="writer-data", base_handle="snap-0001"),
+)
 
 
 def test_rebound_pv_and_quantities_contract():
@@ -438,14 +458,19 @@ def test_writer_and_mover_pods():
     assert writer["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c"}
     assert mover["spec"]["automountServiceAccountToken"] is True
     assert mover["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": True}
-    with pytest.raises(ValueError, match="writer"):
-        m.mover_pod(
-            "w",
-            "ns",
-            profile=podspec.MoverProfile(image="i", service_account="s"),
-            task=podspec.MoverTask(args=["restore"], pvc="c", cbt_audience="aud"),
-            repo=podspec.RepoAccess("r"),
-        )
+    by_cbt = m.mover_pod(  # in place by CBT: the writer asks the service as a mover does
+        "w",
+        "ns",
+        profile=podspec.MoverProfile(image="i", service_account="s"),
+        task=podspec.MoverTask(args=m.restore_args(request_env="R", cbt=True), pvc="c", cbt_audience="aud"),
+        repo=podspec.RepoAccess("r"),
+    )
+    assert by_cbt["spec"]["automountServiceAccountToken"] is True
+    assert by_cbt["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c"}, "written: not read-only"
+    [token] = [v for v in by_cbt["spec"]["volumes"] if "projected" in v]
+    assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "aud"
+    args = by_cbt["spec"]["containers"][0]["args"]
+    assert args[:4] == ["restore", "--request-env", "R", "--kube"] and m.CBT_TOKEN_FILE in args, args
     with pytest.raises(ValueError, match="role"):
         m.mover_pod(
             "w",

@@ -4,6 +4,7 @@ asks for (compared with the shipped controller role)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -12,7 +13,8 @@ from movers import restore as r
 from movers.kube import manifests as m
 from movers.kube import podspec
 from movers.policy.model import MoverSettings
-from movers.restore.request import REQUEST_ENV, RestoreRequest
+from movers.restore.live import CbtPath
+from movers.restore.request import REQUEST_ENV, CbtDelta, RestoreRequest
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -98,8 +100,9 @@ def test_a_volume_restored_elsewhere_is_noted():
     assert "topology.hostpath.csi/node In [node-a]" in note and "[node-b]" in note
 
 
+@pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("source", ["repository", "auto", "snapshot"])
-def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(source):
+def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(source, in_place):
     from localcluster.shipped_rbac import controller_role
 
     role = controller_role()
@@ -109,7 +112,7 @@ def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
                     granted.add((verb, group, resource, tuple(rule.get("resourceNames") or ())))
-    checks = r.required_permissions("shop", "cbt-mover-repo", "cbt-mover", source)
+    checks = r.required_permissions("shop", "cbt-mover-repo", "cbt-mover", source, in_place)
     missing = []
     for c in checks:
         resource = c.resource + (f"/{c.subresource}" if c.subresource else "")
@@ -118,7 +121,10 @@ def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(
     assert missing == [], "the restore needs what the shipped role does not grant"
     assert any(c.resource == "persistentvolumes" and c.verb == "create" for c in checks)
     reads_snapshots = any(c.resource == "volumesnapshotcontents" and c.verb == "patch" for c in checks)
-    assert reads_snapshots == (source != "repository"), "the kept snapshots only when they may be the source"
+    assert reads_snapshots == (source != "repository" or in_place), "the kept snapshots only when they may be used"
+    snapshots_live = any(c.resource == "volumesnapshots" and c.verb == "create" for c in checks)
+    asks_cbt = any(c.resource == "snapshotmetadataservices" for c in checks)
+    assert snapshots_live == asks_cbt == in_place, "the live claims' snapshots and CBT only in place"
 
 
 @pytest.mark.parametrize("pvc", ["data", "a" * 253])
@@ -138,6 +144,35 @@ def test_target_round_trips_through_plain_data(pvc):
         "shop",
     )
     assert r.Target.from_dict(t.to_dict()) == t
+    by_cbt = dataclasses.replace(t, in_place=True, cbt=CbtPath("handle-1", "aud", "csi-snapclass", "snap-1"))
+    assert r.Target.from_dict(by_cbt.to_dict()) == by_cbt
+
+
+def test_a_writer_in_place_by_cbt_asks_the_service_as_a_mover_does_and_the_cli_builds_its_request():
+    """In place by CBT the writer pod gets what a backup mover gets to ask the SnapshotMetadata service (its
+    ServiceAccount token for ``--kube``, a projected token of the service's audience named by file, never by value)
+    and the delta between the backup's snapshot and the live claim's; the CLI's flags build the same request."""
+    from movers.cli import build_parser
+    from movers.cli.restore import restore_request
+
+    t = r.Target("data", "shop/data", "20260101T000000000000Z-abcdef", 1 << 24, "fast", "Block", "data", False)
+    t = dataclasses.replace(t, in_place=True, cbt=CbtPath("handle-1", "aud", "csi-snapclass"))
+    delta = CbtDelta(namespace="restored", snapshot="live-data", base_handle="handle-1")
+    pod = r.writer_pod(r.WriterRun("restored", RUN, MoverSettings(image="cbt-mover"), "cbt-mover-repo"), t, (), delta)
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is True
+    [token] = [v["projected"]["sources"][0]["serviceAccountToken"] for v in spec["volumes"] if "projected" in v]
+    assert token["audience"] == "aud"
+    args = spec["containers"][0]["args"]
+    assert args[:4] == ["restore", "--request-env", REQUEST_ENV, "--kube"] and m.CBT_TOKEN_FILE in args
+    flags = [
+        "restore", "--repo", "file:///nowhere", "--volume", "shop/data", "--backup", t.backup_id,
+        "--device", "/dev/xvda", "--verify-device", "--overwrite", "if-changed",
+        "--namespace", "restored", "--snapshot", "live-data", "--base-handle", "handle-1",
+    ]  # fmt: skip
+    assert restore_request(build_parser().parse_args(flags)) == _request(pod)
+    assert _request(pod).cbt == delta
+    assert _request(r.writer_pod(r.WriterRun("restored", RUN, MoverSettings(image="cbt-mover"), "x"), t)).cbt is None
 
 
 def test_the_writer_pod_mounts_no_token_and_carries_the_run_s_labels_and_placement():
