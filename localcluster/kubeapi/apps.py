@@ -136,6 +136,11 @@ def _selector_and_template(key: tuple[str, str], spec: Obj) -> list[FieldError]:
     out += f.labels(labels, "spec.template.metadata.labels")
     out += f.annotations(_m(template.get("metadata")).get("annotations"), "spec.template.metadata.annotations")
     pod_spec = _m(template.get("spec"))
+    claims = [_s(_m(_m(c).get("metadata")).get("name")) for c in _l(spec.get("volumeClaimTemplates"))]
+    if claims:  # a StatefulSet's pods get a volume per claim template: the template may mount them
+        volumes = [v for v in _l(pod_spec.get("volumes")) if _m(v).get("name") not in claims]
+        volumes += [{"name": c, "persistentVolumeClaim": {"claimName": c}} for c in claims if c]
+        pod_spec = {**pod_spec, "volumes": volumes}
     out += ps.pod_spec(pod_spec, "", "spec.template.spec")
     if pod_spec.get("restartPolicy") != "Always":
         out.append(f.not_supported("spec.template.spec.restartPolicy", pod_spec.get("restartPolicy"), ["Always"]))
