@@ -98,8 +98,9 @@ def test_a_volume_restored_elsewhere_is_noted():
     assert "topology.hostpath.csi/node In [node-a]" in note and "[node-b]" in note
 
 
+@pytest.mark.parametrize("scale_down", [False, True])
 @pytest.mark.parametrize("source", ["repository", "auto", "snapshot"])
-def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(source):
+def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(source, scale_down):
     from localcluster.shipped_rbac import controller_role
 
     role = controller_role()
@@ -109,7 +110,7 @@ def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
                     granted.add((verb, group, resource, tuple(rule.get("resourceNames") or ())))
-    checks = r.required_permissions("shop", "cbt-mover-repo", "cbt-mover", source)
+    checks = r.required_permissions("shop", "cbt-mover-repo", "cbt-mover", source, scale_down)
     missing = []
     for c in checks:
         resource = c.resource + (f"/{c.subresource}" if c.subresource else "")
@@ -119,6 +120,8 @@ def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(
     assert any(c.resource == "persistentvolumes" and c.verb == "create" for c in checks)
     reads_snapshots = any(c.resource == "volumesnapshotcontents" and c.verb == "patch" for c in checks)
     assert reads_snapshots == (source != "repository"), "the kept snapshots only when they may be the source"
+    scales = any(c.resource == "deployments" and c.subresource == "scale" and c.verb == "patch" for c in checks)
+    assert scales == scale_down, "the workloads only when scale_down is asked"
 
 
 @pytest.mark.parametrize("pvc", ["data", "a" * 253])
