@@ -104,8 +104,9 @@ def run_id_for(flow_run_id: Any) -> str:
 
 
 def _abandon_run(run: _run.Abandoned) -> None:
-    """Best effort after a cancelled/crashed run: delete the writer pods, claims and volumes of the run.
-    Never raises (errors are logged)."""
+    """Best effort after a cancelled/crashed run: delete the writer pods, claims and volumes of the run; with
+    ``scale_down``, scale the workloads it left scaled down back (``movers.restore.quiesce.recover``). Never raises
+    (errors are logged)."""
     from movers import restore as r
     from tasks.kube import api_client
 
@@ -115,6 +116,10 @@ def _abandon_run(run: _run.Abandoned) -> None:
     with best_effort(f"run {run.id} ({run.why}): cleanup of {ns} failed", run.log, logging.ERROR):
         deleted = r.discard_run(api_client(run.params.get("kubeconfig")), ns, run.id, everything=True)
         run.log.info("run %s (%s): deleted %s", run.id, run.why, deleted)
+    if given.get("scale_down") and ns:  # the workloads it scaled down, back to their recorded replicas
+        with best_effort(f"run {run.id} ({run.why}): scaling back in {ns} failed", run.log, logging.ERROR):
+            back = quiesce.recover(api_client(run.params.get("kubeconfig")), ns, given.get("pvcs"))
+            (run.log.error if back.failed else run.log.info)("run %s (%s): %s", run.id, run.why, quiesce.describe(back))
     if ns:
         run.failed(events.namespace_resource(ns, KIND, run.id, source_namespace=source))
 

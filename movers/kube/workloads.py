@@ -14,8 +14,8 @@
 * ``scale_back(api, scaled)``: each workload back to its recorded replicas through ``scale``, then the annotation
   removed; never raises: the ones that failed are returned with why (``ScaleBack``), for the report.
 
-The identity needs get on replicasets, get, list and patch (the annotation) on deployments and statefulsets, and get
-and patch on their ``scale`` subresource (``permissions``). Errors are ``apply.KubeError``s.
+The identity needs get on replicasets, get, list and patch (the annotation) on deployments and statefulsets, and
+patch on their ``scale`` subresource (``permissions``). Errors are ``apply.KubeError``s.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from movers.errors import NotFoundError
 from movers.kube.access import Check
-from movers.kube.apply import KubeError, api_error, get, list_objects, merge_patch, patch_scale
+from movers.kube.apply import ForbiddenError, KubeError, api_error, get, list_objects, merge_patch, patch_scale
 
 SCALED_DOWN_FROM = "cbt-mover.io/scaled-down-from"
 SCALABLE = ("Deployment", "StatefulSet")
@@ -38,7 +39,7 @@ def permissions(namespace: str) -> list[Check]:
     checks = [Check("get", "apps", "replicasets", namespace=namespace)]
     for plural in ("deployments", "statefulsets"):
         checks += [Check(verb, "apps", plural, namespace=namespace) for verb in ("get", "list", "patch")]
-        checks += [Check(verb, "apps", plural, "scale", namespace=namespace) for verb in ("get", "patch")]
+        checks += [Check("patch", "apps", plural, "scale", namespace=namespace)]
     return checks
 
 
@@ -95,7 +96,10 @@ def owner_of(api, namespace: str, pod: dict) -> Workload | str:
     if kind == "StatefulSet":
         return Workload(kind, namespace, name)
     if kind == "ReplicaSet":
-        rs = get(api, "ReplicaSet", namespace, name)
+        try:
+            rs = get(api, "ReplicaSet", namespace, name)
+        except (ForbiddenError, NotFoundError) as err:  # a refusal still names the pod; scale_down's preflight asks
+            return f"run by ReplicaSet {name}, which could not be read: {err}"
         owner = _controller(rs)
         if owner is not None and owner.get("kind") == "Deployment":
             return Workload("Deployment", namespace, owner["name"])
@@ -143,7 +147,8 @@ class ClaimsStillUsed(KubeError):
         self.retriable = False
 
 
-def _recorded(obj: dict) -> int | None:
+def recorded_replicas(obj: dict) -> int | None:
+    """The replicas a run recorded on the workload ``obj`` before scaling it down (``SCALED_DOWN_FROM``), or None."""
     value = ((obj.get("metadata") or {}).get("annotations") or {}).get(SCALED_DOWN_FROM)
     return int(value) if value is not None and value.isdigit() else None
 
@@ -155,7 +160,7 @@ def scale_down(api, workloads: Sequence[Workload]) -> list[Scaled]:
     for w in workloads:
         try:
             obj = get(api, w.kind, w.namespace, w.name)
-            recorded = _recorded(obj)
+            recorded = recorded_replicas(obj)
             replicas = recorded if recorded is not None else int((obj.get("spec") or {}).get("replicas", 1))
             if recorded is None:  # guarded by the resourceVersion read: a concurrent scale is not recorded wrong
                 md = {"annotations": {SCALED_DOWN_FROM: str(replicas)}}

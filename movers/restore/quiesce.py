@@ -8,6 +8,8 @@
   left at 0 by a crashed run (they carry ``SCALED_DOWN_FROM`` and their pod template mounts one of the claims),
   scaled to 0 with their replicas recorded, then watched until no pod uses the claims. The ``Scaled`` list; on any
   failure ``QuiesceFailed``, whose ``scaled`` the caller must scale back all the same.
+* ``recover(api, namespace, claims)``: after a cancelled or crashed run, the workloads it left scaled down back to
+  their recorded replicas (the flow's state hook).
 * ``start_again(api, scaled)``: ``workloads.scale_back``; ``describe(scaled, back)`` says in one line what the
   run did to the application, for the report and the failure report (naming the workloads and the replicas to
   restore by hand when scaling back failed).
@@ -71,14 +73,22 @@ def _mounts_any(obj: dict, claims: Sequence[str]) -> bool:
     )
 
 
-def stranded(api, namespace: str, claims: Sequence[str]) -> list[Workload]:
-    """Workloads a crashed run left scaled down (``SCALED_DOWN_FROM`` on them) whose pods would mount ``claims``."""
+def stranded(api, namespace: str, claims: Sequence[str] | None) -> list[Scaled]:
+    """Workloads a crashed run left scaled down (``SCALED_DOWN_FROM`` on them) whose pods would mount ``claims``
+    (None: any), each with its recorded replicas."""
     out = []
     for kind in w.SCALABLE:
         for obj in list_objects(api, kind, namespace):
-            if SCALED_DOWN_FROM in ((obj["metadata"].get("annotations")) or {}) and _mounts_any(obj, claims):
-                out.append(Workload(kind, namespace, obj["metadata"]["name"]))
+            recorded = w.recorded_replicas(obj)
+            if recorded is not None and (claims is None or _mounts_any(obj, claims)):
+                out.append(Scaled(Workload(kind, namespace, obj["metadata"]["name"]), recorded, True))
     return out
+
+
+def recover(api, namespace: str, claims: Sequence[str] | None) -> ScaleBack:
+    """After a cancelled or crashed run: the workloads it left scaled down (``stranded``) back to their recorded
+    replicas (``workloads.scale_back``; never raises but for listing them)."""
+    return w.scale_back(api, stranded(api, namespace, claims))
 
 
 def stop_users(api, namespace: str, claims: Sequence[str], timeout: float) -> list[Scaled]:
@@ -93,7 +103,7 @@ def stop_users(api, namespace: str, claims: Sequence[str], timeout: float) -> li
                 " Deployment or StatefulSet runs",
                 scaled,
             )
-        workloads = sorted(set(users.workloads) | set(stranded(api, namespace, claims)))
+        workloads = sorted(set(users.workloads) | {s.workload for s in stranded(api, namespace, claims)})
         try:
             scaled = w.scale_down(api, workloads)
         except w.ScaleDownFailed as err:

@@ -3,7 +3,8 @@ by a Deployment that mounts both Block claims is backed up; its volumes then dri
 ``scale_down`` is refused naming the pod and its Deployment; with it the Deployment is scaled to 0, both claims are
 rewritten bit-exact with the backup, and the Deployment is back at its replicas, its pod running, the annotation
 gone; a restore that fails after scaling down scales back all the same and its failure report says so; a
-Deployment a crashed run left at 0 (its annotation still on it) is found and returned to the recorded replicas."""
+Deployment a crashed run left at 0 (its annotation still on it) is found and returned to the recorded replicas; a
+StatefulSet's claim (of its claim template) is restored with the set scaled down and back."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ NS = "scaled-shop"
 APP = "shop-db"
 LABELS = {"app": "demo"}  # what the backup's selector picks
 CLAIMS = ("data", "logs")
+WAL = "wal-db-0"  # the StatefulSet db's claim of its template wal
 MOVER = {"image": "cbt-mover", "service_account": MOVER_SERVICE_ACCOUNT, "repo_secret": REPO_SECRET}
 REPO = "s3://flow-restore-scale/repo"
 
@@ -60,14 +62,16 @@ def backed_up(local_cluster, harness, module_env):
     for pvc in CLAIMS:
         k.create(api, m.block_pvc(pvc, NS, "16Mi", APP_CLASS, LABELS))
     client.AppsV1Api(api).create_namespaced_deployment(NS, _deployment())
+    client.AppsV1Api(api).create_namespaced_stateful_set(NS, _stateful_set())
     wait_until(lambda: _app_running(core, 1), 60, "the app's pod running")
-    for pvc in CLAIMS:  # something to restore: data at a few places of each volume
+    wait_until(lambda: _running(core, "role=db", 1), 60, "the StatefulSet's pod running")
+    for pvc in (*CLAIMS, WAL):  # something to restore: data at a few places of each volume
         with open(_image(cluster, pvc), "r+b") as f:
             for off in (0, 3 << 20, 9 << 20):
                 os.pwrite(f.fileno(), os.urandom(16384), off)
     out = backup_app(**backup_params(cluster, REPO, NS, parallelism=2, hooks={"pre": [], "post": []}))
-    assert sorted(r["volume"] for r in out["volumes"]) == [f"{NS}/data", f"{NS}/logs"], out
-    return {"cluster": cluster, "shas": {pvc: _sha(_image(cluster, pvc)) for pvc in CLAIMS}}
+    assert sorted(r["volume"] for r in out["volumes"]) == [f"{NS}/data", f"{NS}/logs", f"{NS}/{WAL}"], out
+    return {"cluster": cluster, "shas": {pvc: _sha(_image(cluster, pvc)) for pvc in (*CLAIMS, WAL)}}
 
 
 def _deployment() -> dict:
@@ -79,13 +83,36 @@ def _deployment() -> dict:
     return {"metadata": {"name": APP}, "spec": spec}
 
 
+def _stateful_set() -> dict:
+    """A StatefulSet of 1 pod whose claim template ``wal`` (Block, labelled for the backup) gives ``wal-db-0``."""
+    container = {"name": "db", "image": "python:3-slim", "command": ["sleep", "3600"]}
+    container["volumeDevices"] = [{"name": "wal", "devicePath": "/dev/xvdc"}]
+    template = {"metadata": {"labels": {"role": "db"}}, "spec": {"containers": [container]}}
+    claim = {
+        "metadata": {"name": "wal", "labels": LABELS},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "volumeMode": "Block",
+            "storageClassName": APP_CLASS,
+            "resources": {"requests": {"storage": "16Mi"}},
+        },
+    }
+    spec = {"replicas": 1, "selector": {"matchLabels": {"role": "db"}}, "template": template}
+    return {"metadata": {"name": "db"}, "spec": spec | {"volumeClaimTemplates": [claim]}}
+
+
 def _app_pods(core) -> list:
     return core.list_namespaced_pod(NS, label_selector="app=demo").items
 
 
+def _running(core, selector: str, n: int):
+    pods = core.list_namespaced_pod(NS, label_selector=selector).items
+    running = [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+    return running if len(running) == n == len(pods) else None
+
+
 def _app_running(core, n: int):
-    pods = [p for p in _app_pods(core) if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
-    return pods if len(pods) == n == len(_app_pods(core)) else None
+    return _running(core, "app=demo", n)
 
 
 def _image(cluster, pvc: str) -> str:
@@ -190,3 +217,23 @@ def test_a_deployment_a_crashed_run_left_scaled_down_is_returned_to_its_recorded
     _assert_back_at(api, 2)
     for pvc in CLAIMS:
         assert _sha(_image(local_cluster, pvc)) == backed_up["shas"][pvc]
+
+
+def test_a_stateful_sets_claim_is_restored_with_the_set_scaled_down_and_back(local_cluster, backed_up):
+    api = local_cluster.client
+    core = client.CoreV1Api(api)
+    with open(_image(local_cluster, WAL), "r+b") as f:
+        os.pwrite(f.fileno(), os.urandom(8192), 1 << 20)
+    (before,) = _running(core, "role=db", 1)
+
+    out = _restore(local_cluster, pvcs=[WAL], scale_down=True)
+
+    assert out["scaled_workloads"] == [
+        {"workload": f"StatefulSet {NS}/db", "replicas": 1, "scaled_back": True, "error": None}
+    ]
+    assert _sha(_image(local_cluster, WAL)) == backed_up["shas"][WAL]
+    sts = client.AppsV1Api(api).read_namespaced_stateful_set("db", NS)
+    assert sts.spec.replicas == 1 and SCALED_DOWN_FROM not in (sts.metadata.annotations or {})
+    (after,) = wait_until(lambda: _running(core, "role=db", 1), 60, "db-0 running again")
+    assert after.metadata.name == "db-0" and after.metadata.uid != before.metadata.uid, "a new pod of the set"
+    assert _app_running(core, 2), "the Deployment, which uses other claims, was not touched"
