@@ -211,3 +211,18 @@ def test_a_stateful_set_makes_claims_and_pods_in_order_and_removes_the_highest_f
     assert claims == ["data-db-0", "data-db-1"], "claims are kept on scale down"
     s = apps.read_namespaced_stateful_set("db", NS).status
     assert (s.replicas, s.ready_replicas or 0, s.observed_generation) == (0, 0, 2)
+
+
+def test_discovery_names_the_scale_subresource_and_deleting_a_deployment_collects_what_it_owns(cluster):
+    apps, core = client.AppsV1Api(cluster.client), client.CoreV1Api(cluster.client)
+    resources = {r.name: r for r in apps.get_api_resources().resources}
+    for name in ("deployments/scale", "statefulsets/scale", "replicasets/scale"):
+        scale = resources[name]
+        assert (scale.kind, scale.group, scale.version) == ("Scale", "autoscaling", "v1") and "patch" in scale.verbs
+    assert "deploy" in resources["deployments"].short_names and resources["deployments"].namespaced
+
+    apps.create_namespaced_deployment(NS, _deployment("collected", replicas=2))
+    wait_until(lambda: _running(core, "app=collected", 2), 30, "two pods running")
+    apps.delete_namespaced_deployment("collected", NS)
+    wait_until(lambda: not apps.list_namespaced_replica_set(NS, label_selector="app=collected").items, 20, "rs gone")
+    wait_until(lambda: _pods(core, "app=collected") == [], 30, "its pods gone with it")
