@@ -202,6 +202,8 @@ def wait_unused(api, namespace: str, claims: Sequence[str], timeout: float) -> N
                     resource_version=doc["metadata"]["resourceVersion"],
                     timeout_seconds=max(1, int(min(remaining, 30))),
                 ):
+                    if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+                        break  # ERROR (e.g. 410 Gone): list again
                     pod = event["raw_object"]
                     name = pod["metadata"]["name"]
                     if name in left and (event["type"] == "DELETED" or not _uses(pod, claims)):

@@ -74,3 +74,22 @@ def test_users_are_found_scaled_down_waited_out_and_scaled_back(api):
     d = apps.read_namespaced_deployment("web", NS)
     assert d.spec.replicas == 2 and w.SCALED_DOWN_FROM not in (d.metadata.annotations or {})
     wait_until(lambda: _running(api, "app=web", 2), 60, "two web pods running again")
+
+
+def test_a_crashed_runs_scaled_down_workload_is_found_by_its_record_and_recovered(api):
+    from movers.restore import quiesce
+
+    apps = client.AppsV1Api(api)
+    apps.create_namespaced_deployment(NS, _deployment("left", 0))
+    other = _deployment("unrelated", 0)
+    other["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] = "elsewhere"
+    apps.create_namespaced_deployment(NS, other)
+    for name in ("left", "unrelated"):
+        apps.patch_namespaced_deployment(name, NS, {"metadata": {"annotations": {w.SCALED_DOWN_FROM: "1"}}})
+
+    assert [s.workload.name for s in quiesce.stranded(api, NS, ["vol"])] == ["left"]
+    back = quiesce.recover(api, NS, ["vol"])
+    assert [(s.workload.name, s.replicas, s.recovered) for s in back.restored] == [("left", 1, True)]
+    assert apps.read_namespaced_deployment("left", NS).spec.replicas == 1
+    assert apps.read_namespaced_deployment("unrelated", NS).spec.replicas == 0, "another claim's workload: untouched"
+    wait_until(lambda: _running(api, "app=left", 1), 60, "its pod running")
