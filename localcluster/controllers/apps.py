@@ -24,6 +24,8 @@
   (ControllerRevisions are not served here: a template change replaces no running pod.)
 
 Scale-down deletes pods through the API, as upstream does; the kubelet terminates them within their grace period.
+Simplified: a ready pod counts as available at once (minReadySeconds is not waited out), and old ReplicaSets beyond
+revisionHistoryLimit are not pruned.
 """
 
 from __future__ import annotations

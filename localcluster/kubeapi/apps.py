@@ -6,7 +6,8 @@
   (600 s), a StatefulSet's OrderedReady policy, RollingUpdate (partition 0) strategy and Retain/Retain claim
   retention, the template's pod defaults and the claim templates' (volumeMode Filesystem, phase Pending).
 - ``validate_create`` / ``validate_update`` / ``validate_status``: ``pkg/apis/apps/validation``: a selector is
-  required, not empty, must match the template's labels and (apps/v1) is immutable; replicas and the other
+  required, not empty, must match the template's labels and (apps/v1) is immutable; a StatefulSet's name is a DNS
+  label; replicas and the other
   counts are non-negative; the template is a pod template whose restartPolicy is Always and which sets no
   activeDeadlineSeconds; a StatefulSet's spec may change only in replicas, ordinals, template, updateStrategy,
   revisionHistoryLimit, persistentVolumeClaimRetentionPolicy and minReadySeconds.
@@ -156,7 +157,8 @@ def _selector_and_template(key: tuple[str, str], spec: Obj) -> list[FieldError]:
 def validate_create(key: tuple[str, str], obj: Obj) -> list[FieldError]:
     """The strategy's ``Validate`` (the ObjectMeta checks follow in ``validation.validate``)."""
     spec = _m(obj.get("spec"))
-    out = f.core_meta(obj, True)
+    # a StatefulSet's name is a DNS label (its pods' hostnames come from it); the others', a DNS subdomain
+    out = f.core_meta(obj, True, f.name_is_dns_label if key == STATEFULSETS else f.name_is_dns_subdomain)
     out += _nonnegative(spec.get("replicas"), "spec.replicas")
     out += _nonnegative(spec.get("minReadySeconds"), "spec.minReadySeconds")
     out += _nonnegative(spec.get("revisionHistoryLimit"), "spec.revisionHistoryLimit")

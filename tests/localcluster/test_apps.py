@@ -226,3 +226,11 @@ def test_discovery_names_the_scale_subresource_and_deleting_a_deployment_collect
     apps.delete_namespaced_deployment("collected", NS)
     wait_until(lambda: not apps.list_namespaced_replica_set(NS, label_selector="app=collected").items, 20, "rs gone")
     wait_until(lambda: _pods(core, "app=collected") == [], 30, "its pods gone with it")
+
+
+def test_a_stateful_sets_name_is_a_dns_label(cluster):
+    labels = {"app": "dotted"}
+    body = {"metadata": {"name": "a.b"}, "spec": {"selector": {"matchLabels": labels}, "template": _template(labels)}}
+    with pytest.raises(ApiException) as refused:
+        client.AppsV1Api(cluster.client).create_namespaced_stateful_set(NS, body)
+    assert refused.value.status == 422 and 'metadata.name: Invalid value: "a.b"' in _message(refused.value)
