@@ -20,6 +20,10 @@ Order (``movers.restore`` has the details):
 4. only when all are written: give each volume its final claim (the original name; handed over to a
    Filesystem claim with the recorded fsType when the recorded mode is Filesystem or ``hand_over``; an
    existing claim replaced when ``overwrite``) and mark it ``cbt-mover.io/restored-from=<volume>@<backup id>``.
+   ``in_place`` writes onto the claims themselves; with ``scale_down`` the Deployments and StatefulSets whose pods
+   use them are scaled to 0 before the write (replicas recorded on each) and ALWAYS back after it, also when it
+   fails (``movers.restore.quiesce``; the report and the failure report say which, and plainly any not scaled
+   back, with the replicas to restore).
    A volume restored elsewhere than its source lived is noted (logs, report).
 
 Everything the run creates carries ``cbt-mover.io/run=<run id>``. Writer pods are deleted in every outcome;
@@ -36,9 +40,11 @@ and a markdown report (``restore-<ns>-report``) naming the backup run and linkin
 # no `from __future__ import annotations`: a served flow run gets the flow by cloudpickle, which keeps only
 # the globals its code uses, so string annotations naming the policy's models could not be resolved there
 
+import contextlib
 import dataclasses
 import functools
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +54,9 @@ from prefect.runtime import flow_run
 
 from flows import _run
 from flows._run import best_effort
+from movers.kube.workloads import ScaleBack, Scaled
 from movers.repo.selection import Selection
-from movers.restore import Target
+from movers.restore import Target, quiesce
 from movers.restore.app_request import RestoreAppRequest
 from reporting import events, restore_report, runs
 from tasks.kevents import record_restore_events, record_restore_failure
@@ -61,6 +68,8 @@ from tasks.restore import (
     discard_restore,
     finish_volume,
     plan_restore,
+    scale_back,
+    scale_down,
     select_backups,
     write_volume,
     writer_settings,
@@ -95,8 +104,9 @@ def run_id_for(flow_run_id: Any) -> str:
 
 
 def _abandon_run(run: _run.Abandoned) -> None:
-    """Best effort after a cancelled/crashed run: delete the writer pods, claims and volumes of the run.
-    Never raises (errors are logged)."""
+    """Best effort after a cancelled/crashed run: delete the writer pods, claims and volumes of the run; with
+    ``scale_down``, scale the workloads it left scaled down back (``movers.restore.quiesce.recover``). Never raises
+    (errors are logged)."""
     from movers import restore as r
     from tasks.kube import api_client
 
@@ -107,6 +117,10 @@ def _abandon_run(run: _run.Abandoned) -> None:
         api, in_place = api_client(run.params.get("kubeconfig")), bool(given.get("in_place"))
         deleted = r.discard_run(api, ns, run.id, everything=True, snapshots=in_place)
         run.log.info("run %s (%s): deleted %s", run.id, run.why, deleted)
+    if given.get("scale_down") and ns:  # the workloads it scaled down, back to their recorded replicas
+        with best_effort(f"run {run.id} ({run.why}): scaling back in {ns} failed", run.log, logging.ERROR):
+            back = quiesce.recover(api_client(run.params.get("kubeconfig")), ns, given.get("pvcs"))
+            (run.log.error if back.failed else run.log.info)("run %s (%s): %s", run.id, run.why, quiesce.describe(back))
     if ns:
         run.failed(events.namespace_resource(ns, KIND, run.id, source_namespace=source))
 
@@ -127,7 +141,8 @@ def restore_app(request: RestoreAppRequest, kubeconfig: str | None = None) -> di
     why, e.g. FailedAttachVolume, and is not retried. ``kubeconfig``: the cluster (None: in-cluster, else the
     default kubeconfig).
     Returns ``{"run_id", "namespace", "target_namespace", "selected", "backup_run", "backup_flow_run", "notes",
-    "duration_s", "volumes": [row]}`` (``backup_flow_run``: ``{"id", "name", "url"}`` or None).
+    "scaled_workloads", "duration_s", "volumes": [row]}`` (``backup_flow_run``: ``{"id", "name", "url"}`` or None;
+    ``scaled_workloads``: ``Stopped.rows``).
     """
     namespace, target, backup = request.namespace, request.target, request.backup
     run = _run.Run.start(
@@ -216,20 +231,23 @@ def _restore(asked: RestoreAppRequest, kubeconfig: str | None, run: _run.Run, fo
         progress.step = "plan"
         targets = plan_restore(kubeconfig, target, selected, run_id, options)
         log.info("run %s: restoring %s of %s into %s%s", run_id, selected.how, asked.namespace, target, found.link())
-        progress.step = "write"
 
         def write(t: Target) -> PrefectFuture:
             return write_volume.submit(kubeconfig, target, run_id, t, mover, asked.repo_secret, asked.timeout)
 
-        written = _run.waves(targets, asked.parallelism, write)
-        progress.step = "finish"
-        finished = [finish_volume(kubeconfig, target, run_id, t) for t in targets]
+        with _stopped(asked, kubeconfig, target, targets, run) as stopped:
+            progress.step = "write"
+            written = _run.waves(targets, asked.parallelism, write)
+            progress.step = "finish"
+            finished = [finish_volume(kubeconfig, target, run_id, t) for t in targets]
     progress.step = "report"
     rows = [_row(t, w, f) for t, w, f in zip(targets, written, finished, strict=True)]
     record_restore_events(kubeconfig, target, run_id, asked.repo, rows)
     backup_run = f"Backup run `{found.backup_run}`{found.link()}." if found.backup_run else ""
+    application_line = quiesce.describe(stopped.back) if stopped.back is not None else ""
     restore_report.publish(
-        restore_report.RestoreRun(asked.namespace, target, run_id, asked.repo, selected, backup_run), rows
+        restore_report.RestoreRun(asked.namespace, target, run_id, asked.repo, selected, backup_run, application_line),
+        rows,
     )
     log.info("restore %s done: %s", run_id, ", ".join(f"{r['pvc']} {r['written_bytes']} B" for r in rows))
     return {
@@ -240,6 +258,7 @@ def _restore(asked: RestoreAppRequest, kubeconfig: str | None, run: _run.Run, fo
         "backup_run": found.backup_run,
         "backup_flow_run": dataclasses.asdict(found.backup_flow_run) if found.backup_flow_run else None,
         "notes": list(selected.notes),
+        "scaled_workloads": stopped.rows(),
         "volumes": rows,
     }
 
@@ -249,6 +268,53 @@ def _source_reason(target: Target, written: Written) -> str | None:
     if written.cbt_fallback:
         return f"{written.cbt_fallback}: the claim's own volume compared with the backup instead"
     return target.source_reason
+
+
+@dataclass
+class Stopped:
+    """The workloads a ``scale_down`` run scaled down (``scaled``) and what scaling them back did (``back``; None
+    until it ran)."""
+
+    scaled: list[Scaled] = field(default_factory=list)
+    back: ScaleBack | None = None
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Per workload: ``workload``, ``replicas`` (to return to), ``scaled_back``, ``error`` (why not)."""
+        if self.back is None:
+            return []
+        failed = {s.workload: why for s, why in self.back.failed}
+        return [
+            {"workload": str(s.workload), "replicas": s.replicas, "scaled_back": s.workload not in failed}
+            | {"error": failed.get(s.workload)}
+            for s in self.scaled
+        ]
+
+
+@contextlib.contextmanager
+def _stopped(
+    asked: RestoreAppRequest, kubeconfig: str | None, namespace: str, targets: list[Target], run: _run.Run
+) -> Iterator[Stopped]:
+    """With ``asked.scale_down``: the workloads using the in-place targets' claims scaled to 0 and their pods gone
+    (step ``scale down``) around the block, then ALWAYS scaled back to their recorded replicas, also when the
+    block or the scaling down failed; what that did is the failure report's Application line
+    (``run.progress.thawed``). Without it: nothing."""
+    stopped = Stopped()
+    if not asked.scale_down:
+        yield stopped
+        return
+    run.progress.step = "scale down"
+    claims = [t.pvc for t in targets if t.in_place]
+    try:
+        try:
+            stopped.scaled = scale_down(kubeconfig, namespace, claims, asked.timeout)
+        except quiesce.QuiesceFailed as err:
+            stopped.scaled = err.scaled
+            raise
+        yield stopped
+    finally:
+        if stopped.scaled:
+            stopped.back = scale_back(kubeconfig, stopped.scaled)
+            run.progress.thawed = quiesce.describe(stopped.back)
 
 
 def _row(target: Target, written: Written, finished: Finished) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The whole local cluster: S3, a Kubernetes API, two CSI-like drivers with snapshots (and CBT), a scheduler and
-one kubelet per node.
+"""The whole local cluster: S3, a Kubernetes API, two CSI-like drivers with snapshots (and CBT), the Deployment,
+ReplicaSet and StatefulSet controllers, a scheduler and one kubelet per node.
 
     with LocalCluster(workdir) as cluster:
         cluster.kubeconfig      # a kubeconfig file for kubectl and the kubernetes client

@@ -202,7 +202,8 @@ def restore_markdown(run: BackupRun, rows: list[dict[str, Any]], how: RestoreWit
             ' For one volume add `"pvcs": ["<pvc>"]` to the request; another `target_namespace` needs the Secret'
             f" `{secret}` and the ServiceAccount there. Existing PVCs are never overwritten unless the request says"
             ' `"overwrite": true`. `"in_place": true` rewrites only what differs on the application\'s own Block'
-            " claims (stop the pods that use them first; the volumes stay the same, so the next backup stays a CBT"
+            ' claims (stop the pods that use them first, or add `"scale_down": true` to have their Deployments and'
+            " StatefulSets scaled down and back; the volumes stay the same, so the next backup stays a CBT"
             " delta); while this run's snapshots are kept in the cluster, a restore into this namespace provisions"
             ' from them first (`"source"`: `auto`, `snapshot` or `repository`).\n',
         ]

@@ -49,7 +49,7 @@ def _source_text(source: str | None, path: str | None = None) -> str:
 class RestoreRun:
     """A restore run as its report names it: the source ``namespace``, the ``target`` namespace, its run id, the
     repository, the backups ``selected`` and ``backup_run``: the line naming the backup run restored (and linking
-    its flow run), if known."""
+    its flow run), if known; ``application``: the workloads it scaled down and back, if any."""
 
     namespace: str
     target: str
@@ -57,10 +57,12 @@ class RestoreRun:
     repo: str
     selected: Selection
     backup_run: str = ""
+    application: str = ""  # what the run did to the application (workloads scaled down and back), if anything
 
 
 def report_markdown(run: RestoreRun, rows: list[dict[str, Any]]) -> str:
-    """Where each volume came from and went, what was written, the selection's notes, the backup run."""
+    """Where each volume came from and went, what was written, the selection's notes, the backup run, and what
+    the run did to the application (workloads scaled down and back)."""
     target, selected, backup_run = run.target, run.selected, run.backup_run
     lines = "\n".join(
         f"- `{target}/{r['pvc']}` ({r['volume_mode']}, class `{r['storage_class']}`, PV `{r['pv']}`"
@@ -77,6 +79,7 @@ def report_markdown(run: RestoreRun, rows: list[dict[str, Any]]) -> str:
         + (f"{notes}\n" if notes else "")
         + f"{lines}\n\n"
         "Each claim is annotated `cbt-mover.io/restored-from=<volume>@<backup id>`.\n"
+        + (f"\n## Application\n\n- {run.application}\n" if run.application else "")
     )
 
 

@@ -11,9 +11,11 @@ from prefect import get_run_logger, task
 
 from movers import restore as r
 from movers.kube.pods import PodTimeouts
+from movers.kube.workloads import ScaleBack, Scaled
 from movers.policy.model import MoverSettings
 from movers.repo.manifest import APP_TAG
 from movers.repo.selection import Selection
+from movers.restore import quiesce
 from movers.restore.app_request import RestoreAppRequest
 from movers.values import human_bytes
 from reporting.progress import ProgressArtifact, progress_key
@@ -112,6 +114,25 @@ def plan_restore(
             "".join(f"; {n}" for n in t.notes),
         )
     return targets
+
+
+@task(name="scale-down")
+def scale_down(kubeconfig: str | None, namespace: str, claims: list[str], timeout: float) -> list[Scaled]:
+    """The workloads using ``claims`` scaled to 0, their pods gone (``movers.restore.quiesce.stop_users``);
+    ``QuiesceFailed`` carries those already scaled down."""
+    scaled = quiesce.stop_users(api_client(kubeconfig), namespace, claims, timeout)
+    get_run_logger().info("scaled down %s", ", ".join(f"{s.workload} (from {s.replicas})" for s in scaled) or "nothing")
+    return scaled
+
+
+@task(name="scale-back")
+def scale_back(kubeconfig: str | None, scaled: list[Scaled]) -> ScaleBack:
+    """Every workload of ``scaled`` back to its recorded replicas (``movers.restore.quiesce.start_again``; never
+    raises: a failure is in the answer and logged as an error)."""
+    back = quiesce.start_again(api_client(kubeconfig), scaled)
+    log = get_run_logger()
+    (log.error if back.failed else log.info)("%s", quiesce.describe(back))
+    return back
 
 
 @task(

@@ -16,9 +16,11 @@ validation, which are part of what the product relies on.
   served API version.
 - ``MetadataService`` / ``KubeSnapshotCatalog`` (``metadata``): the SnapshotMetadata (CBT) gRPC service and CR.
 - ``CsiPlugin`` (``plugin``): a driver's storage operations over ``localcluster.storage.VolumeStore``.
+- ``AppsController`` (``apps``): kube-controller-manager's Deployment, ReplicaSet and StatefulSet controllers.
 - ``runtime``: watch threads, work queue, worker; ``kube``: the client wrapper; ``names``: upstream names.
 """
 
+from localcluster.controllers.apps import AppsController
 from localcluster.controllers.cluster import LocalControllers, api_client_for, served_version
 from localcluster.controllers.driver import VolumeController
 from localcluster.controllers.groups import GroupSnapshotController, GroupSnapshotSidecar
@@ -30,6 +32,7 @@ from localcluster.controllers.runtime import Controller
 from localcluster.controllers.snapshots import SnapshotController, SnapshotSidecar
 
 __all__ = [
+    "AppsController",
     "Controller",
     "CsiError",
     "CsiPlugin",

@@ -14,7 +14,8 @@ StorageClass), then starts, each having listed everything it watches when ``star
 - per driver: a ``VolumeController`` (external-provisioner + the PV controller's part), a ``SnapshotSidecar``
   (csi-snapshotter), a ``GroupSnapshotSidecar`` while group snapshots are processed, and for a driver with CBT a
   ``MetadataService`` with its SnapshotMetadataService CR (``self.metadata``: the first one, the hostpath driver's);
-- once: the ``SnapshotController`` (snapshot-controller) and, while group snapshots are processed, the
+- once: the ``AppsController`` (kube-controller-manager's Deployment, ReplicaSet and StatefulSet controllers),
+  the ``SnapshotController`` (snapshot-controller) and, while group snapshots are processed, the
   ``GroupSnapshotController``. Exactly one controller acts on each object: the common ones on VolumeSnapshots and
   VolumeGroupSnapshots, each driver's on its claims, PVs and contents.
 
@@ -52,6 +53,7 @@ import logging
 from typing import Any
 
 from localcluster.controllers import names as n
+from localcluster.controllers.apps import AppsController
 from localcluster.controllers.driver import VolumeController
 from localcluster.controllers.groups import GroupSnapshotController, GroupSnapshotSidecar
 from localcluster.controllers.kube import CSI_DRIVER, STORAGE_CLASS, VGS, VGS_CLASS, VS_CLASS, Kube
@@ -149,7 +151,7 @@ class LocalControllers:
             self.group_version = served_version(kube.api_client, n.GROUP_SNAPSHOT_GROUP)
             groups = self.group_snapshots and self.group_version is not None
             self._defaults(kube)
-            parts: list = []
+            parts: list = [AppsController(self._kube("kube-controller-manager"))]
             self.snapshots = SnapshotController(
                 self._kube("snapshot-controller"),
                 vgs=VGS.at(self.group_version) if groups else None,

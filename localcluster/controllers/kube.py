@@ -1,11 +1,11 @@
 """The controllers' view of the API: plain JSON objects through the official ``kubernetes`` client.
 
 ``Res`` names a resource (kind, group, version, plural, scope); ``Kube(api_client)`` gets, lists, creates,
-patches and deletes any of them with the generated ``CoreV1Api`` / ``StorageV1Api`` / ``CustomObjectsApi``
-methods, always as the dicts that travel on the wire (``_preload_content=False`` for the typed APIs), so the
-same code handles built-in and custom kinds. ``get``/``delete`` answer None/False on 404; other API errors
-propagate as ``kubernetes.client.ApiException``. ``patch`` sends a JSON merge patch, ``json_patch`` an RFC 6902
-patch (used for finalizers, guarded by a resourceVersion ``test``). ``event`` records a core/v1 Event the way
+patches and deletes any of them with the generated ``CoreV1Api`` / ``StorageV1Api`` / ``AppsV1Api`` /
+``CustomObjectsApi`` methods, always as the dicts that travel on the wire (``_preload_content=False`` for the typed
+APIs), so the same code handles built-in and custom kinds. ``get``/``delete`` answer None/False on 404; other
+API errors propagate as ``kubernetes.client.ApiException``. ``patch`` sends a JSON merge patch, ``json_patch`` an
+RFC 6902 patch (used for finalizers, guarded by a resourceVersion ``test``). ``event`` records a core/v1 Event the way
 client-go's recorder does (a repeat of the same reason and message bumps ``count``), from this client's component
 or another one (one process emulating two components, e.g. the PV controller and external-provisioner).
 
@@ -60,6 +60,9 @@ VS_CLASS = Res("VolumeSnapshotClass", SNAPSHOT_GROUP, "v1", "volumesnapshotclass
 VGS = Res("VolumeGroupSnapshot", GROUP_SNAPSHOT_GROUP, "v1", "volumegroupsnapshots", True)
 VGSC = Res("VolumeGroupSnapshotContent", GROUP_SNAPSHOT_GROUP, "v1", "volumegroupsnapshotcontents", False)
 VGS_CLASS = Res("VolumeGroupSnapshotClass", GROUP_SNAPSHOT_GROUP, "v1", "volumegroupsnapshotclasses", False)
+DEPLOYMENT = Res("Deployment", "apps", "v1", "deployments", True, "deployment")
+REPLICASET = Res("ReplicaSet", "apps", "v1", "replicasets", True, "replica_set")
+STATEFULSET = Res("StatefulSet", "apps", "v1", "statefulsets", True, "stateful_set")
 SMS = Res("SnapshotMetadataService", CBT_GROUP, "v1beta1", "snapshotmetadataservices", False)
 
 
@@ -90,6 +93,7 @@ class Kube:
         self.component = component
         self.core = client.CoreV1Api(api_client)
         self.storage = client.StorageV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._events: dict[tuple[str, str, str, str], tuple[str, int]] = {}
         self._events_lock = threading.Lock()
@@ -97,7 +101,7 @@ class Kube:
     # ---- typed-API plumbing --------------------------------------------------------------------
 
     def _typed(self, res: Res, verb: str, *, namespace: str | None, sub: str = ""):
-        api = self.core if res.group == "" else self.storage
+        api = {"": self.core, "apps": self.apps}.get(res.group, self.storage)
         if verb == "list" and res.namespaced and namespace is None:
             return getattr(api, f"list_{res.stem}_for_all_namespaces")
         scope = "namespaced_" if res.namespaced else ""

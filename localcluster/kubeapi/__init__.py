@@ -5,7 +5,8 @@ The official ``kubernetes`` client and kubectl work against it unchanged. ``Kube
 ``resources``/``builtin``/``crds`` (what is served), ``store`` (objects, resourceVersions, change
 log), ``rest``/``deletion`` (verb semantics, garbage collection), ``meta`` (defaults),
 ``validation`` (decoding and admission of built-in kinds, with ``podspec``, ``storagevalidation``,
-``specparts``, ``fields`` and ``quantity``), ``schema``/``cel`` (CRD schemas), ``patching``,
+``specparts``, ``fields`` and ``quantity``; the apps/v1 workloads and their ``scale`` in ``apps``),
+``schema``/``cel`` (CRD schemas), ``patching``,
 ``selectors``, ``authn``/``tokens`` (service-account tokens and token reviews), ``requestinfo``
 (request attributes), ``rbac`` (the RBAC authorizer, 403 bodies), ``rbac_objects`` (the RBAC kinds
 and their validation), ``rbac_policy`` (bootstrap roles), ``rbac_escalation`` (escalation checks on

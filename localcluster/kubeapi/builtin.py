@@ -1,4 +1,5 @@
-"""The resource types of the local cluster: core kinds, storage, authn/authz reviews, RBAC, and the
+"""The resource types of the local cluster: core kinds, the apps/v1 workloads (``apps.py``), storage,
+authn/authz reviews, RBAC, and the
 snapshot, group snapshot and SnapshotMetadataService kinds (whose schemas and printer columns come
 from the upstream CRDs when ``crds.load_crds`` finds them; the definitions here keep them served
 without validation when it does not).
@@ -58,6 +59,14 @@ def convert_vgsc(obj: Obj, group: str, version: str) -> Obj:
 
 def _core(plural, kind, namespaced, short=(), sub=(), **kw) -> ResourceType:
     return ResourceType("", plural, kind, ("v1",), "v1", namespaced, tuple(short), tuple(sub), **kw)
+
+
+def _apps(plural, kind, short) -> ResourceType:
+    """An apps/v1 workload: status and scale subresources (``apps.py``)."""
+    columns = (("Desired", "integer", ".spec.replicas"), ("Ready", "integer", ".status.readyReplicas"))
+    return ResourceType(
+        "apps", plural, kind, ("v1",), "v1", True, tuple(short), ("status", "scale"), printer_columns=columns
+    )
 
 
 def _review(group, plural, kind, version="v1") -> ResourceType:
@@ -157,6 +166,9 @@ def builtin_types() -> list[ResourceType]:
             ),
             return_deleted=True,
         ),
+        _apps("deployments", "Deployment", ["deploy"]),
+        _apps("replicasets", "ReplicaSet", ["rs"]),
+        _apps("statefulsets", "StatefulSet", ["sts"]),
         ResourceType("storage.k8s.io", "csidrivers", "CSIDriver", ("v1",), "v1", False, return_deleted=True),
         ResourceType("storage.k8s.io", "csinodes", "CSINode", ("v1",), "v1", False, return_deleted=True),
         _review("authentication.k8s.io", "tokenreviews", "TokenReview"),

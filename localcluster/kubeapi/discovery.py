@@ -33,8 +33,10 @@ _SUB_VERBS = {
     "attach": ["create", "get"],
     "portforward": ["create", "get"],
     "finalize": ["update"],
+    "scale": ["get", "patch", "update"],
 }
 _SUB_KIND = {
+    "scale": ("Scale", "autoscaling", "v1"),
     "token": ("TokenRequest", "authentication.k8s.io", "v1"),
     "binding": ("Binding", "", "v1"),
     "exec": ("PodExecOptions", "", "v1"),

@@ -5,7 +5,7 @@
   and patch): pod and container fields (policies, probes, ports, volume modes, requests from
   limits, an empty volume becomes an emptyDir), PVC/PV volume mode and reclaim policy,
   StorageClass reclaim policy and binding mode, CSIDriver flags, Secret type and ``stringData``
-  folded into base64 ``data``.
+  folded into base64 ``data``; the apps/v1 workloads' (``apps.defaults``).
 - ``prepare_for_create(rt, obj)``: what the strategies set on create: pod phase Pending and its
   QoS class, PVC/PV phase Pending (a claim's ``dataSource`` and ``dataSourceRef`` mirrored into
   each other), namespace phase Active.
@@ -18,6 +18,7 @@ import base64
 import datetime
 from typing import Any
 
+from localcluster.kubeapi import apps
 from localcluster.kubeapi.resources import Obj, ResourceType
 from localcluster.kubeapi.specparts import qos_class
 
@@ -74,7 +75,9 @@ def defaults(rt: ResourceType, obj: Obj) -> None:
     spec = obj.get("spec")
     if kind in {("", "pods"), ("", "persistentvolumeclaims"), ("", "persistentvolumes")}:
         spec = obj["spec"] = spec if isinstance(spec, dict) else {}
-    if kind == ("", "pods"):
+    if kind in apps.KEYS:
+        apps.defaults(rt, obj, _pod_spec)
+    elif kind == ("", "pods"):
         _pod_spec(spec)
     elif kind == ("", "persistentvolumeclaims"):
         spec.setdefault("volumeMode", "Filesystem")

@@ -20,7 +20,8 @@ stored in the storage version. What it does like the real server:
 - admission before validation: pods naming a missing ServiceAccount (``serviceaccount_admission.py``),
   and the caller's ``admit(obj, old)`` callback (the server's RBAC escalation checks);
 - dryRun=All: everything but the write.
-Subresources other than status (tokens, reviews, binding) are in ``authn.py`` and ``Rest.bind``.
+- ``scale`` of the apps/v1 workloads (``get_scale``, ``update_scale``; ``apps.py``).
+Subresources other than status and scale (tokens, reviews, binding) are in ``authn.py`` and ``Rest.bind``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from localcluster.kubeapi import fields, meta, patching, rbac_objects, serviceaccount_admission, validation
+from localcluster.kubeapi import apps, fields, meta, patching, rbac_objects, serviceaccount_admission, validation
 from localcluster.kubeapi.deletion import DeletionMixin
 from localcluster.kubeapi.errors import already_exists, bad_request, conflict, invalid, not_found
 from localcluster.kubeapi.resources import Obj, Registry, ResourceType
@@ -326,6 +327,63 @@ class Rest(DeletionMixin):
         if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
             stored = self._remove(rt, stored)
         return self.to_version(rt, stored, version)
+
+    # ---- the scale subresource of the apps/v1 workloads -----------------------------------------
+
+    def get_scale(self, rt: ResourceType, version: str, namespace: str, name: str) -> Obj:
+        """GET ``.../NAME/scale``: the workload's autoscaling/v1 ``Scale``."""
+        return apps.scale_of(self.get(rt, version, namespace, name))
+
+    def update_scale(
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str,
+        name: str,
+        body: Any,
+        content_type: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """PUT (``content_type`` None) or PATCH of ``.../NAME/scale``: the Scale's ``spec.replicas`` becomes the
+        workload's (a spec change: generation bumped, the full object validated), after ``ValidateScale`` and the
+        Scale's preconditions (resourceVersion, uid: 409 Conflict). The answer is the new Scale."""
+        with self.store.lock:
+            old = self.store.find(rt, namespace, name)
+            if old is None:
+                raise not_found(rt.plural, rt.group, name)
+            current = self.to_version(rt, old, version)
+            if content_type is None:
+                scale = body
+                if isinstance(scale, dict) and (scale.get("kind"), scale.get("apiVersion")) not in (
+                    (None, None),
+                    ("Scale", "autoscaling/v1"),
+                ):
+                    raise bad_request(
+                        f"the API version in the data ({scale.get('apiVersion')}) does not match the expected API"
+                        " version (autoscaling/v1)"
+                    )
+            else:
+                scale = patching.apply_patch(content_type, apps.scale_of(current), body, False)
+            if not isinstance(scale, dict):
+                raise bad_request("the body of the request must be a JSON object")
+            scale = copy.deepcopy(scale)
+            smd = scale.setdefault("metadata", {})
+            if not isinstance(smd, dict):
+                raise bad_request("metadata must be an object")
+            if smd.get("name") not in (None, name):
+                raise bad_request(f"the name of the object ({smd['name']}) does not match the name on the URL ({name})")
+            smd["name"], smd["namespace"] = name, namespace
+            causes = apps.validate_scale(scale)
+            if causes:
+                raise invalid("Scale", "autoscaling", name, causes)
+            if smd.get("resourceVersion") and smd["resourceVersion"] != old["metadata"]["resourceVersion"]:
+                raise conflict(rt.plural, rt.group, name)
+            if smd.get("uid") and smd["uid"] != old["metadata"]["uid"]:
+                why = f"Precondition failed: UID in precondition: {smd['uid']}, UID in object meta: "
+                why += old["metadata"]["uid"]
+                raise conflict(rt.plural, rt.group, name, why)
+            new = self._update(rt, version, old, apps.scaled(current, scale), None, dry_run)
+            return apps.scale_of(new)
 
     # ---- pods/binding --------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from localcluster.kubeapi import discovery, openapi, rbac_escalation, tables
+from localcluster.kubeapi import apps, discovery, openapi, rbac_escalation, tables
 from localcluster.kubeapi.audit import AuditLog
 from localcluster.kubeapi.authn import ANONYMOUS, Authn
 from localcluster.kubeapi.calls import Call, SubHandler
@@ -294,6 +294,16 @@ class Server:
             return _json(self.rest.bind(call.namespace or "", call.name or "", call.body), 201)
         if key == ("namespaces", "finalize") and method == "PUT":
             return _json(self.rest.update(call.rt, call.version, "", call.name or "", call.body))
+        if call.sub == "scale" and call.rt.key in apps.SCALABLE:
+            ns, name, dry_run = call.namespace or "", call.name or "", call.query.get("dryRun") == "All"
+            if method == "GET":
+                return _json(self.rest.get_scale(call.rt, call.version, ns, name))
+            if method == "PUT":
+                return _json(self.rest.update_scale(call.rt, call.version, ns, name, call.body, None, dry_run))
+            if method == "PATCH":
+                ctype = request.headers.get("Content-Type", "")
+                return _json(self.rest.update_scale(call.rt, call.version, ns, name, call.body, ctype, dry_run))
+            raise method_not_allowed()
         if key in _CONNECT and req.attrs.verb != "create":
             self._authorize_create(req, call)
         handler = self.subresources.get(key)

@@ -8,10 +8,10 @@ the server stores and returns, and Secret ``data`` must be base64. A failure rai
 
 ``validate(rt, obj, old, subresource)`` returns the ``FieldError``s of the kind's strategy (the
 create, update or status-update validation of ``pkg/apis/core/validation`` and
-``pkg/apis/storage/validation``), then, as ``BeforeCreate``/``BeforeUpdate`` do for every kind, the
-generic ObjectMeta checks (path-segment names, labels, annotations, owner references, immutable
-metadata on update). Custom resources get the ObjectMeta checks (DNS-subdomain names); their
-schemas are checked by ``schema.py``.
+``pkg/apis/storage/validation``; the apps/v1 workloads' in ``apps.py``), then, as
+``BeforeCreate``/``BeforeUpdate`` do for every kind, the generic ObjectMeta checks (path-segment names,
+labels, annotations, owner references, immutable metadata on update). Custom resources get the
+ObjectMeta checks (DNS-subdomain names); their schemas are checked by ``schema.py``.
 
 ``namespace_lifecycle(rt, namespace, name, ns)`` is the NamespaceLifecycle admission plugin's
 answer for a create in ``namespace`` (``ns`` the stored Namespace or None): 404 when it does not
@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
 
+from localcluster.kubeapi import apps, gotime
 from localcluster.kubeapi import fields as f
-from localcluster.kubeapi import gotime
 from localcluster.kubeapi import podspec as ps
 from localcluster.kubeapi import quantity as q
 from localcluster.kubeapi import specparts as sp
@@ -421,6 +422,7 @@ _CREATE: dict[tuple[str, str], Callable[[Obj], list[FieldError]]] = {
     ("", "services"): _service,
     ("storage.k8s.io", "storageclasses"): st.storage_class_create,
     ("storage.k8s.io", "csidrivers"): st.csi_driver_create,
+    **{key: functools.partial(apps.validate_create, key) for key in apps.KEYS},
 }
 
 
@@ -437,6 +439,7 @@ _UPDATE: dict[tuple[str, str], Callable[[Obj, Obj], list[FieldError]]] = {
     ("", "services"): lambda o, old: f.core_meta_update(o, old) + _service(o),
     ("storage.k8s.io", "storageclasses"): st.storage_class_update,
     ("storage.k8s.io", "csidrivers"): lambda o, old: f.core_meta_update(o, old) + st.csi_driver_create(o),
+    **{key: functools.partial(apps.validate_update, key) for key in apps.KEYS},
 }
 
 
@@ -447,4 +450,5 @@ _STATUS: dict[tuple[str, str], Callable[[Obj, Obj], list[FieldError]]] = {
     ("", "namespaces"): _namespace_status,
     ("", "nodes"): _node_update,
     ("", "services"): _same_meta_update,
+    **{key: functools.partial(apps.validate_status, key) for key in apps.KEYS},
 }

@@ -8,7 +8,7 @@ API's message; ``retriable`` says whether a retry can help; a missing object is 
 * ``get`` / ``find`` / ``list_objects``: one object (``find``: None when missing), or a list by label.
 * ``create``: tolerates AlreadyExists when the existing object carries the same run label (a
   retried run reuses what it made), refuses otherwise (``ConflictError``).
-* ``patch_labels`` / ``merge_patch``: JSON merge patches.
+* ``patch_labels`` / ``merge_patch``: JSON merge patches; ``patch_scale``: a workload's replicas (``scale``).
 * ``delete`` / ``delete_and_wait``: a missing object is fine; ``delete_and_wait`` waits out finalizers.
 * ``served_group_snapshot_version``: v1, v1beta2 or v1beta1 (preferred first), None if none; the
   version the group snapshot kinds are addressed with when none is given.
@@ -38,6 +38,9 @@ KINDS = {
     "Namespace": ("", "namespaces", False),
     "Event": ("", "events", True),
     "StorageClass": ("storage.k8s.io", "storageclasses", False),
+    "Deployment": ("apps", "deployments", True),
+    "ReplicaSet": ("apps", "replicasets", True),
+    "StatefulSet": ("apps", "statefulsets", True),
     "VolumeSnapshot": (SNAPSHOT_GROUP, "volumesnapshots", True),
     "VolumeSnapshotContent": (SNAPSHOT_GROUP, "volumesnapshotcontents", False),
     "VolumeSnapshotClass": (SNAPSHOT_GROUP, "volumesnapshotclasses", False),
@@ -233,6 +236,23 @@ def merge_patch(
         )
     except ApiException as err:
         raise api_error(err, f"patching {kind} {namespace + '/' if namespace else ''}{name}") from None
+
+
+def patch_scale(api_client, kind: str, namespace: str, name: str, replicas: int) -> dict:
+    """Set the replicas of a workload through its ``scale`` subresource (a merge patch of the autoscaling/v1
+    ``Scale``: RBAC's ``<plural>/scale``); returns the Scale."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return _call(
+            api_client,
+            "PATCH",
+            _path(kind, "v1", namespace, name) + "/scale",
+            body={"spec": {"replicas": replicas}},
+            content_type="application/merge-patch+json",
+        )
+    except ApiException as err:
+        raise api_error(err, f"scaling {kind} {namespace}/{name} to {replicas}") from None
 
 
 def delete(api_client, kind: str, namespace: str | None, name: str, version: str | None = None) -> None:

@@ -42,7 +42,11 @@ class RestoreAppRequest(BaseModel):
     onto the existing Block claims themselves, writing only what differs: the ranges CBT reports between the
     backup's snapshot and a snapshot of the live claim when it can (``movers.restore.live``), else what comparing
     each with the backup finds (refused while a running pod uses one; ``movers.restore.plan.in_place_target``).
-    ``timeout``: seconds per writer pod.
+    ``scale_down`` (with ``in_place`` only): scale the Deployments and StatefulSets whose pods use those claims to 0
+    first (each workload's replicas recorded on it, annotation ``cbt-mover.io/scaled-down-from``), wait until no pod
+    uses them, restore, then ALWAYS scale them back to the recorded replicas, also when the restore fails
+    (``movers.restore.quiesce``); pods no such workload runs are still refused. ``timeout``: seconds per writer pod,
+    and the longest wait for the scaled-down pods to stop.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -65,6 +69,7 @@ class RestoreAppRequest(BaseModel):
     policy_path: str | None = None
     source: Source = "auto"
     in_place: bool = False
+    scale_down: bool = False
     parallelism: int = Field(default=2, ge=1)
     timeout: float = Field(default=3600.0, gt=0)
 
@@ -89,6 +94,7 @@ class RestoreAppRequest(BaseModel):
             service_account=service_account,
             source=self.source,
             in_place=self.in_place,
+            scale_down=self.scale_down,
         )
 
     @model_validator(mode="after")
@@ -97,5 +103,10 @@ class RestoreAppRequest(BaseModel):
             raise ValueError(
                 "in_place restores onto the existing claims themselves: overwrite, hand_over and source snapshot"
                 " (a new claim) contradict it"
+            )
+        if self.scale_down and not self.in_place:
+            raise ValueError(
+                "scale_down stops the workloads that use the claims a restore in place writes: it needs in_place"
+                " (a restore into new claims does not touch the application)"
             )
         return self

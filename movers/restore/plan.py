@@ -27,9 +27,11 @@ from movers.backup.bases import SnapshotCheck
 from movers.errors import UsageError
 from movers.kube import apply as k
 from movers.kube import manifests as m
+from movers.kube import workloads
 from movers.kube.access import Check, denied
 from movers.kube.pods import pods_using_claim
 from movers.kube.volumes import default_storage_class
+from movers.restore import quiesce
 from movers.restore.live import COMPARE, CbtChooser, CbtPath
 from movers.restore.live import Chosen as CbtChosen
 from movers.restore.source import Chosen, Source, snapshot_source
@@ -108,13 +110,18 @@ def write_claim_name(pvc: str, run_id: str) -> str:
 
 
 def required_permissions(
-    namespace: str, repo_secret: str, service_account: str, source: Source = "repository", in_place: bool = False
+    namespace: str,
+    repo_secret: str,
+    service_account: str,
+    source: Source = "repository",
+    in_place: bool = False,
+    scale_down: bool = False,
 ) -> list[Check]:
     """Every call a restore into ``namespace`` makes with the run's identity (plan, write, hand-over,
     clean-up), as ``access.Check``s for the preflight; a ``source`` other than the repository reads the kept
     snapshots and annotates their contents; ``in_place`` checks the backups' snapshots and the drivers' CBT
     services, and snapshots the live claims (``movers.restore.live``: create, wait, delete with a Retain
-    content)."""
+    content); ``scale_down`` reads, annotates and scales the workloads (``movers.kube.workloads.permissions``)."""
     ns = namespace
     checks = [
         Check("get", "", "namespaces", name=ns),
@@ -139,15 +146,23 @@ def required_permissions(
             Check("list", snap, "volumesnapshotclasses"),
             Check("get", "cbt.storage.k8s.io", "snapshotmetadataservices"),
         ]
+    if scale_down:
+        checks += workloads.permissions(ns)
     return checks
 
 
 def check_permissions(
-    api, namespace: str, repo_secret: str, service_account: str, source: Source = "repository", in_place: bool = False
+    api,
+    namespace: str,
+    repo_secret: str,
+    service_account: str,
+    source: Source = "repository",
+    in_place: bool = False,
+    scale_down: bool = False,
 ) -> None:
     """``PermissionsMissing`` (one line naming every refused call) unless the identity of ``api`` may make
     every call of ``required_permissions``."""
-    refused = denied(api, required_permissions(namespace, repo_secret, service_account, source, in_place))
+    refused = denied(api, required_permissions(namespace, repo_secret, service_account, source, in_place, scale_down))
     if refused:
         raise PermissionsMissing(
             f"cannot restore into {namespace}: this identity lacks {len(refused)}"
@@ -175,7 +190,8 @@ class RestoreOptions:
     recorded one), ``overwrite`` of existing claims, ``hand_over`` to a Filesystem claim (None: as recorded), the
     repository Secret and the writers' ServiceAccount that must exist in the target namespace, and where the data
     comes from (``source``: ``movers.restore.source``); ``in_place``: onto the existing claims themselves
-    (``in_place_target``)."""
+    (``in_place_target``), whose users' workloads are scaled down and back with ``scale_down``
+    (``movers.restore.quiesce``)."""
 
     storage_class: str | None
     overwrite: bool
@@ -184,6 +200,7 @@ class RestoreOptions:
     service_account: str
     source: Source = "auto"
     in_place: bool = False
+    scale_down: bool = False
 
 
 def plan_targets(
@@ -202,7 +219,9 @@ def plan_targets(
     """
     storage_class, overwrite, hand_over = options.storage_class, options.overwrite, options.hand_over
     repo_secret, service_account = options.repo_secret, options.service_account
-    check_permissions(api, namespace, repo_secret, service_account, options.source, options.in_place)
+    check_permissions(
+        api, namespace, repo_secret, service_account, options.source, options.in_place, options.scale_down
+    )
     problems: list[str] = []
     if k.find(api, "Namespace", None, namespace) is None:
         raise RestoreRefused(
@@ -219,7 +238,7 @@ def plan_targets(
     targets = []
     for vol in volumes:
         if options.in_place:
-            targets.append(in_place_target(api, namespace, vol, problems, chooser))
+            targets.append(in_place_target(api, namespace, vol, problems, chooser, options.scale_down))
             continue
         pvc, notes = vol["pvc"], []
         sc = storage_class or vol.get("storage_class") or default_class
@@ -284,7 +303,12 @@ def plan_targets(
 
 
 def in_place_target(
-    api, namespace: str, vol: Mapping[str, Any], problems: list[str], chooser: CbtChooser | None = None
+    api,
+    namespace: str,
+    vol: Mapping[str, Any],
+    problems: list[str],
+    chooser: CbtChooser | None = None,
+    scale_down: bool = False,
 ) -> Target:
     """The target of a restore onto the existing claim ``vol["pvc"]`` itself (``RestoreOptions.in_place``): its
     writer rewrites only what differs, so the PV stays the same and the next backup stays a CBT delta from the last
@@ -292,7 +316,8 @@ def in_place_target(
     finds that possible (``movers.restore.live``: ``Target.cbt``), else by comparing the claim's volume with the
     backup by the digests the map records; ``source_reason`` says which and why. Appends to ``problems`` why it
     cannot: no such claim, not bound, a Filesystem claim (a writer reaches only a Block device of it; restore it as
-    a new claim instead), or running pods use it (named: stop them first)."""
+    a new claim instead), or running pods use it (named with their workloads: stop them first, or pass
+    ``scale_down``; with it, pods no Deployment or StatefulSet runs: ``quiesce.refusals``)."""
     pvc = vol["pvc"]
     claim = k.find(api, "PersistentVolumeClaim", namespace, pvc)
     spec = (claim or {}).get("spec") or {}
@@ -306,12 +331,7 @@ def in_place_target(
             " volume as a block device, which only a Block claim gives; restore it as a new claim instead"
         )
     else:
-        users = pods_using_claim(api, namespace, pvc)
-        if users:
-            problems.append(
-                f"PersistentVolumeClaim {namespace}/{pvc} is used by pod(s) {', '.join(users)}: stop them before"
-                " restoring it in place"
-            )
+        problems += quiesce.refusals(workloads.claim_users(api, namespace, [pvc]), pvc, namespace, scale_down)
     chosen = CbtChosen(None, COMPARE)
     if chooser is not None and spec.get("volumeMode") == "Block" and spec.get("volumeName"):
         pv = k.find(api, "PersistentVolume", None, spec["volumeName"])

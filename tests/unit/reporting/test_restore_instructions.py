@@ -44,6 +44,8 @@ def test_the_prefect_instructions_run_the_deployment_with_one_valid_request():
     markdown = restore_markdown(RUN, ROWS, how)
     assert '`"in_place": true` rewrites only what differs' in markdown and '`"source"`' in markdown
     assert RestoreAppRequest.model_validate(json.loads(value) | {"in_place": True}).in_place
+    assert '`"scale_down": true`' in markdown
+    assert RestoreAppRequest.model_validate(json.loads(value) | {"in_place": True, "scale_down": True}).scale_down
     assert (request.repo_secret, request.image, request.service_account) == (
         "cbt-mover-repo",
         "registry.example.com/cbt-mover:0.1.0",

@@ -100,9 +100,10 @@ def test_a_volume_restored_elsewhere_is_noted():
     assert "topology.hostpath.csi/node In [node-a]" in note and "[node-b]" in note
 
 
+@pytest.mark.parametrize("scale_down", [False, True])
 @pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("source", ["repository", "auto", "snapshot"])
-def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(source, in_place):
+def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(source, in_place, scale_down):
     from localcluster.shipped_rbac import controller_role
 
     role = controller_role()
@@ -112,7 +113,7 @@ def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
                     granted.add((verb, group, resource, tuple(rule.get("resourceNames") or ())))
-    checks = r.required_permissions("shop", "cbt-mover-repo", "cbt-mover", source, in_place)
+    checks = r.required_permissions("shop", "cbt-mover-repo", "cbt-mover", source, in_place, scale_down)
     missing = []
     for c in checks:
         resource = c.resource + (f"/{c.subresource}" if c.subresource else "")
@@ -125,6 +126,8 @@ def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(
     snapshots_live = any(c.resource == "volumesnapshots" and c.verb == "create" for c in checks)
     asks_cbt = any(c.resource == "snapshotmetadataservices" for c in checks)
     assert snapshots_live == asks_cbt == in_place, "the live claims' snapshots and CBT only in place"
+    scales = any(c.resource == "deployments" and c.subresource == "scale" and c.verb == "patch" for c in checks)
+    assert scales == scale_down, "the workloads only when scale_down is asked"
 
 
 @pytest.mark.parametrize("pvc", ["data", "a" * 253])
