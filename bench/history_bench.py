@@ -27,7 +27,8 @@ full's restore; bytes uploaded over the incrementals (all objects: packs, maps, 
 ``stored_bytes``) <= 1.5x the changed bytes. ``--write-docs`` writes the "history" section of
 ``docs/scaling-benchmarks.md``. For a quick run: ``--size 256M --incrementals 10 --every 5``. With
 ``--consolidate-every N``, ``cbt-mover consolidate`` (maintenance, issue 23) runs after every N-th incremental; what it
-fetches and uploads is reported apart from the backups' uploads, and with them.
+fetches and uploads is reported apart from the backups' uploads, and with them; ``--write-docs`` then writes the
+"consolidation" section.
 
 The scratch directory is removed in every outcome unless ``--keep``. Exit status: 0 when every step ran and
 every restore matched (goal misses are reported, not failures), 1 otherwise.
@@ -364,7 +365,8 @@ def docs_text(b: Bench, body: str, info: dict[str, str]) -> str:
         if args.consolidate_every
         else ""
     )
-    return f"""## History: a chain of {args.incrementals} incrementals{quick}
+    title = "History with consolidation" if args.consolidate_every else "History"
+    return f"""## {title}: a chain of {args.incrementals} incrementals{quick}
 
 `{args.command}`. A {mib(args.size, 0)} MiB image of seeded random data (seed {args.seed}); a full backup with
 `--extents` of the whole image, then {args.incrementals} rounds of pwrites of random bytes over
@@ -415,7 +417,7 @@ def run(args: argparse.Namespace, scratch: Path) -> int:
     body = report(bench)
     print(body)
     if args.write_docs:
-        scalelib.write_section("history", docs_text(bench, body, info))
+        scalelib.write_section("consolidation" if args.consolidate_every else "history", docs_text(bench, body, info))
     return 1 if bench.failures else 0
 
 

@@ -28,6 +28,7 @@ VERSIONS = (1, 2)
 # The sections of DOCS, in page order: (name, script)
 SECTIONS = (
     ("history", "history_bench.py"),
+    ("consolidation", "history_bench.py --versions 2 --consolidate-every 7"),
     ("size", "scale_bench.py"),
     ("extents", "extents_bench.py"),
     ("hash", "hash_bench.py"),
