@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from localcluster.kubelet.testing import wait_until
 from movers.errors import UsageError
 from movers.pipeline.backup import run_backup
 from movers.pipeline.inplace import TargetBusy, restore_in_place
@@ -112,6 +113,16 @@ def zeroed_loop_device(tmp_path):
         yield dev, backing
 
 
+def _exclusive(dev: str) -> bool:
+    """Whether nothing holds ``dev`` exclusively (the kernel may finish releasing a superblock after umount
+    returns, and a parallel test's probe may hold it for a moment)."""
+    try:
+        os.close(os.open(dev, os.O_RDONLY | os.O_EXCL))
+    except OSError:
+        return False
+    return True
+
+
 def test_a_device_in_use_is_refused_and_its_backing_file_too(repo, tmp_path, zeroed_loop_device):
     """A mounted block device (Linux refuses ``O_EXCL`` then), and an image file that backs a loop device."""
     if shutil.which("mkfs.ext4") is None:
@@ -133,6 +144,7 @@ def test_a_device_in_use_is_refused_and_its_backing_file_too(repo, tmp_path, zer
         assert open(dev, "rb").read() == before
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+    wait_until(lambda: _exclusive(dev), 10, f"{dev} released by the unmount")
     stats = restore_in_place(repo, manifest, dev, workers=2)  # unmounted: restored
     assert open(dev, "rb").read() == image.read_bytes() and stats.written_bytes > 0
 
