@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from movers.cli._common import add_repo_options, emit, mib, open_repo, progress_reporter
+from movers.cli._common import add_repo_options, emit, mib, open_repo_ahead, progress_reporter
 from movers.errors import UsageError
 
 if TYPE_CHECKING:
@@ -81,10 +81,11 @@ def restore_request(args: argparse.Namespace) -> RestoreRequest:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    opened = open_repo_ahead(args)  # the key derivation runs while the restore's modules load: recovery time
     from movers.restore.volume import restore_volume
 
     request = restore_request(args)
-    result = restore_volume(lambda: open_repo(args), request, progress=lambda: progress_reporter(args))
+    result = restore_volume(opened, request, progress=lambda: progress_reporter(args))
     if request.overwrite == "if-changed":
         text = (
             f"restored {result.backup_id} of {request.volume} onto {request.device} in place: compared"
