@@ -38,9 +38,10 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 
 from movers import device
 from movers.errors import UsageError
@@ -57,6 +58,8 @@ WRITE_BLOCK = 4096  # the unit compared and written in step 3: a page of the dev
 READ_SPAN = 16 * dg.DIGEST_BLOCK  # one read of step 2 covers this many bytes (its blocks compared one by one)
 
 Range = tuple[int, int]  # [start, end) of the volume
+# step 2's work queued for one page: its spans' compares, the compare of its blocks without a digest, its end
+_Page = tuple[list[Future[list[Range]]], Callable[[], list[Range]] | None, int]
 
 
 class TargetBusy(UsageError):
@@ -159,10 +162,13 @@ class _InPlace:
     # step 2 -------------------------------------------------------------------------------------------------
 
     def differing(self, progress: ProgressFn | None) -> list[Range]:
-        """The ranges of the device that differ from the backup, or might (step 2)."""
+        """The ranges of the device that differ from the backup, or might (step 2). The next page's reads are
+        queued before a page's results are collected, so the workers do not wait between pages."""
         found: list[Range] = []
         page_size = self.manifest.map.page_size
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="compare") as pool:
+        queued: deque[_Page] = deque()
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="compare")
+        try:
             for page_index, (page_id, _n) in enumerate(self.repo.page_slots(self.manifest)):
                 start = page_index * page_size
                 end = min(start + page_size, self.capacity)
@@ -171,14 +177,34 @@ class _InPlace:
                 entries, digests, locations = self.repo.read_located_page(page_id)
                 known, unknown = self._blocks(start, end, digests)
                 spans = [(s, min(s + READ_SPAN, end)) for s in range(start, end, READ_SPAN)]
-                for differs in pool.map(self._by_digest, spans, repeat(known)):
-                    found.extend(differs)
+                futures = [pool.submit(self._by_digest, span, known) for span in spans]
+                rest = None
                 if unknown:
                     where = self.repo.index() if locations is None else locations
-                    found.extend(self._without_digest(pool, entries, where, start, end, merged(unknown)))
-                if progress:
-                    progress(end, self.capacity)
+                    rest = partial(self._without_digest, pool, entries, where, start, end, merged(unknown))
+                queued.append((futures, rest, end))
+                while len(queued) > 1:
+                    self._collect(queued.popleft(), found, progress)
+            while queued:
+                self._collect(queued.popleft(), found, progress)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         return merged(found)
+
+    def _collect(
+        self,
+        page: _Page,
+        found: list[Range],
+        progress: ProgressFn | None,
+    ) -> None:
+        """Add one page's differing ranges to ``found``: its blocks compared by digest, then those without one."""
+        futures, rest, end = page
+        for future in futures:
+            found.extend(future.result())
+        if rest is not None:
+            found.extend(rest())
+        if progress:
+            progress(end, self.capacity)
 
     def _blocks(self, start: int, end: int, digests: bytes) -> tuple[dict[int, bytes], list[Range]]:
         """The page's blocks by whether the page records their digest: ``{block: digest}``, spans of the rest."""
