@@ -51,7 +51,8 @@ def restore_volume(
     open_repo: Callable[[], Repository], request: RestoreRequest, progress: Callable[[], Phases] | None = None
 ) -> WriteResult:
     """Write the backup ``request`` names onto ``request.device`` from the repository ``open_repo()`` returns
-    (opened once the target is checked), and read it back when asked (see the module doc). ``progress`` makes the
+    (called once the target is checked; the CLI's has been opening it, which only reads it, since it started: its
+    errors still come after the target's), and read it back when asked (see the module doc). ``progress`` makes the
     display once the backup is resolved (a terminal's bar starts when made); the restore runs inside it."""
     from movers.extents import read_checked
     from movers.pipeline.inplace import restore_in_place
