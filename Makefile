@@ -15,10 +15,12 @@ deps-demo:
 deps-test:
 	@PY=$(PY) .ci/deps test
 
+# The dependencies compiled to bytecode, as in the image (where PYTHONDONTWRITEBYTECODE keeps none from run time):
+# the benches measure a command's start-up as a mover pod pays it.
 $(STAMP): requirements.lock pyproject.toml | deps-demo
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip sync -q --python $(VENV)/bin/python requirements.lock
+	$(VENV)/bin/uv pip sync -q --compile-bytecode --python $(VENV)/bin/python requirements.lock
 	$(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --no-deps -e .
 	touch $@
 

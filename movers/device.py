@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import os
@@ -211,7 +210,9 @@ _SYNC_FILE_RANGE_WRITE = 0x2
 def _c_library() -> ctypes.CDLL:
     global _libc
     if _libc is None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        # the C library the interpreter is linked with, by its symbols (dlopen(NULL)); not ctypes.util.find_library,
+        # which runs ldconfig in a subprocess: a cost in every restore's start
+        libc = ctypes.CDLL(None, use_errno=True)
         for name, argtypes in (
             ("fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]),
             ("sync_file_range", [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]),

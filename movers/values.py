@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import durationpy
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 # Durations
 
@@ -41,6 +41,8 @@ def parse_duration(value: Any, *, bare_numbers: bool = True) -> float:
     text = value.strip()
     if _NUMBER.match(text) and (bare_numbers or float(text) == 0):
         return float(text)
+    import durationpy  # here, not at the top: every command imports this module, few parse a duration
+
     sign, body = (-1.0, text[1:]) if text.startswith("-") else (1.0, text.removeprefix("+"))
     days = _DAYS.match(body)
     rest = body[days.end() :] if days else body

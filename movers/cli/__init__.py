@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import NoReturn
 
@@ -48,10 +49,21 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: looked up (in the installed package's metadata) only when asked for, not at every start."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> NoReturn:
+        print(f"cbt-mover {_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: each command module adds its subparser(s) and handler (``args.handler``)."""
     parser = _Parser(prog="cbt-mover", description="Back up and restore block volumes.")
-    parser.add_argument("--version", action="version", version=f"cbt-mover {_version()}")
+    parser.add_argument("--version", action=_VersionAction, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parsers(sub)
@@ -73,6 +85,9 @@ def _fail(line: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The engine uses no pydantic plugins; looking for them reads every installed distribution's entry points
+    # (tens of ms on a cold start, which every restore's recovery time pays). A caller's own setting wins.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     parser = build_parser()
     args = parser.parse_args(argv)
     log_level = getattr(args, "log_level", "WARNING")  # commands that only print (install) have none

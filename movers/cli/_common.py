@@ -12,11 +12,16 @@ import argparse
 import json
 import logging
 import os
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from movers.cli.progress import MODES, Reporter, open_reporter
 from movers.errors import UsageError
 from movers.values import human_bytes
+
+if TYPE_CHECKING:
+    from movers.repo.repository import Repository
 
 log = logging.getLogger("movers")
 
@@ -165,6 +170,32 @@ def open_repo(args: argparse.Namespace, create: bool = False):
     if credentials is None:
         raise UsageError(f"a new repository is encrypted: {HOW_TO_GIVE} (or --insecure-no-encryption)")
     return Repository.init(store, RepoConfig.new(encrypted=True), credentials, kdf_cost())
+
+
+def open_repo_ahead(args: argparse.Namespace) -> Callable[[], Repository]:
+    """``open_repo(args)`` started now, on a thread, for a command with other start-up work to do meanwhile (the
+    key derivation of a passphrase, scrypt, holds no lock Python needs): the returned function waits for it and
+    returns the repository or raises what opening raised. Opening only reads the repository, so a command that
+    fails before it calls the function has changed nothing; the thread does not keep the process alive."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append((open_repo(args), None))
+        except BaseException as err:  # handed to the caller, in its thread
+            outcome.append((None, err))
+
+    thread = threading.Thread(target=run, name="open-repo", daemon=True)
+    thread.start()
+
+    def opened() -> Repository:
+        thread.join()
+        repo, err = outcome[0]
+        if err is not None:
+            raise err
+        return repo
+
+    return opened
 
 
 def retry_budget(args: argparse.Namespace) -> float:

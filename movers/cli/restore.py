@@ -11,7 +11,15 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from movers.cli._common import add_cbt_options, add_repo_options, cbt_options, emit, mib, open_repo, progress_reporter
+from movers.cli._common import (
+    add_cbt_options,
+    add_repo_options,
+    cbt_options,
+    emit,
+    mib,
+    open_repo_ahead,
+    progress_reporter,
+)
 from movers.errors import UsageError
 
 if TYPE_CHECKING:
@@ -101,11 +109,12 @@ def restore_request(args: argparse.Namespace) -> RestoreRequest:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    opened = open_repo_ahead(args)  # the key derivation runs while the restore's modules load: recovery time
     from movers.restore.volume import restore_volume
 
     request = restore_request(args)
     cbt = cbt_options(args).connection
-    result = restore_volume(lambda: open_repo(args), request, progress=lambda: progress_reporter(args), cbt=cbt)
+    result = restore_volume(opened, request, progress=lambda: progress_reporter(args), cbt=cbt)
     if request.overwrite == "if-changed":
         how = " by CBT" if result.path == "cbt" else ""
         how += f" by compare (no CBT: {result.cbt_fallback})" if result.cbt_fallback else ""

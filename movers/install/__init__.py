@@ -14,7 +14,6 @@ placeholder, ``${NAMESPACE}``, always inside double quotes so that a namespace Y
 from __future__ import annotations
 
 from collections.abc import Iterable
-from importlib.resources import files
 from typing import Any
 
 from movers.errors import UsageError
@@ -29,6 +28,8 @@ MOVERS_TEMPLATE = "movers.yaml"
 
 def template(name: str) -> str:
     """The text of a packaged template (``CONTROLLER_TEMPLATE``, ``MOVERS_TEMPLATE``)."""
+    from importlib.resources import files  # here: every command imports this module (for its defaults)
+
     return files(__name__).joinpath(name).read_text(encoding="utf-8")
 
 

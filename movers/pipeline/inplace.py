@@ -9,16 +9,16 @@
    image file that backs a loop device is refused by name. Extents, when given, were checked against the volume
    by the caller (``movers.extents.validated``).
 2. **Compare, without a fetch.** Without extents, the whole device is read once and every 64 KiB block is
-   compared with the block digest the map page records (``movers.repo.digests``). A block whose digest is not
-   known (a CBT backup read only part of it) is compared by the content hash of each whole chunk that covers it,
-   and ranges no entry covers must read as zeros; what is left (part of a chunk without a digest) is taken as
-   differing. With extents (ranges known to differ, as CBT between the backup's snapshot and the live volume
-   reports them) nothing is compared here and nothing else of the device is read: the extents are the
-   differing ranges.
+   compared with the block digest the map page records (``movers.repo.digests``; a block whose digest is that of
+   zeros is compared with zeros instead of hashed). A block whose digest is not known (a CBT backup read only
+   part of it) is compared by the content hash of each whole chunk that covers it, and ranges no entry covers
+   must read as zeros; what is left (part of a chunk without a digest) is taken as differing. With extents
+   (ranges known to differ, as CBT between the backup's snapshot and the live volume reports them) nothing is
+   compared here and nothing else of the device is read: the extents are the differing ranges.
 3. **Fetch and write what differs.** Only the chunks whose map entries overlap a differing range are fetched
-   (``MapReader``: each chunk verified); the device bytes of the overlap are compared with the chunk's
-   ``WRITE_BLOCK`` at a time and only the blocks that differ are written. A differing range that no entry
-   covers is zeroed the same way.
+   (``MapReader``, given only the pages and entries the ranges touch: each chunk verified); the device bytes of
+   the overlap are compared with the chunk's ``WRITE_BLOCK`` at a time and only the blocks that differ are
+   written. A differing range that no entry covers is zeroed the same way.
 4. fsync.
 
 The target is then bit-exact with the backup: every byte either matched a digest or hash the backup recorded,
@@ -38,9 +38,10 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 
 from movers import device
 from movers.errors import UsageError
@@ -51,12 +52,14 @@ from movers.pipeline.zeros import is_zero
 from movers.repo import digests as dg
 from movers.repo import volmap
 from movers.repo.manifest import Manifest
-from movers.repo.repository import Repository
+from movers.repo.repository import Locator, Repository
 
 WRITE_BLOCK = 4096  # the unit compared and written in step 3: a page of the device's cache
 READ_SPAN = 16 * dg.DIGEST_BLOCK  # one read of step 2 covers this many bytes (its blocks compared one by one)
 
 Range = tuple[int, int]  # [start, end) of the volume
+# step 2's work queued for one page: its spans' compares, the compare of its blocks without a digest, its end
+_Page = tuple[list[Future[list[Range]]], Callable[[], list[Range]] | None, int]
 
 
 class TargetBusy(UsageError):
@@ -139,16 +142,6 @@ def overlap(ranges: Sequence[Range], start: int, end: int) -> list[Range]:
     return out
 
 
-class _NotNeeded:
-    """``MapReader``'s ``skip``: every chunk but the needed ones."""
-
-    def __init__(self, needed: set[bytes]) -> None:
-        self.needed = needed
-
-    def __contains__(self, cid: object) -> bool:
-        return cid not in self.needed
-
-
 class _InPlace:
     """One in-place restore's state: the device, the backup, the counters (see the module doc)."""
 
@@ -169,25 +162,49 @@ class _InPlace:
     # step 2 -------------------------------------------------------------------------------------------------
 
     def differing(self, progress: ProgressFn | None) -> list[Range]:
-        """The ranges of the device that differ from the backup, or might (step 2)."""
+        """The ranges of the device that differ from the backup, or might (step 2). The next page's reads are
+        queued before a page's results are collected, so the workers do not wait between pages."""
         found: list[Range] = []
         page_size = self.manifest.map.page_size
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="compare") as pool:
+        queued: deque[_Page] = deque()
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="compare")
+        try:
             for page_index, (page_id, _n) in enumerate(self.repo.page_slots(self.manifest)):
                 start = page_index * page_size
                 end = min(start + page_size, self.capacity)
                 if start >= end:
                     break
-                entries, digests = self.repo.read_page_with_digests(page_id)
+                entries, digests, locations = self.repo.read_located_page(page_id)
                 known, unknown = self._blocks(start, end, digests)
                 spans = [(s, min(s + READ_SPAN, end)) for s in range(start, end, READ_SPAN)]
-                for differs in pool.map(self._by_digest, spans, repeat(known)):
-                    found.extend(differs)
+                futures = [pool.submit(self._by_digest, span, known) for span in spans]
+                rest = None
                 if unknown:
-                    found.extend(self._without_digest(pool, entries, start, end, merged(unknown)))
-                if progress:
-                    progress(end, self.capacity)
+                    where = self.repo.index() if locations is None else locations
+                    rest = partial(self._without_digest, pool, entries, where, start, end, merged(unknown))
+                queued.append((futures, rest, end))
+                while len(queued) > 1:
+                    self._collect(queued.popleft(), found, progress)
+            while queued:
+                self._collect(queued.popleft(), found, progress)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         return merged(found)
+
+    def _collect(
+        self,
+        page: _Page,
+        found: list[Range],
+        progress: ProgressFn | None,
+    ) -> None:
+        """Add one page's differing ranges to ``found``: its blocks compared by digest, then those without one."""
+        futures, rest, end = page
+        for future in futures:
+            found.extend(future.result())
+        if rest is not None:
+            found.extend(rest())
+        if progress:
+            progress(end, self.capacity)
 
     def _blocks(self, start: int, end: int, digests: bytes) -> tuple[dict[int, bytes], list[Range]]:
         """The page's blocks by whether the page records their digest: ``{block: digest}``, spans of the rest."""
@@ -215,20 +232,31 @@ class _InPlace:
             return [
                 (s, e) for block, (s, e) in zip(blocks, spans, strict=True) if hashes.zero_digest(e - s) != known[block]
             ]
-        data = memoryview(self.read(lo, hi))
+        raw = self.read(lo, hi)
+        data = memoryview(raw)
         out = []
         for block in blocks:
             s, e = dg.block_span(block, self.capacity)
-            if hashes.block_digest(data[s - lo : e - lo]) != known[block]:
+            if known[block] == hashes.zero_digest(e - s):  # zeros in the backup: a compare, not a hash, says so
+                same = is_zero(raw, s - lo, e - lo)
+            else:
+                same = hashes.block_digest(data[s - lo : e - lo]) == known[block]
+            if not same:
                 out.append((s, e))
         return out
 
     def _without_digest(
-        self, pool: ThreadPoolExecutor, entries: list[volmap.Entry], start: int, end: int, unknown: list[Range]
+        self,
+        pool: ThreadPoolExecutor,
+        entries: list[volmap.Entry],
+        index: Locator,
+        start: int,
+        end: int,
+        unknown: list[Range],
     ) -> list[Range]:
         """The parts of the ``unknown`` blocks that differ: whole chunks by their content hash, uncovered ranges by
-        reading as zeros; parts of chunks are taken as differing (step 3 compares them with the chunk)."""
-        index = self.repo.index()
+        reading as zeros; parts of chunks are taken as differing (step 3 compares them with the chunk). ``index``:
+        where the page's chunks are (a located page's own locations, else the repository's index)."""
         whole, out = [], []
         for entry in entries:
             voff, length, cid, coff = entry
@@ -260,7 +288,7 @@ class _InPlace:
         if not ranges:
             return
         wanted: dict[int, list[Range]] = {}  # entry's volume offset -> the parts of it to compare
-        needed: set[bytes] = set()
+        pages: list[tuple[int, list[volmap.Entry], Locator]] = []  # the entries to fetch, page by page
         page_size = self.manifest.map.page_size
         todo = sum(e - s for s, e in ranges)
         for page_index, (page_id, _n) in enumerate(self.repo.page_slots(self.manifest)):
@@ -268,12 +296,15 @@ class _InPlace:
             end = min(start + page_size, self.capacity)
             if start >= end or not overlap(ranges, start, end):
                 continue
-            entries, _digests = self.repo.read_page_with_digests(page_id)
-            for voff, length, cid, _coff in entries:
-                parts = overlap(ranges, voff, voff + length)
+            entries, _digests, locations = self.repo.read_located_page(page_id)
+            used = []
+            for entry in entries:
+                parts = overlap(ranges, entry[0], entry[0] + entry[1])
                 if parts:
-                    wanted[voff] = parts
-                    needed.add(cid)
+                    wanted[entry[0]] = parts
+                    used.append(entry)
+            if used:
+                pages.append((page_index, used, self.repo.index() if locations is None else locations))
             for hole_start, hole_len in holes(entries, start, end):
                 for s, e in overlap(ranges, hole_start, hole_start + hole_len):
                     self._put(s, None, 0, e - s, todo, progress)
@@ -283,9 +314,9 @@ class _InPlace:
                 for s, e in wanted.get(voff, ()):
                     self._put(s, raw, coff + s - voff, e - s, todo, progress)
 
-        if needed:
+        if pages:  # only these pages' chunks are fetched: with extents, the map is read where they are, not whole
             reader = MapReader(self.repo, workers=self.workers)
-            reader.run(self.manifest, sink, skip=_NotNeeded(needed))
+            reader.run(self.manifest, sink, pages=pages)
             self.stats.fetched_bytes = reader.fetched_bytes
             self.stats.chunks_verified = reader.chunks_verified
 

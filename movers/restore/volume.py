@@ -107,7 +107,8 @@ def restore_volume(
     cbt: CbtConnection | None = None,
 ) -> WriteResult:
     """Write the backup ``request`` names onto ``request.device`` from the repository ``open_repo()`` returns
-    (opened once the target is checked), and read it back when asked (see the module doc). ``progress`` makes the
+    (called once the target is checked; the CLI's has been opening it, which only reads it, since it started: its
+    errors still come after the target's), and read it back when asked (see the module doc). ``progress`` makes the
     display once the backup is resolved (a terminal's bar starts when made); the restore runs inside it. ``cbt``:
     how this process reaches the SnapshotMetadata service for ``request.cbt``."""
     from movers.extents import read_checked

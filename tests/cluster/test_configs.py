@@ -150,7 +150,9 @@ def test_dockerfile():
     assert lines[0] == "FROM python:3.11-slim"
     entrypoints = [ln for ln in lines if ln.startswith("ENTRYPOINT")]
     assert len(entrypoints) == 1 and json.loads(entrypoints[0].removeprefix("ENTRYPOINT").strip()) == ["cbt-mover"]
-    assert "requirements.lock" in text and "uv pip install" in text and "pip install --no-deps ." in text
+    assert "requirements.lock" in text and "uv pip install" in text and "pip install --no-deps --compile ." in text
+    # compiled at build time: the image sets PYTHONDONTWRITEBYTECODE, so nothing compiled at run time is kept
+    assert "--compile-bytecode" in text
     users = [ln for ln in lines if ln.startswith("USER ")]
     assert users and users[-1] != "USER root" and users[-1] != "USER 0"
     # the console script exists in the project

@@ -216,3 +216,39 @@ def test_the_cli_starts_without_the_policy_model():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_a_restore_starts_without_the_cluster_modules():
+    """A restore's start-up is part of its recovery time: the writer's CLI path (``restore_volume``) loads none of
+    the restore-app use case's cluster modules (``movers.restore`` re-exports them lazily), nor durationpy."""
+    import subprocess
+    import sys
+
+    heavy = (
+        "movers.kube.apply",
+        "movers.restore.finish",
+        "movers.restore.plan",
+        "movers.restore.writers",
+        "durationpy",
+    )
+    probe = (
+        "import sys, movers.cli, movers.restore.volume; movers.cli.build_parser();"
+        f" print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+    lazy = "from movers import restore as r; print(r.plan_targets.__module__, r.Target.__module__)"
+    out = subprocess.run([sys.executable, "-c", lazy], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["movers.restore.plan", "movers.restore.plan"]
+
+
+def test_a_restore_checks_its_target_before_the_repository_key(repo, tmp_path):
+    """The CLI opens the repository while the restore's modules load, but a bad target is still the error a
+    restore reports first (the key's error only once the target is fine), and the target is left alone."""
+    missing_dir = tmp_path / "no-such-dir" / "target.img"
+    env = {"CBT_MOVER_PASSWORD": "a passphrase for an unencrypted repository"}
+    proc = run("restore", "--repo", repo, "--volume", "v", "--device", missing_dir, env=env)
+    assert proc.returncode == 2 and str(missing_dir.parent) in proc.stderr, proc.stderr
+    assert not missing_dir.parent.exists()
+    proc = run("restore", "--repo", repo, "--volume", "v", "--device", tmp_path / "target.img", env=env)
+    assert_one_line_error(proc, 2, "is not encrypted, but a key was given")

@@ -14,6 +14,7 @@ from movers.errors import UsageError
 from movers.pipeline.backup import run_backup
 from movers.pipeline.inplace import TargetBusy, restore_in_place
 from movers.pipeline.restore import run_restore
+from movers.repo.config import RepoConfig
 from movers.repo.manifest import VolumeIdentity
 from movers.repo.repository import Repository
 from movers.repo.store import open_store
@@ -250,3 +251,59 @@ def test_a_block_device_larger_than_the_volume_is_restored_and_its_tail_left_alo
         restore_in_place(repo, manifest, dev, workers=2)
     data = backing.read_bytes()
     assert data[:SIZE] == image.read_bytes() and data[SIZE:] == b"\x09" * MiB
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_with_extents_only_the_map_pages_they_touch_are_read(tmp_path, version):
+    """Extents name what differs: the map is read where they are (the pages they touch), not whole, and the chunks
+    fetched are theirs; version 1 pages (no chunk locations) find their chunks in the index."""
+    config = RepoConfig(chunk_max=256 * 1024, page_size=MiB, format_version=version)
+    repo = Repository.init(open_store(f"file://{tmp_path}/repo"), config)
+    image = tmp_path / "v.img"
+    make_image(image, SIZE, seed=14, data_fraction=0.9)
+    manifest = run_backup(repo, str(image), VolumeIdentity("ns/v"))
+    assert len(repo.page_slots(manifest)) == SIZE // MiB
+    device = tmp_path / "live.img"
+    shutil.copyfile(image, device)
+    changed = _changed(device, [5 * MiB + 8192], length=8192)
+    repo = Repository.open(open_store(f"file://{tmp_path}/repo"))  # counts from zero
+    manifest = repo.resolve("ns/v", "latest")
+    before = repo.store.requests.as_dict()["get"]
+
+    stats = restore_in_place(repo, manifest, str(device), extents=changed, workers=2)
+
+    assert device.read_bytes() == image.read_bytes()
+    assert stats.written_bytes == 8192 and stats.chunks_verified == 1, stats
+    map_gets = repo.store.requests.as_dict()["get"] - before
+    # the map's directory and the one page touched, plus the index objects for version 1: not the 16 pages
+    assert map_gets <= 4, map_gets
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_compare_is_bit_exact_whatever_the_map_records(tmp_path, version):
+    """Blocks with a digest (zeros compared as zeros, data by hash), blocks a CBT incremental read in part (by
+    their chunks' hashes, version 1 chunks located by the index), holes that now hold data, and data that is now
+    zeros: all made bit-exact, writing only the 4 KiB blocks that differ."""
+    config = RepoConfig(chunk_max=256 * 1024, page_size=4 * MiB, format_version=version)
+    repo = Repository.init(open_store(f"file://{tmp_path}/repo"), config)
+    image = tmp_path / "v.img"
+    make_image(image, SIZE, seed=15, data_fraction=0.7)
+    run_backup(repo, str(image), VolumeIdentity("ns/v"))
+    extents = write_blocks(image, [2 * MiB + 4096, 9 * MiB + 12288], seed=16)
+    manifest = run_backup(repo, str(image), VolumeIdentity("ns/v"), extents=extents)
+    content = image.read_bytes()
+    hole = next(off for off in range(0, SIZE, 65536) if content[off : off + 65536] == bytes(65536))
+    data = next(off for off in range(0, SIZE, 65536) if content[off : off + 4096] != bytes(4096))
+    device = tmp_path / "live.img"
+    device.write_bytes(content)  # every block allocated: its zeros are read, not skipped as holes
+    changed = write_blocks(device, [2 * MiB + 4096, 12 * MiB], seed=17)
+    with open(device, "r+b") as f:
+        os.pwrite(f.fileno(), b"\x07" * 4096, hole + 8192)  # a hole of the backup now holds data
+        os.pwrite(f.fileno(), bytes(4096), data)  # data of the backup now zeros
+
+    stats = restore_in_place(repo, manifest, str(device), workers=2)
+
+    assert device.read_bytes() == content
+    assert stats.written_bytes + stats.zeroed_bytes <= sum(n for _o, n in changed) + 2 * 4096, stats
+    again = restore_in_place(repo, manifest, str(device), workers=2)  # parts of chunks without a digest: fetched
+    assert (again.written_bytes, again.zeroed_bytes) == (0, 0) and device.read_bytes() == content
