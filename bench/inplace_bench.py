@@ -58,7 +58,8 @@ GOAL_COMPARE_TIME = 0.5  # x the full restore's wall time
 GOAL_EXTENTS_TIME = 0.25
 COMPARE = "in place, by compare"
 # peers measured in the same run, cold: what no restore of this repository can take less than
-START_UP = "python + scrypt (peer)"  # the interpreter's start and the passphrase's key derivation, nothing else
+KEY_KINDS = {"passphrase": "a passphrase", "file": "a key file"}
+START_UP = "start-up (peer)"  # the interpreter's start and (a passphrase's) key derivation, nothing else
 READ_DEVICE = "read the device: cat (peer)"  # what a compare reads
 # scrypt at init's default cost (movers.repo.keys.DEFAULT_KDF_COST, 16: N = 65536, r = 8, p = 1)
 KDF = "import hashlib; hashlib.scrypt(b'p', salt=bytes(16), n=1 << 16, r=8, p=1, maxmem=1 << 27, dklen=32)"
@@ -102,7 +103,12 @@ def drift(path: Path, regions: list[int], length: int, seed: int) -> None:
 
 def run_bench(args: argparse.Namespace, scratch: Path) -> int:
     cli = Cli.for_scratch(scratch, args.live)
-    cli.env["CBT_MOVER_PASSWORD"] = PASSWORD
+    if args.key == "file":  # a key file holds the key itself: no key derivation (HKDF only)
+        key_file = scratch / "repo.key"
+        key_file.write_bytes(os.urandom(32))
+        cli.env["CBT_MOVER_KEY_FILE"] = str(key_file)
+    else:
+        cli.env["CBT_MOVER_PASSWORD"] = PASSWORD
     cli.runner.env = cli.env
     size, length = args.size, args.region
     image, repo = scratch / "volume.img", f"file://{scratch / 'repo'}"
@@ -125,7 +131,7 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> int:
     rows.append(Row("cp + sync (peer)", copy.wall, copy.wall, copy.cpu, copy.maxrss, None, None, None))
     (scratch / "cp.img").unlink()
     cli.runner.drop_caches()
-    kdf = cli.runner.run([*cli.python, "-c", KDF], "python + scrypt")
+    kdf = cli.runner.run([*cli.python, "-c", KDF if args.key == "passphrase" else "pass"], "start-up peer")
     rows.append(Row(START_UP, kdf.wall, kdf.wall, kdf.cpu, kdf.maxrss, None, None, None))
 
     restore = ["restore", "--repo", repo, "--volume", "v", "--workers", str(args.workers)]
@@ -206,17 +212,19 @@ def report(args: argparse.Namespace, rows: list[Row], changed: int, code: str) -
         met = value is not None and value <= goal
         lines.append(f"| {name} | {value:.3f} | {'yes' if met else 'NO'} |")
     start_up = next(r for r in rows if r.name == START_UP).wall
+    peer = "python + scrypt" if args.key == "passphrase" else "python"
     read = next(r for r in rows if r.name == READ_DEVICE).wall
     lines += [
         "",
-        "What the peers of this run put under the wall times: every restore starts an interpreter and derives the"
-        " passphrase's key (scrypt), and a compare also reads the whole device as `cat` does; were the rest free"
+        "What the peers of this run put under the wall times: every restore starts an interpreter"
+        + (" and derives the passphrase's key (scrypt)" if args.key == "passphrase" else " (a key file: no derivation)")
+        + ", and a compare also reads the whole device as `cat` does; were the rest free"
         " (imports, map, hashing, fetching, writing), the ratios would be:",
         "",
         "| restore | peers | x full |",
         "|---|---|---:|",
-        f"| by compare | python + scrypt, then cat | {(start_up + read) / full.wall:.3f} |",
-        f"| with extents | python + scrypt | {start_up / full.wall:.3f} |",
+        f"| by compare | {peer}, then cat | {(start_up + read) / full.wall:.3f} |",
+        f"| with extents | {peer} | {start_up / full.wall:.3f} |",
     ]
     return "\n".join(lines)
 
@@ -233,6 +241,7 @@ def docs_text(args: argparse.Namespace, rows: list[Row], changed: int) -> str:
         + benchlib.machine_table(info, [])
         + "\n\n"
         + body
+        + f"\n\nThe repository's key: {KEY_KINDS[args.key]} (`--key {args.key}`)."
         + "\n\nA compare reads every data byte of the device once (holes of an image file are not read) and hashes"
         " it; the full restore reads the compressed backup and writes into an image file, whose writes land in the"
         " page cache until the final fsync. Where reading the device costs about what the full restore's reads and"
@@ -268,6 +277,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true")
     p.add_argument("--live", action="store_true", help="run the working tree's code, not a snapshot of it")
     p.add_argument("--write-docs", action="store_true")
+    p.add_argument(
+        "--key",
+        choices=("passphrase", "file"),
+        default="passphrase",
+        help="how the repository's key is given: a passphrase (scrypt at init's default cost before every command) or"
+        " a key file (the repository Secret's `keyfile`: no key derivation)",
+    )
     p.add_argument(
         "--docs-section",
         default="in-place",
