@@ -113,7 +113,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from movers.restore.volume import restore_volume
 
     request = restore_request(args)
-    cbt = cbt_options(args).connection
+    cbt = cbt_options(args).connection if request.cbt is not None else None  # grpc loads only for a delta
     result = restore_volume(opened, request, progress=lambda: progress_reporter(args), cbt=cbt)
     if request.overwrite == "if-changed":
         how = " by CBT" if result.path == "cbt" else ""

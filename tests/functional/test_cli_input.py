@@ -252,3 +252,20 @@ def test_a_restore_checks_its_target_before_the_repository_key(repo, tmp_path):
     assert not missing_dir.parent.exists()
     proc = run("restore", "--repo", repo, "--volume", "v", "--device", tmp_path / "target.img", env=env)
     assert_one_line_error(proc, 2, "is not encrypted, but a key was given")
+
+
+def test_a_restore_without_a_cbt_delta_does_not_load_grpc(repo, image, tmp_path):
+    """The gRPC stack (the SnapshotMetadata client) is part of a restore's start-up only when it asks for a delta."""
+    import sys
+
+    run("backup", "--repo", repo, "--volume", "v", "--device", image, "--scan", check_rc=0)
+    target = tmp_path / "target.img"
+    shutil.copy(image, target)
+    probe = (
+        "import sys; from movers.cli import main;"
+        f" rc = main(['restore', '--repo', {repo!r}, '--volume', 'v', '--device', {str(target)!r},"
+        " '--overwrite', 'if-changed', '--json']);"
+        " print(rc, 'grpc' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "0 False", out
