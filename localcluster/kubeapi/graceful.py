@@ -14,10 +14,10 @@ nothing.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from localcluster.kubeapi import meta
 from localcluster.kubeapi.errors import bad_request
 from localcluster.kubeapi.resources import Obj, ResourceType
 
@@ -56,5 +56,4 @@ def first_grace(pod: Obj, requested: int | None) -> int:
 
 def shifted(timestamp: str, by_seconds: int) -> str:
     """The RFC 3339 ``timestamp`` moved by ``by_seconds``."""
-    t = datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
-    return (t + datetime.timedelta(seconds=by_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return meta.rfc3339(meta.parse_rfc3339(timestamp) + by_seconds)
