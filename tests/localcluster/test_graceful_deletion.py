@@ -215,3 +215,28 @@ def test_a_pod_deleted_before_it_runs_is_deleted_by_its_kubelet(node):
     core.create_namespaced_pod("default", body)  # waits for its claim: ContainerCreating
     core.delete_namespaced_pod("p", "default")
     wait_until(lambda: gone(core, "p"), 10, "the kubelet to delete the pod")
+
+
+def test_namespace_deletion_completes_once_the_kubelet_finishes_its_pods(node):
+    core = node.core
+    core.create_namespace({"metadata": {"name": "ns"}})
+    core.create_namespaced_pod("ns", pod_manifest("p", ["python", "-c", "import time; time.sleep(600)"]))
+    wait_pod(core, "p", container_running("main"), namespace="ns")
+    pid = node.kubelet.container_pid("ns", "p", "main")
+    core.delete_namespace("ns")
+    assert core.read_namespace("ns").status.phase == "Terminating"
+    wait_until(lambda: "ns" not in {n.metadata.name for n in core.list_namespace().items}, 10, "the namespace to go")
+    assert not alive(pid)
+
+
+def test_a_stopped_kubelets_pod_stays_terminating_and_the_next_kubelet_finishes_it(tmp_path):
+    with local_node(tmp_path, grace_cap=1.0) as n:
+        core = n.core
+        n.kubelet.stop()  # its node is gone: nothing runs its pods, nobody completes their deletion
+        body = pod_manifest("p", ["python", "-c", "import time; time.sleep(600)"])
+        body["spec"]["nodeName"] = "local-node"
+        core.create_namespaced_pod("default", body)
+        core.delete_namespaced_pod("p", "default")
+        assert core.read_namespaced_pod("p", "default").metadata.deletion_timestamp is not None
+        n.kubelet.start()
+        wait_until(lambda: gone(core, "p"), 10, "the restarted kubelet to delete the pod")
