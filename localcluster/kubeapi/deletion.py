@@ -69,8 +69,14 @@ class DeletionMixin:
             if policy not in (None, "Background", "Foreground", "Orphan"):
                 raise bad_request(f"propagationPolicy: Unsupported value: {policy!r}")
             grace = requested_grace(options)
-            if dry_run:
-                return self._delete_answer(rt, version, obj, removed=True)
+            if dry_run:  # the answer as the write would give it, nothing stored
+                preview = copy.deepcopy(obj)
+                pmd = preview["metadata"]
+                if graceful(rt) and not pmd.get("deletionTimestamp"):
+                    period = first_grace(preview, grace)
+                    pmd["deletionTimestamp"] = meta.rfc3339(self.clock() + period)
+                    pmd["deletionGracePeriodSeconds"] = period
+                return self._delete_answer(rt, version, preview, removed=True)
             last, removed = self._delete(rt, copy.deepcopy(obj), policy or "Background", grace)
             return self._delete_answer(rt, version, last, removed)
 

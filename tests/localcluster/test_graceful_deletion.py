@@ -74,6 +74,15 @@ def test_delete_of_a_bound_pod_marks_it_and_keeps_it(kube):
     assert gone(core, "p")
 
 
+def test_dry_run_answers_the_marked_pod_and_stores_nothing(kube):
+    core = kube.core
+    rv = core.create_namespaced_pod("default", bound("p")).metadata.resource_version
+    answer = core.delete_namespaced_pod("p", "default", dry_run="All")
+    assert answer.metadata.deletion_grace_period_seconds == 30 and answer.metadata.deletion_timestamp is not None
+    stored = core.read_namespaced_pod("p", "default")
+    assert stored.metadata.resource_version == rv and stored.metadata.deletion_timestamp is None
+
+
 def test_default_grace_and_the_uid_precondition(kube):
     core = kube.core
     core.create_namespaced_pod("default", bound("p"))
