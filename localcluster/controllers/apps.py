@@ -11,7 +11,8 @@
   ``observedGeneration``) with the Available and Progressing conditions.
 - ReplicaSet -> Pods: ``<replicaset>-<5 random>`` (generateName), owned by it; missing ones are created, surplus
   ones deleted in upstream's order (unscheduled, then pending, then not ready, then the newest first); Succeeded
-  and Failed pods do not count. Status: ``replicas``, ``fullyLabeledReplicas``, ``readyReplicas``,
+  and Failed pods and pods being deleted (terminating) do not count (``FilterActivePods``), in status neither.
+  Status: ``replicas``, ``fullyLabeledReplicas``, ``readyReplicas``,
   ``availableReplicas``, ``observedGeneration``.
 - StatefulSet -> Pods ``<name>-<ordinal>`` (labels ``statefulset.kubernetes.io/pod-name``,
   ``apps.kubernetes.io/pod-index``, ``controller-revision-hash``; hostname and subdomain set), each claim of
@@ -19,8 +20,10 @@
   (whenScaled Retain, the default; Delete makes the set own them when they are condemned). OrderedReady (the
   default): one pod at a time, the next ordinal only once every lower one is Running and Ready; on scale down the
   highest ordinal first, one at a time, each only while every lower one is Running and Ready. Parallel: all at
-  once. A Failed pod is deleted and made again. Status: ``replicas``, ``readyReplicas``, ``currentReplicas``,
-  ``updatedReplicas``, ``availableReplicas``, ``currentRevision``/``updateRevision``, ``observedGeneration``.
+  once. A Failed pod is deleted and made again. A terminating pod blocks OrderedReady progress, and its ordinal is
+  made again only once it is gone. Status: ``replicas`` (terminating pods included, as upstream),
+  ``readyReplicas``, ``currentReplicas`` and ``updatedReplicas`` (without terminating pods), ``availableReplicas``,
+  ``currentRevision``/``updateRevision``, ``observedGeneration``.
   (ControllerRevisions are not served here: a template change replaces no running pod.)
 
 Scale-down deletes pods through the API, as upstream does; the kubelet terminates them within their grace period.
@@ -325,11 +328,13 @@ class AppsController(Controller):
                     self._condemn(ss, pods[ordinal])
             elif not any(pods[o]["metadata"].get("deletionTimestamp") for o in condemned):
                 self._condemn(ss, pods[condemned[0]])  # the highest first, one at a time
+        # upstream's computeReplicaStatus: a terminating pod still counts in replicas (and in readyReplicas while
+        # running and ready), not in currentReplicas and updatedReplicas
         live = [p for p in pods.values() if not p["metadata"].get("deletionTimestamp")]
-        ready = sum(1 for p in live if is_ready(p))
+        ready = sum(1 for p in pods.values() if is_ready(p))
         status = {
             "observedGeneration": md.get("generation", 1),
-            "replicas": len(live),
+            "replicas": len(pods),
             "readyReplicas": ready,
             "availableReplicas": ready,
             "currentReplicas": len(live),

@@ -10,7 +10,8 @@
   ``boundObjectRef`` to a Pod (which must exist with that uid).
 - ``token_review``: ``status.authenticated``, ``status.user`` and ``status.audiences`` = the token's
   audiences that are among ``spec.audiences`` (default: the API server's); none in common, an
-  expired or foreign token, or a deleted service account/pod: ``authenticated: false`` + ``error``.
+  expired or foreign token, or a deleted service account/pod: ``authenticated: false`` + ``error``. A token
+  of a pod being deleted stays valid until a minute past its ``deletionTimestamp`` (upstream's jwt leeway).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from localcluster.kubeapi.reviews import review_answer
 from localcluster.kubeapi.tokens import API_AUDIENCES, DEFAULT_EXPIRATION, MAX_EXPIRATION, MIN_EXPIRATION, TokenIssuer
 
 ADMIN = {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
+DELETION_LEEWAY = 60.0  # seconds past a bound pod's deletionTimestamp its tokens stay valid (jwt.DefaultLeeway)
 ANONYMOUS = {"username": "system:anonymous", "groups": ["system:unauthenticated"]}
 
 
@@ -64,6 +66,9 @@ class Authn:
                 p = store.find(registry.get("", "pods"), ns, pod.get("name", ""))
                 if p is None or p["metadata"]["uid"] != pod.get("uid"):
                     return None, [], f'pods "{pod.get("name")}" not found or its uid changed'
+                deleted = p["metadata"].get("deletionTimestamp")
+                if deleted and meta.parse_rfc3339(deleted) < self.rest.clock() - DELETION_LEEWAY:
+                    return None, [], "service account token has been invalidated"
         token_auds = claims.get("aud") or []
         common = [a for a in audiences if a in token_auds]
         if not common:

@@ -7,7 +7,10 @@
   Background (default: the object goes, then its dependents), Foreground (the owner gets
   ``deletionTimestamp`` and the ``foregroundDeletion`` finalizer and goes once its dependents are
   gone) or Orphan (the dependents lose their reference to it);
-- finalizers defer removal: ``deletionTimestamp`` is set and the object goes when they are all removed;
+- pods are deleted gracefully (``graceful.py``): ``deletionTimestamp`` and ``deletionGracePeriodSeconds``
+  are set and the pod stays until a DELETE with grace 0 (its kubelet's) removes it;
+- finalizers defer removal: ``deletionTimestamp`` is set and the object goes when they are all removed
+  (and, for a pod, its grace period is 0);
 - when an owner goes, each dependent whose other owners are gone too is deleted, otherwise only
   the reference is dropped (a dependent created with only dangling references goes at once);
 - a namespace being deleted turns Terminating, deletes its objects, and goes once it is empty;
@@ -23,6 +26,7 @@ from typing import Any
 
 from localcluster.kubeapi import meta
 from localcluster.kubeapi.errors import ApiError, bad_request, conflict, not_found
+from localcluster.kubeapi.graceful import first_grace, graceful, requested_grace, shifted
 from localcluster.kubeapi.resources import Obj, ResourceType
 
 FOREGROUND = "foregroundDeletion"
@@ -64,9 +68,16 @@ class DeletionMixin:
             policy = options.get("propagationPolicy") or ("Orphan" if options.get("orphanDependents") else None)
             if policy not in (None, "Background", "Foreground", "Orphan"):
                 raise bad_request(f"propagationPolicy: Unsupported value: {policy!r}")
-            if dry_run:
-                return self._delete_answer(rt, version, obj, removed=True)
-            last, removed = self._delete(rt, copy.deepcopy(obj), policy or "Background")
+            grace = requested_grace(options)
+            if dry_run:  # the answer as the write would give it, nothing stored
+                preview = copy.deepcopy(obj)
+                pmd = preview["metadata"]
+                if graceful(rt) and not pmd.get("deletionTimestamp"):
+                    period = first_grace(preview, grace)
+                    pmd["deletionTimestamp"] = meta.rfc3339(self.clock() + period)
+                    pmd["deletionGracePeriodSeconds"] = period
+                return self._delete_answer(rt, version, preview, removed=True)
+            last, removed = self._delete(rt, copy.deepcopy(obj), policy or "Background", grace)
             return self._delete_answer(rt, version, last, removed)
 
     def _delete_answer(self, rt: ResourceType, version: str, obj: Obj, removed: bool) -> Obj:
@@ -81,8 +92,9 @@ class DeletionMixin:
             "details": {"name": md["name"], "group": rt.group, "kind": rt.plural, "uid": md["uid"]},
         }
 
-    def _delete(self, rt: ResourceType, obj: Obj, policy: str) -> tuple[Obj, bool]:
-        """Delete the stored ``obj`` (a copy); (last state, removed now). Caller holds the lock."""
+    def _delete(self, rt: ResourceType, obj: Obj, policy: str, grace: int | None = None) -> tuple[Obj, bool]:
+        """Delete the stored ``obj`` (a copy) with the requested grace period (pods; ``graceful.py``);
+        (last state, removed now). Caller holds the lock."""
         md = obj["metadata"]
         if rt.key == ("", "namespaces"):
             return self._delete_namespace(obj)
@@ -90,16 +102,22 @@ class DeletionMixin:
         if policy == "Orphan":
             self._orphan_dependents(uid)
         if md.get("deletionTimestamp"):
-            return obj, False
+            return self._delete_again(rt, obj, grace)
         finalizers = list(md.get("finalizers") or [])
         if policy == "Foreground" and self._dependents(uid):
             finalizers.append(FOREGROUND)
-        if not finalizers:
+        period = first_grace(obj, grace) if graceful(rt) else None
+        if not finalizers and period is None:
             return self._remove(rt, obj), True
-        md["finalizers"] = finalizers
-        md["deletionTimestamp"] = meta.rfc3339(self.clock())
-        md["deletionGracePeriodSeconds"] = 0
+        if finalizers:
+            md["finalizers"] = finalizers
+        md["deletionTimestamp"] = meta.rfc3339(self.clock() + (period or 0))
+        md["deletionGracePeriodSeconds"] = period or 0
+        if int(md.get("generation") or 0) > 0:
+            md["generation"] = int(md["generation"]) + 1
         obj = self.store.replace(rt, obj)
+        if not finalizers:
+            return (self._remove(rt, obj), True) if period == 0 else (obj, False)
         if FOREGROUND in finalizers:
             for dep_rt, dep in self._dependents(uid):
                 current = self._current(dep_rt, dep)
@@ -107,6 +125,22 @@ class DeletionMixin:
                     self._delete(dep_rt, copy.deepcopy(current), "Foreground")
             obj = self._release_foreground(rt, uid) or obj
         return obj, False
+
+    def _delete_again(self, rt: ResourceType, obj: Obj, grace: int | None) -> tuple[Obj, bool]:
+        """A DELETE of an object already being deleted: a pod's grace period may only shrink."""
+        md = obj["metadata"]
+        current = md.get("deletionGracePeriodSeconds")
+        if graceful(rt) and current:
+            if grace is None or grace >= current:
+                return obj, False
+            md["deletionTimestamp"] = shifted(md["deletionTimestamp"], grace - current)
+            md["deletionGracePeriodSeconds"] = grace
+            obj = self.store.replace(rt, obj)
+            if grace > 0 or md.get("finalizers"):
+                return obj, False
+        elif md.get("finalizers"):
+            return obj, False
+        return self._remove(rt, obj), True
 
     def _remove(self, rt: ResourceType, obj: Obj) -> Obj:
         md = obj["metadata"]

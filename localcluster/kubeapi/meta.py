@@ -70,6 +70,11 @@ def rfc3339(t: float) -> str:
     return datetime.datetime.fromtimestamp(int(t), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_rfc3339(value: str) -> float:
+    """The POSIX time of an ``rfc3339`` timestamp (as the server writes them)."""
+    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
+
+
 def defaults(rt: ResourceType, obj: Obj) -> None:
     kind = rt.key
     spec = obj.get("spec")

@@ -9,8 +9,9 @@ stored in the storage version. What it does like the real server:
 - status subresources: writes to ``.../status`` change only ``status``; writes to the main
   resource keep the stored ``status``; CRD kinds drop ``status`` on create;
 - no-op updates change nothing (no new resourceVersion, no event);
-- deletion and garbage collection (``deletion.py``); no new finalizers once ``deletionTimestamp``
-  is set, and the object goes when an update removes the last finalizer;
+- deletion and garbage collection (``deletion.py``), graceful for pods (``graceful.py``); no new
+  finalizers once ``deletionTimestamp`` is set, and the object goes when an update removes the last
+  finalizer (a pod only once its grace period is 0);
 - decoding and admission: scheme defaults (``meta.py``), quantities parsed and stored in their
   canonical form (``validation.decode``; 400 on create/update, 422 on patch, as upstream),
   NamespaceLifecycle (404/403), validation of every kind (422: ``validation.py`` for built-in
@@ -324,8 +325,9 @@ class Rest(DeletionMixin):
             return new
         new["metadata"]["resourceVersion"] = old_md["resourceVersion"]
         stored = self.store.replace(rt, self._to_storage(rt, new))
-        if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
-            stored = self._remove(rt, stored)
+        smd = stored["metadata"]
+        if smd.get("deletionTimestamp") and not smd.get("finalizers") and not smd.get("deletionGracePeriodSeconds"):
+            stored = self._remove(rt, stored)  # a pod in its grace period waits for its kubelet's DELETE
         return self.to_version(rt, stored, version)
 
     # ---- the scale subresource of the apps/v1 workloads -----------------------------------------

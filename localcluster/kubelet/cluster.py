@@ -86,6 +86,16 @@ class Cluster:
                 log.warning("status of pod %s/%s: %s", namespace, name, err)
             return True
 
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Remove pod ``uid`` from the API (grace 0, a uid precondition), as the kubelet's status manager does
+        once the pod's containers are gone and its volumes are cleaned up; a pod gone or replaced is left alone."""
+        options = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        try:
+            self.rest.delete(self.rt("pods"), "v1", namespace, name, options)
+        except ApiError as err:
+            if err.code not in (404, 409):
+                log.warning("deleting pod %s/%s: %s", namespace, name, err)
+
     def event(
         self,
         pod: Obj,

@@ -31,6 +31,12 @@ service accounts) through in-process subscriptions on ``api.store`` and writes s
 (``routing.py``). ``stop()`` kills every process (SIGTERM, then SIGKILL), detaches every volume it
 attached, removes the mount points it created and its files, whatever happened before, and leaves
 its Node NotReady with the not-ready taint.
+
+Deletion: a pod bound to this node that gets ``deletionTimestamp`` (the API deletes pods gracefully) is
+killed; once its processes are gone and its volumes released the kubelet deletes it with grace 0 and its
+uid as precondition, as upstream's status manager does. A Terminating pod with nothing running here (one
+deleted before it started, or while no kubelet ran) is deleted so at once. A pod of a node whose kubelet
+is stopped stays Terminating, as on a real cluster whose node is gone.
 """
 
 from __future__ import annotations
@@ -254,7 +260,10 @@ class LocalKubelet:
         if spec.get("nodeName") != self.node:  # unscheduled (the scheduler binds it) or another node's
             return
         if worker is None:
-            if md.get("deletionTimestamp") or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            if md.get("deletionTimestamp"):  # nothing of it runs here: its deletion completes at once
+                self.cluster.delete_pod(md["namespace"], md["name"], uid)
+                return
+            if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 return
             worker = PodWorker(self, obj)
             with self.lock:
@@ -265,6 +274,11 @@ class LocalKubelet:
         worker.pod = worker.volumes.pod = obj  # fresh labels and annotations for the downward API
         if md.get("deletionTimestamp"):
             worker.kill()
+            if not worker.removing:
+                worker.removing = True
+                task = asyncio.create_task(self._complete_deletion(worker))
+                self._finishing.add(task)
+                task.add_done_callback(self._finishing.discard)
 
     def _on_change(self, event: Event) -> None:
         for worker in list(self._workers.values()):
@@ -275,6 +289,12 @@ class LocalKubelet:
             await asyncio.sleep(self.sync_interval)
             for worker in list(self._workers.values()):
                 worker.wake()
+
+    async def _complete_deletion(self, worker: PodWorker) -> None:
+        """A pod being deleted: once its processes are gone and its volumes released, remove it from the API
+        (grace 0, its uid as precondition: the status manager's ``canBeDeleted``/``syncPod``)."""
+        await worker.terminate()
+        self.cluster.delete_pod(worker.ns, worker.name, worker.uid)
 
     async def _finish(self, worker: PodWorker) -> None:
         await worker.terminate()

@@ -151,6 +151,7 @@ class PodWorker:
         ]
         self.lock = threading.Lock()  # guards container state read by the log and exec handlers
         self.killing = False
+        self.removing = False  # the kubelet completes the pod's deletion (it has deletionTimestamp)
         self.init_failed = False
         self.volumes_ready = False
         self.released = False

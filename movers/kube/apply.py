@@ -269,7 +269,8 @@ def delete(api_client, kind: str, namespace: str | None, name: str, version: str
 def delete_and_wait(
     api_client, kind: str, namespace: str | None, name: str, timeout: float = 60.0, version: str = "v1"
 ) -> bool:
-    """Delete one object and wait until it is gone (finalizers done); False when it did not exist."""
+    """Delete one object and wait until it is gone (finalizers done; a pod's containers stopped, as its kubelet
+    removes it only then); False when it did not exist."""
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -279,9 +280,9 @@ def delete_and_wait(
             return False
         raise api_error(err, f"deleting {kind} {namespace + '/' if namespace else ''}{name}") from None
     if not wait_gone(api_client, kind, namespace, name, timeout, version):
+        why = "its containers have not stopped, or its node is gone" if kind == "Pod" else "a finalizer is holding it"
         raise KubeError(
-            f"{kind} {namespace + '/' if namespace else ''}{name} still present after {timeout:g} s"
-            " (a finalizer is holding it)"
+            f"{kind} {namespace + '/' if namespace else ''}{name} still present after {timeout:g} s ({why})"
         )
     return True
 

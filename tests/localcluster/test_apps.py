@@ -200,13 +200,19 @@ def test_a_stateful_set_makes_claims_and_pods_in_order_and_removes_the_highest_f
         "db", NS, {"spec": {"replicas": 0}}, _content_type="application/merge-patch+json"
     )
     wait_until(lambda: _pods(core, "app=db") == [], 60, "the set scaled to 0")
-    deleted = []
+    deleted, steps = [], []
     for event in watch.Watch().stream(
         core.list_namespaced_pod, NS, label_selector="app=db", resource_version=rv, timeout_seconds=2
     ):
+        name = event["object"].metadata.name
         if event["type"] == "DELETED":
-            deleted.append(event["object"].metadata.name)
+            deleted.append(name)
+            steps.append(("gone", name))
+        elif event["object"].metadata.deletion_timestamp and ("terminating", name) not in steps:
+            steps.append(("terminating", name))
     assert deleted == ["db-1", "db-0"], "the highest ordinal first"
+    # graceful deletion: each pod terminates before it goes, and db-0 only once db-1 is gone (OrderedReady)
+    assert steps == [("terminating", "db-1"), ("gone", "db-1"), ("terminating", "db-0"), ("gone", "db-0")], steps
     claims = sorted(c.metadata.name for c in core.list_namespaced_persistent_volume_claim(NS).items)
     assert claims == ["data-db-0", "data-db-1"], "claims are kept on scale down"
     s = apps.read_namespaced_stateful_set("db", NS).status

@@ -221,8 +221,10 @@ def test_projected_service_account_token_with_audience(tmp_path):
         assert review(fresh, "cbt-audience").authenticated
         now[0] += 200  # the first token has expired, the fresh one has not
         assert not review(token, "cbt-audience").authenticated and review(fresh, "cbt-audience").authenticated
-        core.delete_namespaced_pod("cbt", "default")  # a token bound to a deleted pod is worthless
-        assert not review(fresh, "cbt-audience").authenticated
+        core.delete_namespaced_pod("cbt", "default")
+        assert review(fresh, "cbt-audience").authenticated  # valid while the pod terminates
+        wait_until(lambda: not core.list_namespaced_pod("default").items, 10, "the kubelet to delete the pod")
+        assert not review(fresh, "cbt-audience").authenticated  # a token bound to a deleted pod is worthless
 
 
 def test_secret_config_map_and_downward_volumes(tmp_path):
