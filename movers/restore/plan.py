@@ -109,20 +109,14 @@ def write_claim_name(pvc: str, run_id: str) -> str:
     return bounded_name(f"{pvc}-{run_id}", 253)
 
 
-def required_permissions(
-    namespace: str,
-    repo_secret: str,
-    service_account: str,
-    source: Source = "repository",
-    in_place: bool = False,
-    scale_down: bool = False,
-) -> list[Check]:
-    """Every call a restore into ``namespace`` makes with the run's identity (plan, write, hand-over,
-    clean-up), as ``access.Check``s for the preflight; a ``source`` other than the repository reads the kept
-    snapshots and annotates their contents; ``in_place`` checks the backups' snapshots and the drivers' CBT
+def required_permissions(namespace: str, options: RestoreOptions) -> list[Check]:
+    """Every call a restore into ``namespace`` with ``options`` makes with the run's identity (plan, write,
+    hand-over, clean-up), as ``access.Check``s for the preflight; a ``source`` other than the repository reads the
+    kept snapshots and annotates their contents; ``in_place`` checks the backups' snapshots and the drivers' CBT
     services, and snapshots the live claims (``movers.restore.live``: create, wait, delete with a Retain
     content); ``scale_down`` reads, annotates and scales the workloads (``movers.kube.workloads.permissions``)."""
-    ns = namespace
+    ns, service_account, repo_secret = namespace, options.service_account, options.repo_secret
+    source, in_place, scale_down = options.source, options.in_place, options.scale_down
     checks = [
         Check("get", "", "namespaces", name=ns),
         Check("get", "", "serviceaccounts", namespace=ns, name=service_account),
@@ -151,18 +145,10 @@ def required_permissions(
     return checks
 
 
-def check_permissions(
-    api,
-    namespace: str,
-    repo_secret: str,
-    service_account: str,
-    source: Source = "repository",
-    in_place: bool = False,
-    scale_down: bool = False,
-) -> None:
+def check_permissions(api, namespace: str, options: RestoreOptions) -> None:
     """``PermissionsMissing`` (one line naming every refused call) unless the identity of ``api`` may make
     every call of ``required_permissions``."""
-    refused = denied(api, required_permissions(namespace, repo_secret, service_account, source, in_place, scale_down))
+    refused = denied(api, required_permissions(namespace, options))
     if refused:
         raise PermissionsMissing(
             f"cannot restore into {namespace}: this identity lacks {len(refused)}"
@@ -219,9 +205,7 @@ def plan_targets(
     """
     storage_class, overwrite, hand_over = options.storage_class, options.overwrite, options.hand_over
     repo_secret, service_account = options.repo_secret, options.service_account
-    check_permissions(
-        api, namespace, repo_secret, service_account, options.source, options.in_place, options.scale_down
-    )
+    check_permissions(api, namespace, options)
     problems: list[str] = []
     if k.find(api, "Namespace", None, namespace) is None:
         raise RestoreRefused(

@@ -113,7 +113,8 @@ def test_the_preflight_asks_for_exactly_what_the_shipped_controller_role_grants(
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
                     granted.add((verb, group, resource, tuple(rule.get("resourceNames") or ())))
-    checks = r.required_permissions("shop", "cbt-mover-repo", "cbt-mover", source, in_place, scale_down)
+    options = r.RestoreOptions(None, False, None, "cbt-mover-repo", "cbt-mover", source, in_place, scale_down)
+    checks = r.required_permissions("shop", options)
     missing = []
     for c in checks:
         resource = c.resource + (f"/{c.subresource}" if c.subresource else "")
