@@ -189,3 +189,24 @@ def test_the_cli_consolidates_and_refuses_a_bad_threshold(repo, tmp_path):
     assert doc["rewritten_bytes"] > 0
     (one,) = doc["backups"]
     assert one["fetch_after"] < one["fetch_before"]
+
+
+def test_an_encrypted_repository_seals_the_remap_and_restores_through_it(tmp_path):
+    import dataclasses
+
+    from movers.repo.keys import Credentials
+
+    given = Credentials.gather(environ={"CBT_MOVER_PASSWORD": "consolidation test passphrase"})
+    config = dataclasses.replace(RepoConfig.new(encrypted=True), page_size=4 * MiB, pack_target=2 * MiB, chunk_max=MiB)
+    store = LocalStore(tmp_path / "repo")
+    repo = Repository.init(store, config, given, kdf_cost=10)
+    expected = _chain(repo, tmp_path)
+    key = consolidate(repo, VOLUME).remap
+    assert key is not None and key.startswith(repo.volume_prefix(VOLUME))
+    assert b"backup_id" not in (tmp_path / "repo" / key).read_bytes()  # sealed, as a manifest is
+    reopened = Repository.open(store, given)
+    assert [ref.backup_id for ref in reopened.list_backups()] == list(expected)  # a remap is no backup
+    latest = list(expected)[-1]
+    assert reopened.resolve(VOLUME, "latest").remapped == key
+    digest, fetched = _restored(reopened, latest, tmp_path)
+    assert digest == expected[latest] and fetched <= 1.25 * SIZE
