@@ -210,3 +210,25 @@ def test_an_encrypted_repository_seals_the_remap_and_restores_through_it(tmp_pat
     assert reopened.resolve(VOLUME, "latest").remapped == key
     digest, fetched = _restored(reopened, latest, tmp_path)
     assert digest == expected[latest] and fetched <= 1.25 * SIZE
+
+
+def test_a_backup_running_on_top_of_a_backup_being_consolidated_stays_restorable(repo, tmp_path):
+    """An incremental reads its parent's map, then the parent is consolidated while it runs (from its progress
+    callback): it commits on the old map's pages, which prune (even with no grace) keeps for it."""
+    expected = _chain(repo, tmp_path)
+    image = tmp_path / "vol.img"
+    changed = write_blocks(image, [7 * BLOCK, 9 * MiB + 3 * BLOCK], seed=77)
+    consolidated = []
+
+    def during(done, total, **_detail):
+        if not consolidated:
+            consolidated.append(consolidate(Repository.open(repo.store), VOLUME).remap)
+
+    m = run_backup(
+        repo, str(image), VolumeIdentity(VOLUME), extents=changed, parent=list(expected)[-1], progress=during
+    )
+    assert consolidated and consolidated[0] is not None
+    prune(Repository.open(repo.store), grace_s=0)
+    reopened = Repository.open(repo.store)
+    assert _restored(reopened, m.backup_id, tmp_path)[0] == sha256_file(image)
+    assert _restored(reopened, list(expected)[-1], tmp_path)[0] == expected[list(expected)[-1]]
