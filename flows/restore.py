@@ -294,7 +294,8 @@ class Stopped:
 def _stopped(
     asked: RestoreAppRequest, kubeconfig: str | None, namespace: str, targets: list[Target], run: _run.Run
 ) -> Iterator[Stopped]:
-    """With ``asked.scale_down``: the workloads using the in-place targets' claims scaled to 0 and their pods gone
+    """With ``asked.scale_down``: the workloads using the targets' claims (in place, or replaced by ``overwrite``:
+    then down while the new volumes are written too) scaled to 0 and their pods gone
     (step ``scale down``) around the block, then ALWAYS scaled back to their recorded replicas, also when the
     block or the scaling down failed; what that did is the failure report's Application line
     (``run.progress.thawed``). Without it: nothing."""
@@ -303,7 +304,7 @@ def _stopped(
         yield stopped
         return
     run.progress.step = "scale down"
-    claims = [t.pvc for t in targets if t.in_place]
+    claims = [t.pvc for t in targets]  # written in place or replaced; a claim that does not exist has no users
     try:
         try:
             stopped.scaled = scale_down(kubeconfig, namespace, claims, asked.timeout)

@@ -42,10 +42,11 @@ class RestoreAppRequest(BaseModel):
     onto the existing Block claims themselves, writing only what differs: the ranges CBT reports between the
     backup's snapshot and a snapshot of the live claim when it can (``movers.restore.live``), else what comparing
     each with the backup finds (refused while a running pod uses one; ``movers.restore.plan.in_place_target``).
-    ``scale_down`` (with ``in_place`` only): scale the Deployments and StatefulSets whose pods use those claims to 0
-    first (each workload's replicas recorded on it, annotation ``cbt-mover.io/scaled-down-from``), wait until no pod
-    uses them, restore, then ALWAYS scale them back to the recorded replicas, also when the restore fails
-    (``movers.restore.quiesce``); pods no such workload runs are still refused. ``timeout``: seconds per writer pod,
+    ``scale_down`` (with ``in_place`` or ``overwrite``): scale the Deployments and StatefulSets whose pods use the
+    claims written in place or replaced to 0 first (each workload's replicas recorded on it, annotation
+    ``cbt-mover.io/scaled-down-from``), wait until no pod uses them, restore, then ALWAYS scale them back to the
+    recorded replicas, also when the restore fails (``movers.restore.quiesce``); pods no such workload runs are
+    still refused. ``timeout``: seconds per writer pod,
     and the longest wait for the scaled-down pods to stop.
     """
 
@@ -104,9 +105,9 @@ class RestoreAppRequest(BaseModel):
                 "in_place restores onto the existing claims themselves: overwrite, hand_over and source snapshot"
                 " (a new claim) contradict it"
             )
-        if self.scale_down and not self.in_place:
+        if self.scale_down and not (self.in_place or self.overwrite):
             raise ValueError(
-                "scale_down stops the workloads that use the claims a restore in place writes: it needs in_place"
-                " (a restore into new claims does not touch the application)"
+                "scale_down stops the workloads that use the claims a restore writes in place or replaces: it needs"
+                " in_place or overwrite (a restore into new claims does not touch the application)"
             )
         return self

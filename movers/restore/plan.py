@@ -29,7 +29,6 @@ from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import workloads
 from movers.kube.access import Check, denied
-from movers.kube.pods import pods_using_claim
 from movers.kube.volumes import default_storage_class
 from movers.restore import quiesce
 from movers.restore.live import COMPARE, CbtChooser, CbtPath
@@ -248,12 +247,8 @@ def plan_targets(
         if existing is not None and not overwrite:
             problems.append(f"PersistentVolumeClaim {namespace}/{pvc} exists: pass overwrite to replace it")
         elif existing is not None:
-            users = pods_using_claim(api, namespace, pvc)
-            if users:
-                problems.append(
-                    f"PersistentVolumeClaim {namespace}/{pvc} is used by pod(s) {', '.join(users)}:"
-                    " stop them before overwriting it"
-                )
+            users = workloads.claim_users(api, namespace, [pvc])
+            problems += quiesce.refusals(users, pvc, namespace, options.scale_down, "overwriting it")
         direct = existing is None and mode == "Block"
         write_claim = pvc if direct else write_claim_name(pvc, run_id)
         chosen = Chosen(None, None, "asked for: source repository")

@@ -33,9 +33,12 @@ class QuiesceFailed(KubeError):
         self.retriable = False
 
 
-def refusals(users: Users, pvc: str, namespace: str, scale_down: bool) -> list[str]:
+def refusals(
+    users: Users, pvc: str, namespace: str, scale_down: bool, action: str = "restoring it in place"
+) -> list[str]:
     """The plan's problems with the claim ``pvc`` that ``users`` use (none when nothing uses it, or when every user
-    can be scaled down and ``scale_down`` is asked)."""
+    can be scaled down and ``scale_down`` is asked); ``action``: what the restore does to the claim, as the message
+    names it."""
     if not users.pods:
         return []
     claim = f"PersistentVolumeClaim {namespace}/{pvc}"
@@ -44,15 +47,12 @@ def refusals(users: Users, pvc: str, namespace: str, scale_down: bool) -> list[s
             return []
         return [
             f"{claim} is used by pod(s) {', '.join(users.unscalable)}: scale_down stops only pods a Deployment or"
-            " StatefulSet runs; stop them before restoring it in place"
+            f" StatefulSet runs; stop them before {action}"
         ]
     offer = ""
     if users.workloads:
         offer = f", or pass scale_down to scale {', '.join(map(str, users.workloads))} down and back"
-    return [
-        f"{claim} is used by pod(s) {', '.join(users.pods)}{users.of_workload()}: stop them before restoring it in"
-        f" place{offer}"
-    ]
+    return [f"{claim} is used by pod(s) {', '.join(users.pods)}{users.of_workload()}: stop them before {action}{offer}"]
 
 
 def _template_claims(obj: dict) -> set[str]:

@@ -237,3 +237,28 @@ def test_a_stateful_sets_claim_is_restored_with_the_set_scaled_down_and_back(loc
     (after,) = wait_until(lambda: _running(core, "role=db", 1), 60, "db-0 running again")
     assert after.metadata.name == "db-0" and after.metadata.uid != before.metadata.uid, "a new pod of the set"
     assert _app_running(core, 2), "the Deployment, which uses other claims, was not touched"
+
+
+def test_overwrite_with_scale_down_replaces_the_claims_and_brings_the_app_back(local_cluster, backed_up):
+    """``overwrite`` replaces the claims with new volumes written from the backup: refused while the Deployment's
+    pods use them (offering ``scale_down``); with it the Deployment is down while the volumes are written and the
+    claims replaced, then back at its replicas on the new volumes."""
+    api = local_cluster.client
+    replicas = client.AppsV1Api(api).read_namespaced_deployment(APP, NS).spec.replicas
+    pvs = {pvc: k.get(api, "PersistentVolumeClaim", NS, pvc)["spec"]["volumeName"] for pvc in CLAIMS}
+    _drift(local_cluster, backed_up["shas"])
+    with pytest.raises(
+        RestoreRefused, match="stop them before overwriting it, or pass scale_down to scale Deployment"
+    ):
+        _restore(local_cluster, in_place=False, overwrite=True)
+
+    out = _restore(local_cluster, in_place=False, overwrite=True, scale_down=True)
+
+    assert [r["replaced"] for r in out["volumes"]] == [True, True], out["volumes"]
+    for pvc in CLAIMS:
+        assert k.get(api, "PersistentVolumeClaim", NS, pvc)["spec"]["volumeName"] != pvs[pvc], "a new volume"
+        assert _sha(_image(local_cluster, pvc)) == backed_up["shas"][pvc], f"{pvc} is the backup's"
+    assert out["scaled_workloads"] == [
+        {"workload": f"Deployment {NS}/{APP}", "replicas": replicas, "scaled_back": True, "error": None}
+    ]
+    _assert_back_at(api, replicas)

@@ -55,11 +55,11 @@ def test_the_request_is_frozen():
         request.namespace = "other"  # type: ignore[misc]
 
 
-def test_scale_down_needs_in_place_and_reaches_the_plan():
-    with pytest.raises(ValidationError, match="scale_down stops the workloads .* it needs in_place"):
+def test_scale_down_needs_in_place_or_overwrite_and_reaches_the_plan():
+    with pytest.raises(ValidationError, match="scale_down stops the workloads .* it needs in_place or overwrite"):
         RestoreAppRequest(repo="s3://b", namespace="shop", scale_down=True)
-    with pytest.raises(ValidationError, match="it needs in_place"):
-        RestoreAppRequest(repo="s3://b", namespace="shop", overwrite=True, scale_down=True)
     request = RestoreAppRequest(repo="s3://b", namespace="shop", in_place=True, scale_down=True)
     assert request.options("writer-sa").scale_down is True
+    replacing = RestoreAppRequest(repo="s3://b", namespace="shop", overwrite=True, scale_down=True)
+    assert replacing.options("writer-sa").scale_down is True
     assert RestoreAppRequest(repo="s3://b", namespace="shop", in_place=True).options("sa").scale_down is False
