@@ -45,6 +45,7 @@ from datetime import UTC, datetime
 
 from movers.errors import IntegrityError
 from movers.pipeline.backup import BackupOptions, rewrite_ranges
+from movers.pipeline.inplace import overlap, pages_touching
 from movers.pipeline.reader import MapReader
 from movers.pipeline.stats import BackupStats
 from movers.repo import digests as dg
@@ -135,13 +136,6 @@ def _sizes(where: Locator, cid: bytes, manifest: Manifest) -> tuple[int, int]:
     if loc is None:
         raise IntegrityError(f"backup {manifest.backup_id} of volume {manifest.volume.id} uses a chunk in no pack")
     return loc.raw_len, loc.stored_len
-
-
-def _split(start: int, end: int, size: int) -> Iterator[Range]:
-    while start < end:
-        cut = min(end, (start // size + 1) * size)
-        yield start, cut
-        start = cut
 
 
 def _windows(spans: list[Range], window: int) -> Iterator[list[Range]]:
@@ -291,17 +285,14 @@ def _rewrite(  # noqa: PLR0913 engine core: the backup, its spans, the bounds, a
 def _fill(repo: Repository, manifest: Manifest, ranges: list[Range], fd: int, workers: int) -> int:
     """Write the bytes ``manifest`` restores in ``ranges`` into ``fd`` at their offsets (holes stay zero); the
     stored bytes fetched."""
-    page_size = manifest.map.page_size
-    wanted = {p for s, e in ranges for p in range(s // page_size, (e - 1) // page_size + 1)}
 
     def pages() -> Iterator[tuple[int, list[volmap.Entry], Locator]]:
-        for page, entries, where in repo.iter_located_map(manifest):
-            if page in wanted:
-                yield page, [en for en in entries if _overlap(ranges, en[0], en[0] + en[1])], where
+        for page, entries, where in repo.iter_located_map(manifest, pages_touching(ranges, manifest.map.page_size)):
+            yield page, [en for en in entries if overlap(ranges, en[0], en[0] + en[1])], where
 
     def sink(raw: bytes | memoryview, uses: list[volmap.Entry]) -> None:
         for voff, length, _cid, coff in uses:
-            for s, e in _overlap(ranges, voff, voff + length):
+            for s, e in overlap(ranges, voff, voff + length):
                 os.pwrite(fd, raw[coff + s - voff : coff + e - voff], s)
 
     reader = MapReader(repo, workers=workers)
@@ -309,14 +300,10 @@ def _fill(repo: Repository, manifest: Manifest, ranges: list[Range], fd: int, wo
     return reader.fetched_bytes
 
 
-def _overlap(ranges: list[Range], start: int, end: int) -> list[Range]:
-    return [(max(s, start), min(e, end)) for s, e in ranges if s < end and start < e]
-
-
 def _check_digests(repo: Repository, old: Manifest, new: Manifest, spans: list[Range]) -> None:
     """Step 3: the block digests both maps record for the pages of ``spans`` are equal."""
     page_size = old.map.page_size
-    pages = sorted({p for s, e in spans for p in range(s // page_size, (e - 1) // page_size + 1)})
+    pages = sorted(pages_touching(spans, page_size))
     old_slots, new_slots = repo.page_slots(old), repo.page_slots(new)
     for page in pages:
         before = repo.read_page_with_digests(old_slots[page][0])[1]

@@ -142,6 +142,11 @@ def overlap(ranges: Sequence[Range], start: int, end: int) -> list[Range]:
     return out
 
 
+def pages_touching(ranges: Iterable[Range], page_size: int) -> set[int]:
+    """The indexes of the map pages (``page_size`` bytes of volume each) that ``ranges`` touch."""
+    return {p for s, e in ranges for p in range(s // page_size, (e - 1) // page_size + 1)}
+
+
 class _InPlace:
     """One in-place restore's state: the device, the backup, the counters (see the module doc)."""
 
@@ -291,12 +296,9 @@ class _InPlace:
         pages: list[tuple[int, list[volmap.Entry], Locator]] = []  # the entries to fetch, page by page
         page_size = self.manifest.map.page_size
         todo = sum(e - s for s, e in ranges)
-        for page_index, (page_id, _n) in enumerate(self.repo.page_slots(self.manifest)):
+        for page_index, entries, where in self.repo.iter_located_map(self.manifest, pages_touching(ranges, page_size)):
             start = page_index * page_size
             end = min(start + page_size, self.capacity)
-            if start >= end or not overlap(ranges, start, end):
-                continue
-            entries, _digests, locations = self.repo.read_located_page(page_id)
             used = []
             for entry in entries:
                 parts = overlap(ranges, entry[0], entry[0] + entry[1])
@@ -304,7 +306,7 @@ class _InPlace:
                     wanted[entry[0]] = parts
                     used.append(entry)
             if used:
-                pages.append((page_index, used, self.repo.index() if locations is None else locations))
+                pages.append((page_index, used, where))
             for hole_start, hole_len in holes(entries, start, end):
                 for s, e in overlap(ranges, hole_start, hole_start + hole_len):
                     self._put(s, None, 0, e - s, todo, progress)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Container, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -489,13 +489,18 @@ class Repository:
         for page_index, (page_id, _count) in enumerate(self.page_slots(manifest)):
             yield page_index, self.read_page(page_id)
 
-    def iter_located_map(self, manifest: Manifest) -> Iterator[tuple[int, list[volmap.Entry], Locator]]:
-        """Yield ``(page index, entries, where their chunks are)`` for every page of a backup, in volume order.
+    def iter_located_map(
+        self, manifest: Manifest, pages: Container[int] | None = None
+    ) -> Iterator[tuple[int, list[volmap.Entry], Locator]]:
+        """Yield ``(page index, entries, where their chunks are)`` for every page of a backup (``pages``: only
+        those page indexes; no other page is read), in volume order.
 
         A located page (format version 2) says where its chunks are; for a version 1 page the chunk
         index is loaded (once) and used instead.
         """
         for page_index, (page_id, _count) in enumerate(self.page_slots(manifest)):
+            if pages is not None and page_index not in pages:
+                continue
             entries, _digests, locations = self.read_located_page(page_id)
             yield page_index, entries, self.index() if locations is None else locations
 
