@@ -384,11 +384,11 @@ class Repository:
     def _listed(self, prefix: str) -> list[str]:
         """The manifest keys under ``prefix`` (``backups/`` or one volume's), noting the listing's remaps."""
         keys_found = list(self.store.list(prefix))
-        volumes = {prefix} if prefix != BACKUP_PREFIX else {k.rsplit("/", 1)[0] + "/" for k in keys_found}
+        volumes = {prefix} if prefix != BACKUP_PREFIX else {_volume_prefix_of(k) for k in keys_found}
         for volume in volumes:
             self._remaps[volume] = {}
         for manifest_key, remap_key in remap.newest_of_each(keys_found).items():
-            self._remaps.setdefault(manifest_key.rsplit("/", 1)[0] + "/", {})[manifest_key] = remap_key
+            self._remaps.setdefault(_volume_prefix_of(manifest_key), {})[manifest_key] = remap_key
         return [k for k in keys_found if not remap.is_remap_key(k)]
 
     def _volume_named(self, segment: str, seg_keys: list[str]) -> str:
@@ -431,7 +431,7 @@ class Repository:
     def _remap_keys(self, manifest_key: str) -> dict[str, str]:
         """The newest remap key of each backup of the volume whose manifest is at ``manifest_key``: from the last
         listing of the volume's backups, else one listing now."""
-        prefix = manifest_key.rsplit("/", 1)[0] + "/"
+        prefix = _volume_prefix_of(manifest_key)
         if prefix not in self._remaps:
             self._listed(prefix)
         return self._remaps[prefix]
@@ -440,7 +440,7 @@ class Repository:
         """Commit a consolidation of ``manifest`` (``movers.repo.remap``); the remap's key."""
         manifest_key = self.manifest_key(manifest)
         key = remap.write(self.store, manifest_key, new)
-        self._remaps.setdefault(manifest_key.rsplit("/", 1)[0] + "/", {})[manifest_key] = key
+        self._remaps.setdefault(_volume_prefix_of(manifest_key), {})[manifest_key] = key
         return key
 
     def latest(self, volume: str) -> Manifest | None:
@@ -510,3 +510,8 @@ class Repository:
             return self.store.get(key)
         except ObjectNotFound:
             raise IntegrityError(f"map object {key} is missing from the repository") from None
+
+
+def _volume_prefix_of(key: str) -> str:
+    """The volume's key prefix (``backups/<segment>/``) of a manifest or remap key under it."""
+    return key.rsplit("/", 1)[0] + "/"
