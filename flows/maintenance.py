@@ -165,7 +165,8 @@ def _maintain(asked: MaintenanceRequest, kubeconfig: str | None, progress: runs.
     log.info("repository key (if it is encrypted): from %s", describe(key))
 
     progress.step = "retention"
-    groups, notes = retention_groups(repo, repo_volumes(repo, key), policies, asked.rule_overrides())
+    volumes = repo_volumes(repo, key)  # forget never removes a volume's newest backup: the consolidation's too
+    groups, notes = retention_groups(repo, volumes, policies, asked.rule_overrides())
     for note in notes:
         log.info("retention: %s", note)
     results = [
@@ -183,7 +184,6 @@ def _maintain(asked: MaintenanceRequest, kubeconfig: str | None, progress: runs.
     consolidated = None
     progress.step = "consolidate"
     if asked.consolidate:
-        volumes = repo_volumes(repo, key)
         consolidated = consolidate_repo(repo, volumes, asked.dead_fraction, dry_run, asked.lock_wait, key)
         create_table_artifact(
             key=report.artifact_key(repo, "consolidate"),

@@ -21,7 +21,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
-from movers.pipeline.consolidate import ConsolidationResult
+from movers.pipeline.consolidate import DEAD_FRACTION, ConsolidationResult
 from movers.pipeline.verify import VerifyReport
 from movers.repo.prune import PruneReport
 from movers.repo.retention import ForgetReport
@@ -188,7 +188,7 @@ def prune_repo(
 def consolidate_repo(
     repo_url: str,
     volumes: list[str],
-    dead_fraction: float = 0.2,
+    dead_fraction: float = DEAD_FRACTION,
     dry_run: bool = False,
     lock_wait_s: float = 600,
     key: KeySource | None = None,

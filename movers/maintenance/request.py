@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from movers.pipeline.consolidate import DEAD_FRACTION
 from movers.policy import checks as c
 from movers.policy.model import RepoUrl
 
@@ -60,7 +61,7 @@ class MaintenanceRequest(BaseModel):
     keep_weekly: KeepRule = None
     keep_monthly: KeepRule = None
     consolidate: bool = True
-    dead_fraction: float = Field(default=0.2, gt=0, lt=1)
+    dead_fraction: float = Field(default=DEAD_FRACTION, gt=0, lt=1)
     prune: bool = True
     grace: Grace = 24 * 3600.0
     verify: Literal["sampled", "full", "off"] = "sampled"

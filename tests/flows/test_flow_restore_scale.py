@@ -247,9 +247,7 @@ def test_overwrite_with_scale_down_replaces_the_claims_and_brings_the_app_back(l
     replicas = client.AppsV1Api(api).read_namespaced_deployment(APP, NS).spec.replicas
     pvs = {pvc: k.get(api, "PersistentVolumeClaim", NS, pvc)["spec"]["volumeName"] for pvc in CLAIMS}
     _drift(local_cluster, backed_up["shas"])
-    with pytest.raises(
-        RestoreRefused, match="stop them before overwriting it, or pass scale_down to scale Deployment"
-    ):
+    with pytest.raises(RestoreRefused, match="stop them before overwriting it, or pass scale_down to scale Deployment"):
         _restore(local_cluster, in_place=False, overwrite=True)
 
     out = _restore(local_cluster, in_place=False, overwrite=True, scale_down=True)
