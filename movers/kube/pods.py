@@ -9,7 +9,7 @@
   reason and the last Warning about it (FailedAttachVolume, FailedMount, image pull) and about its claim.
 * ``run_scheduled``: the three in a row, for the movers and writers (one pod, one wait each), bounded by
   ``PodTimeouts``; ``PodWaitErrors`` names what is waited for and the errors its waits raise.
-* ``pods_using_claim``: the unfinished pods that mount a claim.
+* ``uses_claims``: whether a pod is unfinished and mounts one of some claims.
 
 Errors are ``apply.KubeError`` subclasses, as in ``movers.kube.apply``.
 """
@@ -20,12 +20,12 @@ import collections
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from movers import errors
-from movers.kube.apply import KubeError, api_error, create, get, list_objects
+from movers.kube.apply import KubeError, api_error, create, get
 
 
 class PodTimeoutError(KubeError):
@@ -232,18 +232,15 @@ def _iter_lines(resp):
         yield pending.decode("utf-8", "replace")
 
 
-def pods_using_claim(api_client, namespace: str, claim: str) -> list[str]:
-    """Names of the pods of ``namespace`` that are not finished and have a volume of claim ``claim``."""
-    users = []
-    for pod in list_objects(api_client, "Pod", namespace):
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        if any(
-            (v.get("persistentVolumeClaim") or {}).get("claimName") == claim
-            for v in (pod.get("spec") or {}).get("volumes") or []
-        ):
-            users.append(pod["metadata"]["name"])
-    return sorted(users)
+def uses_claims(pod: Mapping[str, Any], claims: Iterable[str]) -> bool:
+    """Whether ``pod`` is not finished and has a volume of one of ``claims``."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    wanted = set(claims)
+    return any(
+        (v.get("persistentVolumeClaim") or {}).get("claimName") in wanted
+        for v in (pod.get("spec") or {}).get("volumes") or []
+    )
 
 
 def wait_scheduled(

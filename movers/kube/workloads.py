@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from movers.errors import NotFoundError
 from movers.kube.access import Check
 from movers.kube.apply import ForbiddenError, KubeError, api_error, get, list_objects, merge_patch, patch_scale
+from movers.kube.pods import uses_claims
 
 SCALED_DOWN_FROM = "cbt-mover.io/scaled-down-from"
 SCALABLE = ("Deployment", "StatefulSet")
@@ -73,18 +74,8 @@ def _controller(obj: dict) -> dict | None:
     return next((r for r in (obj.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")), None)
 
 
-def _uses(pod: dict, claims: Iterable[str]) -> bool:
-    wanted = set(claims)
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return False
-    return any(
-        (v.get("persistentVolumeClaim") or {}).get("claimName") in wanted
-        for v in (pod.get("spec") or {}).get("volumes") or []
-    )
-
-
 def _users_now(api, namespace: str, claims: Sequence[str]) -> list[dict]:
-    return [p for p in list_objects(api, "Pod", namespace) if _uses(p, claims)]
+    return [p for p in list_objects(api, "Pod", namespace) if uses_claims(p, claims)]
 
 
 def owner_of(api, namespace: str, pod: dict) -> Workload | str:
@@ -185,7 +176,7 @@ def wait_unused(api, namespace: str, claims: Sequence[str], timeout: float) -> N
         while True:
             listed = core.list_namespaced_pod(namespace, _preload_content=False)
             doc = json.loads(listed.data)
-            left = sorted(p["metadata"]["name"] for p in doc.get("items") or [] if _uses(p, claims))
+            left = sorted(p["metadata"]["name"] for p in doc.get("items") or [] if uses_claims(p, claims))
             remaining = deadline - time.monotonic()
             if not left:
                 return
@@ -206,9 +197,9 @@ def wait_unused(api, namespace: str, claims: Sequence[str], timeout: float) -> N
                         break  # ERROR (e.g. 410 Gone): list again
                     pod = event["raw_object"]
                     name = pod["metadata"]["name"]
-                    if name in left and (event["type"] == "DELETED" or not _uses(pod, claims)):
+                    if name in left and (event["type"] == "DELETED" or not uses_claims(pod, claims)):
                         left.remove(name)
-                    elif event["type"] != "DELETED" and _uses(pod, claims) and name not in left:
+                    elif event["type"] != "DELETED" and uses_claims(pod, claims) and name not in left:
                         left.append(name)
                     if not left:
                         return
