@@ -32,6 +32,9 @@ WORKDIR /opt/app
 # bytecode here, as is the project below: with PYTHONDONTWRITEBYTECODE nothing is cached at run time,
 # so every mover pod would otherwise compile its imports from source before it starts (a restore's
 # recovery time pays that).
+# libfuse 3 for `cbt-mover mount` (a read-only FUSE view of a backup; the pod needs /dev/fuse, which only a
+# privileged or device-plugin pod gets: restore-files does not mount, it reads files without FUSE)
+RUN apt-get update && apt-get install -y --no-install-recommends fuse3 && rm -rf /var/lib/apt/lists/*
 RUN pip install uv==0.13.9
 COPY requirements.lock pyproject.toml ./
 RUN uv pip install --system --compile-bytecode --constraint requirements.lock --requirement pyproject.toml
