@@ -1,0 +1,4 @@
+"""Files out of a backup without restoring the volume: the filesystems a backed-up volume holds (bare, in a GPT or
+MBR partition, in an LVM2 logical volume), read through the lazy backup reader (``movers.pipeline.lazy``) by the
+libyal readers of ext2-4, XFS and NTFS. No root, no mount, no FUSE: ``cbt-mover files ls|cp`` and the
+``restore-files`` flow's pod use it."""
