@@ -20,7 +20,7 @@ from movers.kube import manifests as m
 from movers.kube.podspec import MoverProfile, RepoAccess
 
 FILES = "files"  # the pod's app.kubernetes.io/component
-FILES_UID = 65532  # the pod's user, group and fsGroup (the distroless "nonroot" user)
+FILES_UID = 10001  # the pod's user, group and fsGroup: the image's own user (Dockerfile USER)
 TARGET_PATH = "/restore"  # where the pod mounts the target claim
 TARGET_VOLUME = "target"
 
