@@ -36,7 +36,7 @@ def check_target(kubeconfig: str | None, request: RestoreFilesRequest, service_a
     created."""
     api, ns, new = api_client(kubeconfig), request.namespace, request.target.new is not None
     files.check_permissions(api, ns, service_account, request.repo_secret, new)
-    files.check_target(api, ns, request.target)
+    files.check_target(api, ns, request.target, service_account)
 
 
 @task(name="select-backups", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_if_retriable)

@@ -9,7 +9,9 @@
         exec ARGV (kubectl exec), writing why it could not start to ERRORFILE.
 
 The plan's ``user`` (``UID:GID:G1,G2``; absent: stay root) is switched to right before the exec, after every mount
-(``drop_privileges``), as a runtime starts the container's process as its user; ``kubectl exec`` takes the same
+(``drop_privileges``), as a runtime starts the container's process as its user; the directories on the way to the
+interpreter and the program (the image's files, which are the host's here) are made searchable for it in the
+namespace (``Mounter.open_to_all``); ``kubectl exec`` takes the same
 with ``--as``. A filesystem of the plan with ``fsGroup`` gets that group once mounted (``set_volume_ownership``,
 the kubelet's ``SetVolumeOwnership``).
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -58,10 +61,10 @@ class Mounter:
     def _owned(self, path: str) -> bool:
         return any(path == o or path.startswith(o.rstrip("/") + "/") for o in self.owned)
 
-    def _shadow(self, directory: str) -> None:
+    def _shadow(self, directory: str, extra_mode: int = 0) -> None:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            mode = os.fstat(fd).st_mode & 0o7777
+            mode = (os.fstat(fd).st_mode & 0o7777) | extra_mode
             names = os.listdir(fd)
             _mount("tmpfs", directory, "tmpfs", 0, f"mode={mode:o}")
             for name in names:
@@ -78,6 +81,18 @@ class Mounter:
         finally:
             os.close(fd)
         self.owned.append(directory)
+
+    def open_to_all(self, path: str) -> None:
+        """Make every directory on the way to ``path`` searchable by any user, in this namespace only: one that is
+        not (e.g. ``/root`` holding the interpreter) is shadowed with ``o+x`` added. An image's own files are the
+        host's here; a real image's are reachable by the user it runs as."""
+        current = "/"
+        for part in os.path.realpath(path).strip("/").split("/")[:-1]:
+            current = os.path.join(current, part)
+            if not os.path.isdir(current) or os.stat(current).st_mode & 0o001:
+                continue
+            if not self._owned(current):
+                self._shadow(current, 0o111)
 
     def ensure(self, path: str, is_file: bool) -> str:
         """Make ``path`` exist (a file or a directory) in this namespace; its real path."""
@@ -222,6 +237,9 @@ def run(plan_path: str, ready_fd: int | None = None) -> None:
         workdir = plan.get("workingDir") or "/"
         if "binds" in plan:  # namespace isolation (never in the host's namespace: the rewrite plan has none)
             mounter = Mounter()
+            if plan.get("user"):  # the image's programs (the host's interpreter), reachable by its user
+                for program in (sys.executable, shutil.which(plan["argv"][0]) or plan["argv"][0]):
+                    mounter.open_to_all(program)
             for m in plan.get("filesystems", []):
                 if m["fstype"] == "ntfs":  # ntfs-3g, as on a Windows node NTFS is native
                     opts = "no_detach" + (",ro" if m.get("readOnly") else "")

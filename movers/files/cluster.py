@@ -85,9 +85,15 @@ def check_permissions(api, namespace: str, service_account: str, repo_secret: st
         )
 
 
-def check_target(api, namespace: str, target: TargetClaim) -> None:
-    """The target claim can take the files (see the module doc); else ``NotFoundError`` (a missing existing
-    claim, exit code 3) or ``FilesTargetRefused`` (exit code 2), one line naming the claim and why."""
+def check_target(api, namespace: str, target: TargetClaim, service_account: str) -> None:
+    """The files pods' ServiceAccount exists and the target claim can take the files (see the module doc); else
+    ``NotFoundError`` (a missing ServiceAccount or existing claim, exit code 3) or ``FilesTargetRefused`` (exit code
+    2), one line naming the object and why."""
+    if k.find(api, "ServiceAccount", namespace, service_account) is None:
+        raise NotFoundError(
+            f"ServiceAccount {namespace}/{service_account} of the files pods does not exist"
+            " (cbt-mover install movers creates it)"
+        )
     where = f"{namespace}/{target.claim}"
     claim = k.find(api, "PersistentVolumeClaim", namespace, target.claim)
     if target.new is not None:

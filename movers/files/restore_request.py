@@ -82,9 +82,10 @@ class RestoreFilesRequest(BaseModel):
     """One ``restore-files`` run (see the module doc).
 
     ``volumes``: one entry per PVC, each named once. ``directory``: a relative path inside the target claim (None:
-    ``restored-<run id>``); the files of a volume go under ``<directory>/<pvc>/``, each path keeping its own path
-    below it (``/etc/app.conf`` of ``data`` lands at ``<directory>/data/etc/app.conf``). ``allow_partial``: the
-    latest run may be partial when it has a backup of every volume asked for. ``timeout``: seconds per files pod.
+    ``restored-<run id>``); the files of a volume go under ``<directory>/<pvc>/``, each path at its name there, as
+    ``cp`` puts it (``/etc/app.conf`` of ``data`` lands at ``<directory>/data/app.conf``, the tree ``/db/table`` at
+    ``<directory>/data/table/``; two paths of one name are refused by the pod, nothing is ever overwritten).
+    ``timeout``: seconds per files pod.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
