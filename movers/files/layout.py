@@ -136,7 +136,10 @@ def _partitions(disk: SliceFile) -> list[tuple[str, int, int]]:
             found += _logical(disk, start)
         elif kind and count:
             found.append((f"p{number}", start * SECTOR, count * SECTOR))
-    return [(pid, offset, length) for pid, offset, length in found if offset + length <= disk.length]
+    inside = [(pid, offset, length) for pid, offset, length in found if offset + length <= disk.length]
+    for pid, offset, length in sorted(set(found) - set(inside)):
+        log.warning("partition %s (%d bytes at %d) ends past the volume's end: left out", pid, length, offset)
+    return inside
 
 
 def _mbr_entries(sector: bytes) -> list[tuple[int, int, int]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fsimages import MAKERS, TREE_MTIME_NS, MiB, fill_tree, gpt_disk, require
+from tests.fsimages import MAKERS, TREE_MTIME_NS, MiB, fill_tree, gpt_disk, lvm_volume, require
 from tests.functional.test_cli import assert_one_line_error, run
 
 KINDS = ("ext4", "xfs", "ntfs")
@@ -168,6 +168,31 @@ def test_several_filesystems_are_listed_and_chosen(images, tree, tmp_path):
     assert (tmp_path / "o/only-here.txt").read_bytes() == b"p2\n"
     doc = json.loads(files("ls", *common, "--filesystem", "p1", "--json", "/").stdout)
     assert {"one.bin", "data", "etc"} <= {e["name"] for e in doc["entries"]}
+
+
+def test_lvm_logical_volumes_are_listed_and_copied_from(tree, tmp_path):
+    for kind in ("ext4", "ntfs"):
+        require(kind)
+    made = {}
+    for kind in ("ext4", "ntfs"):
+        made[kind] = tmp_path / f"{kind}.img"
+        MAKERS[kind](made[kind], 80 * MiB, tree[0])
+    pv = tmp_path / "pv.img"
+    lvm_volume(pv, 200 * MiB, [("root", made["ext4"]), ("win", made["ntfs"])], group="data")
+    repo = f"file://{tmp_path}/repo"
+    run("init", "--insecure-no-encryption", "--repo", repo, check_rc=0)
+    backup(repo, {}, "pv", pv)
+    common = ("--repo", repo, "--volume", "pv")
+    listed = files("ls", *common)
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split("\t") for line in listed.stdout.splitlines()] == [
+        ["data/root", "ext4", "-", "80.0 MiB"],
+        ["data/win", "ntfs", "-", "80.0 MiB"],
+    ]
+    proc = files("cp", *common, "--filesystem", "data/win", "--json", "/data/big.bin", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["filesystem"] == "data/win"
+    assert (tmp_path / "out/big.bin").read_bytes() == tree[1]["/data/big.bin"]
 
 
 def test_errors_are_one_line_with_their_exit_code(images, tree, tmp_path):

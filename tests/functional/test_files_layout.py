@@ -14,7 +14,17 @@ from movers.errors import DamagedData, NotFoundError, UsageError
 from movers.files.copy import copy_out
 from movers.files.source import ImageFile
 from movers.files.volume import open_filesystem
-from tests.fsimages import MAKERS, MIN_SIZE, TREE_MTIME_NS, MiB, fill_tree, gpt_disk, mbr_disk, require
+from tests.fsimages import (
+    MAKERS,
+    MIN_SIZE,
+    TREE_MTIME_NS,
+    MiB,
+    fill_tree,
+    gpt_disk,
+    lvm_volume,
+    mbr_disk,
+    require,
+)
 
 KINDS = ("ext4", "xfs", "ntfs")
 TIME_STEP_NS = {"ext4": 1_000_000_000, "xfs": 1, "ntfs": 100}  # mkfs.ext4 -d keeps seconds; NTFS counts 100 ns
@@ -173,3 +183,33 @@ def test_a_missing_path_or_an_existing_name_writes_nothing(images, tmp_path):
             copy_out(opened.tree, ("/etc", "/"), str(tmp_path / "new"))
     assert sorted(os.listdir(dest)) == ["one.bin"] and outside.read_bytes() == b"keep"
     assert not (tmp_path / "new").exists()
+
+
+def test_lvm_logical_volumes_on_the_volume_and_in_a_partition(images, tree, tmp_path):
+    pv = tmp_path / "pv.img"
+    lvm_volume(pv, 48 * MiB, [("data", images("ext4")), ("win", images("ntfs"))])
+    with ImageFile(pv) as image:
+        with pytest.raises(UsageError, match=r"several filesystems.*\(vg0/data \(ext4\), vg0/win \(ntfs\)\)"):
+            open_filesystem(image, None)
+        with open_filesystem(image, "vg0/win") as opened:
+            layout = [(fs.id, fs.kind, fs.offset, fs.size) for fs in opened.layout.filesystems]
+            assert layout == [("vg0/data", "ext4", None, 16 * MiB), ("vg0/win", "ntfs", None, 16 * MiB)]
+            assert opened.tree is not None
+            copy_out(opened.tree, ("/data",), str(tmp_path / "win"))
+    assert_same_tree(tree[0] / "data", tmp_path / "win/data", "ntfs")
+
+    disk = tmp_path / "disk.img"
+    mbr_disk(disk, 80 * MiB, [(1 * MiB, images("ext4")), (20 * MiB, pv)])
+    at = tree[1]["/one.bin"][:64]
+    with open(pv, "rb") as f:
+        bad = 20 * MiB + f.read().find(at, 1 * MiB + 16 * MiB) + 100  # inside vg0/win's one.bin, on the disk
+    with ImageFile(disk) as image, open_filesystem(image, "vg0/data") as opened:
+        assert [fs.id for fs in opened.layout.filesystems] == ["p1", "vg0/data", "vg0/win"]
+        assert opened.tree is not None
+        copy_out(opened.tree, ("/one.bin",), str(tmp_path / "data"))
+    assert (tmp_path / "data/one.bin").read_bytes() == tree[1]["/one.bin"]
+    with DamagedImage(disk, bad) as image, open_filesystem(image, "vg0/win") as opened:
+        assert opened.tree is not None
+        with pytest.raises(DamagedData) as raised:  # through pyfsntfs and pyvslvm, the error raised
+            copy_out(opened.tree, ("/one.bin",), str(tmp_path / "damaged"))
+        assert raised.value is image.raised[0]
