@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from movers.files.copy import copy_out
@@ -84,7 +84,8 @@ def list_files(
 def _entries(opened: Opened, path: str) -> list[Entry]:
     assert opened.tree is not None
     entry = opened.tree.lookup(path)
-    return opened.tree.children(entry) if entry.kind == "dir" else [entry]
+    found = opened.tree.children(entry) if entry.kind == "dir" else [entry]
+    return [replace(e, native=None) for e in found]  # the reader's objects do not outlive its volume
 
 
 def copy_files(open_repo: Callable[[], Repository], request: FilesRequest) -> FilesResult:
