@@ -29,7 +29,7 @@ import pytest
 MiB = 1 << 20
 SECTOR = 512
 LINUX_FS_GUID = uuid.UUID("0fc63daf-8483-4772-8e79-3d69d8477de4")
-TOOLS = {"ext4": ["mkfs.ext4"], "xfs": ["mkfs.xfs", "mount", "umount"], "ntfs": ["mkntfs", "ntfs-3g", "fusermount"]}
+TOOLS = {"ext4": ["mkfs.ext4"], "xfs": ["mkfs.xfs", "mount", "umount"], "ntfs": ["mkntfs", "ntfs-3g", "umount"]}
 TREE_MTIME_NS = 1_577_934_245_123_456_700  # 2020-01-02 03:04:05.1234567 UTC: exact in ns, in NTFS' 100 ns, in XFS
 TREE_ATIME_NS = 1_600_000_000_000_000_000
 
@@ -89,7 +89,7 @@ def make_xfs(image: Path, size: int, tree: Path) -> None:
 def make_ntfs(image: Path, size: int, tree: Path) -> None:
     _sparse(image, size)
     subprocess.run(["mkntfs", "-q", "-F", "-f", str(image)], check=True, capture_output=True)
-    with _mounted(["ntfs-3g", str(image)], ["fusermount", "-u"]) as mnt:
+    with _mounted(["ntfs-3g", str(image)], ["umount"]) as mnt:  # root unmounts a FUSE mount too
         _copy_into(tree, mnt)
 
 
