@@ -151,7 +151,7 @@ class MapReader:
                 for plan in plans:
                     while pending and not inflight.room_for(plan.length):
                         self._collect(pending, inflight, wait(pending, return_when=FIRST_COMPLETED).done)
-                    pending[pool.submit(self._fetch, manifest, plan, sink)] = (plan.length, page_index)
+                    pending[pool.submit(self.fetch_plan, manifest, plan, sink)] = (plan.length, page_index)
                     inflight.submitted(plan.length)
             while pending:
                 self._collect(pending, inflight, wait(pending, return_when=FIRST_COMPLETED).done)
@@ -164,7 +164,9 @@ class MapReader:
             inflight.collected(*pending.pop(fut))
             fut.result()
 
-    def _fetch(self, manifest: Manifest, plan: ReadPlan, sink: ChunkSink, hops: int = 0) -> None:
+    def fetch_plan(self, manifest: Manifest, plan: ReadPlan, sink: ChunkSink, hops: int = 0) -> None:
+        """One ranged GET of ``plan``: each of its chunks decoded, verified and handed to ``sink`` (in this thread),
+        following a pack a prune repacked; ``DamagedData`` as ``run`` says. Counts ``fetched_bytes``."""
         key = packfmt.pack_key(plan.pack_id)
         try:
             data = self.repo.store.get_range(key, plan.offset, plan.length)
@@ -173,7 +175,7 @@ class MapReader:
             if all(cid in moved for cid, _loc, _uses in plan.chunks):  # repacked by a prune: follow it
                 uses = [u for _cid, _loc, chunk_uses in plan.chunks for u in chunk_uses]
                 for forwarded in plan_page(uses, moved):
-                    self._fetch(manifest, forwarded, sink, hops + 1)
+                    self.fetch_plan(manifest, forwarded, sink, hops + 1)
                 return
             voff, length = min((u[0], u[1]) for _cid, _loc, uses in plan.chunks for u in uses)
             raise DamagedData(
