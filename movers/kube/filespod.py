@@ -7,6 +7,11 @@ mounted filesystem, so it passes the Pod Security ``restricted`` profile: it run
 to that group, so the pod may write the one and read the other), no privilege escalation, every capability dropped,
 seccomp ``RuntimeDefault``, a read-only root filesystem, no ServiceAccount token (it never calls the API) and only
 persistentVolumeClaim and secret volumes.
+
+The fsGroup's change policy is ``OnRootMismatch``: the kubelet gives the claim's files to the group (adding group
+read-write to their modes) only when the claim's root directory does not have that group yet, i.e. once for a new
+claim and for an existing claim written by another user (its existing files then change group and gain group
+read-write: the price of writing into it as a non-root user); a claim that already matches is not walked again.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ def security_context() -> dict[str, Any]:
         "runAsUser": FILES_UID,
         "runAsGroup": FILES_UID,
         "fsGroup": FILES_UID,
+        "fsGroupChangePolicy": "OnRootMismatch",
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 

@@ -166,7 +166,8 @@ def _read_back(core, claim: str, directory: str) -> dict[str, list]:
         securityContext={**RESTRICTED_CONTAINER},
     )
     pod["spec"]["securityContext"] = {**RESTRICTED_POD, "seccompProfile": {"type": "RuntimeDefault"}}
-    pod["spec"]["volumes"] = [{"name": "claim", "persistentVolumeClaim": {"claimName": claim}}]
+    # a read-only claim: the kubelet applies no fsGroup to it (which would add group rw to every mode)
+    pod["spec"]["volumes"] = [{"name": "claim", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}]
     return json.loads(_run_to_end(core, pod).strip().splitlines()[-1])
 
 
