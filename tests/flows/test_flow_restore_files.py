@@ -6,8 +6,9 @@ level (as a real cluster's admission would check it from then on). Then:
 * two paths of data (a file and a directory tree) are copied into a NEW claim: the files pod passes ``restricted``
   (the API admitted it), the files arrive bit-exact with their modes (read back by a restricted pod), the artifact
   lists them with the bytes copied and fetched, the pod is gone and the claim stays;
+* a file of logs is copied into an EXISTING claim under a directory given; the cleanup leaves that claim alone;
 * a Block claim as the target is refused in one line (exit code 2), and a missing one (exit code 3), before
-  anything is created;
+  anything is created; so is a claim a running pod uses (naming the pod);
 * a path the backup does not have fails the run: its failure report says why, the files pod is gone and the claim
   the run created is deleted.
 
@@ -211,6 +212,57 @@ def test_a_block_claim_is_refused_as_the_target_before_anything_is_created(backe
         for kind in ("Pod", "PersistentVolumeClaim")
     }
     assert after == before
+
+
+def test_a_claim_a_running_pod_uses_is_refused_unless_it_is_read_write_many(backed_up):
+    cluster = backed_up["cluster"]
+    api, core = cluster.client, client.CoreV1Api(cluster.client)
+    claim = m.block_pvc("busy", NS, "64Mi", APP_CLASS)
+    claim["spec"]["volumeMode"] = "Filesystem"
+    k.create(api, claim)
+    holder = pod_manifest(
+        "holder",
+        ["sleep", "600"],
+        volumeMounts=[{"name": "v", "mountPath": "/mnt/busy"}],
+        securityContext={**RESTRICTED_CONTAINER},
+    )
+    holder["spec"]["securityContext"] = {**RESTRICTED_POD, "seccompProfile": {"type": "RuntimeDefault"}}
+    holder["spec"]["volumes"] = [{"name": "v", "persistentVolumeClaim": {"claimName": "busy"}}]
+    core.create_namespaced_pod(NS, holder)
+    try:
+        wait_pod(core, "holder", phase_in("Running"), namespace=NS, timeout=60)
+        with pytest.raises(FilesTargetRefused) as refused:
+            _restore_files(cluster, volumes=[{"pvc": "data", "paths": ASKED}], target={"claim": "busy"})
+        assert str(refused.value) == (
+            f"target claim {NS}/busy is in use by pod(s) holder and is not ReadWriteMany: stop them, or copy into"
+            " another claim"
+        )
+    finally:
+        core.delete_namespaced_pod("holder", NS, grace_period_seconds=0)
+        wait_until(lambda: not k.find(api, "Pod", NS, "holder"), 30, "holder gone")
+
+
+def test_a_file_into_an_existing_claim_under_a_directory_given(backed_up):
+    why = files_cli_missing()
+    if why:
+        pytest.skip(why)
+    cluster = backed_up["cluster"]
+    api, core = cluster.client, client.CoreV1Api(cluster.client)
+    claim = m.block_pvc("existing", NS, "64Mi", APP_CLASS)
+    claim["spec"]["volumeMode"] = "Filesystem"
+    k.create(api, claim)
+    out = _restore_files(
+        cluster,
+        volumes=[{"pvc": "logs", "paths": ["/app.log"]}],
+        target={"claim": "existing"},
+        directory="incident/42",
+    )
+    content, mode = FILES["logs"]["app.log"]
+    assert _read_back(core, "existing", "incident/42/logs") == {"app.log": [_sha(content), mode]}
+    assert out["volumes"][0]["result"]["copied_bytes"] == len(content)
+    # nothing of the run is left, and the claim it did not create is untouched by the cleanup
+    assert _run_objects(api, out["run_id"]) == {"Pod": [], "PersistentVolumeClaim": []}
+    assert k.find(api, "PersistentVolumeClaim", NS, "existing") is not None
 
 
 def test_two_paths_of_one_volume_into_a_new_claim(backed_up):
