@@ -28,6 +28,8 @@ fetched); a failure artifact (``files-<namespace>-failure``) after a failure; Pr
 import logging
 from typing import Any
 
+from prefect import get_run_logger
+
 from flows import _run
 from flows._run import best_effort
 from movers.files.restore_request import RestoreFilesRequest
@@ -107,8 +109,6 @@ def restore_files(request: RestoreFilesRequest, kubeconfig: str | None = None) -
 
 def _copy(request: RestoreFilesRequest, kubeconfig: str | None, run: _run.Run) -> dict[str, Any]:
     """Check, select, create the claim, copy each volume (cleaning up in every outcome) and report."""
-    from prefect import get_run_logger
-
     log, ns, progress = get_run_logger(), request.namespace, run.progress
     directory = request.directory_of(run.id)
     copied: list[files_report.CopiedVolume] = []
