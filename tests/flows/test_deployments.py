@@ -31,7 +31,7 @@ FLOW_NAMES = {
     "backup-demo": "backup-app",
     "backup-postgres": "backup-app",
     "restore": "restore-app",
-    "restore-files": "restore-files",
+    "files": "restore-files",
     "maintenance": "maintain-repo",
 }
 # values for required parameters a deployment leaves to the run (restore is on demand), by flow
@@ -198,8 +198,8 @@ def test_maintenance_is_weekly_for_every_repository_and_restore_on_demand():
     assert maintenance["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
     assert found["restore"]["schedules"] == []
     assert "concurrency_limit" not in found["restore"]
-    assert found["restore-files"]["schedules"] == []
-    assert "concurrency_limit" not in found["restore-files"]
+    assert found["files"]["schedules"] == []
+    assert "concurrency_limit" not in found["files"]
 
 
 # ---------------------------------------------------------------- the image, statically
