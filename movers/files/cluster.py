@@ -194,11 +194,9 @@ def copy_files(
     finally:
         k.delete_and_wait(api, "Pod", namespace, name)
     if not res.succeeded or not isinstance(res.result, dict):
-        raise FilesPodFailed(
-            f"files pod {namespace}/{name} failed (exit {res.exit_code}): {res.message.strip()}\n"
-            + "\n".join(res.log_tail),
-            res.exit_code,
-        )
+        message, tail = res.message.strip(), "\n".join(res.log_tail).strip()
+        said = message if not tail or tail in message else f"{message}\n{tail}"  # the log tail may be the message
+        raise FilesPodFailed(f"files pod {namespace}/{name} failed (exit {res.exit_code}): {said}", res.exit_code)
     try:
         return FilesResult.model_validate(res.result)
     except ValidationError as err:
