@@ -53,8 +53,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
         raise UsageError("--cache-mib must be at least 1")
     from movers.files import fuseview
 
-    fuseview.check_fuse()
     mountpoint = fuseview.check_mountpoint(args.dir)
+    fuseview.check_fuse()
     opened = open_repo_ahead(args)
     from movers.pipeline.lazy import BackupReader
 
