@@ -9,7 +9,8 @@ Exit codes (documented in the README, stable):
 ====  ==========================================================
 0     success
 1     unexpected internal error (a bug: please report it)
-2     bad input: arguments, extents file, device path, target device too small or full
+2     bad input: arguments, extents file, device path, target device too small or full; ``mount``: no FUSE
+      here (no /dev/fuse, libfuse 3 not loadable), a mount point missing, not a directory or not empty
 3     not found: repository, volume or backup does not exist
 4     integrity: stored data does not match its hash or fails authentication
 5     storage unavailable: endpoint (S3, AWS KMS) unreachable, retries exhausted
