@@ -11,7 +11,7 @@ Reads are the reader's (each chunk fetched once while in its bounded cache, veri
 readers); the kernel keeps what it read in its page cache (the image never changes: ``kernel_cache``) and asks in
 requests of up to 1 MiB. A read the reader cannot serve (a damaged chunk, an unavailable store) fails with EIO
 after one error line naming the volume range; the mount keeps serving other reads. Every change (write, truncate,
-create, chmod, ...) is refused with EROFS, besides the ``ro`` mount option.
+create, chmod, ...) is refused with EROFS, besides the ``ro`` mount option. Each read's range is logged at DEBUG.
 
 libfuse 3 is loaded (by mfusepy, over ctypes) only when ``serve`` or ``check_fuse`` runs: no ``/dev/fuse`` or no
 loadable libfuse raises ``FuseUnavailable`` (exit code 2). ``FUSE_LIBRARY_PATH`` names the library to load
@@ -169,6 +169,7 @@ class ImageView:
         return 0
 
     def read(self, path: str, size: int, offset: int, _fh) -> bytes:
+        log.debug("read [%d, %d)", offset, offset + size)
         try:
             return self.reader.read(offset, size)
         except MoverError as err:
