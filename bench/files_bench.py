@@ -15,7 +15,7 @@ key first). Then, each way ``--repeat`` times from a cold page cache, the second
 back (checked bit-exact) and the stored bytes fetched:
 
 1. **mount**: ``cbt-mover mount`` started, waited for (its image appears), the image mounted read-only (``mount -o
-   loop,ro``; NTFS: ``ntfs-3g -o ro`` on the image), the file read; then unmounted, the command stopped with
+   loop,ro -t TYPE``; NTFS: ``ntfs-3g -o ro`` on the image), the file read; then unmounted, the command stopped with
    SIGTERM and its JSON's ``fetched_bytes`` taken. Also reported: seconds until the mount was ready.
 2. **files cp**: ``cbt-mover files cp`` of the file, when the tree has the ``files`` command (else the row says so).
 3. **restore + mount + cp** (the peer: what users do without either): a full ``restore`` of the volume into a new
@@ -91,14 +91,15 @@ def run(cmd: list[str]) -> None:
 
 @contextlib.contextmanager
 def fs_mounted(fs: str, image: Path, target: Path, read_only: bool = True) -> Iterator[Path]:
-    """``image`` mounted at ``target``: ext4 and xfs on a loop device (detached by ``umount``), NTFS by ntfs-3g
+    """``image`` mounted at ``target``: ext4 and xfs on a loop device (detached by ``umount``), the type named (else
+    mount's probe for other filesystems reads 4 KiB at 4 MiB, a whole chunk more through the view), NTFS by ntfs-3g
     (FUSE, on the file itself); unmounted afterwards."""
     target.mkdir(exist_ok=True)
     ro = ["-o", "ro"] if read_only else []
     if fs == "ntfs":
         run(["ntfs-3g", *ro, str(image), str(target)])
     else:
-        run(["mount", "-o", "loop" + (",ro" if read_only else ""), str(image), str(target)])
+        run(["mount", "-t", fs, "-o", "loop" + (",ro" if read_only else ""), str(image), str(target)])
     try:
         yield target
     finally:
@@ -298,7 +299,12 @@ def docs_text(args: argparse.Namespace, body: str) -> str:
         " before it reads anything: most of the mount's time to the file. Through the mount, the kernel's own"
         " filesystem reads the superblock, group descriptors, inode table and journal it needs and then the file;"
         " the lazy reader fetches whole chunks (each compressed and encrypted as one), so the fetched bytes are"
-        " the chunks under those reads, not the bytes read.\n"
+        " the chunks under those reads, not the bytes read. The loop mounts name the type (`mount -t xfs -o loop,ro`):"
+        " without it, mount's probe for other filesystems' signatures reads 4 KiB at offsets up to 4 MiB, and on xfs"
+        " (whose 64 MiB file starts right after the first allocation group's headers) the probe at 4 MiB costs a"
+        " whole 4 MiB chunk more (a run without `-t`: 7.9 MiB fetched on xfs, 12% of the stored volume, against 3.9"
+        " MiB with it). Where udev probes every"
+        " new loop device, it reads the same.\n"
     )
 
 
