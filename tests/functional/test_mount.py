@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import random
 import shutil
 import signal
 import stat
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,6 +238,19 @@ def test_the_image_is_read_only_of_the_volume_size_and_an_outside_unmount_ends_t
             assert f.read(4096) == backed.image.read_bytes()[:4096]
             f.seek(backed.capacity - 10)
             assert f.read(100) == backed.image.read_bytes()[-10:], "the image ends where the volume does"
+        volume = backed.image.read_bytes()
+        ranges = [
+            (random.Random(n).randrange(backed.capacity), random.Random(n).choice([512, 70_000, MiB]))
+            for n in range(64)
+        ]
+
+        def read(at_length: tuple[int, int]) -> bool:
+            at, length = at_length
+            with open(mount.image, "rb", buffering=0) as f:
+                return os.pread(f.fileno(), length, at) == volume[at : at + length]
+
+        with ThreadPoolExecutor(8) as pool:
+            assert all(pool.map(read, ranges)), "concurrent reads are each bit-exact"
         subprocess.run(["fusermount3", "-u", str(mount.mountpoint)], check=True)
         rc, out, err = mount.proc.wait(timeout=30), *mount.proc.communicate()
         assert rc == 0, err
