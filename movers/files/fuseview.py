@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 FUSE_DEVICE = "/dev/fuse"
 NAME_MAX = 255  # bytes of one file name on Linux
 MAX_READ = 1 << 20  # bytes the kernel may ask in one read (what libfuse 3's buffers take)
-MAX_THREADS = 16  # libfuse's worker threads at most, and idle ones kept (its unset default makes 3.14 complain)
+MAX_THREADS = 16  # libfuse's worker threads at most, and idle ones kept (3.14 complains of an unset idle limit)
 CACHE_TIMEOUT = 86400.0  # seconds the kernel may keep names and attributes: nothing in the view ever changes
 
 
@@ -223,9 +223,9 @@ def serve(
     options = {"ro": True, "default_permissions": True, "max_read": MAX_READ, "allow_other": allow_other}
     options["max_threads"] = options["max_idle_threads"] = MAX_THREADS
     try:
-        mfusepy.FUSE(view, str(mountpoint), foreground=True, nothreads=False, fsname="cbt-mover", **options)
+        mfusepy.FUSE(view, str(mountpoint), foreground=True, fsname="cbt-mover", **options)  # multithreaded
     except RuntimeError as err:
         if not view.ready.is_set():
             raise UsageError(f"cannot mount FUSE at {mountpoint} (libfuse's reason is above; status {err})") from None
-        # libfuse reports a loop ended by a signal as a failure (status 7): the mount is gone all the same
+        # libfuse 3.14 reports a loop ended by a signal as a failure (status 8): the mount is gone all the same
         log.debug("the FUSE loop ended with status %s", err)
