@@ -35,11 +35,13 @@ def _stored_chunks(repo: Repository, manifest) -> dict[bytes, int]:
     return chunks
 
 
-@pytest.fixture
-def backed_up(tmp_path):
+@pytest.fixture(params=[2, 1], ids=["v2", "v1"])
+def backed_up(tmp_path, request):
+    """A backup of a 24 MiB image; in format version 2 (pages say where their chunks are) and 1 (the chunk index)."""
     image = tmp_path / "v.img"
     make_image(image, SIZE, seed=3, data_fraction=0.7)
-    repo = Repository.init(open_store(f"file://{tmp_path}/repo"), RepoConfig(chunk_max=1 * MiB, page_size=8 * MiB))
+    config = RepoConfig(chunk_max=1 * MiB, page_size=8 * MiB, format_version=request.param)
+    repo = Repository.init(open_store(f"file://{tmp_path}/repo"), config)
     return repo, run_backup(repo, str(image), VolumeIdentity("ns/v")), image.read_bytes()
 
 
