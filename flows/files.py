@@ -132,7 +132,7 @@ def _copy(request: RestoreFilesRequest, kubeconfig: str | None, run: _run.Run) -
         ns, run.id, request.repo, selected.how, request.target.claim, request.target.new is not None
     )
     files_report.publish(report, copied)
-    log.info("restore-files %s done: %s", run.id, ", ".join(f"{c.pvc} {len(c.result.copied)} entries" for c in copied))
+    log.info("restore-files %s done: %s", run.id, ", ".join(f"{c.pvc} {c.result.entries} entries" for c in copied))
     return {
         "run_id": run.id,
         "namespace": ns,

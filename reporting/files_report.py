@@ -56,7 +56,7 @@ def volume_rows(namespace: str, copied: list[CopiedVolume]) -> list[dict[str, st
             "backup id": v.result.backup_id,
             "filesystem": v.result.filesystem,
             "into": v.into,
-            "entries": len(v.result.copied),
+            "entries": v.result.entries,
             "copied": size(v.result.copied_bytes),
             "fetched": size(v.result.fetched_bytes),
             "duration": seconds(v.result.duration_s),
@@ -67,13 +67,17 @@ def volume_rows(namespace: str, copied: list[CopiedVolume]) -> list[dict[str, st
 
 def report_markdown(run: FilesRun, copied: list[CopiedVolume]) -> str:
     """Where the files came from and went, per volume, and how many entries the table leaves out."""
-    entries = sum(len(v.result.copied) for v in copied)
-    more = f"\nThe table `files-{run.namespace}` lists the first {MAX_ROWS} of {entries} entries.\n"
+    entries = sum(v.result.entries for v in copied)
+    listed = min(MAX_ROWS, sum(len(v.result.copied) for v in copied))
+    more = (
+        f"\nThe table `files-{run.namespace}` lists {listed} of the {entries} entries copied (a files pod's result"
+        f" names as many as its termination message holds, the table at most {MAX_ROWS}).\n"
+    )
     claim = f"`{run.namespace}/{run.claim}`" + (" (created by this run)" if run.new else "")
     return (
         f"# Files restored by {run.run_id}\n\nFrom `{run.repo}`, {run.how}, into claim {claim}:\n\n"
         + markdown_table(volume_rows(run.namespace, copied))
-        + (more if entries > MAX_ROWS else "")
+        + (more if entries > listed else "")
     )
 
 

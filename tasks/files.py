@@ -106,7 +106,7 @@ def copy_files(
         "%s/%s: copied %d entries (%s) of backup %s into %s/%s:%s, fetched %s",
         ns,
         volume.pvc,
-        len(result.copied),
+        result.entries,
         human_bytes(result.copied_bytes),
         result.backup_id,
         ns,

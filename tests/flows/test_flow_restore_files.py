@@ -10,18 +10,13 @@ level (as a real cluster's admission would check it from then on). Then:
 * a Block claim as the target is refused in one line (exit code 2), and a missing one (exit code 3), before
   anything is created; so is a claim a running pod uses (naming the pod);
 * a path the backup does not have fails the run: its failure report says why, the files pod is gone and the claim
-  the run created is deleted.
-
-The copy itself is ``cbt-mover files cp`` (another part of issue 24): where it is not in this tree yet, the tests
-that need it are skipped, naming why."""
+  the run created is deleted."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import random
-import subprocess
-import sys
 
 import pytest
 from kubernetes import client
@@ -74,14 +69,6 @@ FILES = {pvc: {path: (content_of(made), mode) for path, (made, mode) in files.it
 ASKED = ["/etc/app.conf", "/db/table"]  # of data: a file and a tree
 RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": FILES_UID, "fsGroup": FILES_UID}
 RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-
-
-def files_cli_missing() -> str | None:
-    """Why the copy cannot run here: ``cbt-mover files cp`` is not in this tree (None: it is)."""
-    probe = subprocess.run(
-        [sys.executable, "-m", "movers", "files", "cp", "--help"], capture_output=True, text=True, timeout=60
-    )
-    return None if probe.returncode == 0 else "cbt-mover files cp not on this branch (issue 24's CLI part)"
 
 
 @pytest.fixture(scope="module")
@@ -244,9 +231,6 @@ def test_a_claim_a_running_pod_uses_is_refused_unless_it_is_read_write_many(back
 
 
 def test_a_file_into_an_existing_claim_under_a_directory_given(backed_up):
-    why = files_cli_missing()
-    if why:
-        pytest.skip(why)
     cluster = backed_up["cluster"]
     api, core = cluster.client, client.CoreV1Api(cluster.client)
     claim = m.block_pvc("existing", NS, "64Mi", APP_CLASS)
@@ -267,9 +251,6 @@ def test_a_file_into_an_existing_claim_under_a_directory_given(backed_up):
 
 
 def test_two_paths_of_one_volume_into_a_new_claim(backed_up):
-    why = files_cli_missing()
-    if why:
-        pytest.skip(why)
     cluster = backed_up["cluster"]
     api, core = cluster.client, client.CoreV1Api(cluster.client)
     new = {"size": "64Mi", "storage_class": APP_CLASS}
@@ -312,7 +293,6 @@ def test_two_paths_of_one_volume_into_a_new_claim(backed_up):
 def test_a_path_the_backup_lacks_fails_the_run_and_removes_its_new_claim(backed_up):
     cluster = backed_up["cluster"]
     api = cluster.client
-    why = files_cli_missing()
     state = _restore_files(
         cluster,
         return_state=True,
@@ -322,10 +302,8 @@ def test_a_path_the_backup_lacks_fails_the_run_and_removes_its_new_claim(backed_
     assert state.is_failed()
     with pytest.raises(FilesPodFailed) as failed:
         state.result()
-    # without the CLI the pod's cbt-mover refuses the unknown command (2); with it the path is not found (3)
-    assert failed.value.pod_exit_code == (EXIT_USAGE if why else EXIT_NOT_FOUND), str(failed.value)
-    if not why:
-        assert "/no/such/file" in str(failed.value)
+    assert failed.value.pod_exit_code == EXIT_NOT_FOUND, str(failed.value)
+    assert "/no/such/file" in str(failed.value)
     # the pod was admitted under restricted and ran; it and the claim the run created are gone
     pods = [
         o
