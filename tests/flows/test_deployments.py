@@ -539,9 +539,11 @@ def test_a_process_worker_runs_the_maintenance_deployment(prefect_api, deployed,
             worker.wait(timeout=150)
         finally:
             _stop_group(worker)
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
     with _client(prefect_api) as client:
         state = client.read_flow_run(run.id).state
-        keys = {a.key for a in client.read_artifacts()}
+        keys = {a.key for a in client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))}
     output = log_path.read_text(errors="replace")
     assert state is not None and state.is_completed(), f"{state}\n{output[-4000:]}"
     assert "Executing deployment step: set_working_directory" in output, output[-4000:]

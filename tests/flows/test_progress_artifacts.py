@@ -27,11 +27,14 @@ class Clock:
 
 
 def read_back(artifact_id):
+    """The artifact of this id (asked for by id: the session's test server holds every test's artifacts, more than
+    one page of an unfiltered read)."""
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterId
 
     with get_client(sync_client=True) as prefect:
-        found = prefect.read_artifacts()
-    [artifact] = [a for a in found if a.id == artifact_id]
+        found = prefect.read_artifacts(artifact_filter=ArtifactFilter(id=ArtifactFilterId(any_=[artifact_id])))
+    [artifact] = found
     return float(artifact.data), artifact.description
 
 
