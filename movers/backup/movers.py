@@ -44,11 +44,17 @@ class MoverPodFailed(pods.PodFailed):
     """A backup's mover pod did not succeed (``pods.PodFailed``: its exit status and the retry rule)."""
 
 
-def volume_request(member: Mapping[str, Any], plan: VolumePlan, namespace: str) -> BackupRequest:
+def volume_request(
+    member: Mapping[str, Any],
+    plan: VolumePlan,
+    namespace: str,
+    limits: tuple[float | None, float | None] = (None, None),
+) -> BackupRequest:
     """The ``BackupRequest`` of a member's mover, as its plan says: the source claim's identity (its PV's
     ``volumes.PvIdentity``, field for field), the member's snapshot, the planned change source (``scan``, else CBT
     with the planned base, its VolumeSnapshot name, the delta's parent and ``max_results``), the run's tags and
-    claims."""
+    claims; ``limits``: the engine's read and upload limits, MiB/s (the policy's ``mover.read_mib_s`` and
+    ``upload_mib_s``)."""
     pv: PvIdentity = member.get("identity") or PvIdentity()
     cbt = plan.change_source != "scan"
     return BackupRequest(
@@ -82,6 +88,8 @@ def volume_request(member: Mapping[str, Any], plan: VolumePlan, namespace: str) 
         device=DEVICE_PATH,
         tags=member.get("tags") or {},
         run_pvcs=member.get("run_pvcs"),
+        read_mib_s=limits[0],
+        upload_mib_s=limits[1],
     )
 
 
@@ -103,7 +111,7 @@ def mover_objects(
     labels = m.run_labels(run_id, app=member.get("app"), **{m.PVC_LABEL: m.label_value(pvc)})
     size = m.reader_claim_size(member["restore_size"], member.get("size"))
     claim = m.pvc_from_snapshot(name, namespace, member["snapshot"], size, member.get("storage_class"), labels)
-    request = volume_request(member, plan, namespace)
+    request = volume_request(member, plan, namespace, (mover.read_mib_s, mover.upload_mib_s))
     args = m.backup_args(
         request_env=REQUEST_ENV,
         cbt=request.changes.source == "cbt",

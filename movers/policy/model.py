@@ -142,6 +142,7 @@ Seconds = Annotated[float, BeforeValidator(c.duration), WithJsonSchema(c.DURATIO
 Flag = Annotated[bool, BeforeValidator(c.boolean)]
 KeepCount = Annotated[int, BeforeValidator(c.count(0)), Field(ge=0)]
 Workers = Annotated[int, BeforeValidator(c.count(1)), Field(ge=1)]
+MiBPerSecond = Annotated[float | None, Field(gt=0)]
 PageSize = Annotated[int, BeforeValidator(c.count(0)), Field(ge=0)]
 RepoUrl = Annotated[str, BeforeValidator(c.repo_url), Field(pattern=r"^(s3://[^/]+|file:///)")]
 Cron = Annotated[str, BeforeValidator(c.cron)]
@@ -197,6 +198,10 @@ class MoverSettings(Section):
     tolerations: Tolerations = []  # Kubernetes Tolerations of the mover pods
     affinity: Affinity = None  # a Kubernetes Affinity of the mover pods (nodeAffinity only)
     progress_interval: Seconds = 1.0  # seconds between the mover's progress lines (the UI's progress artifacts)
+    # each mover's limits in MiB/s (None: none), enforced by its engine (movers.pipeline.throttle): the snapshot's
+    # reads from the device, and the uploads of its data to the repository
+    read_mib_s: MiBPerSecond = None
+    upload_mib_s: MiBPerSecond = None
 
 
 class CBTSettings(Section):
