@@ -1,8 +1,9 @@
 """``Throttle``: a byte rate shared by threads (a token bucket), for a mover's read and upload limits.
 
-``Throttle(rate)`` lets ``rate`` bytes per second through on average, with a burst of one second's worth:
-``take(n)`` returns at once while the bucket holds ``n`` bytes' credit, else sleeps until it would have (a taker
-larger than the burst waits for its whole size, so no request is ever refused). Thread-safe: the engine's reader
+``Throttle(rate)`` lets ``rate`` bytes per second through on average: ``take(n)`` reserves ``n`` bytes and sleeps
+until the rate allows them (a taker larger than the bucket waits for its whole size, so no request is ever
+refused). The bucket starts empty and refills while idle up to ``BURST_S`` seconds' worth, so that the measured
+rate of anything longer than a fraction of a second is the limit. Thread-safe: the engine's reader
 threads share one, its upload threads another. ``rate`` None or 0: no limit (``take`` returns at once).
 
 The time it slept is counted (``waited_s``), for the mover's statistics and the bench.
@@ -15,10 +16,11 @@ import time
 from collections.abc import Callable
 
 MiB = 1 << 20
+BURST_S = 0.1  # the credit an idle throttle gathers, in seconds of its rate
 
 
 class Throttle:
-    """At most ``rate`` bytes per second on average (None or 0: no limit), a burst of one second's worth."""
+    """At most ``rate`` bytes per second on average (None or 0: no limit), a burst of ``BURST_S`` seconds' worth."""
 
     def __init__(
         self,
@@ -31,7 +33,7 @@ class Throttle:
         self.rate = float(rate or 0)
         self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
-        self._credit = self.rate  # start with a full bucket: one second's worth
+        self._credit = 0.0  # an empty bucket: the first bytes wait their time too
         self._at = clock()
         self.waited_s = 0.0
 
@@ -50,7 +52,7 @@ class Throttle:
             return
         with self._lock:  # reserve now, sleep outside the lock: later takers queue behind this one's debt
             now = self._clock()
-            self._credit = min(self.rate, self._credit + (now - self._at) * self.rate) - n
+            self._credit = min(self.rate * BURST_S, self._credit + (now - self._at) * self.rate) - n
             self._at = now
             wait = -self._credit / self.rate if self._credit < 0 else 0.0
             self.waited_s += wait

@@ -1,4 +1,4 @@
-"""``movers.pipeline.throttle.Throttle``: a token bucket of one second's burst, on a fake clock."""
+"""``movers.pipeline.throttle.Throttle``: a token bucket that starts empty, on a fake clock."""
 
 from __future__ import annotations
 
@@ -27,34 +27,32 @@ def test_no_rate_never_waits():
         assert not throttle.limited and clock.slept == []
 
 
-def test_a_burst_of_one_second_then_the_rate():
+def test_the_rate_from_the_first_byte_and_a_small_burst_after_idling():
     clock = Clock()
     throttle = Throttle(100, clock, clock.sleep)
-    throttle.take(100)  # the full bucket
-    assert clock.slept == []
-    throttle.take(50)
+    throttle.take(50)  # an empty bucket
     assert clock.slept == [pytest.approx(0.5)]
-    clock.now += 10  # idle: the credit refills to one second's worth, no more
-    throttle.take(100)
+    clock.now += 10  # idle: the credit refills to BURST_S seconds' worth, no more
+    throttle.take(10)
+    assert clock.slept == [pytest.approx(0.5)]
     throttle.take(100)
     assert clock.slept == [pytest.approx(0.5), pytest.approx(1.0)]
     assert throttle.waited_s == pytest.approx(1.5)
 
 
-def test_a_take_larger_than_the_burst_waits_for_its_size():
+def test_a_take_larger_than_the_bucket_waits_for_its_size():
     clock = Clock()
     throttle = Throttle(100, clock, clock.sleep)
     throttle.take(350)
-    assert clock.slept == [pytest.approx(2.5)]
+    assert clock.slept == [pytest.approx(3.5)]
 
 
 def test_the_average_rate_is_the_limit():
     clock = Clock()
-    throttle = Throttle.mib_per_s(4)
-    throttle = Throttle(throttle.rate, clock, clock.sleep)
+    throttle = Throttle(Throttle.mib_per_s(4).rate, clock, clock.sleep)
     for _ in range(64):
         throttle.take(MiB)
-    assert 64 * MiB / clock.now == pytest.approx(64 / 60 * 4 * MiB)  # 60 s for 64 MiB: 4 MiB came at once
+    assert 64 * MiB / clock.now == pytest.approx(4 * MiB)
 
 
 def test_a_negative_rate_is_refused():
