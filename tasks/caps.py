@@ -18,7 +18,8 @@ A pod that must wait says so: one INFO line in the run's log naming the limits t
 (``<ns>/<pvc> waits for a slot of cbt-mover-movers-node-node-a (1/1 taken)``), and its task run's state is
 ``AwaitingConcurrencySlot`` (a Running state of that name, with the same message) until it has the slot; then
 ``Running`` again and one INFO line with the time it waited. A slot is held under a lease that Prefect renews
-while the run lives; a crashed run's slots return when the lease expires.
+while the run lives; a crashed run's slots return when the lease expires. A backup's waits end with its backup
+window (``WindowClosed``, ``movers.policy.window``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ PREFIX = "cbt-mover"
 MOVERS, WRITERS = "movers", "writers"
 SETTINGS_VARIABLE = "cbt-mover-caps"
 AWAITING = "AwaitingConcurrencySlot"
+
+
+class WindowClosed(Exception):
+    """A pod did not get its slots before its run's backup window ended (``movers.policy.window``); not retried."""
+
+    retriable = False
 
 
 @dataclass(frozen=True)
@@ -100,23 +107,26 @@ def read_settings(client: Any) -> CapSettings:
 
 
 @contextmanager
-def cluster_slot(role: str, what: str, storage_class: str | None, driver: str | None) -> Iterator[None]:
+def cluster_slot(
+    role: str, what: str, storage_class: str | None, driver: str | None, deadline: float | None = None
+) -> Iterator[None]:
     """A slot of the cluster-wide limit of ``role`` (created if missing) and of the class's and driver's limits
-    where they exist, held for the block; ``what`` names the pod's volume in the log and the state."""
+    where they exist, held for the block; ``what`` names the pod's volume in the log and the state. ``deadline``
+    (seconds since the epoch; the end of the run's backup window): no slot by then raises ``WindowClosed``."""
     from prefect.client.orchestration import get_client
 
-    names = [cluster_limit(role)]
-    names += [class_limit(role, storage_class)] if storage_class else []
-    names += [driver_limit(role, driver)] if driver else []
+    optional = [class_limit(role, storage_class)] if storage_class else []
+    optional += [driver_limit(role, driver)] if driver else []
     with get_client(sync_client=True) as client:
-        ensure_limit(client, names[0], read_settings(client).cluster(role))
-    with _slots(names, what):
+        ensure_limit(client, cluster_limit(role), read_settings(client).cluster(role))
+        names = [cluster_limit(role), *_existing(client, optional)]
+    with _slots(names, what, deadline):
         yield
 
 
-def node_slot(role: str, what: str):
+def node_slot(role: str, what: str, deadline: float | None = None):
     """``movers.kube.nodeslots.NodeSlot`` of ``role``: a slot of the node's limit (created, with the per-node
-    number, the first time a run meets the node), held for the block."""
+    number, the first time a run meets the node), held for the block; ``deadline`` as ``cluster_slot``'s."""
 
     @contextmanager
     def hold(node: str) -> Iterator[None]:
@@ -125,39 +135,61 @@ def node_slot(role: str, what: str):
         name = node_limit(role, node)
         with get_client(sync_client=True) as client:
             ensure_limit(client, name, read_settings(client).per_node(role))
-        with _slots([name], f"{what} on node {node}"):
+        with _slots([name], f"{what} on node {node}", deadline):
             yield
 
     return hold
 
 
 @contextmanager
-def _slots(names: list[str], what: str) -> Iterator[None]:
-    """One slot of each of ``names`` (those that exist) for the block: at once if free, else after an INFO line
-    and in the ``AwaitingConcurrencySlot`` state until they are."""
-    from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
+def _slots(names: list[str], what: str, deadline: float | None = None) -> Iterator[None]:
+    """One slot of each of ``names`` (existing limits) for the block, through Prefect's ``concurrency``. A limit
+    found full just before asking is said: an INFO line and the ``AwaitingConcurrencySlot`` state until the slots
+    are taken. ``deadline``: no slots by then raises ``WindowClosed``."""
+    from prefect.concurrency._asyncio import AcquireConcurrencySlotTimeoutError
     from prefect.concurrency.sync import concurrency
 
     log = get_run_logger()
+    if deadline is not None and time.time() >= deadline:
+        raise WindowClosed(f"{what} had not started when the backup window ended")
+    full = _full(names)
+    if full:
+        waiting = f"{what} waits for a slot of {full}"
+        log.info("%s", waiting)
+        _task_state(AWAITING, waiting)
+    t0 = time.monotonic()
+    left = None if deadline is None else max(0.001, deadline - time.time())
     with ExitStack() as stack:
         try:
-            stack.enter_context(concurrency(names, occupy=1, max_retries=0))
-        except ConcurrencySlotAcquisitionError as err:
-            if getattr(err.__cause__, "response", None) is None or err.__cause__.response.status_code != 423:
-                raise
-            waiting = f"{what} waits for a slot of {_full(names)}"
-            log.info("%s", waiting)
-            _task_state(AWAITING, waiting)
-            t0 = time.monotonic()
-            stack.enter_context(concurrency(names, occupy=1))
+            stack.enter_context(concurrency(names, occupy=1, timeout_seconds=left))
+        except AcquireConcurrencySlotTimeoutError:
+            _task_state("Running", f"{what}: the backup window ended")
+            raise WindowClosed(
+                f"{what} waited {time.monotonic() - t0:.0f} s for a slot of {', '.join(names)} until the backup"
+                " window ended"
+            ) from None
+        if full:
             log.info("%s got its slot of %s after %.1f s", what, ", ".join(names), time.monotonic() - t0)
             _task_state("Running", f"{what} holds a slot of {', '.join(names)}")
         yield
 
 
+def _existing(client: Any, names: list[str]) -> list[str]:
+    """Those of ``names`` that are limits."""
+    from prefect.exceptions import ObjectNotFound
+
+    out = []
+    for name in names:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            continue
+        out.append(name)
+    return out
+
+
 def _full(names: list[str]) -> str:
-    """The limits of ``names`` with no free slot, as ``NAME (taken/limit taken)``; all of them when none reads
-    full any more."""
+    """The limits of ``names`` with no free slot, as ``NAME (taken/limit taken)``; "" when none is full."""
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
@@ -168,9 +200,9 @@ def _full(names: list[str]) -> str:
                 limit = client.read_global_concurrency_limit_by_name(name)
             except ObjectNotFound:
                 continue
-            if limit.active_slots >= limit.limit:
+            if limit.active and limit.active_slots >= limit.limit:
                 out.append(f"{name} ({limit.active_slots}/{limit.limit} taken)")
-    return ", ".join(out) or ", ".join(names)
+    return ", ".join(out)
 
 
 def _task_state(name: str, message: str) -> None:

@@ -155,12 +155,18 @@ def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, fo
     retry_condition_fn=retry_if_retriable,
 )
 def move_volume(
-    kubeconfig: str | None, run_id: str, member: Member, plan: VolumePlan, policy: BackupPolicy
+    kubeconfig: str | None,
+    run_id: str,
+    member: Member,
+    plan: VolumePlan,
+    policy: BackupPolicy,
+    deadline: float | None = None,
 ) -> BackupResult:
     """``movers.backup.movers.move_volume`` of one member with a progress artifact fed from the mover's log; the
     mover's own log records forwarded (``reporting.runs.PodLog``) and its outcome said in one line. The mover holds
     a slot of the cluster's (and its class's and driver's) mover cap from before its claim and pod are created,
-    and of its node's once scheduled, until its pod has finished (``tasks.caps``)."""
+    and of its node's once scheduled, until its pod has finished (``tasks.caps``); ``deadline`` (seconds since the
+    epoch: the end of the run's backup window): a mover without its slots by then raises ``caps.WindowClosed``."""
     log = get_run_logger()
     namespace, pvc = policy.namespace, member.pvc
     volume = f"{namespace}/{pvc}"
@@ -173,7 +179,7 @@ def move_volume(
         progress.on_line(line)
 
     storage_class, driver = member.source.storage_class, member.snapshot.driver
-    with caps.cluster_slot(caps.MOVERS, volume, storage_class, driver):
+    with caps.cluster_slot(caps.MOVERS, volume, storage_class, driver, deadline):
         result = backup.move_volume(
             api_client(kubeconfig),
             run_id,
@@ -182,7 +188,7 @@ def move_volume(
             policy,
             on_log_line=on_log_line,
             logger=log,
-            node_slot=caps.node_slot(caps.MOVERS, volume),
+            node_slot=caps.node_slot(caps.MOVERS, volume, deadline),
         )
     progress.finish()
     log.info("%s", outcome_line(volume, result))

@@ -1,13 +1,14 @@
 """Caps that queue (``tasks.caps``, ``movers.kube.nodeslots``): twelve applications due at once on a three-node
 cluster with the default cap of one mover per node never run more than three movers at a time, read back from the
 mover containers' start and end times, and all twelve back up; a mover that waited said so in its log and its
-task run's state."""
+task run's state. A backup window stops a run whose mover cannot start before it ends."""
 
 from __future__ import annotations
 
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from kubernetes import client, watch
@@ -17,7 +18,16 @@ from localcluster.kubelet.testing import wait_until
 from localcluster.nodes import NodeSpec
 from movers.kube import manifests as m
 from movers.kube.nodeslots import SLOT_GATE
-from tests.flowapp import APP_CLASS, backup_params, deploy_app, flow_run_of, run_logs
+from tests.flowapp import (
+    APP_CLASS,
+    any_run_objects,
+    backup_params,
+    deploy_app,
+    flow_kubeconfig,
+    flow_run_of,
+    policy_file,
+    run_logs,
+)
 
 NODES = tuple(
     NodeSpec(name, "linux", zone, {"topology.hostpath.csi/node": name, "topology.disk.csi.local/zone": zone})
@@ -164,3 +174,52 @@ def _waits(summaries) -> list[tuple[str, list[str]]]:
                     states = prefect.read_task_run_states(record.task_run_id)
                     out.append((record.message, [s.name for s in states]))
     return out
+
+
+def _hms(t: datetime) -> str:
+    return t.strftime("%H:%M:%S")
+
+
+def test_a_backup_window_stops_a_run_whose_mover_cannot_start_in_time(local_cluster, prefect_api, module_env, tmp_path):
+    """The app's mover waits for its class's slot (held by another holder) until the window ends: the run cleans up
+    and ends WindowClosed; a run started outside its window stops before it freezes or creates anything."""
+    from prefect.client.orchestration import get_client
+    from prefect.concurrency.sync import concurrency
+
+    from deploy.limits import ensure_limits
+    from flows.backup import backup_app
+    from tasks.caps import MOVERS, class_limit
+
+    api, ns = local_cluster.client, "capwin"
+    core = client.CoreV1Api(api)
+    repo = deploy_app(local_cluster, module_env.setenv, ns, "caps-window", ("data",), "4Mi", False, APP_CLASS, False)
+    _bind_claim(core, ns, "node-a")
+    wait_until(lambda: core.read_namespaced_persistent_volume_claim("data", ns).status.phase == "Bound", 60, "bound")
+    kubeconfig = flow_kubeconfig(local_cluster)
+    now = datetime.now(UTC)
+
+    closing = {"start": _hms(now - timedelta(hours=1)), "end": _hms(now + timedelta(seconds=20)), "timezone": "UTC"}
+    policy = policy_file(tmp_path / "closing.yaml", "app", ns, repo["repo"], hooks=NO_HOOKS, window=closing)
+    limit = class_limit(MOVERS, APP_CLASS)
+    ensure_limits(classes={APP_CLASS: 1}, roles=(MOVERS,))
+    try:
+        with concurrency(limit, occupy=1):  # another mover of the class holds its one slot
+            state = backup_app(policy_path=policy, kubeconfig=kubeconfig, return_state=True)
+    finally:
+        with get_client(sync_client=True) as prefect:
+            prefect.delete_global_concurrency_limit_by_name(limit)
+    assert state.is_cancelled() and state.name == "WindowClosed", state
+    said = state.message
+    assert f"its backup window {closing['start']}-{closing['end']} UTC ended: {ns}/data waited" in said, said
+    assert f"for a slot of cbt-mover-movers, {limit} until the backup window ended" in said, said
+    assert "committed before that: nothing" in said, said
+    assert any_run_objects(api, ns) == {}, "the run's objects were deleted"
+    assert not client.CustomObjectsApi(api).list_namespaced_custom_object(
+        m.SNAPSHOT_GROUP, "v1", ns, "volumesnapshots"
+    )["items"], "no base snapshot kept from a run that stopped"
+
+    shut = {"start": _hms(now - timedelta(hours=2)), "end": _hms(now - timedelta(hours=1)), "timezone": "UTC"}
+    policy = policy_file(tmp_path / "shut.yaml", "app", ns, repo["repo"], hooks=NO_HOOKS, window=shut)
+    state = backup_app(policy_path=policy, kubeconfig=kubeconfig, return_state=True)
+    assert state.name == "WindowClosed" and "not started: outside its backup window" in state.message, state
+    assert "nothing was frozen, snapshotted or created" in state.message
