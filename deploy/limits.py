@@ -101,7 +101,7 @@ def _caps(values: list[str], flag: str) -> dict[str, int]:
     for value in values:
         name, _, n = value.partition("=")
         if not name or not n.isdigit():
-            raise SystemExit(f"error: {flag} takes NAME=N (N slots, 0 or more), not {value!r}")
+            raise ValueError(f"{flag} takes NAME=N (N slots, 0 or more), not {value!r}")
         out[name] = int(n)
     return out
 
@@ -121,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, flag) is not None and getattr(args, flag) < 0:
             print(f"error: --{flag.replace('_', '-')} must be 0 or more", file=sys.stderr)
             return 2
+    try:
+        classes, drivers = _caps(args.classes, "--class"), _caps(args.drivers, "--driver")
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     import httpx
     from prefect.settings import PREFECT_API_URL
 
@@ -128,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     if not api:
         print("error: PREFECT_API_URL is not set: limits belong to a running Prefect server", file=sys.stderr)
         return 2
-    classes, drivers = _caps(args.classes, "--class"), _caps(args.drivers, "--driver")
     try:
         done = ensure_limits(args.movers, args.writers, args.movers_per_node, args.writers_per_node, classes, drivers)
     except httpx.HTTPError as err:
