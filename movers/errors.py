@@ -10,7 +10,8 @@ Exit codes (documented in the README, stable):
 0     success
 1     unexpected internal error (a bug: please report it)
 2     bad input: arguments, extents file, device path, target device too small or full, no filesystem ``files``
-      reads on the volume (or several and none chosen), a name ``files cp`` would overwrite
+      reads on the volume (or several and none chosen), a name ``files cp`` would overwrite; ``mount``:
+      no FUSE here (no /dev/fuse, libfuse 3 not loadable), a mount point missing, not a directory or not empty
 3     not found: repository, volume or backup does not exist, or a path in a backup's filesystem (``files``)
 4     integrity: stored data does not match its hash or fails authentication
 5     storage unavailable: endpoint (S3, AWS KMS) unreachable, retries exhausted

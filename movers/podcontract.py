@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from movers.errors import UsageError
 
 REQUEST_ENV = "CBT_MOVER_REQUEST"  # the pod's env variable holding its request (JSON)
+# the most of a container's termination message file the kubelet reads (kubelet: MaxContainerTerminationMessageLength):
+# a result written there must fit, or the flow reads a cut JSON document
+TERMINATION_MESSAGE_MAX = 4096
 
 Model = TypeVar("Model", bound=BaseModel)
 

@@ -1,10 +1,12 @@
 """The one owner of the Prefect events the flows emit, for automations (README "Prefect flows", events).
 
-Names: ``cbt-mover.<kind>.<outcome>``, kind ``backup`` / ``restore`` / ``maintenance``, outcome ``started`` /
-``completed`` / ``failed``: one event per run and outcome. Resources (stable ids, never a wildcard):
+Names: ``cbt-mover.<kind>.<outcome>``, kind ``backup`` / ``restore`` / ``files`` / ``maintenance``, outcome
+``started`` / ``completed`` / ``failed``: one event per run and outcome. Resources (stable ids, never a wildcard):
 
 * backup: the application, ``cbt-mover.app.<namespace>.<app>``;
 * restore: the target namespace, ``cbt-mover.namespace.<target namespace>``;
+* files (``restore-files``): the namespace of the application and its target claim,
+  ``cbt-mover.namespace.<namespace>``;
 * maintenance: the repository, ``cbt-mover.repository.<url without credentials>``.
 
 Every resource carries the labels ``cbt-mover.kind`` and ``cbt-mover.run`` (the run id, also the flow run's
@@ -23,7 +25,7 @@ from reporting.best_effort import best_effort
 
 log = logging.getLogger(__name__)
 
-KINDS = ("backup", "restore", "maintenance")
+KINDS = ("backup", "restore", "files", "maintenance")
 OUTCOMES = ("started", "completed", "failed")
 Resource = dict[str, str]
 

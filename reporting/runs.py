@@ -22,7 +22,7 @@ from typing import Any
 from reporting import events
 from reporting.best_effort import best_effort
 
-RUN_PREFIX = {"backup": "backup", "restore": "restore", "maintenance": "maintain"}
+RUN_PREFIX = {"backup": "backup", "restore": "restore", "files": "files", "maintenance": "maintain"}
 REPORTED = "_cbt_mover_reported"  # set on an exception whose failure the flow has said in one line
 
 

@@ -10,8 +10,9 @@ log), ``rest``/``deletion`` (verb semantics, garbage collection), ``meta`` (defa
 ``selectors``, ``authn``/``tokens`` (service-account tokens and token reviews), ``requestinfo``
 (request attributes), ``rbac`` (the RBAC authorizer, 403 bodies), ``rbac_objects`` (the RBAC kinds
 and their validation), ``rbac_policy`` (bootstrap roles), ``rbac_escalation`` (escalation checks on
-RBAC writes), ``reviews`` (access reviews), ``serviceaccount_admission``, ``server``/``calls``/
-``watch`` (HTTP), ``discovery``, ``openapi``, ``tables``, ``audit``, ``testing`` (a served API with a
+RBAC writes), ``reviews`` (access reviews), ``serviceaccount_admission``, ``podsecurity_admission``
+(Pod Security, enforce mode), ``server``/``calls``/``watch`` (HTTP), ``discovery``, ``openapi``, ``tables``,
+``audit``, ``testing`` (a served API with a
 real client, for tests).
 
 RBAC is enforced for every identity but the admin one (``system:masters``), as kube-apiserver does.

@@ -18,8 +18,9 @@ stored in the storage version. What it does like the real server:
   kinds and every kind's ObjectMeta, ``schema.py`` for CRD schemas) after defaulting and after a
   patch is applied, before anything is stored; RBAC kinds are defaulted and validated by
   ``rbac_objects.py``;
-- admission before validation: pods naming a missing ServiceAccount (``serviceaccount_admission.py``),
-  and the caller's ``admit(obj, old)`` callback (the server's RBAC escalation checks);
+- admission before validation: pods naming a missing ServiceAccount (``serviceaccount_admission.py``), pods that
+  violate their namespace's Pod Security level (``podsecurity_admission.py``), and the caller's ``admit(obj, old)``
+  callback (the server's RBAC escalation checks);
 - dryRun=All: everything but the write.
 - ``scale`` of the apps/v1 workloads (``get_scale``, ``update_scale``; ``apps.py``).
 Subresources other than status and scale (tokens, reviews, binding) are in ``authn.py`` and ``Rest.bind``.
@@ -34,7 +35,16 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from localcluster.kubeapi import apps, fields, meta, patching, rbac_objects, serviceaccount_admission, validation
+from localcluster.kubeapi import (
+    apps,
+    fields,
+    meta,
+    patching,
+    podsecurity_admission,
+    rbac_objects,
+    serviceaccount_admission,
+    validation,
+)
 from localcluster.kubeapi.deletion import DeletionMixin
 from localcluster.kubeapi.errors import already_exists, bad_request, conflict, invalid, not_found
 from localcluster.kubeapi.resources import Obj, Registry, ResourceType
@@ -189,6 +199,7 @@ class Rest(DeletionMixin):
         with self.store.lock:
             self._check_namespace(rt, namespace, md)
             serviceaccount_admission.admit(self.store, self.registry, rt, obj, namespace)
+            podsecurity_admission.admit(self.store, self.registry, rt, obj, namespace)
             if admit is not None:
                 admit(obj, None)
             if not md.get("name") and md.get("generateName"):

@@ -125,7 +125,7 @@ def handler(kubelet: ExecHost):
                     await ws.send_bytes(bytes([channel]) + data)
 
         error_file = c.dir / f"exec-{uuid.uuid4().hex[:12]}.err"
-        launch = kubelet.sandbox.exec(pid, error_file, argv, env, working_dir, mapping)
+        launch = kubelet.sandbox.exec(pid, error_file, argv, env, working_dir, mapping, c.user)
         proc = None
         try:
             proc = await asyncio.create_subprocess_exec(

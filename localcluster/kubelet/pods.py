@@ -31,6 +31,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from localcluster.kubelet import security
 from localcluster.kubelet.images import ImageError, argv_of, lookup, platform_error
 from localcluster.kubelet.podenv import HOST_IP, POD_IP, ConfigError, base_env, container_env, expand
 from localcluster.kubelet.runtime import LogFile, Process, end_daemons, termination_message
@@ -98,6 +99,7 @@ class ContainerRun:
         self.working_dir = "/"
         self.mapping: dict[str, str] = {}
         self.exec_groups: set[int] = set()
+        self.user: str | None = None  # who it runs as (``security.ContainerUser.spec``; None: root)
 
     @property
     def running(self) -> bool:
@@ -355,6 +357,10 @@ class PodWorker:
             argv = [expand(a, env) for a in raw_argv]
             working_dir = self._path(c.spec.get("workingDir") or (image.working_dir if image else None) or "/")
             filesystems, binds = self._mounts(c, env)
+            security.verify_non_root(self.pod, c.spec)
+            user = security.container_user(self.pod, c.spec)
+        except security.NonRootError as err:
+            return self._not_created(c, "CreateContainerConfigError", str(err), field_path)
         except ImageError as err:
             return self._not_created(c, "ErrImagePull", str(err), field_path)
         except ConfigError as err:
@@ -365,12 +371,14 @@ class PodWorker:
         c.dir.mkdir(parents=True, exist_ok=True)
         term, error_file = c.dir / "termination-log", c.dir / "start-error"
         term.write_bytes(b"")
+        term.chmod(0o666)  # as the kubelet makes it: writable by a container of any user
         error_file.unlink(missing_ok=True)
         log_path = c.dir / f"{instance}.log"
         log_path.unlink(missing_ok=True)
         try:
+            c.user = None if user.is_root else user.spec()
             launch = self.k.sandbox.container(
-                c.dir / f"plan-{instance}.json", error_file, argv, env, working_dir, filesystems, binds
+                c.dir / f"plan-{instance}.json", error_file, argv, env, working_dir, filesystems, binds, c.user
             )
         except OSError as err:
             return self._not_created(c, "CreateContainerError", str(err), field_path)
@@ -499,8 +507,10 @@ class PodWorker:
                 raise ConfigError(f"subPath {sub!r} must not contain '..'")
             readonly = bool(m.get("readOnly")) or vol.readonly
             if vol.kind == "fs":
+                stage = str(c.dir / "fs" / vol.name)
                 fs = filesystems.setdefault(
-                    vol.name, FsMount(vol.path, str(c.dir / "fs" / vol.name), vol.fstype, vol.readonly)
+                    vol.name,
+                    FsMount(vol.path, stage, vol.fstype, vol.readonly, vol.fs_group, self.volumes.fs_group_policy),
                 )
                 Path(fs.stage).mkdir(parents=True, exist_ok=True)
                 source = os.path.join(fs.stage, sub) if sub else fs.stage

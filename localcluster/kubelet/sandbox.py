@@ -64,6 +64,8 @@ class FsMount:
     stage: str  # where the shim mounts it (a directory of the container); binds take paths from there
     fstype: str
     readonly: bool = False
+    fs_group: int | None = None  # the pod's fsGroup, when it applies to this volume (``security.fs_group_applies``)
+    fs_group_policy: str = "Always"  # the pod's fsGroupChangePolicy
 
 
 @dataclass
@@ -151,8 +153,10 @@ class Sandbox:
         working_dir: str,
         filesystems: list[FsMount],
         binds: list[Bind],
+        user: str | None = None,
     ) -> Launch:
-        """How to start a container (the caller releases ``host_paths`` when it ends)."""
+        """How to start a container (the caller releases ``host_paths`` when it ends); ``user``: who it runs as
+        (``UID:GID:GROUPS``, ``security.ContainerUser.spec``; None: the kubelet's own, root)."""
         binds = sorted(binds, key=lambda b: (len(Path(b.target).parts), b.target))
         if self.namespaces:
             tops: list[str] = []
@@ -178,13 +182,21 @@ class Sandbox:
                 "fusePids": str(fuse_pids),
                 "fuseLog": str(plan_path.with_name(f"{plan_path.stem}.fuse.log")),
                 "filesystems": [
-                    {"source": f.device, "target": f.stage, "fstype": f.fstype, "readOnly": f.readonly}
+                    {
+                        "source": f.device,
+                        "target": f.stage,
+                        "fstype": f.fstype,
+                        "readOnly": f.readonly,
+                        "fsGroup": f.fs_group,
+                        "fsGroupPolicy": f.fs_group_policy,
+                    }
                     for f in filesystems
                 ],
                 "binds": [
                     {"source": b.source, "target": b.target, "readOnly": b.readonly, "makeSource": b.make_source}
                     for b in binds
                 ],
+                "user": user,
             }
             plan_path.write_text(json.dumps(plan))
             return Launch(
@@ -202,7 +214,12 @@ class Sandbox:
             mapping[working_dir] = cwd
         env = {k: rewrite(v, mapping) for k, v in env.items()}
         env[DEVICE_MAP_ENV] = json.dumps(mapping, sort_keys=True)
-        plan = {"errorFile": str(error_file), "argv": [rewrite(a, mapping) for a in argv], "workingDir": cwd}
+        plan = {
+            "errorFile": str(error_file),
+            "argv": [rewrite(a, mapping) for a in argv],
+            "workingDir": cwd,
+            "user": user,
+        }
         plan_path.write_text(json.dumps(plan))
         return Launch([*PYTHON, SHIM, "run", str(plan_path)], env, None, mapping=mapping)
 
@@ -214,7 +231,11 @@ class Sandbox:
         env: dict[str, str],
         working_dir: str,
         mapping: dict[str, str],
+        user: str | None = None,
     ) -> Launch:
+        """How to start ``kubectl exec`` of ``argv`` in the container of process ``pid``, as ``user`` (its
+        container's, ``container``'s argument)."""
+        as_user = ["--as", user] if user else []
         if self.namespaces:
             return Launch(
                 [
@@ -228,6 +249,7 @@ class Sandbox:
                     SHIM,
                     "exec",
                     str(error_file),
+                    *as_user,
                     *argv,
                 ],
                 env,
@@ -237,7 +259,7 @@ class Sandbox:
         env[DEVICE_MAP_ENV] = json.dumps(mapping, sort_keys=True)
         cwd = rewrite(working_dir, mapping)
         return Launch(
-            [*PYTHON, SHIM, "exec", str(error_file), *(rewrite(a, mapping) for a in argv)],
+            [*PYTHON, SHIM, "exec", str(error_file), *as_user, *(rewrite(a, mapping) for a in argv)],
             env,
             cwd if os.path.isdir(cwd) else None,
         )

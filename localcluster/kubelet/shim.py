@@ -5,8 +5,15 @@
         devices, volumes and termination-message file at the paths the pod spec names, change to
         the working directory and exec the container's argv (the pid stays the container's).
         READYFD (inherited, made close-on-exec here) closes when the exec happened or failed.
-    [nsenter --target PID --mount --wd --] PYTHON shim.py exec ERRORFILE ARGV...
+    [nsenter --target PID --mount --wd --] PYTHON shim.py exec ERRORFILE [--as UID:GID:GROUPS] ARGV...
         exec ARGV (kubectl exec), writing why it could not start to ERRORFILE.
+
+The plan's ``user`` (``UID:GID:G1,G2``; absent: stay root) is switched to right before the exec, after every mount
+(``drop_privileges``), as a runtime starts the container's process as its user; the directories on the way to the
+interpreter and the program (the image's files, which are the host's here) are made searchable for it in the
+namespace (``Mounter.open_to_all``); ``kubectl exec`` takes the same
+with ``--as``. A filesystem of the plan with ``fsGroup`` gets that group once mounted (``set_volume_ownership``,
+the kubelet's ``SetVolumeOwnership``).
 
 A mount point that does not exist is made without touching the host: its nearest existing
 ancestor is "shadowed" in this namespace only (a tmpfs mounted over it, every original entry
@@ -24,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -53,10 +61,10 @@ class Mounter:
     def _owned(self, path: str) -> bool:
         return any(path == o or path.startswith(o.rstrip("/") + "/") for o in self.owned)
 
-    def _shadow(self, directory: str) -> None:
+    def _shadow(self, directory: str, extra_mode: int = 0) -> None:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            mode = os.fstat(fd).st_mode & 0o7777
+            mode = (os.fstat(fd).st_mode & 0o7777) | extra_mode
             names = os.listdir(fd)
             _mount("tmpfs", directory, "tmpfs", 0, f"mode={mode:o}")
             for name in names:
@@ -73,6 +81,18 @@ class Mounter:
         finally:
             os.close(fd)
         self.owned.append(directory)
+
+    def open_to_all(self, path: str) -> None:
+        """Make every directory on the way to ``path`` searchable by any user, in this namespace only: one that is
+        not (e.g. ``/root`` holding the interpreter) is shadowed with ``o+x`` added. An image's own files are the
+        host's here; a real image's are reachable by the user it runs as."""
+        current = "/"
+        for part in os.path.realpath(path).strip("/").split("/")[:-1]:
+            current = os.path.join(current, part)
+            if not os.path.isdir(current) or os.stat(current).st_mode & 0o001:
+                continue
+            if not self._owned(current):
+                self._shadow(current, 0o111)
 
     def ensure(self, path: str, is_file: bool) -> str:
         """Make ``path`` exist (a file or a directory) in this namespace; its real path."""
@@ -149,6 +169,52 @@ class Mounter:
         self.owned.append(real)
 
 
+RW_MASK, RO_MASK, EXEC_MASK = 0o660, 0o440, 0o110
+
+
+def set_volume_ownership(path: str, gid: int, readonly: bool, policy: str = "Always") -> None:
+    """The kubelet's ``SetVolumeOwnership`` (``pkg/volume/volume_linux.go``) of the volume at ``path`` for fsGroup
+    ``gid``: every entry under it, the root included, gets group ``gid`` (``lchown``: a symlink's own, its target
+    untouched) and, but for symlinks, group read and write (read only when ``readonly``) added to its mode;
+    directories also the setgid bit and group execute. ``policy`` ``OnRootMismatch``: nothing when the root already
+    has the group and those bits."""
+    mask = RO_MASK if readonly else RW_MASK
+    if policy == "OnRootMismatch":
+        st = os.stat(path)
+        want = mask | EXEC_MASK | stat.S_ISGID
+        if st.st_gid == gid and st.st_mode & want == want:
+            return
+
+    def change(entry: str) -> None:
+        st = os.lstat(entry)
+        os.lchown(entry, -1, gid)
+        if stat.S_ISLNK(st.st_mode):
+            return
+        extra = mask | (stat.S_ISGID | EXEC_MASK if stat.S_ISDIR(st.st_mode) else 0)
+        os.chmod(entry, (st.st_mode & 0o7777) | extra)
+
+    change(path)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            change(os.path.join(root, name))
+
+
+def parse_user(text: str) -> tuple[int, int, list[int]]:
+    """``UID:GID:G1,G2`` as (uid, gid, groups)."""
+    uid, gid, groups = text.split(":")
+    return int(uid), int(gid), [int(g) for g in groups.split(",") if g]
+
+
+def drop_privileges(text: str) -> None:
+    """Become the container's user ``UID:GID:G1,G2`` (groups first, then the gid, then the uid); the parent-death
+    signal, which a change of credentials clears, is set again."""
+    uid, gid, groups = parse_user(text)
+    os.setgroups(groups)
+    os.setgid(gid)
+    os.setuid(uid)
+    _die_with_the_kubelet()
+
+
 def _mounted(path: str) -> bool:
     with open("/proc/self/mountinfo") as f:
         return any(line.split()[4] == path for line in f)
@@ -171,6 +237,9 @@ def run(plan_path: str, ready_fd: int | None = None) -> None:
         workdir = plan.get("workingDir") or "/"
         if "binds" in plan:  # namespace isolation (never in the host's namespace: the rewrite plan has none)
             mounter = Mounter()
+            if plan.get("user"):  # the image's programs (the host's interpreter), reachable by its user
+                for program in (sys.executable, shutil.which(plan["argv"][0]) or plan["argv"][0]):
+                    mounter.open_to_all(program)
             for m in plan.get("filesystems", []):
                 if m["fstype"] == "ntfs":  # ntfs-3g, as on a Windows node NTFS is native
                     opts = "no_detach" + (",ro" if m.get("readOnly") else "")
@@ -179,18 +248,23 @@ def run(plan_path: str, ready_fd: int | None = None) -> None:
                     )
                 else:
                     mounter.mount_fs(m["source"], m["target"], m["fstype"], m.get("readOnly", False))
+                    if m.get("fsGroup") is not None:
+                        set_volume_ownership(m["target"], m["fsGroup"], False, m.get("fsGroupPolicy") or "Always")
             for m in plan["binds"]:
                 if m.get("makeSource"):
                     os.makedirs(m["source"], 0o755, exist_ok=True)
                 mounter.bind(m["source"], m["target"], m.get("readOnly", False))
             workdir = mounter.ensure(workdir, False)
         os.chdir(workdir)
+        error_fd = os.open(error_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        if plan.get("user"):
+            drop_privileges(plan["user"])
     except OSError as err:
         _fail(
             error_file,
             f"failed to create containerd task: failed to create shim task: OCI runtime create failed: {err}",
         )
-    _exec(error_file, plan["argv"], _CREATE)
+    _exec(error_fd, plan["argv"], _CREATE)
 
 
 _CREATE = (
@@ -200,7 +274,7 @@ _CREATE = (
 _EXEC = "OCI runtime exec failed: exec failed: unable to start container process: {}: unknown"
 
 
-def _exec(error_file: str, argv: list[str], template: str) -> None:
+def _exec(error_file: str | int, argv: list[str], template: str) -> None:
     try:
         os.execvp(argv[0], argv)
     except FileNotFoundError:
@@ -210,9 +284,10 @@ def _exec(error_file: str, argv: list[str], template: str) -> None:
     _fail(error_file, template.format(why))
 
 
-def _fail(error_file: str, message: str) -> None:
+def _fail(error_file: str | int, message: str) -> None:
+    """Write ``message`` to ``error_file`` (a path, or a descriptor opened before the privileges were dropped)."""
     try:
-        with open(error_file, "w") as f:
+        with open(error_file, "w", closefd=not isinstance(error_file, int)) as f:
             f.write(message)
     finally:
         sys.stderr.write(message + "\n")
@@ -224,9 +299,19 @@ def main(argv: list[str]) -> None:
         run(argv[1], int(argv[2]) if len(argv) > 2 else None)
     elif len(argv) >= 3 and argv[0] == "exec":
         _die_with_the_kubelet()
-        _exec(argv[1], argv[2:], _EXEC)
+        error_file, rest = argv[1], argv[2:]
+        if len(rest) >= 3 and rest[0] == "--as":
+            error_fd = os.open(error_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                drop_privileges(rest[1])
+            except OSError as err:
+                _fail(error_fd, _EXEC.format(f"cannot switch to user {rest[1]}: {err.strerror}"))
+            _exec(error_fd, rest[2:], _EXEC)
+        _exec(error_file, rest, _EXEC)
     else:
-        sys.stderr.write("usage: shim.py run PLAN.json [READYFD] | shim.py exec ERRORFILE ARGV...\n")
+        sys.stderr.write(
+            "usage: shim.py run PLAN.json [READYFD] | shim.py exec ERRORFILE [--as UID:GID:GROUPS] ARGV...\n"
+        )
         sys.exit(2)
 
 

@@ -44,9 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from localcluster.kubelet import security
 from localcluster.kubelet.cluster import Cluster
 from localcluster.kubelet.mounts import MountDeviceError, prepare_filesystem
 from localcluster.kubelet.podenv import ConfigError, field_value, resource_value
+from localcluster.kubelet.shim import set_volume_ownership
 from localcluster.storage import Attachment, StorageError, VolumeStore
 
 Obj = dict[str, Any]
@@ -88,6 +90,7 @@ class Volume:
     path: str  # a directory (dir), the device or image (block), the device to mount (fs)
     fstype: str = ""
     readonly: bool = False
+    fs_group: int | None = None  # "fs": the pod's fsGroup, for the shim to apply once mounted (``security``)
 
 
 class Attachments:
@@ -204,6 +207,9 @@ class PodVolumes:
         self._handles: list[tuple[str, bool]] = []
         self.ca_pem = ca_pem
         self.automount = automount and self._wants_sa_volume()
+        # the pod's fsGroup and its change policy (``security``); a Windows node applies none
+        self.fs_group = security.fs_group(pod) if node_os != "windows" else None
+        self.fs_group_policy = security.fs_group_change_policy(pod)
 
     @property
     def ns(self) -> str:
@@ -264,6 +270,7 @@ class PodVolumes:
         directory = self.root / name
         if "emptyDir" in spec:
             directory.mkdir(parents=True, exist_ok=True)
+            self._own(directory, readonly=False)
             return Volume(name, "dir", str(directory))
         if "hostPath" in spec:
             path = spec["hostPath"].get("path", "")
@@ -288,6 +295,7 @@ class PodVolumes:
                 except VolumeNotReady as err:  # the kubelet's event names the volume
                     raise VolumeError("FailedMount", f'MountVolume.SetUp failed for volume "{name}" : {err}') from None
                 self._files[name] = fv
+                self._own(directory, readonly=True)
                 return Volume(name, "dir", str(directory), readonly=True)
         raise VolumeNotReady(f'volume "{name}": this kind of volume is not supported by the local kubelet')
 
@@ -338,11 +346,23 @@ class PodVolumes:
                     ) from None
                 raise
             self._handles.append((handle, False))
-            return Volume(name, "fs", att.path, fstype, readonly)
+            return Volume(name, "fs", att.path, fstype, readonly, self._pvc_fs_group(csi, pv, readonly))
         self._handles.append((handle, False))
         fallback = self.attachments.store.root / "fs" / handle
         fallback.mkdir(parents=True, exist_ok=True)
+        if self._pvc_fs_group(csi, pv, readonly) is not None:
+            self._own(fallback, readonly=False)
         return Volume(name, "dir", str(fallback), readonly=readonly)
+
+    def _pvc_fs_group(self, csi: Obj, pv: Obj, readonly: bool) -> int | None:
+        """The fsGroup a Filesystem claim's volume gets (``security.fs_group_applies``), or None."""
+        driver = self.cluster.get("csidrivers", "", csi.get("driver") or "", group="storage.k8s.io")
+        return self.fs_group if security.fs_group_applies(driver, pv, readonly, self.fs_group) else None
+
+    def _own(self, directory: Path, readonly: bool) -> None:
+        """The pod's fsGroup on a volume directory of this node (``shim.set_volume_ownership``), if it has one."""
+        if self.fs_group is not None:
+            set_volume_ownership(str(directory), self.fs_group, readonly, self.fs_group_policy)
 
     def _acquire(self, pv_name: str, handle: str, readonly: bool) -> Attachment:
         try:
@@ -355,15 +375,21 @@ class PodVolumes:
     def sync(self) -> None:
         """Refresh the file volumes (changed secrets/config maps, tokens due for renewal)."""
         for fv in self._files.values():
-            self._sync_files(fv)
+            if self._sync_files(fv):
+                self._own(fv.directory, readonly=True)
 
-    def _sync_files(self, fv: _FileVolume, force_tokens: bool = False) -> None:
+    def _sync_files(self, fv: _FileVolume, force_tokens: bool = False) -> bool:
+        """Write what changed of the volume's files; whether anything did."""
         files = self._files_of(fv, force_tokens)
+        changed = False
         for rel, (data, mode) in files.items():
             path = fv.directory / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             try:
-                if path.read_bytes() == data and (path.stat().st_mode & 0o7777) == mode:
+                st = path.stat()
+                want = mode if self.fs_group is None else mode | 0o440  # with fsGroup: group-readable (``_own``)
+                owned = self.fs_group is None or st.st_gid == self.fs_group
+                if path.read_bytes() == data and (st.st_mode & 0o7777) == want and owned:
                     continue
             except OSError:
                 pass
@@ -371,9 +397,12 @@ class PodVolumes:
             tmp.write_bytes(data)
             tmp.chmod(mode)
             os.replace(tmp, path)
+            changed = True
         for rel in fv.written - set(files):
             (fv.directory / rel).unlink(missing_ok=True)
+            changed = True
         fv.written = set(files)
+        return changed
 
     def _files_of(self, fv: _FileVolume, force_tokens: bool) -> dict[str, tuple[bytes, int]]:
         spec = fv.spec

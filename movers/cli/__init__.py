@@ -8,9 +8,9 @@ logs one). ``--json`` prints exactly one JSON object on stdout. Progress goes to
 upstream snapshot-metadata-lister's command line (``movers.cli.extents``).
 
 The package is one module per command (or family of commands), in the way of borg's ``archiver/*_cmd.py``:
-``init``, ``backup``, ``extents``, ``restore``, ``files`` (ls, cp), ``ls``, ``verify``, ``maintenance`` (forget,
-prune), ``key`` and ``install``. Each registers its subparser(s) with ``add_parsers(sub)`` and its handler as the
-parser's ``handler`` default; what they share is ``movers.cli._common``. They import ``_common``, never each other;
+``init``, ``backup``, ``extents``, ``restore``, ``files`` (ls, cp), ``mount``, ``ls``, ``verify``, ``maintenance``
+(forget, prune), ``key`` and ``install``. Each registers its subparser(s) with ``add_parsers(sub)`` and its handler as
+the parser's ``handler`` default; what they share is ``movers.cli._common``. They import ``_common``, never each other;
 this module only assembles them and holds ``main``, the one boundary where an exception becomes an exit code.
 """
 
@@ -23,13 +23,13 @@ import sys
 from typing import NoReturn
 
 from movers import errors, logsetup, redaction
-from movers.cli import backup, extents, files, init, install, key, ls, maintenance, restore, verify
+from movers.cli import backup, extents, files, init, install, key, ls, maintenance, mount, restore, verify
 from movers.errors import MoverError
 
 log = logging.getLogger("movers")
 
 # in the order ``cbt-mover --help`` lists them
-COMMANDS = (init, backup, extents, restore, files, ls, verify, maintenance, key, install)
+COMMANDS = (init, backup, extents, restore, files, mount, ls, verify, maintenance, key, install)
 
 
 class _Parser(argparse.ArgumentParser):

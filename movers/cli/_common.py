@@ -208,15 +208,16 @@ def retry_budget(args: argparse.Namespace) -> float:
         raise UsageError(f"--retry-for (or CBT_MOVER_RETRY_FOR) {err}") from None
 
 
-def emit(args: argparse.Namespace, result: dict[str, Any], text: str) -> None:
+def emit(args: argparse.Namespace, result: dict[str, Any], text: str, file_text: str | None = None) -> None:
     """Print the command's result: ``text``, or with ``--json`` the one JSON object; ``--result-file`` gets the
-    JSON too (a failure to write it is a warning, never the command's failure)."""
+    JSON too, or ``file_text`` when given (e.g. a result cut to what a termination message holds); a failure to
+    write it is a warning, never the command's failure."""
     doc = json.dumps(result, sort_keys=True)
     print(doc if args.json else text)
     if getattr(args, "result_file", None):
         try:
             with open(args.result_file, "w", encoding="utf-8") as f:
-                f.write(doc)
+                f.write(doc if file_text is None else file_text)
         except OSError as err:
             log.warning("cannot write the result to %s: %s", args.result_file, err.strerror)
 

@@ -114,11 +114,13 @@ def _cp(args: argparse.Namespace) -> int:
     request = files_request(args)  # bad input before any work
     opened = open_repo_ahead(args)
     from movers.files.backup import copy_files
+    from movers.podcontract import TERMINATION_MESSAGE_MAX
 
     result = copy_files(opened, request)
     text = (
-        f"copied {len(result.copied)} entries ({mib(result.copied_bytes)}) of {result.filesystem} of backup"
+        f"copied {result.entries} entries ({mib(result.copied_bytes)}) of {result.filesystem} of backup"
         f" {result.backup_id} into {request.dest}: fetched {mib(result.fetched_bytes)} in {result.duration_s} s"
     )
-    emit(args, result.model_dump(mode="json"), text)
+    fitted = result.fitted(TERMINATION_MESSAGE_MAX)  # the --result-file is a pod's termination log
+    emit(args, result.model_dump(mode="json"), text, fitted.model_dump_json())
     return 0

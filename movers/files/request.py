@@ -7,7 +7,8 @@
   one env value (``podcontract.REQUEST_ENV``); ``cbt-mover files cp`` builds it from its flags.
 * ``FilesResult``: what was copied (one ``CopiedEntry`` per file, directory and symlink written), the bytes of
   file data written and the stored bytes fetched from the repository. The pod writes ``model_dump_json()`` as its
-  ``--json`` line and termination message; the flow reads it back with ``model_validate_json``.
+  ``--json`` line and, ``fitted`` to the kubelet's limit (a big tree's entries beyond it only counted, in
+  ``omitted``), as its termination message; the flow reads that back with ``model_validate_json``.
 
 Validation is pure: it runs when the object is built, and a request the CLI's flags could not express is refused
 with the CLI's ``UsageError`` (exit code 2).
@@ -82,3 +83,32 @@ class FilesResult(BaseModel):
     copied_bytes: int
     fetched_bytes: int
     duration_s: float
+    omitted: int = 0  # entries copied and left out of ``copied`` (``fitted``)
+
+    @property
+    def entries(self) -> int:
+        """How many entries were copied (listed or not)."""
+        return len(self.copied) + self.omitted
+
+    def fitted(self, limit: int) -> FilesResult:
+        """This result with as many of ``copied`` as fit in ``limit`` bytes of its ``model_dump_json()`` (UTF-8), the
+        rest counted in ``omitted``:
+        what the files pod writes to its termination message, which the kubelet cuts at
+        ``podcontract.TERMINATION_MESSAGE_MAX`` (a big tree's list would not fit)."""
+        if _size(self) <= limit:
+            return self
+        lo, hi = 0, len(self.copied)  # the most entries that fit lie in [lo, hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _size(self._keeping(mid)) <= limit:
+                lo = mid
+            else:
+                hi = mid
+        return self._keeping(lo)
+
+    def _keeping(self, n: int) -> FilesResult:
+        return self.model_copy(update={"copied": self.copied[:n], "omitted": self.entries - n})
+
+
+def _size(result: FilesResult) -> int:
+    return len(result.model_dump_json().encode())

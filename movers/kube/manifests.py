@@ -325,6 +325,16 @@ def _repo_key(secret: str, keys: Sequence[str]) -> tuple[dict[str, Any], dict[st
     return volume, mount, env
 
 
+def repo_access(repo: RepoAccess) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """What a pod needs of the repository access ``repo`` (see ``mover_pod``): its volumes (the key files' Secret
+    volume, when ``repo.keys``), their mounts and the container's env (the Secret's storage credentials, then the
+    variables naming the key files)."""
+    if not repo.keys:
+        return [], [], _repo_env(repo.secret)
+    volume, mount, key_env = _repo_key(repo.secret, repo.keys)
+    return [volume], [mount], [*_repo_env(repo.secret), *key_env]
+
+
 def mover_pod(
     name: str,
     namespace: str,
@@ -374,13 +384,8 @@ def mover_pod(
         raise ValueError(f"role must be {MOVER} or {WRITER}, not {role!r}")
     argv = list(args)
     claim: dict[str, Any] = {"claimName": task.pvc, **({"readOnly": True} if role == MOVER else {})}
-    volumes: list[dict[str, Any]] = [{"name": "data", "persistentVolumeClaim": claim}]
-    mounts: list[dict[str, Any]] = []
-    key_env: list[dict[str, Any]] = []
-    if repo.keys:
-        key_volume, key_mount, key_env = _repo_key(repo.secret, repo.keys)
-        volumes.append(key_volume)
-        mounts.append(key_mount)
+    key_volumes, mounts, repo_env = repo_access(repo)
+    volumes: list[dict[str, Any]] = [{"name": "data", "persistentVolumeClaim": claim}, *key_volumes]
     if cbt_audience is not None:
         volumes.append(
             {
@@ -406,7 +411,7 @@ def mover_pod(
         "image": profile.image,
         "imagePullPolicy": profile.image_pull_policy,
         "args": argv,
-        "env": [*_repo_env(repo.secret), *key_env, *({"name": k, "value": v} for k, v in (task.env or {}).items())],
+        "env": [*repo_env, *({"name": k, "value": v} for k, v in (task.env or {}).items())],
         "resources": copy.deepcopy(dict(profile.resources) if profile.resources is not None else DEFAULT_RESOURCES),
         "volumeDevices": [{"name": "data", "devicePath": task.device_path}],
         "terminationMessagePath": TERMINATION_LOG,

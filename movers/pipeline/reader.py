@@ -185,6 +185,8 @@ class MapReader:
                 length=length,
                 key=key,
             ) from None
+        with self._lock:  # fetched whether or not it verifies
+            self.fetched_bytes += plan.length
         view = memoryview(data)
         for cid, loc, uses in plan.chunks:
             rel = loc.offset - plan.offset
@@ -204,4 +206,3 @@ class MapReader:
             sink(raw, uses)
         with self._lock:
             self.chunks_verified += len(plan.chunks)
-            self.fetched_bytes += plan.length

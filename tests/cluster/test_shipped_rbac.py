@@ -42,6 +42,7 @@ FLOW_MODULES = {
     "test_flow_backup_cancel.py",
     "test_flow_restore.py",
     "test_flow_restore_scale.py",
+    "test_flow_restore_files.py",
     "test_flow_windows.py",
 }
 # (role, apiGroup, resource, verb, resourceName) granted but used by no call of the flow suite, and why it stays

@@ -31,6 +31,7 @@ FLOW_NAMES = {
     "backup-demo": "backup-app",
     "backup-postgres": "backup-app",
     "restore": "restore-app",
+    "files": "restore-files",
     "maintenance": "maintain-repo",
 }
 # values for required parameters a deployment leaves to the run (restore is on demand), by flow
@@ -38,6 +39,14 @@ EXAMPLE_VALUES = {
     "backup-app": {"policy_path": "configs/policies/demo.yaml"},
     "restore-app": {"request": {"repo": "s3://bucket/prefix", "namespace": "shop", "pvcs": ["data"]}},
     "maintain-repo": {"request": {"repo": "s3://bucket/prefix", "policy_paths": []}},
+    "restore-files": {
+        "request": {
+            "repo": "s3://bucket/prefix",
+            "namespace": "shop",
+            "volumes": [{"pvc": "data", "paths": ["/etc/app.conf"]}],
+            "target": {"claim": "recovered", "new": {"size": "1Gi"}},
+        }
+    },
 }
 
 
@@ -189,6 +198,8 @@ def test_maintenance_is_weekly_for_every_repository_and_restore_on_demand():
     assert maintenance["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
     assert found["restore"]["schedules"] == []
     assert "concurrency_limit" not in found["restore"]
+    assert found["files"]["schedules"] == []
+    assert "concurrency_limit" not in found["files"]
 
 
 # ---------------------------------------------------------------- the image, statically

@@ -34,7 +34,7 @@ def test_make_test_names_the_missing_packages_in_one_line_and_stops_at_once(tmp_
     assert time.monotonic() - started < 30
     assert out.returncode != 0 and out.stdout == "", out
     first, *rest = out.stderr.splitlines()
-    expected = "e2fsprogs xfsprogs ntfs-3g chromium"
+    expected = "e2fsprogs xfsprogs ntfs-3g fuse3 chromium"
     assert first.startswith(f"make test needs the Debian packages {expected}"), first
     assert first.endswith(
         f": run as root: apt-get install -y {expected}" + ("" if FONTS.exists() else " fonts-dejavu-core")
@@ -48,7 +48,7 @@ def test_nothing_is_said_when_every_package_is_there(tmp_path):
         pytest.skip("fonts-dejavu-core is not installed here")
     tools = tmp_path / "tools"
     tools.mkdir()
-    for name in ("mkfs.ext4", "mkfs.xfs", "mkntfs", "ntfs-3g", "chromium"):
+    for name in ("mkfs.ext4", "mkfs.xfs", "mkntfs", "ntfs-3g", "fusermount3", "chromium"):
         (tools / name).write_text("#!/bin/sh\n")
         (tools / name).chmod(0o755)
     out = _make("deps-test", tools)

@@ -263,3 +263,31 @@ def test_the_pod_request_comes_whole_from_the_env(images, tree, tmp_path):
     assert (tmp_path / "restored/etc/app.conf").read_bytes() == tree[1]["/etc/app.conf"]
     env = {"FILES_REQUEST": json.dumps({**request, "paths": ["etc"]})}
     assert_one_line_error(files("cp", "--repo", repo, "--request-env", "FILES_REQUEST", env=env), 2, "absolute")
+
+
+def test_a_big_trees_result_file_fits_a_termination_message(tmp_path):
+    """The pod's ``--result-file`` is its termination log, which the kubelet cuts at 4096 bytes: the result written
+    there names as many entries as fit and counts the rest; stdout's ``--json`` names them all."""
+    from movers.files.request import FilesResult
+    from movers.podcontract import TERMINATION_MESSAGE_MAX
+    from tests.fsimages import make_ext4
+
+    src = tmp_path / "src"
+    (src / "many").mkdir(parents=True)
+    for i in range(300):
+        (src / "many" / f"file-{i:04d}.txt").write_text(f"{i}\n")
+    make_ext4(tmp_path / "small.img", 16 * MiB, src)
+    repo = f"file://{tmp_path}/repo"
+    run("init", "--insecure-no-encryption", "--repo", repo, check_rc=0)
+    backup(repo, {}, "v", tmp_path / "small.img")
+    out, result_file = tmp_path / "out", tmp_path / "termination-log"
+    proc = files("cp", "--repo", repo, "--volume", "v", "--json", "--result-file", result_file, "/many", out)
+    assert proc.returncode == 0, proc.stderr
+    full = FilesResult.model_validate_json(proc.stdout)
+    assert len(full.copied) == full.entries == 301 and full.omitted == 0
+    text = result_file.read_text()
+    assert len(text) <= TERMINATION_MESSAGE_MAX
+    fitted = FilesResult.model_validate_json(text)
+    assert fitted.entries == 301 and 0 < len(fitted.copied) < 301, "as many as fit are named, the rest counted"
+    assert fitted.copied == full.copied[: len(fitted.copied)] and fitted.copied_bytes == full.copied_bytes
+    assert len(list((out / "many").iterdir())) == 300

@@ -138,6 +138,7 @@ def test_a_damaged_chunk_is_never_served(backed_up, tmp_path):
             with pytest.raises(DamagedData) as err:
                 reader.read(voff, length)
             assert err.value.exit_code == 4 and f"volume offset {voff}" in str(err.value)
+        assert reader.fetched_bytes >= 2 * loc.stored_len, "a damaged chunk's fetches count: they were made"
         other = next(e for e in entries if e[2] != cid and e[0] > voff + length)
         assert reader.read(other[0], other[1]) == volume[other[0] : other[0] + other[1]], "the rest still reads"
 

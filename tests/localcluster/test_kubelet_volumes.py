@@ -25,9 +25,11 @@ ISOLATIONS = [
 ]
 
 
-def make_claim(node, name: str, size: int, mode: str = "Block", content: bytes | None = None) -> str:
-    """A volume in the VolumeStore with a PV (spec.csi.volumeHandle) and a PVC bound to it, by hand (as the
-    PV controller binds: volumeName, the bind-completed annotation, phase Bound)."""
+def make_claim(
+    node, name: str, size: int, mode: str = "Block", content: bytes | None = None, fs_type: str | None = None
+) -> str:
+    """A volume in the VolumeStore with a PV (spec.csi.volumeHandle, and ``fs_type`` as its csi.fsType) and a PVC
+    bound to it, by hand (as the PV controller binds: volumeName, the bind-completed annotation, phase Bound)."""
     handle = f"vol-{name}"
     node.store.create_volume(handle, size)
     if content is not None:
@@ -43,7 +45,11 @@ def make_claim(node, name: str, size: int, mode: str = "Block", content: bytes |
                 "volumeMode": mode,
                 "persistentVolumeReclaimPolicy": "Delete",
                 "claimRef": {"namespace": "default", "name": name},
-                "csi": {"driver": "local.csi.localcluster", "volumeHandle": handle},
+                "csi": {
+                    "driver": "local.csi.localcluster",
+                    "volumeHandle": handle,
+                    **({"fsType": fs_type} if fs_type else {}),
+                },
             },
         }
     )
