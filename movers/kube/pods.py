@@ -374,9 +374,10 @@ def run_scheduled(
     create(api, pod)
     timeout = timeouts.total
     scheduled = wait_scheduled(api, namespace, name, claim, min(timeouts.start, timeout), errors=errors)
-    if node_slot is None or not nodeslots.gated(pod):
+    node = (scheduled.get("spec") or {}).get("nodeName")
+    if node_slot is None or not nodeslots.gated(pod) or not node:  # no node: it finished unscheduled (deleted)
         return _start_and_finish(api, pod, claim, timeouts, started, errors, on_log_line)
-    with node_slot(scheduled["spec"].get("nodeName") or ""):
+    with node_slot(node):
         grant_slot(api, namespace, name)
         return _start_and_finish(api, pod, claim, timeouts, time.monotonic(), errors, on_log_line)
 
