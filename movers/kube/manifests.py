@@ -376,7 +376,8 @@ def mover_pod(
       (the pipeline's memory is bounded by its in-flight bytes, not by the volume size).
     - ``task.node_slot``: the pod's first container is the slot gate (``movers.kube.nodeslots``, an init
       container running as nobody, with only the pod's slot annotation mounted): the mover starts once the flow
-      holds the pod's node slot and has granted it.
+      holds the pod's node slot and has granted it. Its ``activeDeadlineSeconds`` (which counts from the pod's
+      start) is set when it is granted (``pods.grant_slot``), so that the wait for the slot does not use it up.
     """
     args, role, cbt_audience, placement = task.args, task.role, task.cbt_audience, profile.placement
     role = role or (WRITER if list(args[:1]) == ["restore"] else MOVER)
@@ -433,7 +434,7 @@ def mover_pod(
         spec["tolerations"] = copy.deepcopy([dict(t) for t in placement.tolerations])
     if placement.affinity:
         spec["affinity"] = copy.deepcopy(dict(placement.affinity))
-    if task.active_deadline_seconds is not None:
+    if task.active_deadline_seconds is not None and not task.node_slot:  # a gated pod gets it when granted
         spec["activeDeadlineSeconds"] = int(task.active_deadline_seconds)
     if task.node_slot:
         security = {**_CONTAINER_SECURITY, "runAsUser": 65534, "runAsNonRoot": True}

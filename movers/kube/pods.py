@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -365,8 +366,8 @@ def run_scheduled(
     here waits again on the same pod. The pod is left for the caller to delete.
 
     A pod with the slot gate (``nodeslots.gated``) needs ``node_slot``: once the pod is scheduled, the rest runs
-    inside ``node_slot(<its node>)`` (the wait for that slot is not counted in ``timeouts.running``) after the pod
-    is granted (``grant_slot``)."""
+    inside ``node_slot(<its node>)`` (the wait for that slot is not counted in ``timeouts.running`` nor in
+    ``timeouts.total``, nor in the pod's own deadline, set when it is granted: ``grant_slot``)."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     if nodeslots.gated(pod) and node_slot is None:
         raise ValueError(f"pod {namespace}/{name} waits for a node slot: run_scheduled needs node_slot")
@@ -378,7 +379,8 @@ def run_scheduled(
     if node_slot is None or not nodeslots.gated(pod) or not node:  # no node: it finished unscheduled (deleted)
         return _start_and_finish(api, pod, claim, timeouts, started, errors, on_log_line)
     with node_slot(node):
-        grant_slot(api, namespace, name)
+        # the pod's deadline counts from its start: what it waited for the slot, then the whole of timeouts.total
+        grant_slot(api, namespace, name, math.ceil(time.monotonic() - started) + math.ceil(timeouts.total))
         return _start_and_finish(api, pod, claim, timeouts, time.monotonic(), errors, on_log_line)
 
 
@@ -407,9 +409,11 @@ def _start_and_finish(
         raise PodTimeoutError(f"{err}{why}{_claim_warning(api, namespace, claim)}") from None
 
 
-def grant_slot(api, namespace: str, name: str) -> None:
+def grant_slot(api, namespace: str, name: str, active_deadline_seconds: int | None = None) -> None:
     """Let the containers of pod ``name`` (with the slot gate, ``nodeslots``) start: its
-    ``nodeslots.SLOT_ANNOTATION`` set to ``granted`` (a merge patch of its metadata: the flow's ``patch pods``)."""
-    merge_patch(
-        api, "Pod", namespace, name, {"metadata": {"annotations": {nodeslots.SLOT_ANNOTATION: nodeslots.GRANTED}}}
-    )
+    ``nodeslots.SLOT_ANNOTATION`` set to ``granted`` and, given, its ``activeDeadlineSeconds`` (one merge patch:
+    the flow's ``patch pods``; the API lets a pod's deadline be set, or lowered, while it runs)."""
+    body: dict[str, Any] = {"metadata": {"annotations": {nodeslots.SLOT_ANNOTATION: nodeslots.GRANTED}}}
+    if active_deadline_seconds is not None:
+        body["spec"] = {"activeDeadlineSeconds": int(active_deadline_seconds)}
+    merge_patch(api, "Pod", namespace, name, body)

@@ -51,8 +51,12 @@ def test_run_scheduled_takes_the_node_slot_once_scheduled_and_holds_it_to_the_en
         @contextmanager
         def slot(on: str):
             pod = node.core.read_namespaced_pod("gated", "default")
+            assert pod.spec.active_deadline_seconds is None, "a gated pod's deadline starts when it is granted"
             held.append(("enter", on, pod.metadata.annotations or {}))
+            time.sleep(1.5)  # the wait for the slot, which the pod's deadline must not count
             yield
+            deadline = node.core.read_namespaced_pod("gated", "default").spec.active_deadline_seconds
+            assert 60 + 2 <= deadline <= 60 + 10, deadline  # timeouts.total after what it waited
             phase = node.core.read_namespaced_pod("gated", "default").status.phase
             held.append(("exit", on, phase))
 
@@ -76,4 +80,8 @@ def test_mover_pods_with_a_node_slot_carry_the_gate():
     assert not nodeslots.gated(plain) and nodeslots.gated(gated)
     (gate,) = gated["spec"]["initContainers"]
     assert gate["securityContext"]["runAsNonRoot"] is True and "volumeDevices" not in gate
+    task = MoverTask(["backup"], "claim", active_deadline_seconds=600)
+    assert m.mover_pod("p", "ns", profile=profile, task=task, repo=repo)["spec"]["activeDeadlineSeconds"] == 600
+    task = MoverTask(["backup"], "claim", active_deadline_seconds=600, node_slot=True)
+    assert "activeDeadlineSeconds" not in m.mover_pod("p", "ns", profile=profile, task=task, repo=repo)["spec"]
     assert [v["name"] for v in gated["spec"]["volumes"]][-1] == nodeslots.SLOT_VOLUME
