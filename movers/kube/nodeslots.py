@@ -14,7 +14,8 @@ Why this design (and not another), on a real cluster:
   container (``SLOT_GATE``, no volume, no device, no token) that waits until the pod's annotation
   ``SLOT_ANNOTATION`` is ``granted``, read from a downwardAPI volume (the kubelet rewrites such a file when the
   pod's annotations change). The flow waits for ``spec.nodeName``, takes the slot of that node (a Prefect global
-  concurrency limit, ``tasks.caps``), then grants the pod (``movers.kube.pods.grant_slot``); the mover
+  concurrency limit, ``tasks.caps``), then grants the pod (``movers.kube.pods.grant_slot``, which also sets the
+  pod's ``activeDeadlineSeconds``: it counts from the pod's start, and the wait must not use it up); the mover
   container starts only after that, and the flow releases the slot when the pod has finished.
 
 What it costs: a pod waiting for its node's slot is scheduled, and its reader volume provisioned and attached
