@@ -149,7 +149,8 @@ def backup_app(
     (manifests only; the maintenance flow prunes the data). ``kubeconfig``: the cluster (None: in-cluster, else the
     default kubeconfig). Emits ``cbt-mover.backup.started``, then ``.completed`` or ``.failed``
     (``reporting.events``); a failure is one ERROR line and the artifact ``backup-<app>-failure``
-    (``reporting.runs.report_failure``).
+    (``reporting.runs.report_failure``). A run its backup window stops (the policy's ``window``) returns the state
+    ``WindowClosed`` (type Cancelled; one WARNING line; no ``completed`` nor ``failed`` event).
     """
     log = get_run_logger()
     policy = resolve_policy(policy_path, overrides)
