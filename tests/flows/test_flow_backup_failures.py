@@ -490,9 +490,10 @@ def test_policy_file_drives_the_run_and_its_retention(local_cluster, harness, mo
         o["metadata"]["name"] for o in k.list_objects(api, "VolumeGroupSnapshot", ns, f"{KEPT}=bypolicy")
     ) == [second["run_id"]]
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     with get_client(sync_client=True) as prefect:
-        table = [a for a in prefect.read_artifacts() if a.key == "backup-bypolicy"]
+        table = prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["backup-bypolicy"])))
     assert len(table) == 2 and all(a.type == "table" for a in table)
     rows = json.loads(table[0].data)
     assert {"dedup", "compression", "throughput", "uploaded"} <= set(rows[0]), rows
@@ -749,9 +750,10 @@ def test_group_not_cut_in_time_thaws_then_falls_back_to_one_snapshot_per_pvc(
     kept = k.list_objects(api, "VolumeSnapshot", ns, KEPT)
     assert sorted(s["metadata"]["name"] for s in kept) == [derived_name(result["run_id"], p) for p in ("data", "logs")]
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     with get_client(sync_client=True) as prefect:
-        [table] = [a for a in prefect.read_artifacts() if a.key == f"backup-{name}"]
+        [table] = prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"backup-{name}"])))
     assert all(row["snapshot"].startswith("per-pvc (fallback:") for row in json.loads(table.data)), table.data
 
 

@@ -328,7 +328,10 @@ def _assert_artifacts(ns, pvcs):
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     with get_client(sync_client=True) as prefect:
-        keys = {a.key for a in prefect.read_artifacts()}
+        wanted = [f"restore-{ns}", f"restore-{ns}-report"]
+        keys = {
+            a.key for a in prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=wanted)))
+        }
         assert {f"restore-{ns}", f"restore-{ns}-report"} <= keys, keys
         for pvc in pvcs:
             key = f"restore-progress-{ns}-{pvc}"

@@ -28,10 +28,11 @@ class Clock:
 
 def read_back(artifact_id):
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterId
 
     with get_client(sync_client=True) as prefect:
-        found = prefect.read_artifacts()
-    [artifact] = [a for a in found if a.id == artifact_id]
+        found = prefect.read_artifacts(artifact_filter=ArtifactFilter(id=ArtifactFilterId(any_=[artifact_id])))
+    [artifact] = found
     return float(artifact.data), artifact.description
 
 
