@@ -84,7 +84,9 @@ class _Backup:
 
         r = self.request
         how.setdefault("force_full", r.changes.full)
-        options = BackupOptions(level=r.zstd_level, workers=r.threads())
+        options = BackupOptions(
+            level=r.zstd_level, workers=r.threads(), read_mib_s=r.read_mib_s, upload_mib_s=r.upload_mib_s
+        )
         return run_backup(
             self.repo,
             r.device,
