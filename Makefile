@@ -27,14 +27,16 @@ $(STAMP): requirements.lock pyproject.toml | deps-demo
 demo: deps-demo $(STAMP)
 	$(VENV)/bin/python -m demo.demo
 
-# The suite on TEST_WORKERS pytest-xdist workers (a test file per worker at a time), then the replay of what the
-# product's identities did in every test's cluster against the shipped roles (tests/cluster/test_shipped_rbac.py), which
-# needs all of them to have run: both share a temporary --audit-dir, removed at the end.
-TEST_WORKERS ?= 2
+# The suite on TEST_WORKERS pytest-xdist workers (a test file per worker at a time; 3 on 2 cores: the flow tests
+# spend much of their time waiting on their cluster and Prefect server), the 25 slowest tests listed, then the
+# replay of what the product's identities did in every test's cluster against the shipped roles
+# (tests/cluster/test_shipped_rbac.py), which needs all of them to have run: both share a temporary --audit-dir,
+# removed at the end.
+TEST_WORKERS ?= 3
 
 test: deps-test $(STAMP)
 	audit=$$(mktemp -d) && trap 'rm -rf "$$audit"' EXIT && \
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --audit-dir="$$audit" \
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 --audit-dir="$$audit" \
 		--deselect tests/cluster/test_shipped_rbac.py && \
 	$(VENV)/bin/python -m pytest -q -p no:xdist --audit-dir="$$audit" tests/cluster/test_shipped_rbac.py
 

@@ -67,7 +67,9 @@ def files(*args, env=None):
     return run("files", *args, env=env)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("kind", "store"), [(kind, "file") for kind in KINDS] + [("ext4", "s3")], indirect=["store"]
+)  # the filesystem readers do not know the store: S3 once is enough
 def test_one_small_file_fetches_a_small_part_of_the_backup(kind, images, tree, store, tmp_path):
     repo, env = store
     done = backup(repo, env, "v", images(kind))
