@@ -83,12 +83,10 @@ ui: $(STAMP)
 	@echo "(set PREFECT_API_URL per command rather than with 'prefect config set': tests and other runs stay off it)"
 	$(VENV)/bin/python -m deploy.prefect_server --home .prefect --port $(PREFECT_UI_PORT)
 
-# Create or update the work pools of prefect.yaml (cbt-mover-local, cbt-mover-k8s) and the caps on mover and
-# writer pods (deploy/limits.py) on the server of PREFECT_API_URL, by default the one `make ui` runs.
-# POOLS_ARGS: e.g. --image REGISTRY/cbt-mover:TAG; LIMITS_ARGS: e.g. --movers 4 --movers-per-node 2.
+# Create or update the work pools of prefect.yaml (cbt-mover-local, cbt-mover-k8s) on the server
+# of PREFECT_API_URL, by default the one `make ui` runs. POOLS_ARGS: e.g. --image REGISTRY/cbt-mover:TAG.
 pools: $(STAMP)
 	PREFECT_API_URL=$${PREFECT_API_URL:-$(PREFECT_UI_API)} $(VENV)/bin/python -m deploy.pools $(POOLS_ARGS)
-	PREFECT_API_URL=$${PREFECT_API_URL:-$(PREFECT_UI_API)} $(VENV)/bin/python -m deploy.limits $(LIMITS_ARGS)
 
 # PNG screenshots of the UI's main pages (docs/ui/, shown in docs/ui.md): the demo sent to a fresh temporary
 # Prefect server, its pages rendered by headless Chromium (Debian's `chromium`). Takes a few minutes.

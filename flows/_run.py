@@ -9,7 +9,6 @@
 * ``cleanup_after(run, cleanup)``: the run's cleanup in every outcome; after a failure a failing cleanup is logged
   and the run's own error raised, never masked;
 * ``state_hooks(kind, abandon)``: the flow's ``on_cancellation`` and ``on_crashed`` hooks from one callback;
-* ``window_closed(message)``: the final state of a run its backup window stopped (``WindowClosed``);
 * ``best_effort(what)``: ``reporting.best_effort``, what may fail without failing the run.
 """
 
@@ -178,18 +177,6 @@ def state_hook_logger(flow_run: Any, fallback: str) -> logging.Logger | logging.
 StateHook = Callable[[Any, Any, Any], None]
 
 
-WINDOW_CLOSED = "WindowClosed"  # the state (type Cancelled) of a run its backup window stopped (movers.policy.window)
-
-
-def window_closed(message: str) -> Any:
-    """The final state of a run its backup window stopped cleanly (its cleanup done): Cancelled, named
-    ``WINDOW_CLOSED``, with ``message``; said once as a WARNING in the run's log. Its state hooks do nothing."""
-    from prefect.states import Cancelled
-
-    get_run_logger().warning("%s", message)
-    return Cancelled(name=WINDOW_CLOSED, message=message)
-
-
 def state_hooks(kind: str, abandon: Callable[[Abandoned], None], logger: str) -> tuple[StateHook, StateHook]:
     """The flow's ``on_cancellation`` and ``on_crashed`` hooks: each calls ``abandon`` with the run (its id
     recomputed from the flow run's, ``why`` ``cancelled`` or ``crashed``); ``logger``: the fallback logger's name.
@@ -198,8 +185,6 @@ def state_hooks(kind: str, abandon: Callable[[Abandoned], None], logger: str) ->
     def hook(why: str) -> StateHook:
         # Prefect's runner calls state hooks by keyword: flow, flow_run, state
         def on_state(flow: Any, flow_run: Any, state: Any) -> None:
-            if getattr(state, "name", None) == WINDOW_CLOSED:  # stopped by its window, cleaned up already
-                return
             params = dict(getattr(flow_run, "parameters", None) or {})
             log = state_hook_logger(flow_run, logger)
             abandon(Abandoned(kind, runs.run_id_for(kind, flow_run.id), why, params, log))

@@ -16,12 +16,7 @@ the file's fields (``movers.policy.overrides``). In order:
    driver), else one VolumeSnapshot per claim; a group not cut in time is deleted after the thaw and, by
    ``group_snapshot.on_timeout``, replaced by per-claim snapshots under a new freeze, or the run fails.
    The path, its reason and any fallback are in the summary, the table and the logs;
-4. a mover pod per claim, ``parallelism`` at a time, recording the source volume's identity and the run's claims,
-   each under the caps on movers (``tasks.caps``: the cluster's, its class's and driver's, its node's).
-
-With a backup window (the policy's ``window``, ``movers.policy.window``), a run that starts outside it stops at
-once, and a run whose movers have not all started when it ends stops after its cleanup: its state is
-``WindowClosed`` (type Cancelled) with a message naming the window, what was committed and what was deleted.
+4. a mover pod per claim, ``parallelism`` at a time, recording the source volume's identity and the run's claims.
 
 Everything the run creates in the cluster carries ``cbt-mover.io/run=<run id>`` (and the
 ``app.kubernetes.io/*`` labels, part-of = the policy's name) and is deleted in every outcome (after a
@@ -36,7 +31,6 @@ leaves them and reports them (``movers.kube.retained``): a warning each, the sum
 
 import dataclasses
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from prefect import get_run_logger
@@ -53,7 +47,6 @@ from movers.policy.model import BackupPolicy
 from movers.policy.overrides import PolicyOverrides, policy_from_parameters, resolve_policy
 from movers.repo.manifest import APP_TAG, POLICY_TAG, RUN_TAG
 from reporting import events, report, runs
-from tasks.caps import WindowClosed
 from tasks.kevents import record_backup_events, record_backup_failure
 from tasks.kube import (
     Member,
@@ -149,21 +142,11 @@ def backup_app(
     (manifests only; the maintenance flow prunes the data). ``kubeconfig``: the cluster (None: in-cluster, else the
     default kubeconfig). Emits ``cbt-mover.backup.started``, then ``.completed`` or ``.failed``
     (``reporting.events``); a failure is one ERROR line and the artifact ``backup-<app>-failure``
-    (``reporting.runs.report_failure``). A run its backup window stops (the policy's ``window``) returns the state
-    ``WindowClosed`` (type Cancelled; one WARNING line; no ``completed`` nor ``failed`` event).
+    (``reporting.runs.report_failure``).
     """
     log = get_run_logger()
     policy = resolve_policy(policy_path, overrides)
     ns, url, app = policy.namespace, policy.repository.url, policy.name
-    deadline = None
-    if policy.window is not None:
-        ends = policy.window.ends_at(datetime.now(UTC))
-        if ends is None:
-            return _run.window_closed(
-                f"backup of {ns}/{app} not started: outside its backup window {policy.window.describe()}"
-                " (nothing was frozen, snapshotted or created)"
-            )
-        deadline = ends.timestamp()
     run = _run.Run.start(
         KIND,
         lambda run_id: events.app_resource(ns, app, KIND, run_id),
@@ -180,14 +163,7 @@ def backup_app(
         return _run.Failure(related=related, then=lambda: record_backup_failure(kubeconfig, policy, run.id, str(err)))
 
     with run.guard(f"backup {run.id} of {ns}/{app}", f"backup-{app}-failure", failure):
-        try:
-            summary = _backup(policy, run, kubeconfig, forget_expired, deadline)
-        except WindowClosed as closed:
-            committed = ", ".join(sorted(run.progress.committed)) or "nothing"
-            return _run.window_closed(
-                f"backup {run.id} of {ns}/{app} stopped: its backup window {policy.window.describe()} ended: {closed};"
-                f" committed before that: {committed}; the run's objects were deleted ({run.progress.cleaned_up})"
-            )
+        summary = _backup(policy, run, kubeconfig, forget_expired)
     summary["duration_s"] = run.seconds()
     rows = summary["volumes"]
     run.complete(
@@ -204,17 +180,14 @@ def _event_row(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row.get(k) for k in (*keys, *sizes)}
 
 
-def _backup(
-    policy: BackupPolicy, run: _run.Run, kubeconfig: str | None, forget_expired: bool, deadline: float | None
-) -> dict[str, Any]:
+def _backup(policy: BackupPolicy, run: _run.Run, kubeconfig: str | None, forget_expired: bool) -> dict[str, Any]:
     """Snapshot and move (cleaning up in every outcome), expire by retention, report; the run's summary.
-    ``run.progress`` records what was done, for the failure report. ``deadline``: the end of the backup window
-    (seconds since the epoch), by which every mover must have started (``tasks.caps.WindowClosed``)."""
+    ``run.progress`` records what was done, for the failure report."""
     log = get_run_logger()
     ns, url, run_id, progress = policy.namespace, policy.repository.url, run.id, run.progress
     keep_retained = _keep_retained(policy)
     with _run.cleanup_after(run, lambda failed: cleanup_run(kubeconfig, ns, run_id, keep_retained=keep_retained)):
-        snap, retired, rows, secret_keys = _snapshot_and_move(policy, run_id, kubeconfig, progress, deadline)
+        snap, retired, rows, secret_keys = _snapshot_and_move(policy, run_id, kubeconfig, progress)
     progress.step = "retention"
     key = key_source(kubeconfig, ns, policy.repository.credentials_secret)
     expired = forget_backups_of(url, [r["volume"] for r in rows], policy, key) if forget_expired else None
@@ -246,7 +219,7 @@ def _backup(
 
 
 def _snapshot_and_move(
-    policy: BackupPolicy, run_id: str, kubeconfig: str | None, progress: runs.Progress, deadline: float | None = None
+    policy: BackupPolicy, run_id: str, kubeconfig: str | None, progress: runs.Progress
 ) -> tuple[Snapshots, Retired, list[dict[str, Any]], tuple[str, ...]]:
     """Preflight, plan the bases, snapshot under a bounded freeze, move every member (``parallelism`` at a
     time), keep the new base snapshots. Returns the snapshot set, the base snapshots it retired, one summary
@@ -279,7 +252,7 @@ def _snapshot_and_move(
             volume, bases[member.pvc], audience, no_cbt, policy.cbt.max_results, member.snapshot.snapshot, by_name
         )
         plans[member.pvc] = plan
-        return move_volume.submit(kubeconfig, run_id, member, plan, policy, deadline)
+        return move_volume.submit(kubeconfig, run_id, member, plan, policy)
 
     def committed(member: Member, result: BackupResult) -> None:
         progress.committed[f"{ns}/{member.pvc}"] = result.backup_id

@@ -25,7 +25,7 @@ from movers.kube import manifests as m
 from movers.policy.model import BackupPolicy
 from reporting.progress import ProgressArtifact, progress_key
 from reporting.runs import PodLog
-from tasks import caps, retry_if_retriable
+from tasks import retry_if_retriable
 
 KEPT_LABEL = snapshotset.KEPT_LABEL
 
@@ -155,18 +155,10 @@ def take_snapshots(kubeconfig: str | None, run_id: str, policy: BackupPolicy, fo
     retry_condition_fn=retry_if_retriable,
 )
 def move_volume(
-    kubeconfig: str | None,
-    run_id: str,
-    member: Member,
-    plan: VolumePlan,
-    policy: BackupPolicy,
-    deadline: float | None = None,
+    kubeconfig: str | None, run_id: str, member: Member, plan: VolumePlan, policy: BackupPolicy
 ) -> BackupResult:
     """``movers.backup.movers.move_volume`` of one member with a progress artifact fed from the mover's log; the
-    mover's own log records forwarded (``reporting.runs.PodLog``) and its outcome said in one line. The mover holds
-    a slot of the cluster's (and its class's and driver's) mover cap from before its claim and pod are created,
-    and of its node's once scheduled, until its pod has finished (``tasks.caps``); ``deadline`` (seconds since the
-    epoch: the end of the run's backup window): a mover without its slots by then raises ``caps.WindowClosed``."""
+    mover's own log records forwarded (``reporting.runs.PodLog``) and its outcome said in one line."""
     log = get_run_logger()
     namespace, pvc = policy.namespace, member.pvc
     volume = f"{namespace}/{pvc}"
@@ -178,18 +170,9 @@ def move_volume(
         pod_log.on_line(line)
         progress.on_line(line)
 
-    storage_class, driver = member.source.storage_class, member.snapshot.driver
-    with caps.cluster_slot(caps.MOVERS, volume, storage_class, driver, deadline):
-        result = backup.move_volume(
-            api_client(kubeconfig),
-            run_id,
-            member.plain(),
-            plan,
-            policy,
-            on_log_line=on_log_line,
-            logger=log,
-            node_slot=caps.node_slot(caps.MOVERS, volume, deadline),
-        )
+    result = backup.move_volume(
+        api_client(kubeconfig), run_id, member.plain(), plan, policy, on_log_line=on_log_line, logger=log
+    )
     progress.finish()
     log.info("%s", outcome_line(volume, result))
     return result

@@ -20,7 +20,7 @@ from movers.restore.app_request import RestoreAppRequest
 from movers.values import human_bytes
 from reporting.progress import ProgressArtifact, progress_key
 from reporting.runs import PodLog
-from tasks import caps, retry_if_retriable
+from tasks import retry_if_retriable
 from tasks.kube import api_client
 from tasks.repository import KeySource, open_repository
 
@@ -152,8 +152,7 @@ def write_volume(
     timeout: float = 3600.0,
 ) -> Written:
     """``movers.restore.write_volume`` of one target with a progress artifact, the writer's log records
-    forwarded (``reporting.runs.PodLog``) and its outcome in one line; under the writer caps (``tasks.caps``: the
-    cluster's and its class's before the claim and pod, its node's once scheduled)."""
+    forwarded (``reporting.runs.PodLog``) and its outcome in one line."""
     t = target
     what = f"restore of {t.volume} backup {t.backup_id} into {namespace}/{t.pvc} ({run_id})"
     progress = ProgressArtifact(
@@ -169,9 +168,7 @@ def write_volume(
     started = time.monotonic()
     api = api_client(kubeconfig)
     run = r.WriterRun(namespace, run_id, writer, repo_secret, timeouts=PodTimeouts(start=600.0, total=timeout))
-    with caps.cluster_slot(caps.WRITERS, f"{namespace}/{t.pvc}", t.storage_class or None, None):
-        node_slot = caps.node_slot(caps.WRITERS, f"{namespace}/{t.pvc}")
-        result = r.write_volume(api, run, t, on_log_line=on_log_line, node_slot=node_slot)
+    result = r.write_volume(api, run, t, on_log_line=on_log_line)
     progress.finish()
     if result.cbt_fallback:
         log.warning("%s/%s: not in place by CBT: %s; compared instead", namespace, t.pvc, result.cbt_fallback)

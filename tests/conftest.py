@@ -147,9 +147,6 @@ def prefect_api(tmp_path_factory):
     }
     with temporary_settings(quiet):
         with prefect_test_harness(server_startup_timeout=120):
-            from deploy.limits import ensure_limits
-
-            ensure_limits()  # the caps on mover and writer pods, as `make pools` creates them
             yield PREFECT_API_URL.value()
 
 

@@ -272,7 +272,6 @@ class LocalKubelet:
             worker.start()
             return
         worker.pod = worker.volumes.pod = obj  # fresh labels and annotations for the downward API
-        worker.wake()  # a pod update syncs the pod: its downwardAPI files are rewritten now (upstream's remount)
         if md.get("deletionTimestamp"):
             worker.kill()
             if not worker.removing:

@@ -32,7 +32,6 @@ from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import pods, repokey, snapshots
 from movers.kube.names import derived_name
-from movers.kube.nodeslots import NodeSlot
 from movers.kube.podspec import DEVICE_PATH, MoverProfile, MoverTask, RepoAccess
 from movers.kube.volumes import PvIdentity
 
@@ -44,17 +43,11 @@ class MoverPodFailed(pods.PodFailed):
     """A backup's mover pod did not succeed (``pods.PodFailed``: its exit status and the retry rule)."""
 
 
-def volume_request(
-    member: Mapping[str, Any],
-    plan: VolumePlan,
-    namespace: str,
-    limits: tuple[float | None, float | None] = (None, None),
-) -> BackupRequest:
+def volume_request(member: Mapping[str, Any], plan: VolumePlan, namespace: str) -> BackupRequest:
     """The ``BackupRequest`` of a member's mover, as its plan says: the source claim's identity (its PV's
     ``volumes.PvIdentity``, field for field), the member's snapshot, the planned change source (``scan``, else CBT
     with the planned base, its VolumeSnapshot name, the delta's parent and ``max_results``), the run's tags and
-    claims; ``limits``: the engine's read and upload limits, MiB/s (the policy's ``mover.read_mib_s`` and
-    ``upload_mib_s``)."""
+    claims."""
     pv: PvIdentity = member.get("identity") or PvIdentity()
     cbt = plan.change_source != "scan"
     return BackupRequest(
@@ -88,30 +81,23 @@ def volume_request(
         device=DEVICE_PATH,
         tags=member.get("tags") or {},
         run_pvcs=member.get("run_pvcs"),
-        read_mib_s=limits[0],
-        upload_mib_s=limits[1],
     )
 
 
 def mover_objects(
-    run_id: str,
-    member: Mapping[str, Any],
-    plan: VolumePlan,
-    policy: BackupPolicy,
-    repo_keys: Sequence[str] = (),
-    node_slot: bool = False,
+    run_id: str, member: Mapping[str, Any], plan: VolumePlan, policy: BackupPolicy, repo_keys: Sequence[str] = ()
 ) -> tuple[dict, dict]:
     """The claim the mover reads (from the member's snapshot, in the source claim's class: the cluster's
     default may belong to another driver, which cannot restore it; sized from restoreSize or the source
     claim's capacity) and the mover pod (the policy's placement, a projected CBT token when CBT is planned,
-    the repository key files ``repo_keys`` of the credentials Secret; ``node_slot``: its container waits for its
-    node's slot, ``movers.kube.nodeslots``), both named ``names.derived_name(run_id, pvc)``."""
+    the repository key files ``repo_keys`` of the credentials Secret), both named
+    ``names.derived_name(run_id, pvc)``."""
     namespace, mover, pvc = policy.namespace, policy.mover, member["pvc"]
     name = derived_name(run_id, pvc)  # valid and distinct whatever the PVC's name
     labels = m.run_labels(run_id, app=member.get("app"), **{m.PVC_LABEL: m.label_value(pvc)})
     size = m.reader_claim_size(member["restore_size"], member.get("size"))
     claim = m.pvc_from_snapshot(name, namespace, member["snapshot"], size, member.get("storage_class"), labels)
-    request = volume_request(member, plan, namespace, (mover.read_mib_s, mover.upload_mib_s))
+    request = volume_request(member, plan, namespace)
     args = m.backup_args(
         request_env=REQUEST_ENV,
         cbt=request.changes.source == "cbt",
@@ -129,7 +115,6 @@ def mover_objects(
             env={REQUEST_ENV: request.model_dump_json()},
             cbt_audience=plan.audience,
             active_deadline_seconds=int(policy.timeouts.mover),
-            node_slot=node_slot,
         ),
         repo=RepoAccess(policy.repository.credentials_secret, repo_keys),
         labels=labels,
@@ -137,7 +122,7 @@ def mover_objects(
     return claim, pod
 
 
-def move_volume(  # noqa: PLR0913 the member to move, then keyword-only callbacks of the caller (log lines, logger, node slot)
+def move_volume(
     api,
     run_id: str,
     member: Mapping[str, Any],
@@ -146,7 +131,6 @@ def move_volume(  # noqa: PLR0913 the member to move, then keyword-only callback
     *,
     on_log_line: Callable[[str], None] | None = None,
     logger: logging.Logger | logging.LoggerAdapter | None = None,
-    node_slot: NodeSlot | None = None,
 ) -> BackupResult:
     """Back up one member: its claim and mover pod (``mover_objects``, with the key files among the credentials
     Secret's key names the preflight read, the member's ``secret_keys``: ``repokey.key_files``; the Secret is not
@@ -156,15 +140,12 @@ def move_volume(  # noqa: PLR0913 the member to move, then keyword-only callback
     finished within ``timeouts.mover`` (``pods.PodTimeoutError``); none of these is retried. The mover's result.
     A Filesystem source's snapshot content is first marked for a Block claim (KEP-3141). The pod of an earlier
     attempt of the run, finished or not, is deleted first, so that a retry runs in a fresh pod. A failed
-    pod is ``MoverPodFailed`` (one line; its log tail goes to ``logger`` at DEBUG). ``node_slot``: the mover waits
-    for its node's slot (``movers.kube.nodeslots``: the pod is gated, and granted inside ``node_slot(node)``, held
-    until the pod has finished); None: no per-node cap."""
+    pod is ``MoverPodFailed`` (one line; its log tail goes to ``logger`` at DEBUG)."""
     log = logger or logging.getLogger(__name__)
     if member.get("source_volume_mode") == "Filesystem":
         snapshots.patch_content_annotation(api, member["content"])
     namespace = policy.namespace
-    keys = repokey.key_files(member.get("secret_keys") or ())
-    claim, pod = mover_objects(run_id, member, plan, policy, keys, node_slot=node_slot is not None)
+    claim, pod = mover_objects(run_id, member, plan, policy, repokey.key_files(member.get("secret_keys") or ()))
     name, timeouts = pod["metadata"]["name"], policy.timeouts
     k.create(api, claim)
     _replace_earlier_pod(api, pod, log)
@@ -176,7 +157,6 @@ def move_volume(  # noqa: PLR0913 the member to move, then keyword-only callback
             pods.PodTimeouts(start=timeouts.pvc_bound, running=timeouts.start, total=timeouts.mover),
             errors=pods.PodWaitErrors(what="mover pod"),
             on_log_line=on_log_line,
-            node_slot=node_slot,
         )
     except NotFoundError:
         raise MoverPodFailed(

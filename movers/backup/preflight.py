@@ -126,7 +126,6 @@ def base_checks(policy: BackupPolicy, group_served: bool) -> list[tuple[Check, s
             (Check(v, "", "pods", namespace=ns), "for the mover pods")
             for v in ("create", "get", "list", "watch", "delete")
         ),
-        (Check("patch", "", "pods", namespace=ns), "to grant a mover pod its node's slot"),
         (Check("get", "", "pods", "log", namespace=ns), "to follow the movers' progress"),
     ]
     if secret:  # the shipped controller role grants get on Secrets by name

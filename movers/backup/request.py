@@ -23,7 +23,7 @@ import logging
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from movers.errors import UsageError
 from movers.pipeline.stats import BackupStats
@@ -136,8 +136,7 @@ class Changes(_Model):
 class BackupRequest(_Model):
     """One volume's backup, as the flow renders it into the mover pod and as the CLI builds it from its flags
     (see the module doc). ``workers``: the engine's threads (None: the mover's CPUs); ``tags`` are recorded in
-    the manifest, ``run_pvcs`` (every PVC of the application run, sorted) too; ``read_mib_s`` / ``upload_mib_s``:
-    the engine's read and upload limits (the policy's ``mover`` section; None: none)."""
+    the manifest, ``run_pvcs`` (every PVC of the application run, sorted) too."""
 
     volume: SourceVolume
     snapshot: SourceSnapshot = SourceSnapshot()
@@ -147,22 +146,12 @@ class BackupRequest(_Model):
     run_pvcs: list[str] | None = None
     workers: int | None = Field(default=None, ge=1)
     zstd_level: int = 3
-    read_mib_s: float | None = None  # the engine's read limit (None: none)
-    upload_mib_s: float | None = None  # the engine's upload limit (None: none)
 
     @field_validator("zstd_level")
     @classmethod
     def _level(cls, value: int) -> int:
         if not 1 <= value <= 22:
             raise UsageError("--zstd-level must be between 1 and 22")
-        return value
-
-    @field_validator("read_mib_s", "upload_mib_s")
-    @classmethod
-    def _rate(cls, value: float | None, info: ValidationInfo) -> float | None:
-        if value is not None and not value > 0:
-            flag = "--read-limit" if info.field_name == "read_mib_s" else "--upload-limit"
-            raise UsageError(f"{flag} must be more than 0 MiB/s (leave it out for no limit)")
         return value
 
     @field_validator("tags")

@@ -84,9 +84,7 @@ class _Backup:
 
         r = self.request
         how.setdefault("force_full", r.changes.full)
-        options = BackupOptions(
-            level=r.zstd_level, workers=r.threads(), read_mib_s=r.read_mib_s, upload_mib_s=r.upload_mib_s
-        )
+        options = BackupOptions(level=r.zstd_level, workers=r.threads())
         return run_backup(
             self.repo,
             r.device,

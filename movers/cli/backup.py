@@ -57,8 +57,6 @@ def add_parsers(sub) -> None:
     add_cbt_options(p)
     p.add_argument("--zstd-level", type=int, default=3)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    p.add_argument("--read-limit", type=float, metavar="MiB/s", help="read the device at most this fast (MiB/s)")
-    p.add_argument("--upload-limit", type=float, metavar="MiB/s", help="upload at most this fast (MiB/s)")
     ident = p.add_argument_group("identity recorded in the manifest")
     for flag in ("--cluster", "--namespace", "--pvc"):
         ident.add_argument(flag)
@@ -171,6 +169,4 @@ def backup_request(args: argparse.Namespace, cbt_wanted: bool) -> BackupRequest:
         run_pvcs=parse_run_pvcs(args.run_pvcs),
         workers=max(1, args.workers),
         zstd_level=args.zstd_level,
-        read_mib_s=args.read_limit,
-        upload_mib_s=args.upload_limit,
     )

@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from movers.kube import nodeslots
 from movers.kube.podspec import MoverProfile, MoverTask, RepoAccess
 from movers.repo.keys import KEY_FILE_ENV, PASSWORD_FILE_ENV
 
@@ -374,10 +373,6 @@ def mover_pod(
       spec as given (``movers.policy.model`` validates them), e.g. for a tainted backup node pool.
     - ``profile.resources`` default: ``DEFAULT_RESOURCES`` (the policy's default too)
       (the pipeline's memory is bounded by its in-flight bytes, not by the volume size).
-    - ``task.node_slot``: the pod's first container is the slot gate (``movers.kube.nodeslots``, an init
-      container running as nobody, with only the pod's slot annotation mounted): the mover starts once the flow
-      holds the pod's node slot and has granted it. Its ``activeDeadlineSeconds`` (which counts from the pod's
-      start) is set when it is granted (``pods.grant_slot``), so that the wait for the slot does not use it up.
     """
     args, role, cbt_audience, placement = task.args, task.role, task.cbt_audience, profile.placement
     role = role or (WRITER if list(args[:1]) == ["restore"] else MOVER)
@@ -417,7 +412,15 @@ def mover_pod(
         "volumeDevices": [{"name": "data", "devicePath": task.device_path}],
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": copy.deepcopy(_CONTAINER_SECURITY),
+        "securityContext": {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
     }
     if mounts:
         container["volumeMounts"] = mounts
@@ -434,24 +437,9 @@ def mover_pod(
         spec["tolerations"] = copy.deepcopy([dict(t) for t in placement.tolerations])
     if placement.affinity:
         spec["affinity"] = copy.deepcopy(dict(placement.affinity))
-    if task.active_deadline_seconds is not None and not task.node_slot:  # a gated pod gets it when granted
+    if task.active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = int(task.active_deadline_seconds)
-    if task.node_slot:
-        security = {**_CONTAINER_SECURITY, "runAsUser": 65534, "runAsNonRoot": True}
-        spec["initContainers"] = [nodeslots.gate_container(profile.image, profile.image_pull_policy, security)]
-        volumes.append(nodeslots.gate_volume())
     return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(name, namespace, labels, role), "spec": spec}
-
-
-_CONTAINER_SECURITY: dict[str, Any] = {
-    "privileged": False,
-    "allowPrivilegeEscalation": False,
-    "readOnlyRootFilesystem": True,
-    "runAsUser": 0,
-    "runAsNonRoot": False,
-    "capabilities": {"drop": ["ALL"]},
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
 
 
 # -- restore: handing a restored volume to a claim of another name or volume mode ------------------------------

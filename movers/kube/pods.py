@@ -8,8 +8,7 @@
 * ``wait_started``: a scheduled pod running (or finished) in time, else ``PodNotStarted`` naming its waiting
   reason and the last Warning about it (FailedAttachVolume, FailedMount, image pull) and about its claim.
 * ``run_scheduled``: the three in a row, for the movers and writers (one pod, one wait each), bounded by
-  ``PodTimeouts``; ``PodWaitErrors`` names what is waited for and the errors its waits raise; a pod with the
-  node-slot gate is granted once the caller holds its node's slot (``movers.kube.nodeslots``).
+  ``PodTimeouts``; ``PodWaitErrors`` names what is waited for and the errors its waits raise.
 * ``uses_claims``: whether a pod is unfinished and mounts one of some claims.
 
 Errors are ``apply.KubeError`` subclasses, as in ``movers.kube.apply``.
@@ -19,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import json
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -27,9 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from movers import errors
-from movers.kube import nodeslots
-from movers.kube.apply import KubeError, api_error, create, get, merge_patch
-from movers.kube.nodeslots import NodeSlot
+from movers.kube.apply import KubeError, api_error, create, get
 
 
 class PodTimeoutError(KubeError):
@@ -356,50 +352,22 @@ def run_scheduled(
     *,
     errors: PodWaitErrors = PodWaitErrors(),
     on_log_line: Callable[[str], None] | None = None,
-    node_slot: NodeSlot | None = None,
 ) -> PodResult:
     """Create ``pod`` (its claim ``claim``), wait until it is scheduled (``wait_scheduled``, at most
     ``timeouts.start`` s), then running (``wait_started``, at most ``timeouts.running`` s, default
     ``timeouts.start``: ``errors.not_started`` names the Warning that says why, e.g. FailedAttachVolume), and run
     it to completion (``run_pod_to_completion``): ``timeouts.total`` s in all, start to finish; a
     ``PodTimeoutError`` names the last Warning about the pod or its claim. Every wait is bounded once: nothing
-    here waits again on the same pod. The pod is left for the caller to delete.
-
-    A pod with the slot gate (``nodeslots.gated``) needs ``node_slot``: once the pod is scheduled, the rest runs
-    inside ``node_slot(<its node>)`` (the wait for that slot is not counted in ``timeouts.running`` nor in
-    ``timeouts.total``, nor in the pod's own deadline, set when it is granted: ``grant_slot``)."""
+    here waits again on the same pod. The pod is left for the caller to delete."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-    if nodeslots.gated(pod) and node_slot is None:
-        raise ValueError(f"pod {namespace}/{name} waits for a node slot: run_scheduled needs node_slot")
     started = time.monotonic()
     create(api, pod)
     timeout = timeouts.total
-    scheduled = wait_scheduled(api, namespace, name, claim, min(timeouts.start, timeout), errors=errors)
-    node = (scheduled.get("spec") or {}).get("nodeName")
-    if node_slot is None or not nodeslots.gated(pod) or not node:  # no node: it finished unscheduled (deleted)
-        return _start_and_finish(api, pod, claim, timeouts, started, errors, on_log_line)
-    with node_slot(node):
-        # the pod's deadline counts from its start: what it waited for the slot, then the whole of timeouts.total
-        grant_slot(api, namespace, name, math.ceil(time.monotonic() - started) + math.ceil(timeouts.total))
-        return _start_and_finish(api, pod, claim, timeouts, time.monotonic(), errors, on_log_line)
-
-
-def _start_and_finish(
-    api,
-    pod: Mapping[str, Any],
-    claim: str,
-    timeouts: PodTimeouts,
-    started: float,
-    errors: PodWaitErrors,
-    on_log_line: Callable[[str], None] | None,
-) -> PodResult:
-    """``run_scheduled`` once the pod is scheduled: running within ``timeouts.running``, finished within what is
-    left of ``timeouts.total`` since ``started``."""
-    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-    left = max(1.0, timeouts.total - (time.monotonic() - started))
+    wait_scheduled(api, namespace, name, claim, min(timeouts.start, timeout), errors=errors)
+    left = max(1.0, timeout - (time.monotonic() - started))
     running = timeouts.start if timeouts.running is None else timeouts.running
     wait_started(api, namespace, name, claim, min(running, left), errors=errors)
-    left = max(1.0, timeouts.total - (time.monotonic() - started))
+    left = max(1.0, timeout - (time.monotonic() - started))
     try:
         return run_pod_to_completion(api, pod, timeout=left, on_log_line=on_log_line)
     except PodTimeoutError as err:
@@ -407,13 +375,3 @@ def _start_and_finish(
 
         why = last_warning(api, namespace, [("Pod", name)])
         raise PodTimeoutError(f"{err}{why}{_claim_warning(api, namespace, claim)}") from None
-
-
-def grant_slot(api, namespace: str, name: str, active_deadline_seconds: int | None = None) -> None:
-    """Let the containers of pod ``name`` (with the slot gate, ``nodeslots``) start: its
-    ``nodeslots.SLOT_ANNOTATION`` set to ``granted`` and, given, its ``activeDeadlineSeconds`` (one merge patch:
-    the flow's ``patch pods``; the API lets a pod's deadline be set, or lowered, while it runs)."""
-    body: dict[str, Any] = {"metadata": {"annotations": {nodeslots.SLOT_ANNOTATION: nodeslots.GRANTED}}}
-    if active_deadline_seconds is not None:
-        body["spec"] = {"activeDeadlineSeconds": int(active_deadline_seconds)}
-    merge_patch(api, "Pod", namespace, name, body)

@@ -84,8 +84,7 @@ class MoverTask:
 
     ``role``: ``manifests.MOVER`` or ``manifests.WRITER`` (None: from ``args``); ``cbt_audience``: the audience
     of a projected ServiceAccount token (a backup mover's CBT calls; None: none); ``active_deadline_seconds``:
-    the pod's deadline (None: none); ``node_slot``: the pod's container waits for its node's slot
-    (``manifests.mover_pod``'s slot gate, ``movers.kube.nodeslots``)."""
+    the pod's deadline (None: none)."""
 
     args: Sequence[str]
     pvc: str
@@ -94,4 +93,3 @@ class MoverTask:
     role: str | None = None
     cbt_audience: str | None = None
     active_deadline_seconds: int | None = None
-    node_slot: bool = False

@@ -33,7 +33,6 @@ from movers.extents import Extent, validated
 from movers.pipeline.fresh import distinct_pack, finish_page_fresh, listed_dirs
 from movers.pipeline.planner import gather, plan_reads, scan_reads
 from movers.pipeline.stats import BackupStats, ProgressFn
-from movers.pipeline.throttle import Throttle
 from movers.pipeline.zeros import data_runs, is_zero
 from movers.repo import digests as dg
 from movers.repo import pack as packfmt
@@ -62,10 +61,6 @@ class BackupOptions:
     max_inflight_reads: int = 64
     max_gap: int = 64 * 1024
     min_hole: int = 64 * 1024
-    # a mover's limits (MiB/s; None: none): the device's reads (holes of a sparse image are not read) and the
-    # packs' uploads (the data; maps, index and manifest are small), each shared by its threads (throttle.py)
-    read_mib_s: float | None = None
-    upload_mib_s: float | None = None
 
 
 class Piece(NamedTuple):
@@ -92,12 +87,9 @@ ReadResult = tuple[list[tuple[int, int]], list[Piece], list[DigestUpdate]]
 class _Uploader:
     """Uploads finished packs on a bounded pool and remembers what it wrote."""
 
-    def __init__(
-        self, repo: Repository, threads: int, stats: BackupStats, garbage: set[str], throttle: Throttle
-    ) -> None:
+    def __init__(self, repo: Repository, threads: int, stats: BackupStats, garbage: set[str]) -> None:
         self.repo = repo
         self.stats = stats
-        self.throttle = throttle
         self.garbage = garbage
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="upload")
         self.limit = threads
@@ -113,7 +105,6 @@ class _Uploader:
 
     def _finish_and_put(self, builder: packfmt.PackBuilder) -> tuple[bytes, list[packfmt.PackEntry]]:
         pack_id, data, entries = distinct_pack(*builder.finish(), self.garbage, self.repo.content_hash)
-        self.throttle.take(len(data))
         written = self.repo.put_once(packfmt.pack_key(pack_id), data)
         with self.lock:
             self.stats.stored_bytes += written
@@ -356,8 +347,6 @@ class _Engine:
         self.options = options
         self.stats = stats
         self.report = report
-        self.read_throttle = Throttle.mib_per_s(options.read_mib_s)
-        self.upload_throttle = Throttle.mib_per_s(options.upload_mib_s)
         # A scan on top of a parent compares block digests and re-stores only changed blocks.
         self.scan_parent = scan_parent
         self.sparse = not device.is_block_device(fd)
@@ -391,7 +380,7 @@ class _Engine:
     def run(self, reads: Iterable[Extent]) -> MapRef:
         """Process every read, upload packs and the index, write the map; return its reference."""
         opts = self.options
-        uploader = _Uploader(self.repo, opts.upload_threads, self.stats, self.garbage, self.upload_throttle)
+        uploader = _Uploader(self.repo, opts.upload_threads, self.stats, self.garbage)
         pool = ThreadPoolExecutor(opts.workers, thread_name_prefix="chunk")
         ok = False
         try:
@@ -456,7 +445,6 @@ class _Engine:
         if self.sparse and device.is_hole(self.fd, off, length):
             data = None  # a hole of a sparse image file: zeros, not worth reading
         else:
-            self.read_throttle.take(length)
             data = device.pread_exact(self.fd, length, off)
         view = memoryview(data) if data is not None else None
         updates = []
@@ -489,7 +477,6 @@ class _Engine:
         parts: list[bytes] = []
         uses: list[tuple[int, int, int]] = []  # (volume offset, length, offset in the gathered chunk)
         coff = 0
-        self.read_throttle.take(sum(length for _, length in reads))
         device.prefetch(self.fd, reads)
         for off, length in reads:  # small reads: reading costs what asking for a hole would
             data = device.pread_exact(self.fd, length, off)

@@ -245,17 +245,6 @@ def timezone(value: Any) -> str:
     return name
 
 
-def time_of_day(value: Any) -> str:
-    from movers.policy.window import time_of_day as parse
-
-    text = string(value)
-    try:
-        parse(text)
-    except ValueError as err:
-        raise problem("", str(err)) from None
-    return text
-
-
 # -- labels and selectors
 
 

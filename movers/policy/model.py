@@ -56,7 +56,6 @@ Unknown keys are errors (a typo must not silently drop a setting). The ``hooks``
 from __future__ import annotations
 
 import copy
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -66,7 +65,6 @@ from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema, mo
 from movers.errors import UsageError
 from movers.kube.manifests import DEFAULT_RESOURCES
 from movers.policy import checks as c
-from movers.policy import window
 from movers.policy.checks import Section
 from movers.policy.hooks import Hooks, HookSpec
 
@@ -144,12 +142,10 @@ Seconds = Annotated[float, BeforeValidator(c.duration), WithJsonSchema(c.DURATIO
 Flag = Annotated[bool, BeforeValidator(c.boolean)]
 KeepCount = Annotated[int, BeforeValidator(c.count(0)), Field(ge=0)]
 Workers = Annotated[int, BeforeValidator(c.count(1)), Field(ge=1)]
-MiBPerSecond = Annotated[float | None, Field(gt=0)]
 PageSize = Annotated[int, BeforeValidator(c.count(0)), Field(ge=0)]
 RepoUrl = Annotated[str, BeforeValidator(c.repo_url), Field(pattern=r"^(s3://[^/]+|file:///)")]
 Cron = Annotated[str, BeforeValidator(c.cron)]
 TimeZone = Annotated[str, BeforeValidator(c.timezone)]
-TimeOfDay = Annotated[str, BeforeValidator(c.time_of_day)]
 Labels = Annotated[dict[str, str], BeforeValidator(c.labels)]
 Selector = Annotated[dict[str, Any], BeforeValidator(c.selector)]
 Resources = Annotated[dict[str, dict[str, str]], BeforeValidator(c.resources)]
@@ -173,21 +169,6 @@ class Repository(Section):
 class Schedule(Section):
     cron: Cron
     timezone: TimeZone = "UTC"
-
-
-class Window(Section):
-    """The daily hours in which the policy's movers may start (``movers.policy.window``)."""
-
-    start: TimeOfDay
-    end: TimeOfDay
-    timezone: TimeZone = "UTC"
-
-    def ends_at(self, now: datetime) -> datetime | None:
-        """The end of the window open at ``now`` (aware), None when it is closed then."""
-        return window.ends_at(self.start, self.end, self.timezone, now)
-
-    def describe(self) -> str:
-        return f"{self.start}-{self.end} {self.timezone}"
 
 
 class Retention(Section):
@@ -216,10 +197,6 @@ class MoverSettings(Section):
     tolerations: Tolerations = []  # Kubernetes Tolerations of the mover pods
     affinity: Affinity = None  # a Kubernetes Affinity of the mover pods (nodeAffinity only)
     progress_interval: Seconds = 1.0  # seconds between the mover's progress lines (the UI's progress artifacts)
-    # each mover's limits in MiB/s (None: none), enforced by its engine (movers.pipeline.throttle): the snapshot's
-    # reads from the device, and the uploads of its data to the repository
-    read_mib_s: MiBPerSecond = None
-    upload_mib_s: MiBPerSecond = None
 
 
 class CBTSettings(Section):
@@ -251,7 +228,6 @@ class BackupPolicy(Section):
     pvc_selector: Selector
     repository: Repository
     schedule: Schedule | None = None
-    window: Window | None = None  # movers start only within these daily hours (None: any time)
     hooks: Hooks = Field(default_factory=Hooks)
     use_pod_annotations: Flag = False
     retention: Retention = Field(default_factory=Retention)

@@ -125,7 +125,7 @@ def required_permissions(namespace: str, options: RestoreOptions) -> list[Check]
     checks += [
         Check(verb, "", "persistentvolumeclaims", namespace=ns) for verb in ("get", "list", "create", "patch", "delete")
     ]
-    checks += [Check(verb, "", "pods", namespace=ns) for verb in ("get", "list", "watch", "create", "patch", "delete")]
+    checks += [Check(verb, "", "pods", namespace=ns) for verb in ("get", "list", "watch", "create", "delete")]
     checks += [Check("get", "", "pods", "log", namespace=ns), Check("list", "", "events", namespace=ns)]
     checks += [Check(verb, "", "persistentvolumes") for verb in ("get", "list", "create", "patch", "delete")]
     if source != "repository":

@@ -32,7 +32,6 @@ from movers.errors import EXIT_INCOMPATIBLE
 from movers.kube import apply as k
 from movers.kube import manifests as m
 from movers.kube import repokey
-from movers.kube.nodeslots import NodeSlot
 from movers.kube.pods import PodFailed, PodNotScheduled, PodTimeouts, PodWaitErrors, run_scheduled
 from movers.kube.podspec import DEVICE_PATH, MoverProfile, MoverTask, RepoAccess
 from movers.kube.snapshots import patch_content_annotation
@@ -113,11 +112,7 @@ class WriterRun:
 
 
 def writer_pod(
-    run: WriterRun,
-    target: Target,
-    repo_keys: Sequence[str] = (),
-    cbt: CbtDelta | None = None,
-    node_slot: bool = False,
+    run: WriterRun, target: Target, repo_keys: Sequence[str] = (), cbt: CbtDelta | None = None
 ) -> dict[str, Any]:
     """The writer pod of ``target`` (``pod_name``): ``cbt-mover restore`` of its request (``writer_request``,
     rendered whole into the pod as one env value, ``REQUEST_ENV``) onto the claim ``target.write_claim``, the
@@ -125,8 +120,7 @@ def writer_pod(
     writer), the run's labels (``labels_of``), ``run.writer``'s image, ServiceAccount, resources and placement
     (flow parameters or a policy's mover section) with the source volume's placement added to its affinity
     (``writer_affinity``); its deadline ``run.timeouts.total``. With ``cbt`` (in place by CBT: ``target.cbt``) the
-    writer asks for that delta with ``--kube`` and a projected token of the service's audience, as a mover does.
-    ``node_slot``: its container waits for its node's slot (``movers.kube.nodeslots``)."""
+    writer asks for that delta with ``--kube`` and a projected token of the service's audience, as a mover does."""
     run_id, writer = run.run_id, run.writer
     request = writer_request(target, verify_device=run.verify_device, cbt=cbt)
     audience = target.cbt.audience if cbt is not None and target.cbt is not None else None
@@ -142,7 +136,6 @@ def writer_pod(
             role=m.WRITER,
             cbt_audience=audience,
             active_deadline_seconds=int(run.timeouts.total),
-            node_slot=node_slot,
         ),
         repo=RepoAccess(run.repo_secret, repo_keys),
         labels=labels_of(run_id, target.pvc, target.app),
@@ -150,12 +143,7 @@ def writer_pod(
 
 
 def write_volume(
-    api,
-    run: WriterRun,
-    target: Target,
-    *,
-    on_log_line: Callable[[str], None] | None = None,
-    node_slot: NodeSlot | None = None,
+    api, run: WriterRun, target: Target, *, on_log_line: Callable[[str], None] | None = None
 ) -> WriteResult:
     """A new Block claim ``target.write_claim`` of the recorded capacity and class, and a writer pod
     (``writer_pod``, with the key files Secret ``run.repo_secret`` holds now: ``repokey.key_names``) restoring
@@ -173,8 +161,6 @@ def write_volume(
     In place by CBT (``target.cbt``): the writer's pod runs while the snapshot of the live claim exists
     (``live.live_snapshot``, named as the pod, deleted afterwards in every outcome); when that snapshot fails the
     writer compares instead, and the result's ``cbt_fallback`` says why.
-
-    ``node_slot``: the writer waits for its node's slot (``pods.run_scheduled``); None: no per-node cap.
     """
     namespace, run_id = run.namespace, run.run_id
     labels = labels_of(run_id, target.pvc, target.app)
@@ -183,13 +169,13 @@ def write_volume(
         timeout = run.snapshot_timeout
         with live_snapshot(api, namespace, name, target.pvc, cbt.snapshot_class, labels, timeout) as live:
             if live.name is None:
-                result = _write(api, run, target, labels, on_log_line, node_slot=node_slot)
+                result = _write(api, run, target, labels, on_log_line)
                 return result.model_copy(update={"cbt_fallback": live.why})
             delta = CbtDelta(
                 namespace=namespace, snapshot=live.name, base_handle=cbt.base_handle, base_snapshot=cbt.base_snapshot
             )
-            return _write(api, run, target, labels, on_log_line, delta, node_slot)
-    return _write(api, run, target, labels, on_log_line, node_slot=node_slot)
+            return _write(api, run, target, labels, on_log_line, delta)
+    return _write(api, run, target, labels, on_log_line)
 
 
 def _write(
@@ -199,7 +185,6 @@ def _write(
     labels: Mapping[str, str],
     on_log_line: Callable[[str], None] | None,
     cbt: CbtDelta | None = None,
-    node_slot: NodeSlot | None = None,
 ) -> WriteResult:
     namespace = run.namespace
     if target.snapshot_content:  # a Block claim from a Filesystem source's snapshot (KEP-3141); harmless otherwise
@@ -209,7 +194,7 @@ def _write(
         claim = m.block_pvc(target.write_claim, namespace, size, storage_class, labels, snapshot=target.snapshot)
         k.create(api, claim)
     repo_keys = repokey.key_names(k.find(api, "Secret", namespace, run.repo_secret) or {})
-    pod = writer_pod(run, target, repo_keys, cbt, node_slot=node_slot is not None)
+    pod = writer_pod(run, target, repo_keys, cbt)
     name = pod["metadata"]["name"]
     k.delete_and_wait(api, "Pod", namespace, name)  # a failed attempt's pod
     try:
@@ -220,7 +205,6 @@ def _write(
             run.timeouts,
             errors=PodWaitErrors(what="writer pod", not_scheduled=WriterNotScheduled),
             on_log_line=on_log_line,
-            node_slot=node_slot,
         )
     finally:
         k.delete_and_wait(api, "Pod", namespace, name)

@@ -291,7 +291,6 @@ def test_make_ui_serves_on_loopback_with_its_own_home(monkeypatch):
     assert "PREFECT_API_URL" not in env and env["PREFECT_SERVER_UI_API_URL"] == "http://127.0.0.1:4399/api"
     assert "PREFECT_API_URL=http://127.0.0.1:4399/api make demo" in out
     assert "http://127.0.0.1:4399/api} .venv/bin/python -m deploy.pools" in out
-    assert "http://127.0.0.1:4399/api} .venv/bin/python -m deploy.limits" in out
 
 
 # ---------------------------------------------------------------- for real: server, pools, deploy, worker

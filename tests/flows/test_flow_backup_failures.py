@@ -574,7 +574,7 @@ def test_a_mover_whose_volume_cannot_attach_fails_within_timeouts_start_naming_t
     _one_line(
         state.message,
         f"mover pod {ns}/",
-        "not running after 3 s (PodInitializing): FailedAttachVolume: AttachVolume.Attach failed for volume",
+        "not running after 3 s (ContainerCreating): FailedAttachVolume: AttachVolume.Attach failed for volume",
         "rpc error: code = Internal desc = the array fenced this disk off",
     )
     assert took < 60, f"bounded by timeouts.start, not timeouts.mover: {took:.0f} s"

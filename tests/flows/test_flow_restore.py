@@ -606,7 +606,9 @@ def test_a_writer_whose_volume_cannot_attach_fails_within_its_start_timeout_nami
     said = str(failed.value)
     assert "\n" not in said and "writer pod fenced/" in said, said
     # its start timeout is what is left of the writer's 6 s once it is scheduled
-    assert re.search(r"not running after [\d.]+ s \(PodInitializing\): FailedAttachVolume: AttachVolume\.Attach", said)
+    assert re.search(
+        r"not running after [\d.]+ s \(ContainerCreating\): FailedAttachVolume: AttachVolume\.Attach", said
+    )
     assert "rpc error: code = Internal desc = the array fenced this disk off" in said, said
     assert took < 45, f"one bounded wait, not retried: {took:.0f} s"
     writers = [o for o in audited_creations(local_cluster, "fenced") if o.get("kind") == "Pod"]
